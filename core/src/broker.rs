@@ -1,0 +1,407 @@
+//! The handle on one data directory: open and close, the directory lock,
+//! topics, and the factories for producers and consumers.
+
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, RwLock, Weak};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crate::consumer::{Consumer, ConsumerConfig};
+use crate::error::{Error, IoContext, Result};
+use crate::log::now_ms;
+use crate::producer::{Producer, ProducerConfig};
+use crate::topic::{validate_topic_name, Topic, TopicConfig, TopicInfo, TopicOptions};
+
+/// Name of the lock file in the data directory.
+pub const LOCK_FILE: &str = "LOCK";
+
+/// Settings of a data directory handle.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// Fault in segment pages in the background before the writer reaches
+    /// them (default true). Turn off to save memory with many idle topics.
+    pub prefault: bool,
+    /// Unix permission bits of created data files (default `0o600`).
+    pub file_mode: u32,
+    /// How often a background thread applies retention, in ms (default
+    /// 60,000; 0 turns the thread off, retention then runs on segment roll
+    /// and on [`Broker::enforce_retention`]).
+    pub retention_check_interval_ms: u64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            prefault: true,
+            file_mode: 0o600,
+            retention_check_interval_ms: 60_000,
+        }
+    }
+}
+
+impl Config {
+    /// Sets `prefault`.
+    pub fn prefault(mut self, on: bool) -> Self {
+        self.prefault = on;
+        self
+    }
+
+    /// Sets `file_mode`.
+    pub fn file_mode(mut self, mode: u32) -> Self {
+        self.file_mode = mode;
+        self
+    }
+
+    /// Sets `retention_check_interval_ms`.
+    pub fn retention_check_interval_ms(mut self, ms: u64) -> Self {
+        self.retention_check_interval_ms = ms;
+        self
+    }
+}
+
+type Stop = Arc<(Mutex<bool>, Condvar)>;
+
+/// Shared state behind a [`Broker`], also held by its producers and consumers.
+#[derive(Debug)]
+pub(crate) struct BrokerInner {
+    dir: PathBuf,
+    config: Config,
+    lock: Mutex<Option<File>>,
+    topics: RwLock<HashMap<String, Arc<Topic>>>,
+    /// Serialises topic creation, deletion and growth.
+    ddl: Mutex<()>,
+    closed: AtomicBool,
+    janitor: Mutex<Option<(JoinHandle<()>, Stop)>>,
+}
+
+/// An open data directory: the entry point of the engine.
+///
+/// Dropping it closes it (see [`Broker::close`]).
+#[derive(Debug)]
+pub struct Broker {
+    inner: Arc<BrokerInner>,
+}
+
+fn topics_dir(dir: &Path) -> PathBuf {
+    dir.join("topics")
+}
+
+fn take_lock(dir: &Path) -> Result<File> {
+    let path = dir.join(LOCK_FILE);
+    let mut f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .ctx(|| format!("opening {}", path.display()))?;
+    match f.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => {
+            let mut holder = String::new();
+            let _ = f.read_to_string(&mut holder);
+            let holder = match holder.trim().parse::<u32>() {
+                Ok(pid) if pid == std::process::id() => {
+                    format!("this process (pid {pid}), through another open handle")
+                }
+                Ok(pid) => format!("process {pid}"),
+                Err(_) => "another process".to_owned(),
+            };
+            return Err(Error::Locked {
+                path: dir.to_owned(),
+                holder,
+            });
+        }
+        Err(std::fs::TryLockError::Error(e)) => {
+            return Err(Error::io(format!("locking {}", path.display()), e))
+        }
+    }
+    f.set_len(0)
+        .and_then(|_| f.rewind())
+        .and_then(|_| writeln!(f, "{}", std::process::id()))
+        .ctx(|| format!("writing {}", path.display()))?;
+    Ok(f)
+}
+
+impl Broker {
+    /// Opens (creating if needed) the data directory at `path`, takes its
+    /// exclusive lock and recovers every topic.
+    ///
+    /// # Errors
+    /// [`Error::Locked`] when another handle, in this process or another,
+    /// holds the directory; I/O and corruption errors from recovery.
+    pub fn open(path: impl AsRef<Path>, config: Config) -> Result<Broker> {
+        let dir = path.as_ref().to_owned();
+        std::fs::create_dir_all(&dir).ctx(|| format!("creating {}", dir.display()))?;
+        let lock = take_lock(&dir)?;
+        let tdir = topics_dir(&dir);
+        std::fs::create_dir_all(&tdir).ctx(|| format!("creating {}", tdir.display()))?;
+        let trash = dir.join("trash");
+        if trash.exists() {
+            let _ = std::fs::remove_dir_all(&trash);
+        }
+        let options = TopicOptions {
+            prefault: config.prefault,
+            file_mode: config.file_mode,
+        };
+        let mut topics = HashMap::new();
+        for entry in std::fs::read_dir(&tdir).ctx(|| format!("listing {}", tdir.display()))? {
+            let entry = entry.ctx(|| format!("listing {}", tdir.display()))?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if validate_topic_name(&name).is_err() || !entry.path().is_dir() {
+                continue;
+            }
+            match Topic::open(entry.path(), options)? {
+                Some(t) => {
+                    topics.insert(name, Arc::new(t));
+                }
+                None => {
+                    // Creation never finished (no topic.json): discard it.
+                    let _ = std::fs::remove_dir_all(entry.path());
+                }
+            }
+        }
+        let inner = Arc::new(BrokerInner {
+            dir,
+            config,
+            lock: Mutex::new(Some(lock)),
+            topics: RwLock::new(topics),
+            ddl: Mutex::new(()),
+            closed: AtomicBool::new(false),
+            janitor: Mutex::new(None),
+        });
+        BrokerInner::start_janitor(&inner);
+        Ok(Broker { inner })
+    }
+
+    /// The data directory.
+    pub fn path(&self) -> &Path {
+        &self.inner.dir
+    }
+
+    /// Creates a topic.
+    ///
+    /// # Errors
+    /// [`Error::InvalidTopicName`], [`Error::InvalidConfig`],
+    /// [`Error::TopicExists`].
+    pub fn create_topic(&self, name: &str, config: TopicConfig) -> Result<()> {
+        self.inner.check_open()?;
+        validate_topic_name(name)?;
+        config.validate()?;
+        let _ddl = self.inner.ddl.lock().unwrap_or_else(|p| p.into_inner());
+        if self.inner.topics_read().contains_key(name) {
+            return Err(Error::TopicExists(name.to_owned()));
+        }
+        let dir = topics_dir(&self.inner.dir).join(name);
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir).ctx(|| format!("removing {}", dir.display()))?;
+        }
+        let topic = Topic::create(dir, name, config, self.inner.topic_options())?;
+        self.inner
+            .topics
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(name.to_owned(), Arc::new(topic));
+        Ok(())
+    }
+
+    /// Deletes a topic and its data. Readers holding its messages keep them
+    /// valid; the files go when the last one lets go.
+    pub fn delete_topic(&self, name: &str) -> Result<()> {
+        self.inner.check_open()?;
+        let _ddl = self.inner.ddl.lock().unwrap_or_else(|p| p.into_inner());
+        let topic = self
+            .inner
+            .topics
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(name)
+            .ok_or_else(|| Error::UnknownTopic(name.to_owned()))?;
+        topic.mark_deleted();
+        let _ = topic.close();
+        // Move aside first (atomic), then remove.
+        let trash = self.inner.dir.join("trash");
+        std::fs::create_dir_all(&trash).ctx(|| format!("creating {}", trash.display()))?;
+        let aside = trash.join(format!("{name}-{}", now_ms()));
+        std::fs::rename(topic.dir(), &aside).ctx(|| format!("removing {}", topic.dir().display()))?;
+        let _ = std::fs::remove_dir_all(&aside);
+        Ok(())
+    }
+
+    /// Names of all topics, sorted.
+    pub fn topics(&self) -> Vec<String> {
+        let mut v: Vec<String> = self.inner.topics_read().keys().cloned().collect();
+        v.sort();
+        v
+    }
+
+    /// Describes a topic: its config and each partition's offsets and size.
+    pub fn topic(&self, name: &str) -> Result<TopicInfo> {
+        Ok(self.inner.topic(name)?.info())
+    }
+
+    /// Grows a topic to `partitions` partitions, keeping existing data.
+    pub fn add_partitions(&self, name: &str, partitions: u32) -> Result<()> {
+        self.inner.check_open()?;
+        let _ddl = self.inner.ddl.lock().unwrap_or_else(|p| p.into_inner());
+        self.inner.topic(name)?.add_partitions(partitions)
+    }
+
+    /// The earliest offset of `topic`/`partition` whose record timestamp is
+    /// at or after `timestamp_ms`, or `None` when all records are older.
+    pub fn offset_for_timestamp(&self, topic: &str, partition: u32, timestamp_ms: i64) -> Result<Option<u64>> {
+        self.inner
+            .topic(topic)?
+            .partition(partition)?
+            .offset_for_timestamp(timestamp_ms)
+    }
+
+    /// A new producer.
+    pub fn producer(&self, config: ProducerConfig) -> Result<Producer> {
+        self.inner.check_open()?;
+        Ok(Producer::new(Arc::clone(&self.inner), config))
+    }
+
+    /// A new consumer.
+    pub fn consumer(&self, config: ConsumerConfig) -> Result<Consumer> {
+        self.inner.check_open()?;
+        Consumer::new(Arc::clone(&self.inner), config)
+    }
+
+    /// Flushes every partition to disk.
+    pub fn flush(&self) -> Result<()> {
+        self.inner.check_open()?;
+        for t in self.inner.all_topics() {
+            t.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Applies retention to every topic now; returns the number of segments
+    /// deleted.
+    pub fn enforce_retention(&self) -> Result<usize> {
+        self.inner.check_open()?;
+        Ok(self.inner.enforce_retention())
+    }
+
+    /// Flushes everything, stops background work and releases the lock.
+    /// Producers and consumers made from this broker fail with
+    /// [`Error::Closed`] afterwards. Closing twice is fine.
+    pub fn close(&self) -> Result<()> {
+        self.inner.close()
+    }
+
+    /// Whether [`Broker::close`] was called.
+    pub fn is_closed(&self) -> bool {
+        self.inner.closed.load(Ordering::Acquire)
+    }
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        if let Err(e) = self.inner.close() {
+            ::log::warn!("closing {}: {e}", self.inner.dir.display());
+        }
+    }
+}
+
+impl BrokerInner {
+    fn topic_options(&self) -> TopicOptions {
+        TopicOptions {
+            prefault: self.config.prefault,
+            file_mode: self.config.file_mode,
+        }
+    }
+
+    fn topics_read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, Arc<Topic>>> {
+        self.topics.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn all_topics(&self) -> Vec<Arc<Topic>> {
+        self.topics_read().values().cloned().collect()
+    }
+
+    /// Fails with [`Error::Closed`] once closed.
+    #[inline]
+    pub(crate) fn check_open(&self) -> Result<()> {
+        if self.closed.load(Ordering::Acquire) {
+            Err(Error::Closed("broker"))
+        } else {
+            Ok(())
+        }
+    }
+
+    /// The topic `name`, or `UnknownTopic` (or `Closed`).
+    #[inline]
+    pub(crate) fn topic(&self, name: &str) -> Result<Arc<Topic>> {
+        self.check_open()?;
+        self.topics_read()
+            .get(name)
+            .cloned()
+            .ok_or_else(|| Error::UnknownTopic(name.to_owned()))
+    }
+
+    fn enforce_retention(&self) -> usize {
+        let now = now_ms();
+        self.all_topics().iter().map(|t| t.enforce_retention(now)).sum()
+    }
+
+    fn start_janitor(this: &Arc<BrokerInner>) {
+        let every = this.config.retention_check_interval_ms;
+        if every == 0 {
+            return;
+        }
+        let stop: Stop = Arc::new((Mutex::new(false), Condvar::new()));
+        let weak: Weak<BrokerInner> = Arc::downgrade(this);
+        let s = Arc::clone(&stop);
+        let handle = std::thread::Builder::new()
+            .name("mqlite-retention".into())
+            .spawn(move || loop {
+                let (m, cv) = &*s;
+                let guard = m.lock().unwrap_or_else(|p| p.into_inner());
+                let (guard, _) = cv
+                    .wait_timeout_while(guard, Duration::from_millis(every), |stopped| !*stopped)
+                    .unwrap_or_else(|p| p.into_inner());
+                if *guard {
+                    return;
+                }
+                drop(guard);
+                match weak.upgrade() {
+                    Some(b) if !b.closed.load(Ordering::Acquire) => {
+                        b.enforce_retention();
+                    }
+                    _ => return,
+                }
+            });
+        if let Ok(h) = handle {
+            *this.janitor.lock().unwrap_or_else(|p| p.into_inner()) = Some((h, stop));
+        }
+    }
+
+    fn close(&self) -> Result<()> {
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        if let Some((h, stop)) = self.janitor.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            *stop.0.lock().unwrap_or_else(|p| p.into_inner()) = true;
+            stop.1.notify_all();
+            if h.thread().id() != std::thread::current().id() {
+                let _ = h.join();
+            }
+        }
+        let mut first = Ok(());
+        for t in self.all_topics() {
+            let r = t.close();
+            if first.is_ok() {
+                first = r;
+            }
+        }
+        // Releasing the file releases the flock.
+        self.lock.lock().unwrap_or_else(|p| p.into_inner()).take();
+        first
+    }
+}

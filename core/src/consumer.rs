@@ -1,0 +1,482 @@
+//! Consumers: assignment, subscription, positions and polling.
+
+use std::sync::atomic::{fence, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::broker::BrokerInner;
+use crate::error::{Error, Result};
+use crate::log::batch::{self, Header};
+use crate::log::{Cursor, PartitionLog, Segment, Waiter};
+use crate::topic::Topic;
+
+/// Where to start when there is no valid position (Kafka's
+/// `auto.offset.reset`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OffsetReset {
+    /// The first retained offset (default).
+    #[default]
+    Earliest,
+    /// The end: only records written from now on.
+    Latest,
+    /// Fail with [`Error::OffsetOutOfRange`].
+    Error,
+}
+
+impl std::str::FromStr for OffsetReset {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "earliest" | "smallest" | "beginning" => Ok(OffsetReset::Earliest),
+            "latest" | "largest" | "end" => Ok(OffsetReset::Latest),
+            "error" | "none" => Ok(OffsetReset::Error),
+            _ => Err(Error::InvalidArgument(format!(
+                "auto_offset_reset must be earliest, latest or error, got {s:?}"
+            ))),
+        }
+    }
+}
+
+/// Settings of a consumer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsumerConfig {
+    /// Consumer group; `None` for a standalone consumer.
+    pub group_id: Option<String>,
+    /// Where to start without a valid position.
+    pub auto_offset_reset: OffsetReset,
+    /// Most messages one `poll` returns (default 500, as Kafka).
+    pub max_poll_records: usize,
+}
+
+impl Default for ConsumerConfig {
+    fn default() -> Self {
+        ConsumerConfig {
+            group_id: None,
+            auto_offset_reset: OffsetReset::Earliest,
+            max_poll_records: 500,
+        }
+    }
+}
+
+impl ConsumerConfig {
+    /// A consumer in group `id`.
+    pub fn group(id: impl Into<String>) -> Self {
+        ConsumerConfig {
+            group_id: Some(id.into()),
+            ..ConsumerConfig::default()
+        }
+    }
+
+    /// Sets `auto_offset_reset`.
+    pub fn auto_offset_reset(mut self, reset: OffsetReset) -> Self {
+        self.auto_offset_reset = reset;
+        self
+    }
+
+    /// Sets `max_poll_records` (at least 1).
+    pub fn max_poll_records(mut self, n: usize) -> Self {
+        self.max_poll_records = n.max(1);
+        self
+    }
+}
+
+/// A consumed record. Key, value and headers are read in place from the
+/// memory map; the message keeps its segment alive while it exists, even if
+/// retention or topic deletion removes the file meanwhile.
+#[derive(Debug, Clone)]
+pub struct Message {
+    topic: Arc<str>,
+    partition: u32,
+    offset: u64,
+    timestamp: i64,
+    seg: Arc<Segment>,
+    key: Option<(u32, u32)>,
+    value: Option<(u32, u32)>,
+    headers: (u32, u32),
+    header_count: u32,
+}
+
+impl Message {
+    /// The topic.
+    pub fn topic(&self) -> &str {
+        &self.topic
+    }
+
+    /// The partition.
+    pub fn partition(&self) -> u32 {
+        self.partition
+    }
+
+    /// The offset.
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    /// The timestamp (ms since the epoch).
+    pub fn timestamp(&self) -> i64 {
+        self.timestamp
+    }
+
+    /// The key, if any.
+    #[inline]
+    pub fn key(&self) -> Option<&[u8]> {
+        self.key.map(|(s, e)| self.seg.bytes(s as usize, e as usize))
+    }
+
+    /// The value, if any (`None` for a tombstone).
+    #[inline]
+    pub fn value(&self) -> Option<&[u8]> {
+        self.value.map(|(s, e)| self.seg.bytes(s as usize, e as usize))
+    }
+
+    /// The headers, decoded, in order.
+    pub fn headers(&self) -> Vec<Header> {
+        if self.header_count == 0 {
+            return Vec::new();
+        }
+        batch::decode_headers(
+            self.seg.bytes(self.headers.0 as usize, self.headers.1 as usize),
+            self.header_count,
+        )
+    }
+}
+
+#[derive(Debug)]
+struct Assigned {
+    topic: Arc<Topic>,
+    log: Arc<PartitionLog>,
+    /// Next offset to deliver; `None` until first resolved.
+    position: Option<u64>,
+    cursor: Option<Cursor>,
+}
+
+/// Reads records from assigned partitions or subscribed topics.
+///
+/// A consumer alone in its group gets every partition of the topics it
+/// subscribes to; sharing partitions among several members comes with
+/// consumer groups.
+#[derive(Debug)]
+pub struct Consumer {
+    broker: Arc<BrokerInner>,
+    config: ConsumerConfig,
+    assigned: Vec<Assigned>,
+    subscription: Vec<Arc<Topic>>,
+    waiter: Option<Arc<Waiter>>,
+    next_start: usize,
+    closed: bool,
+}
+
+impl Consumer {
+    pub(crate) fn new(broker: Arc<BrokerInner>, config: ConsumerConfig) -> Result<Consumer> {
+        if config.max_poll_records == 0 {
+            return Err(Error::InvalidArgument("max_poll_records must be at least 1".into()));
+        }
+        Ok(Consumer {
+            broker,
+            config,
+            assigned: Vec::new(),
+            subscription: Vec::new(),
+            waiter: None,
+            next_start: 0,
+            closed: false,
+        })
+    }
+
+    fn check_open(&self) -> Result<()> {
+        if self.closed {
+            return Err(Error::Closed("consumer"));
+        }
+        self.broker.check_open()
+    }
+
+    /// This consumer's settings.
+    pub fn config(&self) -> &ConsumerConfig {
+        &self.config
+    }
+
+    /// Reads exactly these partitions (replacing any assignment or
+    /// subscription). Nothing changes if any partition is unknown.
+    pub fn assign(&mut self, partitions: &[(&str, u32)]) -> Result<()> {
+        self.check_open()?;
+        let mut next = Vec::with_capacity(partitions.len());
+        for &(t, p) in partitions {
+            let topic = self.broker.topic(t)?;
+            let log = topic.partition(p)?;
+            if next.iter().any(|a: &Assigned| Arc::ptr_eq(&a.log, &log)) {
+                continue;
+            }
+            next.push(self.keep_or_new(topic, log));
+        }
+        self.subscription.clear();
+        self.assigned = next;
+        Ok(())
+    }
+
+    fn keep_or_new(&mut self, topic: Arc<Topic>, log: Arc<PartitionLog>) -> Assigned {
+        match self.assigned.iter().position(|a| Arc::ptr_eq(&a.log, &log)) {
+            Some(i) => self.assigned.swap_remove(i),
+            None => Assigned {
+                topic,
+                log,
+                position: None,
+                cursor: None,
+            },
+        }
+    }
+
+    /// Reads every partition of `topics`, including partitions added later.
+    /// Nothing changes if any topic is unknown.
+    pub fn subscribe(&mut self, topics: &[&str]) -> Result<()> {
+        self.check_open()?;
+        let mut subs = Vec::with_capacity(topics.len());
+        for &t in topics {
+            let topic = self.broker.topic(t)?;
+            if !subs.iter().any(|s: &Arc<Topic>| Arc::ptr_eq(s, &topic)) {
+                subs.push(topic);
+            }
+        }
+        self.subscription = subs;
+        let old = std::mem::take(&mut self.assigned);
+        self.assigned = old;
+        self.refresh_subscription();
+        Ok(())
+    }
+
+    /// Brings the assignment in line with the subscribed topics' partitions.
+    fn refresh_subscription(&mut self) {
+        if self.subscription.is_empty() {
+            self.assigned.retain(|a| !a.topic.is_deleted());
+            return;
+        }
+        self.subscription.retain(|t| !t.is_deleted());
+        let want: usize = self.subscription.iter().map(|t| t.partitions().len()).sum();
+        if want == self.assigned.len()
+            && self
+                .assigned
+                .iter()
+                .all(|a| self.subscription.iter().any(|t| Arc::ptr_eq(t, &a.topic)))
+        {
+            return;
+        }
+        let subs = self.subscription.clone();
+        let mut next = Vec::with_capacity(want);
+        for t in subs {
+            for log in t.partitions().iter() {
+                next.push(self.keep_or_new(Arc::clone(&t), Arc::clone(log)));
+            }
+        }
+        self.assigned = next;
+    }
+
+    /// The partitions this consumer reads, as `(topic, partition)` pairs.
+    pub fn assignment(&self) -> Vec<(String, u32)> {
+        self.assigned
+            .iter()
+            .map(|a| (a.topic.name().to_string(), a.log.partition()))
+            .collect()
+    }
+
+    fn find(&self, topic: &str, partition: u32) -> Result<usize> {
+        self.assigned
+            .iter()
+            .position(|a| &**a.topic.name() == topic && a.log.partition() == partition)
+            .ok_or_else(|| {
+                Error::InvalidArgument(format!(
+                    "partition {topic}/{partition} is not assigned to this consumer"
+                ))
+            })
+    }
+
+    /// Sets the next offset to read from an assigned partition.
+    ///
+    /// # Errors
+    /// [`Error::OffsetOutOfRange`] if `offset` is not between the first
+    /// retained offset and the end (inclusive); `InvalidArgument` if the
+    /// partition is not assigned.
+    pub fn seek(&mut self, topic: &str, partition: u32, offset: u64) -> Result<()> {
+        self.check_open()?;
+        self.refresh_subscription();
+        let i = self.find(topic, partition)?;
+        let a = &mut self.assigned[i];
+        a.cursor = Some(a.log.cursor(offset)?);
+        a.position = Some(offset);
+        Ok(())
+    }
+
+    /// The next offset this consumer will read from a partition.
+    pub fn position(&mut self, topic: &str, partition: u32) -> Result<u64> {
+        self.check_open()?;
+        self.refresh_subscription();
+        let i = self.find(topic, partition)?;
+        let reset = self.config.auto_offset_reset;
+        Self::resolve(&mut self.assigned[i], reset)
+    }
+
+    /// Resolves a partition's position (applying `auto_offset_reset`) and
+    /// makes sure it has a cursor.
+    fn resolve(a: &mut Assigned, reset: OffsetReset) -> Result<u64> {
+        if let (Some(p), Some(_)) = (a.position, &a.cursor) {
+            return Ok(p);
+        }
+        let wanted = a.position;
+        let target = match (wanted, reset) {
+            (Some(p), _) if p >= a.log.start_offset() && p <= a.log.end_offset() => p,
+            (_, OffsetReset::Earliest) => a.log.start_offset(),
+            (_, OffsetReset::Latest) => a.log.end_offset(),
+            (p, OffsetReset::Error) => {
+                return Err(Error::OffsetOutOfRange {
+                    topic: a.topic.name().to_string(),
+                    partition: a.log.partition(),
+                    offset: p.unwrap_or(0),
+                    start: a.log.start_offset(),
+                    end: a.log.end_offset(),
+                })
+            }
+        };
+        match a.log.cursor(target) {
+            Ok(c) => {
+                a.cursor = Some(c);
+                a.position = Some(target);
+                Ok(target)
+            }
+            // Retention moved the start between the check and the cursor.
+            Err(Error::OffsetOutOfRange { .. }) if reset != OffsetReset::Error => {
+                a.position = None;
+                Self::resolve(a, reset)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Appends up to `limit` messages of partition `a` to `out`.
+    fn fetch(a: &mut Assigned, reset: OffsetReset, limit: usize, out: &mut Vec<Message>) -> Result<()> {
+        let mut position = Self::resolve(a, reset)?;
+        if position < a.log.start_offset() {
+            // Retention deleted what we were about to read.
+            a.cursor = None;
+            a.position = None;
+            position = Self::resolve(a, reset)?;
+        }
+        let log = Arc::clone(&a.log);
+        let cursor = a.cursor.as_mut().expect("resolved");
+        let mut taken = 0;
+        while taken < limit {
+            let Some((at, h)) = log.next_batch(cursor)? else { break };
+            if h.last_offset() < position {
+                continue;
+            }
+            let bytes = cursor.seg.bytes(at, at + h.total_len());
+            let mut stopped_early = false;
+            for r in batch::Records::new(bytes, &h) {
+                let r = r.map_err(|reason| cursor.seg.corrupt(at, reason))?;
+                let offset = h.base_offset + r.offset_delta as u64;
+                if offset < position {
+                    continue;
+                }
+                if taken == limit {
+                    stopped_early = true;
+                    break;
+                }
+                let abs = |rg: std::ops::Range<usize>| ((at + rg.start) as u32, (at + rg.end) as u32);
+                out.push(Message {
+                    topic: Arc::clone(log.topic()),
+                    partition: log.partition(),
+                    offset,
+                    timestamp: h.first_timestamp.wrapping_add(r.timestamp_delta),
+                    seg: Arc::clone(&cursor.seg),
+                    key: r.key.map(abs),
+                    value: r.value.map(abs),
+                    headers: abs(r.headers),
+                    header_count: r.header_count,
+                });
+                position = offset + 1;
+                taken += 1;
+            }
+            if stopped_early {
+                cursor.pos = at; // come back to the rest of this batch
+                break;
+            }
+        }
+        a.position = Some(position);
+        Ok(())
+    }
+
+    fn has_data(&self) -> bool {
+        self.assigned
+            .iter()
+            .any(|a| a.position.is_none_or(|p| a.log.end_offset() > p))
+    }
+
+    /// Returns the next messages (at most `max_poll_records`), taken fairly
+    /// across the assigned partitions. Waits up to `timeout` for data when
+    /// there is none, woken by appends; an empty vector means the timeout
+    /// passed.
+    pub fn poll(&mut self, timeout: Duration) -> Result<Vec<Message>> {
+        self.check_open()?;
+        self.refresh_subscription();
+        let deadline = Instant::now() + timeout;
+        let mut out = Vec::new();
+        loop {
+            self.fetch_all(&mut out)?;
+            if !out.is_empty() || Instant::now() >= deadline {
+                return Ok(out);
+            }
+            self.wait(deadline)?;
+            self.check_open()?;
+        }
+    }
+
+    fn fetch_all(&mut self, out: &mut Vec<Message>) -> Result<()> {
+        let n = self.assigned.len();
+        if n == 0 {
+            return Ok(());
+        }
+        let max = self.config.max_poll_records;
+        let share = (max / n).max(1);
+        let start = self.next_start % n;
+        self.next_start = self.next_start.wrapping_add(1);
+        let reset = self.config.auto_offset_reset;
+        for k in 0..n {
+            let left = max - out.len();
+            if left == 0 {
+                break;
+            }
+            let a = &mut self.assigned[(start + k) % n];
+            Self::fetch(a, reset, share.min(left), out)?;
+        }
+        Ok(())
+    }
+
+    /// Parks until an assigned partition gets data or the deadline passes.
+    fn wait(&mut self, deadline: Instant) -> Result<()> {
+        let waiter = match &self.waiter {
+            Some(w) if w.is_current() => Arc::clone(w),
+            _ => {
+                let w = Waiter::current();
+                self.waiter = Some(Arc::clone(&w));
+                w
+            }
+        };
+        waiter.reset();
+        for a in &self.assigned {
+            a.log.add_waiter(&waiter);
+        }
+        // Pairs with the fence in the append path (see `wake_waiters`).
+        fence(Ordering::SeqCst);
+        if !self.has_data() {
+            waiter.wait_until(deadline);
+        }
+        for a in &self.assigned {
+            a.log.remove_waiter(&waiter);
+        }
+        Ok(())
+    }
+
+    /// Stops the consumer; later calls fail with [`Error::Closed`].
+    pub fn close(&mut self) {
+        self.closed = true;
+        self.assigned.clear();
+        self.subscription.clear();
+    }
+}

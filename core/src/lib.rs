@@ -1,0 +1,46 @@
+//! mqlite: an embeddable, in-process, persistent message-queue engine.
+//!
+//! Topics split into partitions; each partition is an append-only commit log
+//! of memory-mapped segment files, every record batch checked with CRC32C.
+//! There is no server: open a data directory and produce and consume in your
+//! own process.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use mqlite::{Broker, Config, ConsumerConfig, ProducerConfig, Record, TopicConfig};
+//!
+//! # fn main() -> mqlite::Result<()> {
+//! let mq = Broker::open("data", Config::default())?;
+//! mq.create_topic("orders", TopicConfig::new(4))?;
+//! let producer = mq.producer(ProducerConfig::default())?;
+//! let md = producer.send(Record::new("orders").key("o-1").value("paid"))?;
+//! println!("written at {}/{}", md.partition, md.offset);
+//!
+//! let mut consumer = mq.consumer(ConsumerConfig::group("billing"))?;
+//! consumer.subscribe(&["orders"])?;
+//! for msg in consumer.poll(Duration::from_millis(100))? {
+//!     println!("{:?} = {:?} at {}", msg.key(), msg.value(), msg.offset());
+//! }
+//! # Ok(())
+//! # }
+//! ```
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
+
+mod broker;
+mod consumer;
+mod error;
+pub mod log;
+mod producer;
+mod topic;
+
+pub use broker::{Broker, Config, LOCK_FILE};
+pub use consumer::{Consumer, ConsumerConfig, Message, OffsetReset};
+pub use error::{Error, Result};
+pub use log::batch::Header;
+pub use log::RecoveryStats;
+pub use producer::{
+    murmur2, partition_for_key, Acks, BorrowedRecord, Producer, ProducerConfig, Record,
+    RecordMetadata,
+};
+pub use topic::{validate_topic_name, PartitionInfo, TopicConfig, TopicInfo, MAX_TOPIC_NAME_LEN};

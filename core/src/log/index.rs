@@ -1,0 +1,236 @@
+//! Sparse per-segment indexes: offset -> file position, and timestamp ->
+//! offset/position.
+//!
+//! Both are files of fixed-size little-endian entries, preallocated like the
+//! segment and trimmed when it rolls. An entry is added when at least
+//! `index_interval_bytes` of log were written since the previous one, so the
+//! first entry never points at position 0 and an all-zero entry marks the
+//! end. Entries are hints: every lookup result is checked against the log.
+
+use std::path::Path;
+
+use crate::error::Result;
+use crate::log::mmap::MappedFile;
+
+/// Offset index entry: `relative_offset: u32, position: u32`.
+pub(crate) const OFFSET_ENTRY: usize = 8;
+/// Time index entry: `timestamp: i64, relative_offset: u32, position: u32`,
+/// where `timestamp` is the largest timestamp of every record *before*
+/// `position` in the segment.
+pub(crate) const TIME_ENTRY: usize = 16;
+
+/// A sparse index file of fixed-width entries.
+#[derive(Debug)]
+pub(crate) struct IndexFile {
+    file: MappedFile,
+    width: usize,
+}
+
+/// An offset index entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct OffsetEntry {
+    /// Offset relative to the segment base.
+    pub rel: u32,
+    /// Byte position of the batch in the segment.
+    pub pos: u32,
+}
+
+/// A time index entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct TimeEntry {
+    /// Largest timestamp of the records before `pos`.
+    pub ts: i64,
+    /// Offset relative to the segment base.
+    pub rel: u32,
+    /// Byte position of the batch in the segment.
+    pub pos: u32,
+}
+
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+}
+
+impl IndexFile {
+    /// Creates an empty index able to hold `entries` entries.
+    pub(crate) fn create(path: &Path, width: usize, entries: usize, mode: u32) -> Result<Self> {
+        Ok(IndexFile {
+            file: MappedFile::create(path, width * entries, mode)?,
+            width,
+        })
+    }
+
+    /// Opens the index of a sealed segment, read-only.
+    pub(crate) fn open_sealed(path: &Path, width: usize) -> Result<Self> {
+        Ok(IndexFile {
+            file: MappedFile::open_read_only(path)?,
+            width,
+        })
+    }
+
+    /// Opens the index of the active segment for appending; nothing is
+    /// published until [`IndexFile::recover`].
+    pub(crate) fn open_active(path: &Path, width: usize, entries: usize) -> Result<Self> {
+        let (file, _) = MappedFile::open_writable(path, width * entries)?;
+        Ok(IndexFile { file, width })
+    }
+
+    /// Wraps an already created file (prepared segments).
+    pub(crate) fn file_mut(&mut self) -> &mut MappedFile {
+        &mut self.file
+    }
+
+    /// The underlying mapped file.
+    pub(crate) fn file(&self) -> &MappedFile {
+        &self.file
+    }
+
+    /// Number of published entries.
+    #[inline]
+    pub(crate) fn len(&self) -> usize {
+        self.file.published() / self.width
+    }
+
+    /// Whether another entry fits.
+    pub(crate) fn has_room(&self) -> bool {
+        self.file.published() + self.width <= self.file.capacity()
+    }
+
+    fn raw(&self, i: usize) -> &[u8] {
+        self.file.bytes(i * self.width, (i + 1) * self.width)
+    }
+
+    /// Offset entry `i` (of a published range).
+    pub(crate) fn offset_entry(&self, i: usize) -> OffsetEntry {
+        let b = self.raw(i);
+        OffsetEntry {
+            rel: u32_at(b, 0),
+            pos: u32_at(b, 4),
+        }
+    }
+
+    /// Time entry `i` (of a published range).
+    pub(crate) fn time_entry(&self, i: usize) -> TimeEntry {
+        let b = self.raw(i);
+        TimeEntry {
+            ts: i64::from_le_bytes(b[0..8].try_into().expect("8 bytes")),
+            rel: u32_at(b, 8),
+            pos: u32_at(b, 12),
+        }
+    }
+
+    /// Appends an offset entry. Writer only.
+    pub(crate) fn push_offset(&self, e: OffsetEntry) {
+        let mut b = [0u8; OFFSET_ENTRY];
+        b[0..4].copy_from_slice(&e.rel.to_le_bytes());
+        b[4..8].copy_from_slice(&e.pos.to_le_bytes());
+        self.push(&b);
+    }
+
+    /// Appends a time entry. Writer only.
+    pub(crate) fn push_time(&self, e: TimeEntry) {
+        let mut b = [0u8; TIME_ENTRY];
+        b[0..8].copy_from_slice(&e.ts.to_le_bytes());
+        b[8..12].copy_from_slice(&e.rel.to_le_bytes());
+        b[12..16].copy_from_slice(&e.pos.to_le_bytes());
+        self.push(&b);
+    }
+
+    #[allow(unsafe_code)]
+    fn push(&self, entry: &[u8]) {
+        let at = self.file.published();
+        if at + self.width > self.file.capacity() {
+            return; // full: the index is sparse, a missing entry only costs a longer scan
+        }
+        // SAFETY: only the partition's writer (holding its writer lock) pushes
+        // entries, and the range is above the published length.
+        let dst = unsafe { self.file.unpublished_mut(at, self.width) };
+        dst.copy_from_slice(entry);
+        self.file.publish(at + self.width);
+    }
+
+    /// The last offset entry whose `rel` is at most `rel` (binary search).
+    pub(crate) fn floor_offset(&self, rel: u32) -> Option<OffsetEntry> {
+        let n = self.len();
+        let (mut lo, mut hi) = (0usize, n);
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            if self.offset_entry(mid).rel <= rel {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        (lo > 0).then(|| self.offset_entry(lo - 1))
+    }
+
+    /// The last time entry whose `ts` is below `ts` (binary search).
+    pub(crate) fn floor_time(&self, ts: i64) -> Option<TimeEntry> {
+        let n = self.len();
+        let (mut lo, mut hi) = (0usize, n);
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            if self.time_entry(mid).ts < ts {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        (lo > 0).then(|| self.time_entry(lo - 1))
+    }
+
+    /// The last entry, if any.
+    pub(crate) fn last_time(&self) -> Option<TimeEntry> {
+        let n = self.len();
+        (n > 0).then(|| self.time_entry(n - 1))
+    }
+
+    /// Recovery of an active segment's index: publishes the leading run of
+    /// well-formed entries (non-zero, increasing, pointing below `limit`) and
+    /// zeroes everything after it.
+    pub(crate) fn recover(&mut self, limit: usize) {
+        let width = self.width;
+        let bytes = self.file.all_mut();
+        let cap = bytes.len() / width;
+        let mut n = 0;
+        let mut prev: Option<(i64, u32, u32)> = None;
+        while n < cap {
+            let b = &bytes[n * width..(n + 1) * width];
+            let (ts, rel, pos) = if width == OFFSET_ENTRY {
+                (0, u32_at(b, 0), u32_at(b, 4))
+            } else {
+                (
+                    i64::from_le_bytes(b[0..8].try_into().expect("8 bytes")),
+                    u32_at(b, 8),
+                    u32_at(b, 12),
+                )
+            };
+            let ok = pos != 0
+                && (pos as usize) < limit
+                && prev.is_none_or(|(pts, prel, ppos)| pos > ppos && rel > prel && ts >= pts);
+            if !ok {
+                break;
+            }
+            prev = Some((ts, rel, pos));
+            n += 1;
+        }
+        zero_nonzero(&mut bytes[n * width..]);
+        self.file.set_published(n * width);
+    }
+
+    /// Drops entries at index `n` and after (recovery only).
+    pub(crate) fn truncate(&mut self, n: usize) {
+        let width = self.width;
+        if n * width < self.file.published() {
+            zero_nonzero(&mut self.file.all_mut()[n * width..]);
+            self.file.set_published(n * width);
+        }
+    }
+}
+
+/// Zeroes the bytes of `b` up to its last non-zero byte (leaves already-zero
+/// pages untouched, so they are not dirtied).
+pub(crate) fn zero_nonzero(b: &mut [u8]) {
+    if let Some(last) = b.iter().rposition(|&x| x != 0) {
+        b[..=last].fill(0);
+    }
+}

@@ -1,0 +1,272 @@
+//! A memory-mapped file with one writer and many readers.
+//!
+//! This is the only module of the engine with `unsafe` code. The contract
+//! that makes it sound:
+//! - bytes below [`MappedFile::published`] are never written again while the
+//!   file is shared (they are only rewritten through `&mut self`, during
+//!   recovery, before anyone else can see the file);
+//! - bytes at or above it are written only by the single writer (the owner of
+//!   the partition's writer lock), through [`MappedFile::unpublished_mut`];
+//! - readers only ever form slices below `published`, loaded with `Acquire`
+//!   after the writer stored it with `Release`;
+//! - the file is never shrunk below `published` while mapped.
+
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use memmap2::{Advice, MmapOptions, MmapRaw};
+
+use crate::error::{Error, IoContext, Result};
+
+/// A file mapped into memory, readable up to an atomically published length.
+#[derive(Debug)]
+pub(crate) struct MappedFile {
+    path: PathBuf,
+    file: File,
+    map: Option<MmapRaw>,
+    capacity: usize,
+    published: AtomicUsize,
+    flushed: AtomicUsize,
+}
+
+/// Reserves disk blocks for `[0, len)` so that writes through the map cannot
+/// hit a full disk (which would raise SIGBUS instead of an error).
+fn allocate(file: &File, len: u64) -> std::io::Result<()> {
+    let len = libc::off_t::try_from(len)
+        .map_err(|_| std::io::Error::from_raw_os_error(libc::EFBIG))?;
+    // SAFETY: plain syscall on a file descriptor we own; no memory is passed.
+    let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len) };
+    match rc {
+        0 => Ok(()),
+        // Filesystems without fallocate support: fall back to a sparse file.
+        libc::EOPNOTSUPP | libc::ENOSYS => file.set_len(len as u64),
+        e => Err(std::io::Error::from_raw_os_error(e)),
+    }
+}
+
+impl MappedFile {
+    /// Creates (or truncates) `path`, reserves `capacity` bytes and maps them
+    /// writable. Nothing is published.
+    pub(crate) fn create(path: &Path, capacity: usize, mode: u32) -> Result<MappedFile> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(mode)
+            .open(path)
+            .ctx(|| format!("creating {}", path.display()))?;
+        MappedFile::map_writable(path, file, capacity, 0)
+    }
+
+    /// Opens an existing file for appending: extends it to `capacity` (new
+    /// bytes are zero) and maps it writable. Returns the file and the length
+    /// it had before it was extended; nothing is published.
+    pub(crate) fn open_writable(path: &Path, capacity: usize) -> Result<(MappedFile, u64)> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .ctx(|| format!("opening {}", path.display()))?;
+        let len = file
+            .metadata()
+            .ctx(|| format!("reading the size of {}", path.display()))?
+            .len();
+        let capacity = capacity.max(len as usize);
+        Ok((MappedFile::map_writable(path, file, capacity, 0)?, len))
+    }
+
+    fn map_writable(path: &Path, file: File, capacity: usize, published: usize) -> Result<Self> {
+        allocate(&file, capacity as u64).ctx(|| format!("allocating {}", path.display()))?;
+        let map = if capacity == 0 {
+            None
+        } else {
+            Some(
+                MmapOptions::new()
+                    .len(capacity)
+                    .map_raw(&file)
+                    .ctx(|| format!("mapping {}", path.display()))?,
+            )
+        };
+        Ok(MappedFile {
+            path: path.to_owned(),
+            file,
+            map,
+            capacity,
+            published: AtomicUsize::new(published),
+            flushed: AtomicUsize::new(published),
+        })
+    }
+
+    /// Opens an existing file read-only, with its whole length published.
+    pub(crate) fn open_read_only(path: &Path) -> Result<MappedFile> {
+        let file = File::open(path).ctx(|| format!("opening {}", path.display()))?;
+        let len = file
+            .metadata()
+            .ctx(|| format!("reading the size of {}", path.display()))?
+            .len() as usize;
+        let map = if len == 0 {
+            None
+        } else {
+            Some(
+                MmapOptions::new()
+                    .len(len)
+                    .map_raw_read_only(&file)
+                    .ctx(|| format!("mapping {}", path.display()))?,
+            )
+        };
+        Ok(MappedFile {
+            path: path.to_owned(),
+            file,
+            map,
+            capacity: len,
+            published: AtomicUsize::new(len),
+            flushed: AtomicUsize::new(len),
+        })
+    }
+
+    /// The file's path.
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Mapped length.
+    pub(crate) fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Bytes readers may see.
+    #[inline]
+    pub(crate) fn published(&self) -> usize {
+        self.published.load(Ordering::Acquire)
+    }
+
+    /// Makes `[0, len)` visible to readers. Only the writer calls this, after
+    /// filling the bytes through [`MappedFile::unpublished_mut`].
+    #[inline]
+    pub(crate) fn publish(&self, len: usize) {
+        debug_assert!(len <= self.capacity);
+        self.published.store(len, Ordering::Release);
+    }
+
+    /// A published range of the file.
+    ///
+    /// # Panics
+    /// If the range reaches past the published length.
+    #[inline]
+    pub(crate) fn bytes(&self, start: usize, end: usize) -> &[u8] {
+        assert!(start <= end && end <= self.published(), "read past published end");
+        match &self.map {
+            // SAFETY: `[start, end)` lies below `published` (checked above),
+            // within the mapping (published <= capacity), and published bytes
+            // are never written while the file is shared (module contract).
+            Some(m) => unsafe { std::slice::from_raw_parts(m.as_ptr().add(start), end - start) },
+            None => &[],
+        }
+    }
+
+    /// A writable view of `[start, start + len)`, above the published length.
+    ///
+    /// # Safety
+    /// The caller must be the file's only writer (it holds the partition's
+    /// writer lock) and must not hold two overlapping views at once.
+    ///
+    /// # Panics
+    /// If the range starts below the published length or ends past capacity.
+    #[inline]
+    #[allow(clippy::mut_from_ref)]
+    pub(crate) unsafe fn unpublished_mut(&self, start: usize, len: usize) -> &mut [u8] {
+        assert!(start >= self.published() && start + len <= self.capacity);
+        let m = self.map.as_ref().expect("non-empty mapping");
+        // SAFETY: the range is inside the mapping and above `published`, so no
+        // reader forms a slice over it; the caller guarantees no other writer.
+        unsafe { std::slice::from_raw_parts_mut(m.as_mut_ptr().add(start), len) }
+    }
+
+    /// Exclusive view of the whole mapping, for recovery before sharing.
+    pub(crate) fn all_mut(&mut self) -> &mut [u8] {
+        match &self.map {
+            // SAFETY: `&mut self` proves no reader or writer holds a view; the
+            // range is exactly the mapping.
+            Some(m) => unsafe { std::slice::from_raw_parts_mut(m.as_mut_ptr(), self.capacity) },
+            None => &mut [],
+        }
+    }
+
+    /// Sets the published length before the file is shared (recovery).
+    pub(crate) fn set_published(&mut self, len: usize) {
+        *self.published.get_mut() = len;
+        *self.flushed.get_mut() = len;
+    }
+
+    /// Asks the kernel to fault in every page for writing now, so the writer
+    /// does not pay page faults later. Errors are ignored (best effort).
+    pub(crate) fn populate(&self) {
+        if let Some(m) = &self.map {
+            #[cfg(target_os = "linux")]
+            let _ = m.advise(Advice::PopulateWrite);
+            #[cfg(not(target_os = "linux"))]
+            let _ = m.advise(Advice::WillNeed);
+        }
+    }
+
+    /// Writes published bytes not yet flushed to disk and waits for them
+    /// (msync, which on Linux also syncs the data like fdatasync).
+    pub(crate) fn flush(&self) -> Result<()> {
+        let end = self.published();
+        let start = self.flushed.load(Ordering::Acquire);
+        if end <= start {
+            return Ok(());
+        }
+        if let Some(m) = &self.map {
+            m.flush_range(start, end - start)
+                .ctx(|| format!("flushing {}", self.path.display()))?;
+        }
+        self.flushed.fetch_max(end, Ordering::AcqRel);
+        Ok(())
+    }
+
+    /// Whether every published byte has been flushed.
+    pub(crate) fn is_flushed(&self) -> bool {
+        self.flushed.load(Ordering::Acquire) >= self.published()
+    }
+
+    /// Shrinks the file to the published length (on roll). The mapping stays
+    /// as it is; nothing at or above `published` is read again.
+    pub(crate) fn trim(&self) -> Result<()> {
+        self.file
+            .set_len(self.published() as u64)
+            .ctx(|| format!("trimming {}", self.path.display()))
+    }
+
+    /// fsyncs the file itself (size changes included).
+    pub(crate) fn sync_file(&self) -> Result<()> {
+        self.file
+            .sync_all()
+            .ctx(|| format!("syncing {}", self.path.display()))
+    }
+
+    /// Renames the file, keeping the mapping.
+    pub(crate) fn rename(&mut self, to: &Path) -> Result<()> {
+        std::fs::rename(&self.path, to)
+            .ctx(|| format!("renaming {} to {}", self.path.display(), to.display()))?;
+        self.path = to.to_owned();
+        Ok(())
+    }
+
+    /// Path-only rename for a file that may be shared (deletion marking).
+    pub(crate) fn rename_shared(&self, to: &Path) -> Result<()> {
+        std::fs::rename(&self.path, to)
+            .ctx(|| format!("renaming {} to {}", self.path.display(), to.display()))
+    }
+}
+
+/// fsyncs a directory, so that created, renamed and removed entries persist.
+pub(crate) fn sync_dir(dir: &Path) -> Result<()> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| Error::io(format!("syncing directory {}", dir.display()), e))
+}

@@ -1,0 +1,642 @@
+//! One partition's commit log: a list of segments, the single writer, roll,
+//! retention, group-commit flushing, readers and their wake-ups.
+
+pub mod batch;
+mod index;
+#[allow(unsafe_code)]
+mod mmap;
+#[allow(unsafe_code)]
+mod segment;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
+use std::thread::{JoinHandle, Thread};
+use std::time::Instant;
+
+use crate::error::{Error, IoContext, Result};
+use batch::{BatchHeader, ProducerFields, RecordRef};
+pub(crate) use segment::Segment;
+use segment::{PreparedSegment, SegmentSizes, DELETED_SUFFIX, PREPARED_STEM};
+
+/// Settings of one partition log, derived from the topic config.
+#[derive(Debug, Clone)]
+pub(crate) struct LogConfig {
+    /// Preallocated size of each segment.
+    pub segment_bytes: usize,
+    /// Bytes of log between two index entries.
+    pub index_interval_bytes: usize,
+    /// Largest encoded batch accepted.
+    pub max_message_bytes: usize,
+    /// Delete closed segments whose newest record is older than this.
+    pub retention_ms: Option<u64>,
+    /// Delete the oldest closed segments while the log is larger than this.
+    pub retention_bytes: Option<u64>,
+    /// Fault in segment pages ahead of the writer.
+    pub prefault: bool,
+    /// Unix mode of created files.
+    pub file_mode: u32,
+}
+
+impl LogConfig {
+    fn sizes(&self) -> SegmentSizes {
+        SegmentSizes {
+            log_bytes: self.segment_bytes,
+            index_entries: self.segment_bytes / self.index_interval_bytes + 2,
+            mode: self.file_mode,
+        }
+    }
+
+    /// Largest batch, header included, that can be appended.
+    fn max_batch(&self) -> usize {
+        self.max_message_bytes
+    }
+}
+
+/// What recovery truncated when the partition was opened.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RecoveryStats {
+    /// Bytes removed from the tail of the active segment.
+    pub truncated_bytes: u64,
+    /// Batches removed (damaged or partial ones and any valid ones after them).
+    pub dropped_batches: u64,
+    /// Truncations of a torn tail (a partial last write).
+    pub torn_tails: u64,
+    /// Truncations of damage followed by more data.
+    pub corruptions: u64,
+}
+
+/// Where an appended batch landed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Appended {
+    /// Offset of the first record.
+    pub base_offset: u64,
+}
+
+/// A thread waiting for appends on one or more partitions.
+#[derive(Debug)]
+pub(crate) struct Waiter {
+    thread: Thread,
+    woken: AtomicBool,
+}
+
+impl Waiter {
+    /// A waiter for the calling thread.
+    pub(crate) fn current() -> Arc<Waiter> {
+        Arc::new(Waiter {
+            thread: std::thread::current(),
+            woken: AtomicBool::new(false),
+        })
+    }
+
+    /// Wakes the waiting thread (cheap when it is already awake).
+    pub(crate) fn wake(&self) {
+        if !self.woken.swap(true, Ordering::AcqRel) {
+            self.thread.unpark();
+        }
+    }
+
+    /// Whether this waiter belongs to the calling thread.
+    pub(crate) fn is_current(&self) -> bool {
+        self.thread.id() == std::thread::current().id()
+    }
+
+    /// Clears a previous wake-up before a new wait.
+    pub(crate) fn reset(&self) {
+        self.woken.store(false, Ordering::Release);
+    }
+
+    /// Parks until woken or `deadline`; returns whether it was woken.
+    /// Must be called from the thread the waiter was made for.
+    pub(crate) fn wait_until(&self, deadline: Instant) -> bool {
+        loop {
+            if self.woken.load(Ordering::Acquire) {
+                return true;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            std::thread::park_timeout(deadline - now);
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Waiters {
+    count: AtomicUsize,
+    list: Mutex<Vec<Arc<Waiter>>>,
+}
+
+#[derive(Debug)]
+struct Writer {
+    active: Arc<Segment>,
+    next_offset: u64,
+    max_ts: i64,
+    last_index_pos: usize,
+    prepare_requested: bool,
+    closed: bool,
+}
+
+#[derive(Debug, Default)]
+struct FlushState {
+    /// Every offset below this is on disk.
+    flushed: u64,
+    in_progress: bool,
+}
+
+/// The commit log of one partition.
+#[derive(Debug)]
+pub(crate) struct PartitionLog {
+    topic: Arc<str>,
+    partition: u32,
+    dir: PathBuf,
+    config: LogConfig,
+    segments: RwLock<Vec<Arc<Segment>>>,
+    writer: Mutex<Writer>,
+    start_offset: AtomicU64,
+    end_offset: AtomicU64,
+    waiters: Waiters,
+    flush_state: Mutex<FlushState>,
+    flushed_cv: Condvar,
+    poisoned: AtomicBool,
+    prepare: Mutex<Option<JoinHandle<Result<PreparedSegment>>>>,
+    recovery: RecoveryStats,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Milliseconds since the Unix epoch.
+pub(crate) fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+fn spawn_populate(seg: &Arc<Segment>) {
+    let seg = Arc::clone(seg);
+    let _ = std::thread::Builder::new()
+        .name("mqlite-populate".into())
+        .spawn(move || seg.populate());
+}
+
+impl PartitionLog {
+    /// Opens the partition in `dir`, creating it (empty) if needed, and
+    /// recovers the tail of its active segment.
+    pub(crate) fn open(topic: Arc<str>, partition: u32, dir: &Path, config: LogConfig) -> Result<Self> {
+        std::fs::create_dir_all(dir).ctx(|| format!("creating {}", dir.display()))?;
+        let mut bases = Vec::new();
+        for entry in std::fs::read_dir(dir).ctx(|| format!("listing {}", dir.display()))? {
+            let entry = entry.ctx(|| format!("listing {}", dir.display()))?;
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            if name.ends_with(DELETED_SUFFIX) || name.starts_with(&format!("{PREPARED_STEM}.")) {
+                // Leftovers of retention or of a prepared segment: remove.
+                let _ = std::fs::remove_file(entry.path());
+                continue;
+            }
+            if let Some(stem) = name.strip_suffix(".log") {
+                if stem.len() == 20 && stem.bytes().all(|b| b.is_ascii_digit()) {
+                    bases.push(stem.parse::<u64>().expect("20 digits fit in u64"));
+                }
+            }
+        }
+        bases.sort_unstable();
+        let sizes = config.sizes();
+        let mut segments = Vec::with_capacity(bases.len().max(1));
+        let mut recovery = RecoveryStats::default();
+        let (active, rec) = match bases.split_last() {
+            None => {
+                let seg = Segment::create(dir, 0, sizes)?;
+                (seg, segment::Recovered::default())
+            }
+            Some((&last, sealed)) => {
+                for &base in sealed {
+                    segments.push(Arc::new(Segment::open_sealed(dir, base)?));
+                }
+                let (seg, rec) = Segment::open_active(
+                    dir,
+                    last,
+                    sizes,
+                    config.index_interval_bytes,
+                    config.max_batch(),
+                )?;
+                if rec.truncated {
+                    recovery.truncated_bytes = rec.truncated_bytes;
+                    recovery.dropped_batches = rec.dropped_batches;
+                    if rec.torn_tail {
+                        recovery.torn_tails = 1;
+                    } else {
+                        recovery.corruptions = 1;
+                    }
+                }
+                (seg, rec)
+            }
+        };
+        let next_offset = rec.next_offset.max(active.base());
+        let active = Arc::new(active);
+        if config.prefault {
+            spawn_populate(&active);
+        }
+        segments.push(Arc::clone(&active));
+        let start = segments[0].base();
+        Ok(PartitionLog {
+            topic,
+            partition,
+            dir: dir.to_owned(),
+            segments: RwLock::new(segments),
+            writer: Mutex::new(Writer {
+                max_ts: rec.max_timestamp,
+                last_index_pos: rec.last_index_pos,
+                prepare_requested: false,
+                closed: false,
+                active,
+                next_offset,
+            }),
+            start_offset: AtomicU64::new(start),
+            end_offset: AtomicU64::new(next_offset),
+            waiters: Waiters::default(),
+            flush_state: Mutex::new(FlushState {
+                flushed: next_offset,
+                in_progress: false,
+            }),
+            flushed_cv: Condvar::new(),
+            poisoned: AtomicBool::new(false),
+            prepare: Mutex::new(None),
+            recovery,
+            config,
+        })
+    }
+
+    /// The topic name.
+    pub(crate) fn topic(&self) -> &Arc<str> {
+        &self.topic
+    }
+
+    /// The partition number.
+    pub(crate) fn partition(&self) -> u32 {
+        self.partition
+    }
+
+    /// First retained offset.
+    #[inline]
+    pub(crate) fn start_offset(&self) -> u64 {
+        self.start_offset.load(Ordering::Acquire)
+    }
+
+    /// Offset the next appended record will get (the high watermark).
+    #[inline]
+    pub(crate) fn end_offset(&self) -> u64 {
+        self.end_offset.load(Ordering::Acquire)
+    }
+
+    /// What recovery did when the log was opened.
+    pub(crate) fn recovery(&self) -> RecoveryStats {
+        self.recovery
+    }
+
+    /// Bytes of log data on disk (published bytes of every segment).
+    pub(crate) fn size_bytes(&self) -> u64 {
+        self.segments.read().unwrap_or_else(|p| p.into_inner()).iter().map(|s| s.size()).sum()
+    }
+
+    /// Number of segments.
+    pub(crate) fn segment_count(&self) -> usize {
+        self.segments.read().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    fn poisoned_error(&self) -> Error {
+        Error::Poisoned {
+            topic: self.topic.to_string(),
+            partition: self.partition,
+        }
+    }
+
+    /// Appends `records` as one batch. Returns once the batch is in the map
+    /// and visible to readers (the `acks=1` guarantee); call
+    /// [`PartitionLog::flush_to`] for `acks=all`.
+    #[allow(unsafe_code)]
+    pub(crate) fn append(&self, records: &[RecordRef<'_>], producer: ProducerFields) -> Result<Appended> {
+        if records.is_empty() {
+            return Err(Error::InvalidArgument("a batch needs at least one record".into()));
+        }
+        let len = batch::batch_len(records);
+        if len > self.config.max_batch() {
+            return Err(Error::MessageTooLarge {
+                size: len,
+                max: self.config.max_batch(),
+            });
+        }
+        let max_ts = records.iter().map(|r| r.timestamp).max().unwrap_or(i64::MIN);
+        let mut w = lock(&self.writer);
+        if w.closed {
+            return Err(Error::Closed("partition"));
+        }
+        if self.poisoned.load(Ordering::Acquire) {
+            return Err(self.poisoned_error());
+        }
+        if w.active.end() + len > w.active.capacity() {
+            self.roll(&mut w)?;
+        }
+        let base = w.next_offset;
+        let pos = w.active.end();
+        // SAFETY: we hold the writer lock, so we are the segment's only writer.
+        let buf = unsafe { w.active.reserve(len) };
+        let written = batch::encode_batch(buf, base, records, producer, 0);
+        debug_assert_eq!(written, len);
+        let index = (pos > 0 && pos - w.last_index_pos >= self.config.index_interval_bytes)
+            .then_some((base, w.max_ts));
+        if index.is_some() {
+            w.last_index_pos = pos;
+        }
+        w.active.commit(written, index, max_ts);
+        w.max_ts = w.max_ts.max(max_ts);
+        w.next_offset = base + records.len() as u64;
+        self.end_offset.store(w.next_offset, Ordering::Release);
+        if self.config.prefault
+            && !w.prepare_requested
+            && w.active.end() > w.active.capacity() / 2
+        {
+            w.prepare_requested = true;
+            self.start_prepare();
+        }
+        drop(w);
+        self.wake_waiters();
+        Ok(Appended { base_offset: base })
+    }
+
+    /// Starts preparing the next segment in the background.
+    fn start_prepare(&self) {
+        let mut slot = lock(&self.prepare);
+        if slot.is_some() {
+            return;
+        }
+        let dir = self.dir.clone();
+        let sizes = self.config.sizes();
+        *slot = std::thread::Builder::new()
+            .name("mqlite-prepare".into())
+            .spawn(move || PreparedSegment::create(&dir, sizes, true))
+            .ok();
+    }
+
+    fn take_prepared(&self) -> Option<PreparedSegment> {
+        let handle = lock(&self.prepare).take()?;
+        match handle.join() {
+            Ok(Ok(p)) => Some(p),
+            Ok(Err(e)) => {
+                ::log::warn!("preparing the next segment of {}/{} failed: {e}", self.topic, self.partition);
+                None
+            }
+            Err(_) => None,
+        }
+    }
+
+    /// Seals the active segment and starts a new one at the next offset.
+    fn roll(&self, w: &mut Writer) -> Result<()> {
+        let base = w.next_offset;
+        let new = match self.take_prepared() {
+            Some(p) if p.capacity() == self.config.segment_bytes => {
+                Segment::from_prepared(&self.dir, base, p)?
+            }
+            _ => Segment::create(&self.dir, base, self.config.sizes())?,
+        };
+        let new = Arc::new(new);
+        self.segments
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(Arc::clone(&new));
+        let old = std::mem::replace(&mut w.active, new);
+        w.last_index_pos = 0;
+        w.prepare_requested = false;
+        if let Err(e) = old.seal(base) {
+            // The old segment keeps its preallocated tail; it is still
+            // readable and reopens fine. Report and carry on.
+            ::log::warn!("trimming {} failed: {e}", old.path().display());
+        }
+        self.enforce_retention(now_ms());
+        Ok(())
+    }
+
+    /// Deletes closed segments beyond the retention limits (never the active
+    /// one). Returns how many were deleted.
+    pub(crate) fn enforce_retention(&self, now: i64) -> usize {
+        let (bytes, ms) = (self.config.retention_bytes, self.config.retention_ms);
+        if bytes.is_none() && ms.is_none() {
+            return 0;
+        }
+        let removed: Vec<Arc<Segment>> = {
+            let mut segs = self.segments.write().unwrap_or_else(|p| p.into_inner());
+            let mut size: u64 = segs.iter().map(|s| s.size()).sum();
+            let mut n = 0;
+            while n + 1 < segs.len() && segs[n].is_sealed() {
+                let s = &segs[n];
+                let by_size = bytes.is_some_and(|b| size - s.size() >= b);
+                let by_time = ms.is_some_and(|ms| {
+                    s.max_timestamp() != i64::MIN && now.saturating_sub(s.max_timestamp()) > ms as i64
+                });
+                if !by_size && !by_time {
+                    break;
+                }
+                size -= s.size();
+                n += 1;
+            }
+            let removed = segs.drain(..n).collect();
+            self.start_offset.store(segs[0].base(), Ordering::Release);
+            removed
+        };
+        for s in &removed {
+            if let Err(e) = s.mark_deleted() {
+                ::log::warn!("deleting segment {} failed: {e}", s.path().display());
+            }
+        }
+        removed.len()
+    }
+
+    /// Group commit: returns once every offset below `target` is on disk.
+    /// Concurrent callers share one flush.
+    pub(crate) fn flush_to(&self, target: u64) -> Result<()> {
+        let mut st = lock(&self.flush_state);
+        loop {
+            if st.flushed >= target {
+                return Ok(());
+            }
+            if self.poisoned.load(Ordering::Acquire) {
+                return Err(self.poisoned_error());
+            }
+            if st.in_progress {
+                st = self.flushed_cv.wait(st).unwrap_or_else(|p| p.into_inner());
+                continue;
+            }
+            st.in_progress = true;
+            drop(st);
+            let res = self.flush_segments();
+            st = lock(&self.flush_state);
+            st.in_progress = false;
+            match res {
+                Ok(end) => st.flushed = st.flushed.max(end),
+                Err(e) => {
+                    self.poisoned.store(true, Ordering::Release);
+                    self.flushed_cv.notify_all();
+                    return Err(e);
+                }
+            }
+            self.flushed_cv.notify_all();
+        }
+    }
+
+    /// Flushes everything published so far; returns the offset it covers.
+    fn flush_segments(&self) -> Result<u64> {
+        let end = self.end_offset();
+        let dirty: Vec<Arc<Segment>> = {
+            let segs = self.segments.read().unwrap_or_else(|p| p.into_inner());
+            let mut v: Vec<_> = segs
+                .iter()
+                .rev()
+                .take_while(|s| !(s.is_sealed() && s.is_flushed()))
+                .cloned()
+                .collect();
+            v.reverse();
+            v
+        };
+        for s in dirty {
+            s.flush()?;
+        }
+        Ok(end)
+    }
+
+    /// Flushes everything appended so far.
+    pub(crate) fn flush(&self) -> Result<()> {
+        self.flush_to(self.end_offset())
+    }
+
+    /// Flushes, refuses further appends and removes the prepared segment.
+    pub(crate) fn close(&self) -> Result<()> {
+        let res = self.flush();
+        lock(&self.writer).closed = true;
+        if let Some(p) = self.take_prepared() {
+            drop(p);
+            for ext in ["log", "idx", "tix"] {
+                let _ = std::fs::remove_file(self.dir.join(format!("{PREPARED_STEM}.{ext}")));
+            }
+        }
+        res
+    }
+
+    // ------------------------------------------------------------ readers
+
+    /// A cursor at the batch holding `offset`.
+    pub(crate) fn cursor(&self, offset: u64) -> Result<Cursor> {
+        let seg = {
+            let segs = self.segments.read().unwrap_or_else(|p| p.into_inner());
+            let (start, end) = (self.start_offset(), self.end_offset());
+            if offset < start || offset > end {
+                return Err(Error::OffsetOutOfRange {
+                    topic: self.topic.to_string(),
+                    partition: self.partition,
+                    offset,
+                    start,
+                    end,
+                });
+            }
+            let i = segs.partition_point(|s| s.base() <= offset).saturating_sub(1);
+            Arc::clone(&segs[i])
+        };
+        let pos = seg.find(offset)?;
+        Ok(Cursor { seg, pos })
+    }
+
+    /// The next batch at the cursor, moving on to the next segment at the end
+    /// of a sealed one; `None` when nothing more is published.
+    #[inline]
+    pub(crate) fn next_batch(&self, c: &mut Cursor) -> Result<Option<(usize, BatchHeader)>> {
+        loop {
+            let sealed = c.seg.is_sealed();
+            if let Some(h) = c.seg.batch_at(c.pos)? {
+                let at = c.pos;
+                c.pos += h.total_len();
+                return Ok(Some((at, h)));
+            }
+            if !sealed {
+                return Ok(None);
+            }
+            let next = {
+                let segs = self.segments.read().unwrap_or_else(|p| p.into_inner());
+                segs.iter().find(|s| s.base() > c.seg.base()).cloned()
+            };
+            match next {
+                Some(s) => {
+                    c.seg = s;
+                    c.pos = 0;
+                }
+                None => return Ok(None),
+            }
+        }
+    }
+
+    /// The earliest offset whose record timestamp is at or after `ts`, or
+    /// `None` when every record is older.
+    pub(crate) fn offset_for_timestamp(&self, ts: i64) -> Result<Option<u64>> {
+        let segs: Vec<Arc<Segment>> = self.segments.read().unwrap_or_else(|p| p.into_inner()).clone();
+        for seg in segs {
+            if seg.max_timestamp() < ts {
+                continue;
+            }
+            let mut pos = seg.find_time(ts);
+            while let Some(h) = seg.batch_at(pos)? {
+                if h.max_timestamp >= ts {
+                    let bytes = seg.bytes(pos, pos + h.total_len());
+                    for r in batch::Records::new(bytes, &h) {
+                        let r = r.map_err(|reason| seg.corrupt(pos, reason))?;
+                        if h.first_timestamp.wrapping_add(r.timestamp_delta) >= ts {
+                            return Ok(Some(h.base_offset + r.offset_delta as u64));
+                        }
+                    }
+                }
+                pos += h.total_len();
+            }
+        }
+        Ok(None)
+    }
+
+    // ------------------------------------------------------------ waiting
+
+    /// Registers a waiter woken by the next append.
+    pub(crate) fn add_waiter(&self, w: &Arc<Waiter>) {
+        let mut list = lock(&self.waiters.list);
+        list.push(Arc::clone(w));
+        self.waiters.count.store(list.len(), Ordering::SeqCst);
+    }
+
+    /// Removes a waiter added by [`PartitionLog::add_waiter`].
+    pub(crate) fn remove_waiter(&self, w: &Arc<Waiter>) {
+        let mut list = lock(&self.waiters.list);
+        if let Some(i) = list.iter().position(|x| Arc::ptr_eq(x, w)) {
+            list.swap_remove(i);
+        }
+        self.waiters.count.store(list.len(), Ordering::SeqCst);
+    }
+
+    #[inline]
+    fn wake_waiters(&self) {
+        // Pairs with the fence in `Consumer` between registering and
+        // re-checking: either it sees our append or we see its waiter.
+        fence(Ordering::SeqCst);
+        if self.waiters.count.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        for w in lock(&self.waiters.list).iter() {
+            w.wake();
+        }
+    }
+}
+
+/// A reading position in a partition log.
+#[derive(Debug, Clone)]
+pub(crate) struct Cursor {
+    /// The segment being read; kept alive while the cursor holds it.
+    pub seg: Arc<Segment>,
+    /// Byte position of the next batch in it.
+    pub pos: usize,
+}

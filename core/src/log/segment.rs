@@ -1,0 +1,507 @@
+//! One segment: a preallocated, memory-mapped log file plus its two sparse
+//! indexes. Append, read, recover, seal, delete.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+
+use crate::error::{Error, Result};
+use crate::log::batch::{self, BatchHeader, Check};
+use crate::log::index::{zero_nonzero, IndexFile, OffsetEntry, TimeEntry, OFFSET_ENTRY, TIME_ENTRY};
+use crate::log::mmap::{sync_dir, MappedFile};
+
+/// File name of a segment's log, index or time index.
+pub(crate) fn segment_path(dir: &Path, base: u64, ext: &str) -> PathBuf {
+    dir.join(format!("{base:020}.{ext}"))
+}
+
+/// Suffix given to the files of a segment removed by retention; they are
+/// unlinked when the last reader lets go (or at the next open).
+pub(crate) const DELETED_SUFFIX: &str = "deleted";
+/// Name stem of a segment prepared ahead of a roll.
+pub(crate) const PREPARED_STEM: &str = "next";
+
+/// Sizes a segment is created with.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SegmentSizes {
+    /// Bytes preallocated for the log.
+    pub log_bytes: usize,
+    /// Entries preallocated for each index.
+    pub index_entries: usize,
+    /// Unix mode bits of created files.
+    pub mode: u32,
+}
+
+/// What recovery found at the tail of the active segment.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Recovered {
+    /// Offset after the last valid batch.
+    pub next_offset: u64,
+    /// Largest record timestamp in the segment (`i64::MIN` when empty).
+    pub max_timestamp: i64,
+    /// Position of the last index entry (0 when none).
+    pub last_index_pos: usize,
+    /// Bytes removed from the tail.
+    pub truncated_bytes: u64,
+    /// Batches removed (the bad one and any valid ones after it).
+    pub dropped_batches: u64,
+    /// Whether the removed bytes were a torn tail (a partial last write)
+    /// rather than damage followed by more data.
+    pub torn_tail: bool,
+    /// Whether anything was truncated at all.
+    pub truncated: bool,
+}
+
+/// A segment of a partition's log.
+#[derive(Debug)]
+pub(crate) struct Segment {
+    dir: PathBuf,
+    base: u64,
+    log: MappedFile,
+    index: IndexFile,
+    time: IndexFile,
+    sealed: AtomicBool,
+    deleted: AtomicBool,
+    dir_synced: AtomicBool,
+    max_timestamp: AtomicI64,
+}
+
+/// A segment created ahead of time under a temporary name, with its pages
+/// faulted in, waiting to become the next active segment.
+#[derive(Debug)]
+pub(crate) struct PreparedSegment {
+    log: MappedFile,
+    index: IndexFile,
+    time: IndexFile,
+}
+
+impl PreparedSegment {
+    /// Creates `next.*` files in `dir` and faults in their pages.
+    pub(crate) fn create(dir: &Path, sizes: SegmentSizes, populate: bool) -> Result<Self> {
+        let p = |ext: &str| dir.join(format!("{PREPARED_STEM}.{ext}"));
+        let seg = PreparedSegment {
+            log: MappedFile::create(&p("log"), sizes.log_bytes, sizes.mode)?,
+            index: IndexFile::create(&p("idx"), OFFSET_ENTRY, sizes.index_entries, sizes.mode)?,
+            time: IndexFile::create(&p("tix"), TIME_ENTRY, sizes.index_entries, sizes.mode)?,
+        };
+        if populate {
+            seg.log.populate();
+            seg.index.file().populate();
+            seg.time.file().populate();
+        }
+        Ok(seg)
+    }
+
+    /// Log capacity.
+    pub(crate) fn capacity(&self) -> usize {
+        self.log.capacity()
+    }
+}
+
+impl Segment {
+    /// Creates a new, empty active segment.
+    pub(crate) fn create(dir: &Path, base: u64, sizes: SegmentSizes) -> Result<Segment> {
+        let log = MappedFile::create(&segment_path(dir, base, "log"), sizes.log_bytes, sizes.mode)?;
+        let index = IndexFile::create(
+            &segment_path(dir, base, "idx"),
+            OFFSET_ENTRY,
+            sizes.index_entries,
+            sizes.mode,
+        )?;
+        let time = IndexFile::create(
+            &segment_path(dir, base, "tix"),
+            TIME_ENTRY,
+            sizes.index_entries,
+            sizes.mode,
+        )?;
+        Ok(Segment::assemble(dir, base, log, index, time, false))
+    }
+
+    /// Turns a prepared segment into the active segment starting at `base`.
+    pub(crate) fn from_prepared(dir: &Path, base: u64, mut p: PreparedSegment) -> Result<Segment> {
+        p.index.file_mut().rename(&segment_path(dir, base, "idx"))?;
+        p.time.file_mut().rename(&segment_path(dir, base, "tix"))?;
+        // The log last: a segment is discovered by its .log file.
+        p.log.rename(&segment_path(dir, base, "log"))?;
+        Ok(Segment::assemble(dir, base, p.log, p.index, p.time, false))
+    }
+
+    fn assemble(
+        dir: &Path,
+        base: u64,
+        log: MappedFile,
+        index: IndexFile,
+        time: IndexFile,
+        sealed: bool,
+    ) -> Segment {
+        let max_ts = time.last_time().map_or(i64::MIN, |e| e.ts);
+        Segment {
+            dir: dir.to_owned(),
+            base,
+            log,
+            index,
+            time,
+            sealed: AtomicBool::new(sealed),
+            deleted: AtomicBool::new(false),
+            dir_synced: AtomicBool::new(sealed),
+            max_timestamp: AtomicI64::new(max_ts),
+        }
+    }
+
+    /// Opens a sealed (read-only) segment. Cheap: maps the files, reads nothing.
+    pub(crate) fn open_sealed(dir: &Path, base: u64) -> Result<Segment> {
+        let log = MappedFile::open_read_only(&segment_path(dir, base, "log"))?;
+        let open_index = |ext, width| {
+            let path = segment_path(dir, base, ext);
+            if path.exists() {
+                IndexFile::open_sealed(&path, width)
+            } else {
+                // A missing index only costs scans; make an empty one.
+                IndexFile::create(&path, width, 0, 0o600)
+            }
+        };
+        let index = open_index("idx", OFFSET_ENTRY)?;
+        let time = open_index("tix", TIME_ENTRY)?;
+        Ok(Segment::assemble(dir, base, log, index, time, true))
+    }
+
+    /// Opens the active (last) segment and recovers its tail: scans from the
+    /// last index entry that checks out, truncating at the first bad batch.
+    /// `max_batch` bounds how far a partial write can reach.
+    pub(crate) fn open_active(
+        dir: &Path,
+        base: u64,
+        sizes: SegmentSizes,
+        interval: usize,
+        max_batch: usize,
+    ) -> Result<(Segment, Recovered)> {
+        let (mut log, file_len) =
+            MappedFile::open_writable(&segment_path(dir, base, "log"), sizes.log_bytes)?;
+        let open_index = |ext, width| {
+            let path = segment_path(dir, base, ext);
+            if path.exists() {
+                IndexFile::open_active(&path, width, sizes.index_entries)
+            } else {
+                IndexFile::create(&path, width, sizes.index_entries, sizes.mode)
+            }
+        };
+        let mut index = open_index("idx", OFFSET_ENTRY)?;
+        let mut time = open_index("tix", TIME_ENTRY)?;
+        let limit = (file_len as usize).min(log.capacity());
+        let rec = recover(base, &mut log, &mut index, &mut time, limit, interval, max_batch);
+        let seg = Segment::assemble(dir, base, log, index, time, false);
+        seg.max_timestamp.store(rec.max_timestamp, Ordering::Relaxed);
+        Ok((seg, rec))
+    }
+
+    /// First offset of the segment.
+    #[inline]
+    pub(crate) fn base(&self) -> u64 {
+        self.base
+    }
+
+    /// Published (readable) length of the log.
+    #[inline]
+    pub(crate) fn end(&self) -> usize {
+        self.log.published()
+    }
+
+    /// Capacity of the log.
+    #[inline]
+    pub(crate) fn capacity(&self) -> usize {
+        self.log.capacity()
+    }
+
+    /// Whether the segment was rolled (no more appends).
+    #[inline]
+    pub(crate) fn is_sealed(&self) -> bool {
+        self.sealed.load(Ordering::Acquire)
+    }
+
+    /// Largest record timestamp known for the segment.
+    pub(crate) fn max_timestamp(&self) -> i64 {
+        self.max_timestamp.load(Ordering::Relaxed)
+    }
+
+    /// Path of the log file.
+    pub(crate) fn path(&self) -> &Path {
+        self.log.path()
+    }
+
+    /// Size on disk of the log (the published bytes for the active segment).
+    pub(crate) fn size(&self) -> u64 {
+        self.end() as u64
+    }
+
+    /// Published bytes `[start, end)`.
+    #[inline]
+    pub(crate) fn bytes(&self, start: usize, end: usize) -> &[u8] {
+        self.log.bytes(start, end)
+    }
+
+    /// The batch at `pos`, or `None` at the end of the published data.
+    /// A damaged batch is an [`Error::Corrupt`].
+    #[inline]
+    pub(crate) fn batch_at(&self, pos: usize) -> Result<Option<BatchHeader>> {
+        let end = self.end();
+        if pos >= end {
+            return Ok(None);
+        }
+        match batch::check(self.log.bytes(pos, end)) {
+            Check::Valid(h) => Ok(Some(h)),
+            Check::End => Ok(None),
+            Check::Invalid(reason) => Err(self.corrupt(pos, reason)),
+        }
+    }
+
+    /// The corruption error for `pos`.
+    pub(crate) fn corrupt(&self, pos: usize, reason: &str) -> Error {
+        Error::Corrupt {
+            path: self.log.path().to_owned(),
+            position: pos as u64,
+            reason: reason.to_owned(),
+        }
+    }
+
+    /// Position of the batch containing `offset` (or the first batch after
+    /// it), or the published end when the segment holds nothing at or past it.
+    pub(crate) fn find(&self, offset: u64) -> Result<usize> {
+        let rel = offset.saturating_sub(self.base).min(u32::MAX as u64) as u32;
+        let mut pos = match self.index.floor_offset(rel) {
+            Some(e) if self.entry_checks_out(e.pos as usize, e.rel) => e.pos as usize,
+            _ => 0,
+        };
+        while let Some(h) = self.batch_at(pos)? {
+            if h.last_offset() >= offset {
+                return Ok(pos);
+            }
+            pos += h.total_len();
+        }
+        Ok(pos)
+    }
+
+    fn entry_checks_out(&self, pos: usize, rel: u32) -> bool {
+        matches!(self.batch_at(pos), Ok(Some(h)) if h.base_offset == self.base + rel as u64)
+    }
+
+    /// Position to start scanning from for the first record with a timestamp
+    /// at or after `ts`.
+    pub(crate) fn find_time(&self, ts: i64) -> usize {
+        match self.time.floor_time(ts) {
+            Some(e) if self.entry_checks_out(e.pos as usize, e.rel) => e.pos as usize,
+            _ => 0,
+        }
+    }
+
+    /// Writable space above the published end. Writer only.
+    ///
+    /// # Safety
+    /// The caller holds the partition's writer lock (the single writer).
+    #[inline]
+    pub(crate) unsafe fn reserve(&self, len: usize) -> &mut [u8] {
+        // SAFETY: forwarded contract: single writer, range above published.
+        unsafe { self.log.unpublished_mut(self.end(), len) }
+    }
+
+    /// Publishes a batch written through [`Segment::reserve`] and indexes it
+    /// when `index` is set. Writer only.
+    #[inline]
+    pub(crate) fn commit(&self, len: usize, index: Option<(u64, i64)>, max_ts: i64) {
+        let pos = self.end();
+        if let Some((offset, ts_before)) = index {
+            if self.index.has_room() && self.time.has_room() {
+                let rel = (offset - self.base) as u32;
+                self.index.push_offset(OffsetEntry { rel, pos: pos as u32 });
+                self.time.push_time(TimeEntry {
+                    ts: ts_before,
+                    rel,
+                    pos: pos as u32,
+                });
+            }
+        }
+        if max_ts > self.max_timestamp.load(Ordering::Relaxed) {
+            self.max_timestamp.store(max_ts, Ordering::Relaxed);
+        }
+        self.log.publish(pos + len);
+    }
+
+    /// Rolls: trims the files to their data and marks the segment sealed.
+    /// Writer only.
+    pub(crate) fn seal(&self, next_offset: u64) -> Result<()> {
+        // A final time entry records the segment's largest timestamp.
+        let max_ts = self.max_timestamp();
+        if self.time.has_room() && self.end() > 0 {
+            self.time.push_time(TimeEntry {
+                ts: max_ts,
+                rel: (next_offset - self.base) as u32,
+                pos: self.end() as u32,
+            });
+        }
+        self.log.trim()?;
+        self.index.file().trim()?;
+        self.time.file().trim()?;
+        self.sealed.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// Flushes everything published to disk (log, indexes, directory entry).
+    pub(crate) fn flush(&self) -> Result<()> {
+        self.log.flush()?;
+        self.index.file().flush()?;
+        self.time.file().flush()?;
+        if self.is_sealed() {
+            self.log.sync_file()?; // the trimmed size
+        }
+        if !self.dir_synced.load(Ordering::Acquire) {
+            sync_dir(&self.dir)?;
+            self.dir_synced.store(true, Ordering::Release);
+        }
+        Ok(())
+    }
+
+    /// Whether everything published is on disk.
+    pub(crate) fn is_flushed(&self) -> bool {
+        self.log.is_flushed() && self.dir_synced.load(Ordering::Acquire)
+    }
+
+    /// Faults in the log's pages ahead of the writer (best effort).
+    pub(crate) fn populate(&self) {
+        self.log.populate();
+    }
+
+    /// Removes the segment: renames its files aside at once (so a reopen no
+    /// longer sees it) and unlinks them when the last holder drops it.
+    pub(crate) fn mark_deleted(&self) -> Result<()> {
+        for (f, ext) in [
+            (self.index.file(), "idx"),
+            (self.time.file(), "tix"),
+            (&self.log, "log"),
+        ] {
+            f.rename_shared(&deleted_path(&self.dir, self.base, ext))?;
+        }
+        self.deleted.store(true, Ordering::Release);
+        Ok(())
+    }
+}
+
+fn deleted_path(dir: &Path, base: u64, ext: &str) -> PathBuf {
+    dir.join(format!("{base:020}.{ext}.{DELETED_SUFFIX}"))
+}
+
+impl Drop for Segment {
+    fn drop(&mut self) {
+        if *self.deleted.get_mut() {
+            for ext in ["log", "idx", "tix"] {
+                let _ = std::fs::remove_file(deleted_path(&self.dir, self.base, ext));
+            }
+        }
+    }
+}
+
+/// Tail recovery of the active segment (see [`Segment::open_active`]).
+fn recover(
+    base: u64,
+    log: &mut MappedFile,
+    index: &mut IndexFile,
+    time: &mut IndexFile,
+    limit: usize,
+    interval: usize,
+    max_batch: usize,
+) -> Recovered {
+    index.recover(limit);
+    time.recover(limit);
+    // Start from the last offset-index entry that points at a valid batch and
+    // has a matching time entry (which carries the max timestamp before it).
+    let mut start = (0usize, base, i64::MIN, 0usize);
+    {
+        let bytes = &log.all_mut()[..limit];
+        for i in (0..index.len()).rev() {
+            let e = index.offset_entry(i);
+            let pos = e.pos as usize;
+            let ok = matches!(batch::check(&bytes[pos..]), Check::Valid(h) if h.base_offset == base + e.rel as u64);
+            let t = (i < time.len()).then(|| time.time_entry(i));
+            if let (true, Some(t)) = (ok, t) {
+                if t.rel == e.rel && t.pos == e.pos {
+                    start = (pos, base + e.rel as u64, t.ts, i + 1);
+                    break;
+                }
+            }
+        }
+    }
+    let (mut pos, mut expected, mut max_ts, keep) = start;
+    index.truncate(keep);
+    time.truncate(keep);
+    let mut last_index_pos = if keep > 0 { pos } else { 0 };
+    let mut rec = Recovered::default();
+    let bytes = log.all_mut();
+    loop {
+        let outcome = batch::check(&bytes[pos..limit]);
+        let bad = match outcome {
+            Check::Valid(h) if h.base_offset == expected => {
+                if pos - last_index_pos >= interval && pos > 0 {
+                    index.push_offset(OffsetEntry {
+                        rel: (h.base_offset - base) as u32,
+                        pos: pos as u32,
+                    });
+                    time.push_time(TimeEntry {
+                        ts: max_ts,
+                        rel: (h.base_offset - base) as u32,
+                        pos: pos as u32,
+                    });
+                    last_index_pos = pos;
+                }
+                max_ts = max_ts.max(h.max_timestamp);
+                expected = h.next_offset();
+                pos += h.total_len();
+                continue;
+            }
+            Check::Valid(_) => Some("batch base offset out of sequence"),
+            Check::End => None,
+            Check::Invalid(reason) => Some(reason),
+        };
+        // Past the last good batch: find how far damage or valid-looking
+        // leftovers reach, and zero it all so the zero-length end marker holds.
+        let mut chain = pos;
+        let mut dropped = 0u64;
+        if bad.is_some() {
+            dropped = 1;
+            let claimed = u32::from_le_bytes(bytes[pos + 8..pos + 12].try_into().expect("4 bytes"));
+            let next = pos + batch::LENGTH_PREFIX + claimed as usize;
+            if claimed >= batch::MIN_LENGTH && next <= limit {
+                chain = next;
+                while let Check::Valid(h) = batch::check(&bytes[chain..limit]) {
+                    chain += h.total_len();
+                    dropped += 1;
+                }
+            }
+        }
+        let window_end = limit.min(chain.saturating_add(max_batch));
+        let garbage_end = bytes[pos..window_end]
+            .iter()
+            .rposition(|&b| b != 0)
+            .map_or(pos, |last| pos + last + 1)
+            .max(if bad.is_some() { chain } else { pos });
+        if garbage_end > pos {
+            zero_nonzero(&mut bytes[pos..garbage_end]);
+            rec.truncated = true;
+            rec.truncated_bytes = (garbage_end - pos) as u64;
+            rec.dropped_batches = dropped.max(1);
+            // Torn: nothing valid followed the damage.
+            rec.torn_tail = dropped <= 1;
+            ::log::warn!(
+                "recovery truncated {} bytes ({} batches, {}) at position {} of {}: {}",
+                rec.truncated_bytes,
+                rec.dropped_batches,
+                if rec.torn_tail { "torn tail" } else { "corruption before more data" },
+                pos,
+                log.path().display(),
+                bad.unwrap_or("partial write after the end marker"),
+            );
+        }
+        break;
+    }
+    log.set_published(pos);
+    rec.next_offset = expected;
+    rec.max_timestamp = max_ts;
+    rec.last_index_pos = last_index_pos;
+    rec
+}

@@ -1,0 +1,458 @@
+//! Topics: configuration, name rules, and the partitions of one topic.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, IoContext, Result};
+use crate::log::{batch, LogConfig, PartitionLog, RecoveryStats};
+
+/// Version of `topic.json`.
+const TOPIC_FILE_VERSION: u32 = 1;
+/// Name of the topic metadata file.
+pub(crate) const TOPIC_FILE: &str = "topic.json";
+
+/// Longest topic name accepted (Kafka's limit).
+pub const MAX_TOPIC_NAME_LEN: usize = 249;
+
+/// Configuration of a topic, persisted in `topic.json`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct TopicConfig {
+    /// Number of partitions (1 to 100,000).
+    pub partitions: u32,
+    /// Size each segment file is preallocated to; a new segment starts when
+    /// the next batch does not fit (4 KiB to 2 GiB; default 64 MiB).
+    pub segment_bytes: u64,
+    /// Delete closed segments whose newest record is older than this many
+    /// milliseconds (`None`: keep forever, the default).
+    pub retention_ms: Option<u64>,
+    /// Delete the oldest closed segments while the partition holds more than
+    /// this many bytes (`None`: no limit, the default).
+    pub retention_bytes: Option<u64>,
+    /// Largest encoded batch (a single message is a batch of one, with 57
+    /// bytes of batch header); default 1 MiB. At most `segment_bytes`.
+    pub max_message_bytes: u32,
+    /// Bytes of log between two entries of the sparse indexes (default 4096).
+    pub index_interval_bytes: u32,
+}
+
+impl Default for TopicConfig {
+    fn default() -> Self {
+        TopicConfig {
+            partitions: 1,
+            segment_bytes: 64 << 20,
+            retention_ms: None,
+            retention_bytes: None,
+            max_message_bytes: 1 << 20,
+            index_interval_bytes: 4096,
+        }
+    }
+}
+
+impl TopicConfig {
+    /// The default configuration with `partitions` partitions.
+    pub fn new(partitions: u32) -> Self {
+        TopicConfig {
+            partitions,
+            ..TopicConfig::default()
+        }
+    }
+
+    /// Sets `segment_bytes`, lowering `max_message_bytes` to it if needed.
+    pub fn segment_bytes(mut self, bytes: u64) -> Self {
+        self.segment_bytes = bytes;
+        if self.max_message_bytes as u64 > bytes {
+            self.max_message_bytes = bytes.min(u32::MAX as u64) as u32;
+        }
+        self
+    }
+
+    /// Sets `retention_ms`.
+    pub fn retention_ms(mut self, ms: u64) -> Self {
+        self.retention_ms = Some(ms);
+        self
+    }
+
+    /// Sets `retention_bytes`.
+    pub fn retention_bytes(mut self, bytes: u64) -> Self {
+        self.retention_bytes = Some(bytes);
+        self
+    }
+
+    /// Sets `max_message_bytes`.
+    pub fn max_message_bytes(mut self, bytes: u32) -> Self {
+        self.max_message_bytes = bytes;
+        self
+    }
+
+    /// Sets `index_interval_bytes`.
+    pub fn index_interval_bytes(mut self, bytes: u32) -> Self {
+        self.index_interval_bytes = bytes;
+        self
+    }
+
+    /// Checks every value against its allowed range.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |m: String| Err(Error::InvalidConfig(m));
+        if !(1..=100_000).contains(&self.partitions) {
+            return bad(format!("partitions must be 1 to 100000, got {}", self.partitions));
+        }
+        if !(4096..=(2u64 << 30)).contains(&self.segment_bytes) {
+            return bad(format!(
+                "segment_bytes must be 4096 to 2147483648, got {}",
+                self.segment_bytes
+            ));
+        }
+        let min_msg = batch::HEADER_LEN as u32 + 8;
+        if self.max_message_bytes < min_msg || self.max_message_bytes as u64 > self.segment_bytes {
+            return bad(format!(
+                "max_message_bytes must be {min_msg} to segment_bytes ({}), got {}",
+                self.segment_bytes, self.max_message_bytes
+            ));
+        }
+        if self.index_interval_bytes == 0 {
+            return bad("index_interval_bytes must be at least 1".into());
+        }
+        Ok(())
+    }
+}
+
+/// Checks a topic name: 1 to 249 characters of `[A-Za-z0-9._-]`, not `.` or
+/// `..`, not starting with `__` (reserved for internal topics).
+pub fn validate_topic_name(name: &str) -> Result<()> {
+    let fail = |reason| {
+        Err(Error::InvalidTopicName {
+            name: name.to_owned(),
+            reason,
+        })
+    };
+    if name.is_empty() {
+        return fail("it is empty");
+    }
+    if name.len() > MAX_TOPIC_NAME_LEN {
+        return fail("it is longer than 249 characters");
+    }
+    if name == "." || name == ".." {
+        return fail("'.' and '..' are not allowed");
+    }
+    if !name
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-')
+    {
+        return fail("only ASCII letters, digits, '.', '_' and '-' are allowed");
+    }
+    if name.starts_with("__") {
+        return fail("names starting with '__' are reserved for internal use");
+    }
+    Ok(())
+}
+
+/// One partition as described by [`crate::Broker::topic`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionInfo {
+    /// Partition number.
+    pub partition: u32,
+    /// First retained offset.
+    pub start_offset: u64,
+    /// Offset the next record will get.
+    pub end_offset: u64,
+    /// Bytes of log on disk.
+    pub size_bytes: u64,
+    /// Number of segment files.
+    pub segments: usize,
+    /// What recovery truncated when the data directory was opened.
+    pub recovery: RecoveryStats,
+}
+
+/// A topic as described by [`crate::Broker::topic`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicInfo {
+    /// Topic name.
+    pub name: String,
+    /// Its configuration.
+    pub config: TopicConfig,
+    /// Its partitions, in order.
+    pub partitions: Vec<PartitionInfo>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct TopicFile {
+    version: u32,
+    name: String,
+    config: TopicConfig,
+}
+
+/// Options from the broker that apply to every topic.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct TopicOptions {
+    pub prefault: bool,
+    pub file_mode: u32,
+}
+
+/// A topic: its config and its partition logs.
+#[derive(Debug)]
+pub(crate) struct Topic {
+    name: Arc<str>,
+    dir: PathBuf,
+    options: TopicOptions,
+    config: RwLock<TopicConfig>,
+    partitions: RwLock<Arc<Vec<Arc<PartitionLog>>>>,
+    deleted: AtomicBool,
+}
+
+fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    use std::io::Write;
+    let tmp = path.with_extension("json.tmp");
+    let mut f = std::fs::File::create(&tmp).ctx(|| format!("creating {}", tmp.display()))?;
+    f.write_all(bytes)
+        .and_then(|_| f.sync_all())
+        .ctx(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).ctx(|| format!("renaming {}", tmp.display()))?;
+    let dir = path.parent().expect("file in a directory");
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .ctx(|| format!("syncing {}", dir.display()))
+}
+
+impl Topic {
+    fn log_config(config: &TopicConfig, options: TopicOptions) -> LogConfig {
+        LogConfig {
+            segment_bytes: config.segment_bytes as usize,
+            index_interval_bytes: config.index_interval_bytes as usize,
+            max_message_bytes: config.max_message_bytes as usize,
+            retention_ms: config.retention_ms,
+            retention_bytes: config.retention_bytes,
+            prefault: options.prefault,
+            file_mode: options.file_mode,
+        }
+    }
+
+    fn save(&self, config: &TopicConfig) -> Result<()> {
+        let file = TopicFile {
+            version: TOPIC_FILE_VERSION,
+            name: self.name.to_string(),
+            config: config.clone(),
+        };
+        let json = serde_json::to_vec_pretty(&file).expect("topic config serializes");
+        write_atomic(&self.dir.join(TOPIC_FILE), &json)
+    }
+
+    fn open_partitions(
+        name: &Arc<str>,
+        dir: &Path,
+        config: &TopicConfig,
+        options: TopicOptions,
+        range: std::ops::Range<u32>,
+    ) -> Result<Vec<Arc<PartitionLog>>> {
+        range
+            .map(|p| {
+                PartitionLog::open(
+                    Arc::clone(name),
+                    p,
+                    &dir.join(p.to_string()),
+                    Topic::log_config(config, options),
+                )
+                .map(Arc::new)
+            })
+            .collect()
+    }
+
+    /// Creates the topic's directory, partitions and `topic.json` (written
+    /// last: a directory without it is an unfinished creation).
+    pub(crate) fn create(dir: PathBuf, name: &str, config: TopicConfig, options: TopicOptions) -> Result<Topic> {
+        std::fs::create_dir_all(&dir).ctx(|| format!("creating {}", dir.display()))?;
+        let name: Arc<str> = name.into();
+        let partitions = Topic::open_partitions(&name, &dir, &config, options, 0..config.partitions)?;
+        let topic = Topic {
+            name,
+            dir,
+            options,
+            config: RwLock::new(config.clone()),
+            partitions: RwLock::new(Arc::new(partitions)),
+            deleted: AtomicBool::new(false),
+        };
+        topic.save(&config)?;
+        Ok(topic)
+    }
+
+    /// Opens an existing topic directory. `Ok(None)` for an unfinished one.
+    pub(crate) fn open(dir: PathBuf, options: TopicOptions) -> Result<Option<Topic>> {
+        let path = dir.join(TOPIC_FILE);
+        let bytes = match std::fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(Error::io(format!("reading {}", path.display()), e)),
+        };
+        let file: TopicFile = serde_json::from_slice(&bytes).map_err(|e| Error::Corrupt {
+            path: path.clone(),
+            position: e.column() as u64,
+            reason: e.to_string(),
+        })?;
+        if file.version != TOPIC_FILE_VERSION {
+            return Err(Error::UnsupportedVersion {
+                path,
+                found: file.version,
+                supported: TOPIC_FILE_VERSION,
+            });
+        }
+        file.config.validate()?;
+        let name: Arc<str> = file.name.as_str().into();
+        let partitions =
+            Topic::open_partitions(&name, &dir, &file.config, options, 0..file.config.partitions)?;
+        Ok(Some(Topic {
+            name,
+            dir,
+            options,
+            config: RwLock::new(file.config),
+            partitions: RwLock::new(Arc::new(partitions)),
+            deleted: AtomicBool::new(false),
+        }))
+    }
+
+    /// The topic name.
+    pub(crate) fn name(&self) -> &Arc<str> {
+        &self.name
+    }
+
+    /// The topic directory.
+    pub(crate) fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// A snapshot of the partition list.
+    #[inline]
+    pub(crate) fn partitions(&self) -> Arc<Vec<Arc<PartitionLog>>> {
+        Arc::clone(&self.partitions.read().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// Partition `p`, or `UnknownPartition`.
+    #[inline]
+    pub(crate) fn partition(&self, p: u32) -> Result<Arc<PartitionLog>> {
+        let parts = self.partitions.read().unwrap_or_else(|e| e.into_inner());
+        parts.get(p as usize).cloned().ok_or_else(|| Error::UnknownPartition {
+            topic: self.name.to_string(),
+            partition: p,
+            count: parts.len() as u32,
+        })
+    }
+
+    /// Grows the topic to `total` partitions; existing data stays.
+    pub(crate) fn add_partitions(&self, total: u32) -> Result<()> {
+        let mut config = self.config.read().unwrap_or_else(|p| p.into_inner()).clone();
+        if total <= config.partitions {
+            return Err(Error::InvalidArgument(format!(
+                "topic {:?} already has {} partitions; the new count must be larger, got {total}",
+                &*self.name, config.partitions
+            )));
+        }
+        let old = config.partitions;
+        config.partitions = total;
+        config.validate()?;
+        // Leftovers of an interrupted earlier attempt must not come back.
+        for p in old..total {
+            let d = self.dir.join(p.to_string());
+            if d.exists() {
+                std::fs::remove_dir_all(&d).ctx(|| format!("removing {}", d.display()))?;
+            }
+        }
+        let added = Topic::open_partitions(&self.name, &self.dir, &config, self.options, old..total)?;
+        self.save(&config)?;
+        let mut parts = self.partitions.write().unwrap_or_else(|p| p.into_inner());
+        let mut v: Vec<_> = parts.as_ref().clone();
+        v.extend(added);
+        *parts = Arc::new(v);
+        *self.config.write().unwrap_or_else(|p| p.into_inner()) = config;
+        Ok(())
+    }
+
+    /// The config and per-partition state.
+    pub(crate) fn info(&self) -> TopicInfo {
+        let config = self.config.read().unwrap_or_else(|p| p.into_inner()).clone();
+        let partitions = self
+            .partitions()
+            .iter()
+            .map(|l| PartitionInfo {
+                partition: l.partition(),
+                start_offset: l.start_offset(),
+                end_offset: l.end_offset(),
+                size_bytes: l.size_bytes(),
+                segments: l.segment_count(),
+                recovery: l.recovery(),
+            })
+            .collect();
+        TopicInfo {
+            name: self.name.to_string(),
+            config,
+            partitions,
+        }
+    }
+
+    /// Whether the topic was deleted.
+    pub(crate) fn is_deleted(&self) -> bool {
+        self.deleted.load(Ordering::Acquire)
+    }
+
+    /// Marks the topic deleted and closes its partitions.
+    pub(crate) fn mark_deleted(&self) {
+        self.deleted.store(true, Ordering::Release);
+    }
+
+    /// Flushes and closes every partition; returns the first error.
+    pub(crate) fn close(&self) -> Result<()> {
+        let mut first = Ok(());
+        for p in self.partitions().iter() {
+            let r = p.close();
+            if first.is_ok() {
+                first = r;
+            }
+        }
+        first
+    }
+
+    /// Runs retention on every partition.
+    pub(crate) fn enforce_retention(&self, now: i64) -> usize {
+        self.partitions().iter().map(|p| p.enforce_retention(now)).sum()
+    }
+
+    /// Flushes every partition.
+    pub(crate) fn flush(&self) -> Result<()> {
+        for p in self.partitions().iter() {
+            p.flush()?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn topic_names() {
+        for ok in ["a", "orders", "a.b-c_d", "A9", &"x".repeat(249)] {
+            validate_topic_name(ok).unwrap();
+        }
+        for bad in ["", ".", "..", "a/b", "a b", "__internal", "é", "a\0b", &"x".repeat(250)] {
+            assert!(
+                matches!(validate_topic_name(bad), Err(Error::InvalidTopicName { .. })),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn config_ranges() {
+        TopicConfig::default().validate().unwrap();
+        assert!(TopicConfig::new(0).validate().is_err());
+        assert!(TopicConfig::new(1).segment_bytes(100).validate().is_err());
+        assert!(TopicConfig::new(1)
+            .segment_bytes(8192)
+            .max_message_bytes(8193)
+            .validate()
+            .is_err());
+        assert!(TopicConfig::new(1).index_interval_bytes(0).validate().is_err());
+    }
+}

@@ -1,0 +1,1 @@
+//! Python module over the mqlite engine.
