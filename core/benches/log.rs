@@ -1,1 +1,331 @@
-fn main() {}
+//! Log, producer and consumer throughput beside raw baselines, in one run.
+//!
+//! `cargo bench -p mqlite --bench log` (or `make bench`). Each figure is the
+//! median of `MQLITE_BENCH_RUNS` runs (default 3); `MQLITE_BENCH_SCALE`
+//! (default 1.0) scales the message counts. Ratios are against the raw
+//! memmap2 write of the same bytes into already-touched pages, measured in
+//! the same run, because the machines are shared and noisy.
+
+use std::fs::OpenOptions;
+use std::hint::black_box;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use memmap2::MmapMut;
+use mqlite::log::batch::{self, RecordRef};
+use mqlite::raw::{partition_log, RawLog};
+use mqlite::{BorrowedRecord, Broker, Config, ConsumerConfig, ProducerConfig, TopicConfig};
+
+const SEGMENT: u64 = 512 << 20;
+
+struct Row {
+    name: String,
+    msgs: u64,
+    payload: usize,
+    secs: f64,
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).expect("no NaN"));
+    v[v.len() / 2]
+}
+
+fn runs() -> usize {
+    std::env::var("MQLITE_BENCH_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3)
+}
+
+fn scaled(n: u64) -> u64 {
+    let s: f64 = std::env::var("MQLITE_BENCH_SCALE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1.0);
+    ((n as f64 * s) as u64).max(100)
+}
+
+fn fresh_dir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("mqlite-bench-{}-{tag}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+/// Opens a broker with one single-partition topic of big segments, its
+/// segment prefaulted in this thread when `prefault` is set.
+fn open(tag: &str, prefault: bool) -> (Broker, RawLog, PathBuf) {
+    open_with(tag, prefault, false, SEGMENT)
+}
+
+fn open_with(
+    tag: &str,
+    prefault: bool,
+    background: bool,
+    segment: u64,
+) -> (Broker, RawLog, PathBuf) {
+    let dir = fresh_dir(tag);
+    let mq = Broker::open(&dir, Config::default().prefault(background)).expect("open");
+    mq.create_topic("t", TopicConfig::new(1).segment_bytes(segment))
+        .expect("create");
+    let log = partition_log(&mq, "t", 0).expect("log");
+    if prefault {
+        log.prefault();
+    }
+    (mq, log, dir)
+}
+
+fn close(mq: Broker, dir: &Path) {
+    drop(mq);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+fn time(f: impl FnOnce()) -> f64 {
+    let t = Instant::now();
+    f();
+    t.elapsed().as_secs_f64()
+}
+
+fn record(value: &[u8]) -> RecordRef<'_> {
+    RecordRef {
+        key: None,
+        value: Some(value),
+        headers: &[],
+        timestamp: 1_700_000_000_000,
+    }
+}
+
+/// Encoded size of one single-record batch holding `size` bytes of value.
+fn encoded(size: usize) -> usize {
+    let v = vec![0u8; size];
+    batch::batch_len(&[record(&v)])
+}
+
+fn raw_mmap(n: u64, size: usize, touched: bool) -> f64 {
+    let msg = vec![7u8; encoded(size)];
+    let len = msg.len() * n as usize;
+    let dir = fresh_dir("raw");
+    std::fs::create_dir_all(&dir).expect("dir");
+    let path = dir.join("raw");
+    let f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&path)
+        .expect("file");
+    f.set_len(len as u64).expect("set_len");
+    let mut map = unsafe_map(&f);
+    if touched {
+        map.fill(1);
+    }
+    let secs = time(|| {
+        let mut at = 0;
+        for _ in 0..n {
+            map[at..at + msg.len()].copy_from_slice(&msg);
+            at += msg.len();
+        }
+        black_box(&map);
+    });
+    drop(map);
+    let _ = std::fs::remove_dir_all(&dir);
+    secs
+}
+
+#[allow(unsafe_code)]
+fn unsafe_map(f: &std::fs::File) -> MmapMut {
+    // SAFETY: the file is private to this benchmark and not truncated while mapped.
+    unsafe { MmapMut::map_mut(f).expect("map") }
+}
+
+fn memcpy(n: u64, size: usize) -> f64 {
+    let msg = vec![7u8; encoded(size)];
+    let mut buf = vec![1u8; msg.len() * n as usize];
+    time(|| {
+        let mut at = 0;
+        for _ in 0..n {
+            buf[at..at + msg.len()].copy_from_slice(&msg);
+            at += msg.len();
+        }
+        black_box(&buf);
+    })
+}
+
+fn crc(n: u64, size: usize) -> f64 {
+    let msg = vec![7u8; encoded(size)];
+    time(|| {
+        let mut x = 0u32;
+        for _ in 0..n {
+            x ^= crc32c::crc32c(black_box(&msg[16..]));
+        }
+        black_box(x);
+    })
+}
+
+/// How the segments of an append benchmark are prepared.
+#[derive(Clone, Copy)]
+enum Pages {
+    /// One big segment, faulted in before the clock starts.
+    Prefaulted,
+    /// One big segment, pages faulted by the writer as it goes.
+    Cold,
+    /// 64 MiB segments rolling, the next one faulted in by the background
+    /// thread while the current one fills (the default configuration).
+    Rolling,
+}
+
+fn append(n: u64, size: usize, per_batch: usize, pages: Pages) -> f64 {
+    let (mq, log, dir) = match pages {
+        Pages::Prefaulted => open("append", true),
+        Pages::Cold => open("append", false),
+        Pages::Rolling => open_with("append", false, true, 64 << 20),
+    };
+    let value = vec![7u8; size];
+    let recs: Vec<RecordRef<'_>> = (0..per_batch).map(|_| record(&value)).collect();
+    let batches = n / per_batch as u64;
+    let secs = time(|| {
+        for _ in 0..batches {
+            log.append(&recs).expect("append");
+        }
+    });
+    close(mq, &dir);
+    secs
+}
+
+fn scan(n: u64, size: usize, per_batch: usize) -> f64 {
+    let (mq, log, dir) = open("scan", true);
+    let value = vec![7u8; size];
+    let recs: Vec<RecordRef<'_>> = (0..per_batch).map(|_| record(&value)).collect();
+    for _ in 0..n / per_batch as u64 {
+        log.append(&recs).expect("append");
+    }
+    let mut sum = 0usize;
+    let secs = time(|| {
+        let got = log
+            .scan(0, |_, _, v| sum += v.map_or(0, |v| v.len()))
+            .expect("scan");
+        assert_eq!(got, n / per_batch as u64 * per_batch as u64);
+    });
+    black_box(sum);
+    close(mq, &dir);
+    secs
+}
+
+fn produce(n: u64, size: usize) -> f64 {
+    let (mq, log, dir) = open("produce", true);
+    drop(log);
+    let producer = mq.producer(ProducerConfig::default()).expect("producer");
+    let value = vec![7u8; size];
+    let secs = time(|| {
+        for _ in 0..n {
+            producer
+                .send_borrowed(&BorrowedRecord {
+                    topic: "t",
+                    partition: Some(0),
+                    value: Some(&value),
+                    ..BorrowedRecord::default()
+                })
+                .expect("send");
+        }
+    });
+    drop(producer);
+    close(mq, &dir);
+    secs
+}
+
+fn consume(n: u64, size: usize) -> f64 {
+    let (mq, log, dir) = open("consume", true);
+    let value = vec![7u8; size];
+    for _ in 0..n {
+        log.append(&[record(&value)]).expect("append");
+    }
+    let mut consumer = mq
+        .consumer(ConsumerConfig::default().max_poll_records(1000))
+        .expect("consumer");
+    consumer.assign(&[("t", 0)]).expect("assign");
+    let mut got = 0u64;
+    let mut bytes = 0usize;
+    let secs = time(|| {
+        while got < n {
+            for m in consumer.poll(Duration::from_millis(100)).expect("poll") {
+                bytes += m.value().map_or(0, |v| v.len());
+                got += 1;
+            }
+        }
+    });
+    black_box(bytes);
+    drop(consumer);
+    close(mq, &dir);
+    secs
+}
+
+fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        return;
+    }
+    let runs = runs();
+    let mut rows: Vec<Row> = Vec::new();
+    for &(size, n) in &[(100usize, scaled(2_000_000)), (1024usize, scaled(300_000))] {
+        let mut bench = |name: &str, msgs: u64, f: &dyn Fn() -> f64| {
+            let secs = median((0..runs).map(|_| f()).collect());
+            let row = Row {
+                name: format!("{name} ({size} B)"),
+                msgs,
+                payload: size,
+                secs,
+            };
+            eprintln!(
+                "  {:<44} {:>8.2} M msg/s",
+                row.name,
+                msgs as f64 / secs / 1e6
+            );
+            rows.push(row);
+        };
+        bench("memcpy into touched memory", n, &|| memcpy(n, size));
+        bench("raw mmap write, fresh file (page faults)", n, &|| {
+            raw_mmap(n, size, false)
+        });
+        bench("raw mmap write, touched pages", n, &|| {
+            raw_mmap(n, size, true)
+        });
+        bench("crc32c of one batch", n, &|| crc(n, size));
+        bench("log append, 1 per batch, prefaulted", n, &|| {
+            append(n, size, 1, Pages::Prefaulted)
+        });
+        bench("log append, 1 per batch, cold segment", n, &|| {
+            append(n, size, 1, Pages::Cold)
+        });
+        bench("log append, 1 per batch, 64 MiB rolling", n, &|| {
+            append(n, size, 1, Pages::Rolling)
+        });
+        bench("log append, 100 per batch, prefaulted", n, &|| {
+            append(n, size, 100, Pages::Prefaulted)
+        });
+        bench("log append, 100 per batch, 64 MiB rolling", n, &|| {
+            append(n, size, 100, Pages::Rolling)
+        });
+        bench("log read+CRC, 1-record batches", n, &|| scan(n, size, 1));
+        bench("log read+CRC, 100-record batches", n, &|| {
+            scan(n, size, 100)
+        });
+        bench("Producer::send, 1 at a time", n, &|| produce(n, size));
+        bench("Consumer::poll", n, &|| consume(n, size));
+    }
+    println!();
+    println!("| benchmark | messages/s | MB/s (payload) | ratio to raw mmap write (touched) |");
+    println!("|---|---:|---:|---:|");
+    for r in &rows {
+        let rate = r.msgs as f64 / r.secs;
+        let baseline = rows
+            .iter()
+            .find(|b| b.payload == r.payload && b.name.starts_with("raw mmap write, touched"))
+            .map_or(f64::NAN, |b| b.msgs as f64 / b.secs);
+        let ratio = rate / baseline;
+        println!(
+            "| {} | {:.2} M | {:.0} | {:.2} |",
+            r.name,
+            rate / 1e6,
+            rate * r.payload as f64 / 1e6,
+            ratio
+        );
+    }
+}

@@ -178,6 +178,10 @@ impl Broker {
         Ok(Broker { inner })
     }
 
+    pub(crate) fn inner(&self) -> &Arc<BrokerInner> {
+        &self.inner
+    }
+
     /// The data directory.
     pub fn path(&self) -> &Path {
         &self.inner.dir
@@ -227,7 +231,8 @@ impl Broker {
         let trash = self.inner.dir.join("trash");
         std::fs::create_dir_all(&trash).ctx(|| format!("creating {}", trash.display()))?;
         let aside = trash.join(format!("{name}-{}", now_ms()));
-        std::fs::rename(topic.dir(), &aside).ctx(|| format!("removing {}", topic.dir().display()))?;
+        std::fs::rename(topic.dir(), &aside)
+            .ctx(|| format!("removing {}", topic.dir().display()))?;
         let _ = std::fs::remove_dir_all(&aside);
         Ok(())
     }
@@ -253,7 +258,12 @@ impl Broker {
 
     /// The earliest offset of `topic`/`partition` whose record timestamp is
     /// at or after `timestamp_ms`, or `None` when all records are older.
-    pub fn offset_for_timestamp(&self, topic: &str, partition: u32, timestamp_ms: i64) -> Result<Option<u64>> {
+    pub fn offset_for_timestamp(
+        &self,
+        topic: &str,
+        partition: u32,
+        timestamp_ms: i64,
+    ) -> Result<Option<u64>> {
         self.inner
             .topic(topic)?
             .partition(partition)?
@@ -347,7 +357,10 @@ impl BrokerInner {
 
     fn enforce_retention(&self) -> usize {
         let now = now_ms();
-        self.all_topics().iter().map(|t| t.enforce_retention(now)).sum()
+        self.all_topics()
+            .iter()
+            .map(|t| t.enforce_retention(now))
+            .sum()
     }
 
     fn start_janitor(this: &Arc<BrokerInner>) {
@@ -386,7 +399,12 @@ impl BrokerInner {
         if self.closed.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
-        if let Some((h, stop)) = self.janitor.lock().unwrap_or_else(|p| p.into_inner()).take() {
+        if let Some((h, stop)) = self
+            .janitor
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        {
             *stop.0.lock().unwrap_or_else(|p| p.into_inner()) = true;
             stop.1.notify_all();
             if h.thread().id() != std::thread::current().id() {

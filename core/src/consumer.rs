@@ -121,13 +121,15 @@ impl Message {
     /// The key, if any.
     #[inline]
     pub fn key(&self) -> Option<&[u8]> {
-        self.key.map(|(s, e)| self.seg.bytes(s as usize, e as usize))
+        self.key
+            .map(|(s, e)| self.seg.bytes(s as usize, e as usize))
     }
 
     /// The value, if any (`None` for a tombstone).
     #[inline]
     pub fn value(&self) -> Option<&[u8]> {
-        self.value.map(|(s, e)| self.seg.bytes(s as usize, e as usize))
+        self.value
+            .map(|(s, e)| self.seg.bytes(s as usize, e as usize))
     }
 
     /// The headers, decoded, in order.
@@ -136,7 +138,8 @@ impl Message {
             return Vec::new();
         }
         batch::decode_headers(
-            self.seg.bytes(self.headers.0 as usize, self.headers.1 as usize),
+            self.seg
+                .bytes(self.headers.0 as usize, self.headers.1 as usize),
             self.header_count,
         )
     }
@@ -170,7 +173,9 @@ pub struct Consumer {
 impl Consumer {
     pub(crate) fn new(broker: Arc<BrokerInner>, config: ConsumerConfig) -> Result<Consumer> {
         if config.max_poll_records == 0 {
-            return Err(Error::InvalidArgument("max_poll_records must be at least 1".into()));
+            return Err(Error::InvalidArgument(
+                "max_poll_records must be at least 1".into(),
+            ));
         }
         Ok(Consumer {
             broker,
@@ -350,7 +355,12 @@ impl Consumer {
     }
 
     /// Appends up to `limit` messages of partition `a` to `out`.
-    fn fetch(a: &mut Assigned, reset: OffsetReset, limit: usize, out: &mut Vec<Message>) -> Result<()> {
+    fn fetch(
+        a: &mut Assigned,
+        reset: OffsetReset,
+        limit: usize,
+        out: &mut Vec<Message>,
+    ) -> Result<()> {
         let mut position = Self::resolve(a, reset)?;
         if position < a.log.start_offset() {
             // Retention deleted what we were about to read.
@@ -362,7 +372,9 @@ impl Consumer {
         let cursor = a.cursor.as_mut().expect("resolved");
         let mut taken = 0;
         while taken < limit {
-            let Some((at, h)) = log.next_batch(cursor)? else { break };
+            let Some((at, h)) = log.next_batch(cursor)? else {
+                break;
+            };
             if h.last_offset() < position {
                 continue;
             }
@@ -378,7 +390,8 @@ impl Consumer {
                     stopped_early = true;
                     break;
                 }
-                let abs = |rg: std::ops::Range<usize>| ((at + rg.start) as u32, (at + rg.end) as u32);
+                let abs =
+                    |rg: std::ops::Range<usize>| ((at + rg.start) as u32, (at + rg.end) as u32);
                 out.push(Message {
                     topic: Arc::clone(log.topic()),
                     partition: log.partition(),

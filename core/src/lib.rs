@@ -32,6 +32,8 @@ mod consumer;
 mod error;
 pub mod log;
 mod producer;
+#[doc(hidden)]
+pub mod raw;
 mod topic;
 
 pub use broker::{Broker, Config, LOCK_FILE};

@@ -234,11 +234,13 @@ impl Producer {
             (None, Some(key)) => partition_for_key(key, count),
             (None, None) => self.round_robin.fetch_add(1, Ordering::Relaxed) % count,
         };
-        let log = parts.get(partition as usize).ok_or_else(|| Error::UnknownPartition {
-            topic: r.topic.to_owned(),
-            partition,
-            count,
-        })?;
+        let log = parts
+            .get(partition as usize)
+            .ok_or_else(|| Error::UnknownPartition {
+                topic: r.topic.to_owned(),
+                partition,
+                count,
+            })?;
         let timestamp = r.timestamp.unwrap_or_else(now_ms);
         let rec = RecordRef {
             key: r.key,
@@ -278,7 +280,10 @@ mod tests {
             (b"foobar", -790332482),
             (b"a-little-bit-long-string", -985981536),
             (b"a-little-bit-longer-string", -1486304829),
-            (b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8", -58897971),
+            (
+                b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8",
+                -58897971,
+            ),
             (b"abc", 479470107),
         ];
         for (key, want) in cases {

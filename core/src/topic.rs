@@ -98,7 +98,10 @@ impl TopicConfig {
     pub fn validate(&self) -> Result<()> {
         let bad = |m: String| Err(Error::InvalidConfig(m));
         if !(1..=100_000).contains(&self.partitions) {
-            return bad(format!("partitions must be 1 to 100000, got {}", self.partitions));
+            return bad(format!(
+                "partitions must be 1 to 100000, got {}",
+                self.partitions
+            ));
         }
         if !(4096..=(2u64 << 30)).contains(&self.segment_bytes) {
             return bad(format!(
@@ -262,10 +265,16 @@ impl Topic {
 
     /// Creates the topic's directory, partitions and `topic.json` (written
     /// last: a directory without it is an unfinished creation).
-    pub(crate) fn create(dir: PathBuf, name: &str, config: TopicConfig, options: TopicOptions) -> Result<Topic> {
+    pub(crate) fn create(
+        dir: PathBuf,
+        name: &str,
+        config: TopicConfig,
+        options: TopicOptions,
+    ) -> Result<Topic> {
         std::fs::create_dir_all(&dir).ctx(|| format!("creating {}", dir.display()))?;
         let name: Arc<str> = name.into();
-        let partitions = Topic::open_partitions(&name, &dir, &config, options, 0..config.partitions)?;
+        let partitions =
+            Topic::open_partitions(&name, &dir, &config, options, 0..config.partitions)?;
         let topic = Topic {
             name,
             dir,
@@ -300,8 +309,13 @@ impl Topic {
         }
         file.config.validate()?;
         let name: Arc<str> = file.name.as_str().into();
-        let partitions =
-            Topic::open_partitions(&name, &dir, &file.config, options, 0..file.config.partitions)?;
+        let partitions = Topic::open_partitions(
+            &name,
+            &dir,
+            &file.config,
+            options,
+            0..file.config.partitions,
+        )?;
         Ok(Some(Topic {
             name,
             dir,
@@ -332,16 +346,23 @@ impl Topic {
     #[inline]
     pub(crate) fn partition(&self, p: u32) -> Result<Arc<PartitionLog>> {
         let parts = self.partitions.read().unwrap_or_else(|e| e.into_inner());
-        parts.get(p as usize).cloned().ok_or_else(|| Error::UnknownPartition {
-            topic: self.name.to_string(),
-            partition: p,
-            count: parts.len() as u32,
-        })
+        parts
+            .get(p as usize)
+            .cloned()
+            .ok_or_else(|| Error::UnknownPartition {
+                topic: self.name.to_string(),
+                partition: p,
+                count: parts.len() as u32,
+            })
     }
 
     /// Grows the topic to `total` partitions; existing data stays.
     pub(crate) fn add_partitions(&self, total: u32) -> Result<()> {
-        let mut config = self.config.read().unwrap_or_else(|p| p.into_inner()).clone();
+        let mut config = self
+            .config
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
         if total <= config.partitions {
             return Err(Error::InvalidArgument(format!(
                 "topic {:?} already has {} partitions; the new count must be larger, got {total}",
@@ -358,7 +379,8 @@ impl Topic {
                 std::fs::remove_dir_all(&d).ctx(|| format!("removing {}", d.display()))?;
             }
         }
-        let added = Topic::open_partitions(&self.name, &self.dir, &config, self.options, old..total)?;
+        let added =
+            Topic::open_partitions(&self.name, &self.dir, &config, self.options, old..total)?;
         self.save(&config)?;
         let mut parts = self.partitions.write().unwrap_or_else(|p| p.into_inner());
         let mut v: Vec<_> = parts.as_ref().clone();
@@ -370,7 +392,11 @@ impl Topic {
 
     /// The config and per-partition state.
     pub(crate) fn info(&self) -> TopicInfo {
-        let config = self.config.read().unwrap_or_else(|p| p.into_inner()).clone();
+        let config = self
+            .config
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
         let partitions = self
             .partitions()
             .iter()
@@ -414,7 +440,10 @@ impl Topic {
 
     /// Runs retention on every partition.
     pub(crate) fn enforce_retention(&self, now: i64) -> usize {
-        self.partitions().iter().map(|p| p.enforce_retention(now)).sum()
+        self.partitions()
+            .iter()
+            .map(|p| p.enforce_retention(now))
+            .sum()
     }
 
     /// Flushes every partition.
@@ -435,9 +464,22 @@ mod tests {
         for ok in ["a", "orders", "a.b-c_d", "A9", &"x".repeat(249)] {
             validate_topic_name(ok).unwrap();
         }
-        for bad in ["", ".", "..", "a/b", "a b", "__internal", "é", "a\0b", &"x".repeat(250)] {
+        for bad in [
+            "",
+            ".",
+            "..",
+            "a/b",
+            "a b",
+            "__internal",
+            "é",
+            "a\0b",
+            &"x".repeat(250),
+        ] {
             assert!(
-                matches!(validate_topic_name(bad), Err(Error::InvalidTopicName { .. })),
+                matches!(
+                    validate_topic_name(bad),
+                    Err(Error::InvalidTopicName { .. })
+                ),
                 "{bad:?}"
             );
         }
@@ -453,6 +495,9 @@ mod tests {
             .max_message_bytes(8193)
             .validate()
             .is_err());
-        assert!(TopicConfig::new(1).index_interval_bytes(0).validate().is_err());
+        assert!(TopicConfig::new(1)
+            .index_interval_bytes(0)
+            .validate()
+            .is_err());
     }
 }

@@ -135,8 +135,25 @@ fn put_varint(buf: &mut [u8], mut pos: usize, v: i64) -> usize {
 }
 
 /// Reads a zigzag varint at `*pos`, bounds-checked; at most 10 bytes.
-#[inline]
+#[inline(always)]
 fn get_varint(buf: &[u8], pos: &mut usize) -> Option<i64> {
+    let first = *buf.get(*pos)?;
+    if first < 0x80 {
+        *pos += 1;
+        return Some(((first >> 1) as i64) ^ -((first & 1) as i64));
+    }
+    if let Some(&second) = buf.get(*pos + 1) {
+        if second < 0x80 {
+            *pos += 2;
+            let z = (first & 0x7f) as u64 | (second as u64) << 7;
+            return Some(((z >> 1) as i64) ^ -((z & 1) as i64));
+        }
+    }
+    get_varint_slow(buf, pos)
+}
+
+#[inline(never)]
+fn get_varint_slow(buf: &[u8], pos: &mut usize) -> Option<i64> {
     let mut z: u64 = 0;
     let mut shift = 0;
     loop {
@@ -190,7 +207,13 @@ fn put_opt(buf: &mut [u8], pos: usize, b: Option<&[u8]>) -> usize {
     }
 }
 
-fn put_record(buf: &mut [u8], pos: usize, r: &RecordRef<'_>, ts_delta: i64, off_delta: i64) -> usize {
+fn put_record(
+    buf: &mut [u8],
+    pos: usize,
+    r: &RecordRef<'_>,
+    ts_delta: i64,
+    off_delta: i64,
+) -> usize {
     let body = record_body_len(r, ts_delta, off_delta);
     let mut p = put_varint(buf, pos, body as i64);
     buf[p] = 0; // record attributes, unused
@@ -508,9 +531,13 @@ pub fn decode_headers(buf: &[u8], count: u32) -> Vec<Header> {
     let mut out = Vec::with_capacity(count.min(64) as usize);
     let mut p = 0;
     for _ in 0..count {
-        let Some(Some(k)) = get_opt(buf, &mut p) else { break };
+        let Some(Some(k)) = get_opt(buf, &mut p) else {
+            break;
+        };
         let Some(v) = get_opt(buf, &mut p) else { break };
-        let Ok(key) = std::str::from_utf8(&buf[k]) else { break };
+        let Ok(key) = std::str::from_utf8(&buf[k]) else {
+            break;
+        };
         out.push(Header {
             key: key.to_owned(),
             value: v.map(|v| buf[v].to_vec()).unwrap_or_default(),

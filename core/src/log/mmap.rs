@@ -35,8 +35,8 @@ pub(crate) struct MappedFile {
 /// Reserves disk blocks for `[0, len)` so that writes through the map cannot
 /// hit a full disk (which would raise SIGBUS instead of an error).
 fn allocate(file: &File, len: u64) -> std::io::Result<()> {
-    let len = libc::off_t::try_from(len)
-        .map_err(|_| std::io::Error::from_raw_os_error(libc::EFBIG))?;
+    let len =
+        libc::off_t::try_from(len).map_err(|_| std::io::Error::from_raw_os_error(libc::EFBIG))?;
     // SAFETY: plain syscall on a file descriptor we own; no memory is passed.
     let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len) };
     match rc {
@@ -158,7 +158,10 @@ impl MappedFile {
     /// If the range reaches past the published length.
     #[inline]
     pub(crate) fn bytes(&self, start: usize, end: usize) -> &[u8] {
-        assert!(start <= end && end <= self.published(), "read past published end");
+        assert!(
+            start <= end && end <= self.published(),
+            "read past published end"
+        );
         match &self.map {
             // SAFETY: `[start, end)` lies below `published` (checked above),
             // within the mapping (published <= capacity), and published bytes

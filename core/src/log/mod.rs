@@ -185,7 +185,12 @@ fn spawn_populate(seg: &Arc<Segment>) {
 impl PartitionLog {
     /// Opens the partition in `dir`, creating it (empty) if needed, and
     /// recovers the tail of its active segment.
-    pub(crate) fn open(topic: Arc<str>, partition: u32, dir: &Path, config: LogConfig) -> Result<Self> {
+    pub(crate) fn open(
+        topic: Arc<str>,
+        partition: u32,
+        dir: &Path,
+        config: LogConfig,
+    ) -> Result<Self> {
         std::fs::create_dir_all(dir).ctx(|| format!("creating {}", dir.display()))?;
         let mut bases = Vec::new();
         for entry in std::fs::read_dir(dir).ctx(|| format!("listing {}", dir.display()))? {
@@ -299,12 +304,20 @@ impl PartitionLog {
 
     /// Bytes of log data on disk (published bytes of every segment).
     pub(crate) fn size_bytes(&self) -> u64 {
-        self.segments.read().unwrap_or_else(|p| p.into_inner()).iter().map(|s| s.size()).sum()
+        self.segments
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .map(|s| s.size())
+            .sum()
     }
 
     /// Number of segments.
     pub(crate) fn segment_count(&self) -> usize {
-        self.segments.read().unwrap_or_else(|p| p.into_inner()).len()
+        self.segments
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .len()
     }
 
     fn poisoned_error(&self) -> Error {
@@ -318,9 +331,15 @@ impl PartitionLog {
     /// and visible to readers (the `acks=1` guarantee); call
     /// [`PartitionLog::flush_to`] for `acks=all`.
     #[allow(unsafe_code)]
-    pub(crate) fn append(&self, records: &[RecordRef<'_>], producer: ProducerFields) -> Result<Appended> {
+    pub(crate) fn append(
+        &self,
+        records: &[RecordRef<'_>],
+        producer: ProducerFields,
+    ) -> Result<Appended> {
         if records.is_empty() {
-            return Err(Error::InvalidArgument("a batch needs at least one record".into()));
+            return Err(Error::InvalidArgument(
+                "a batch needs at least one record".into(),
+            ));
         }
         let len = batch::batch_len(records);
         if len > self.config.max_batch() {
@@ -329,7 +348,11 @@ impl PartitionLog {
                 max: self.config.max_batch(),
             });
         }
-        let max_ts = records.iter().map(|r| r.timestamp).max().unwrap_or(i64::MIN);
+        let max_ts = records
+            .iter()
+            .map(|r| r.timestamp)
+            .max()
+            .unwrap_or(i64::MIN);
         let mut w = lock(&self.writer);
         if w.closed {
             return Err(Error::Closed("partition"));
@@ -355,9 +378,7 @@ impl PartitionLog {
         w.max_ts = w.max_ts.max(max_ts);
         w.next_offset = base + records.len() as u64;
         self.end_offset.store(w.next_offset, Ordering::Release);
-        if self.config.prefault
-            && !w.prepare_requested
-            && w.active.end() > w.active.capacity() / 2
+        if self.config.prefault && !w.prepare_requested && w.active.end() > w.active.capacity() / 2
         {
             w.prepare_requested = true;
             self.start_prepare();
@@ -365,6 +386,12 @@ impl PartitionLog {
         drop(w);
         self.wake_waiters();
         Ok(Appended { base_offset: base })
+    }
+
+    /// Faults in the active segment's pages in the calling thread.
+    pub(crate) fn prefault_active(&self) {
+        let active = Arc::clone(&lock(&self.writer).active);
+        active.populate();
     }
 
     /// Starts preparing the next segment in the background.
@@ -386,7 +413,11 @@ impl PartitionLog {
         match handle.join() {
             Ok(Ok(p)) => Some(p),
             Ok(Err(e)) => {
-                ::log::warn!("preparing the next segment of {}/{} failed: {e}", self.topic, self.partition);
+                ::log::warn!(
+                    "preparing the next segment of {}/{} failed: {e}",
+                    self.topic,
+                    self.partition
+                );
                 None
             }
             Err(_) => None,
@@ -434,7 +465,8 @@ impl PartitionLog {
                 let s = &segs[n];
                 let by_size = bytes.is_some_and(|b| size - s.size() >= b);
                 let by_time = ms.is_some_and(|ms| {
-                    s.max_timestamp() != i64::MIN && now.saturating_sub(s.max_timestamp()) > ms as i64
+                    s.max_timestamp() != i64::MIN
+                        && now.saturating_sub(s.max_timestamp()) > ms as i64
                 });
                 if !by_size && !by_time {
                     break;
@@ -540,7 +572,9 @@ impl PartitionLog {
                     end,
                 });
             }
-            let i = segs.partition_point(|s| s.base() <= offset).saturating_sub(1);
+            let i = segs
+                .partition_point(|s| s.base() <= offset)
+                .saturating_sub(1);
             Arc::clone(&segs[i])
         };
         let pos = seg.find(offset)?;
@@ -578,7 +612,11 @@ impl PartitionLog {
     /// The earliest offset whose record timestamp is at or after `ts`, or
     /// `None` when every record is older.
     pub(crate) fn offset_for_timestamp(&self, ts: i64) -> Result<Option<u64>> {
-        let segs: Vec<Arc<Segment>> = self.segments.read().unwrap_or_else(|p| p.into_inner()).clone();
+        let segs: Vec<Arc<Segment>> = self
+            .segments
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
         for seg in segs {
             if seg.max_timestamp() < ts {
                 continue;

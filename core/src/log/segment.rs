@@ -6,7 +6,9 @@ use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 
 use crate::error::{Error, Result};
 use crate::log::batch::{self, BatchHeader, Check};
-use crate::log::index::{zero_nonzero, IndexFile, OffsetEntry, TimeEntry, OFFSET_ENTRY, TIME_ENTRY};
+use crate::log::index::{
+    zero_nonzero, IndexFile, OffsetEntry, TimeEntry, OFFSET_ENTRY, TIME_ENTRY,
+};
 use crate::log::mmap::{sync_dir, MappedFile};
 
 /// File name of a segment's log, index or time index.
@@ -187,9 +189,12 @@ impl Segment {
         let mut index = open_index("idx", OFFSET_ENTRY)?;
         let mut time = open_index("tix", TIME_ENTRY)?;
         let limit = (file_len as usize).min(log.capacity());
-        let rec = recover(base, &mut log, &mut index, &mut time, limit, interval, max_batch);
+        let rec = recover(
+            base, &mut log, &mut index, &mut time, limit, interval, max_batch,
+        );
         let seg = Segment::assemble(dir, base, log, index, time, false);
-        seg.max_timestamp.store(rec.max_timestamp, Ordering::Relaxed);
+        seg.max_timestamp
+            .store(rec.max_timestamp, Ordering::Relaxed);
         Ok((seg, rec))
     }
 
@@ -310,7 +315,10 @@ impl Segment {
         if let Some((offset, ts_before)) = index {
             if self.index.has_room() && self.time.has_room() {
                 let rel = (offset - self.base) as u32;
-                self.index.push_offset(OffsetEntry { rel, pos: pos as u32 });
+                self.index.push_offset(OffsetEntry {
+                    rel,
+                    pos: pos as u32,
+                });
                 self.time.push_time(TimeEntry {
                     ts: ts_before,
                     rel,
@@ -491,7 +499,11 @@ fn recover(
                 "recovery truncated {} bytes ({} batches, {}) at position {} of {}: {}",
                 rec.truncated_bytes,
                 rec.dropped_batches,
-                if rec.torn_tail { "torn tail" } else { "corruption before more data" },
+                if rec.torn_tail {
+                    "torn tail"
+                } else {
+                    "corruption before more data"
+                },
                 pos,
                 log.path().display(),
                 bad.unwrap_or("partial write after the end marker"),

@@ -1,0 +1,67 @@
+//! Low-level access to one partition's log, below the producer and
+//! consumer: for benchmarks and tools. Not a stable API.
+
+use std::sync::Arc;
+
+use crate::broker::Broker;
+use crate::error::Result;
+use crate::log::batch::{self, ProducerFields, RecordRef};
+use crate::log::PartitionLog;
+
+/// A handle on one partition's commit log.
+#[derive(Debug, Clone)]
+pub struct RawLog(Arc<PartitionLog>);
+
+/// The log of `topic`/`partition`.
+pub fn partition_log(broker: &Broker, topic: &str, partition: u32) -> Result<RawLog> {
+    Ok(RawLog(broker.inner().topic(topic)?.partition(partition)?))
+}
+
+impl RawLog {
+    /// Appends `records` as one batch; returns its base offset.
+    #[inline]
+    pub fn append(&self, records: &[RecordRef<'_>]) -> Result<u64> {
+        Ok(self
+            .0
+            .append(records, ProducerFields::default())?
+            .base_offset)
+    }
+
+    /// Faults in the active segment's pages now, in this thread.
+    pub fn prefault(&self) {
+        self.0.prefault_active();
+    }
+
+    /// Flushes everything appended so far to disk.
+    pub fn flush(&self) -> Result<()> {
+        self.0.flush()
+    }
+
+    /// Next offset to be written.
+    pub fn end_offset(&self) -> u64 {
+        self.0.end_offset()
+    }
+
+    /// Reads every record from `from` to the end, checking each batch's
+    /// CRC, and calls `f(offset, key, value)`; returns the record count.
+    pub fn scan(
+        &self,
+        from: u64,
+        mut f: impl FnMut(u64, Option<&[u8]>, Option<&[u8]>),
+    ) -> Result<u64> {
+        let mut c = self.0.cursor(from)?;
+        let mut n = 0;
+        while let Some((at, h)) = self.0.next_batch(&mut c)? {
+            let bytes = c.seg.bytes(at, at + h.total_len());
+            for r in batch::Records::new(bytes, &h) {
+                let r = r.map_err(|reason| c.seg.corrupt(at, reason))?;
+                let offset = h.base_offset + r.offset_delta as u64;
+                if offset >= from {
+                    f(offset, r.key.map(|k| &bytes[k]), r.value.map(|v| &bytes[v]));
+                    n += 1;
+                }
+            }
+        }
+        Ok(n)
+    }
+}
