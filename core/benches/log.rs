@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use memmap2::MmapMut;
 use mqlite::log::batch::{self, RecordRef};
 use mqlite::raw::{partition_log, RawLog};
-use mqlite::{BorrowedRecord, Broker, Config, ConsumerConfig, ProducerConfig, TopicConfig};
+use mqlite::{Acks, BorrowedRecord, Broker, Config, ConsumerConfig, ProducerConfig, TopicConfig};
 
 const SEGMENT: u64 = 512 << 20;
 
@@ -258,6 +258,38 @@ fn consume(n: u64, size: usize) -> f64 {
     secs
 }
 
+/// `n` sends with `acks=all` split over `threads` threads (one partition):
+/// concurrent senders share flushes (group commit).
+fn produce_durable(n: u64, size: usize, threads: u64) -> f64 {
+    let (mq, log, dir) = open_with("durable", false, false, 64 << 20);
+    drop(log);
+    let producer = mq
+        .producer(ProducerConfig::default().acks(Acks::All))
+        .expect("producer");
+    let value = vec![7u8; size];
+    let secs = time(|| {
+        std::thread::scope(|s| {
+            for _ in 0..threads {
+                s.spawn(|| {
+                    for _ in 0..n / threads {
+                        producer
+                            .send_borrowed(&BorrowedRecord {
+                                topic: "t",
+                                partition: Some(0),
+                                value: Some(&value),
+                                ..BorrowedRecord::default()
+                            })
+                            .expect("send");
+                    }
+                });
+            }
+        });
+    });
+    drop(producer);
+    close(mq, &dir);
+    secs
+}
+
 fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
@@ -309,6 +341,13 @@ fn main() {
         });
         bench("Producer::send, 1 at a time", n, &|| produce(n, size));
         bench("Consumer::poll", n, &|| consume(n, size));
+        let d = scaled(4000);
+        bench("Producer::send acks=all, 1 thread", d, &|| {
+            produce_durable(d, size, 1)
+        });
+        bench("Producer::send acks=all, 8 threads", d, &|| {
+            produce_durable(d, size, 8)
+        });
     }
     println!();
     println!("| benchmark | messages/s | MB/s (payload) | ratio to raw mmap write (touched) |");

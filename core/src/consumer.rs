@@ -242,8 +242,6 @@ impl Consumer {
             }
         }
         self.subscription = subs;
-        let old = std::mem::take(&mut self.assigned);
-        self.assigned = old;
         self.refresh_subscription();
         Ok(())
     }

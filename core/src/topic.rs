@@ -168,6 +168,8 @@ pub struct PartitionInfo {
     pub segments: usize,
     /// What recovery truncated when the data directory was opened.
     pub recovery: RecoveryStats,
+    /// Flushes to disk since open; concurrent `acks=all` senders share them.
+    pub flushes: u64,
 }
 
 /// A topic as described by [`crate::Broker::topic`].
@@ -407,6 +409,7 @@ impl Topic {
                 size_bytes: l.size_bytes(),
                 segments: l.segment_count(),
                 recovery: l.recovery(),
+                flushes: l.flushes(),
             })
             .collect();
         TopicInfo {

@@ -217,6 +217,20 @@ impl IndexFile {
         self.file.set_published(n * width);
     }
 
+    /// For a sealed index: when the last entry is all zeros (the file was
+    /// never trimmed), keeps only the leading entries before the first
+    /// all-zero one. Cheap when the file was trimmed.
+    pub(crate) fn drop_zero_tail(&mut self) {
+        let n = self.len();
+        if n == 0 || self.raw(n - 1).iter().any(|&b| b != 0) {
+            return;
+        }
+        let keep = (0..n)
+            .position(|i| self.raw(i).iter().all(|&b| b == 0))
+            .unwrap_or(n);
+        self.file.set_published(keep * self.width);
+    }
+
     /// Drops entries at index `n` and after (recovery only).
     pub(crate) fn truncate(&mut self, n: usize) {
         let width = self.width;

@@ -160,6 +160,7 @@ pub(crate) struct PartitionLog {
     flush_state: Mutex<FlushState>,
     flushed_cv: Condvar,
     poisoned: AtomicBool,
+    flushes: AtomicU64,
     prepare: Mutex<Option<JoinHandle<Result<PreparedSegment>>>>,
     recovery: RecoveryStats,
 }
@@ -269,6 +270,7 @@ impl PartitionLog {
             }),
             flushed_cv: Condvar::new(),
             poisoned: AtomicBool::new(false),
+            flushes: AtomicU64::new(0),
             prepare: Mutex::new(None),
             recovery,
             config,
@@ -295,6 +297,12 @@ impl PartitionLog {
     #[inline]
     pub(crate) fn end_offset(&self) -> u64 {
         self.end_offset.load(Ordering::Acquire)
+    }
+
+    /// Number of flushes to disk done since open (one serves many
+    /// concurrent `acks=all` senders).
+    pub(crate) fn flushes(&self) -> u64 {
+        self.flushes.load(Ordering::Relaxed)
     }
 
     /// What recovery did when the log was opened.
@@ -504,6 +512,7 @@ impl PartitionLog {
             st.in_progress = true;
             drop(st);
             let res = self.flush_segments();
+            self.flushes.fetch_add(1, Ordering::Relaxed);
             st = lock(&self.flush_state);
             st.in_progress = false;
             match res {

@@ -161,9 +161,23 @@ impl Segment {
                 IndexFile::create(&path, width, 0, 0o600)
             }
         };
-        let index = open_index("idx", OFFSET_ENTRY)?;
-        let time = open_index("tix", TIME_ENTRY)?;
-        Ok(Segment::assemble(dir, base, log, index, time, true))
+        let mut index = open_index("idx", OFFSET_ENTRY)?;
+        let mut time = open_index("tix", TIME_ENTRY)?;
+        // A crash between creating the next segment and trimming this one
+        // leaves preallocated zero entries at the end: drop them.
+        index.drop_zero_tail();
+        time.drop_zero_tail();
+        let seg = Segment::assemble(dir, base, log, index, time, true);
+        if seg.max_timestamp() == i64::MIN && seg.end() > 0 {
+            // No time entry: fall back to the file's modification time.
+            let mtime = std::fs::metadata(seg.path())
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .map_or(i64::MIN, |d| d.as_millis() as i64);
+            seg.max_timestamp.store(mtime, Ordering::Relaxed);
+        }
+        Ok(seg)
     }
 
     /// Opens the active (last) segment and recovers its tail: scans from the
@@ -472,7 +486,9 @@ fn recover(
         let mut dropped = 0u64;
         if bad.is_some() {
             dropped = 1;
-            let claimed = u32::from_le_bytes(bytes[pos + 8..pos + 12].try_into().expect("4 bytes"));
+            let claimed = bytes
+                .get(pos + 8..pos + 12)
+                .map_or(0, |b| u32::from_le_bytes(b.try_into().expect("4 bytes")));
             let next = pos + batch::LENGTH_PREFIX + claimed as usize;
             if claimed >= batch::MIN_LENGTH && next <= limit {
                 chain = next;
