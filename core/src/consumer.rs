@@ -132,6 +132,11 @@ impl Message {
             .map(|(s, e)| self.seg.bytes(s as usize, e as usize))
     }
 
+    /// Number of headers.
+    pub fn header_count(&self) -> usize {
+        self.header_count as usize
+    }
+
     /// The headers, decoded, in order.
     pub fn headers(&self) -> Vec<Header> {
         if self.header_count == 0 {
@@ -244,6 +249,13 @@ impl Consumer {
         self.subscription = subs;
         self.refresh_subscription();
         Ok(())
+    }
+
+    /// Drops the subscription or manual assignment: the consumer reads
+    /// nothing until the next `subscribe` or `assign`.
+    pub fn unsubscribe(&mut self) {
+        self.subscription.clear();
+        self.assigned.clear();
     }
 
     /// Brings the assignment in line with the subscribed topics' partitions.
@@ -361,25 +373,42 @@ impl Consumer {
     ) -> Result<()> {
         let mut position = Self::resolve(a, reset)?;
         if position < a.log.start_offset() {
-            // Retention deleted what we were about to read.
+            // Retention deleted what we were about to read. Keep the
+            // position: `resolve` resets it, or reports it out of range.
             a.cursor = None;
-            a.position = None;
             position = Self::resolve(a, reset)?;
         }
         let log = Arc::clone(&a.log);
         let cursor = a.cursor.as_mut().expect("resolved");
         let mut taken = 0;
+        let mut failed = None;
         while taken < limit {
-            let Some((at, h)) = log.next_batch(cursor)? else {
-                break;
+            let (at, h) = match log.next_batch(cursor) {
+                Ok(Some(b)) => b,
+                Ok(None) => break,
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
             };
-            if h.last_offset() < position {
-                continue;
+            // The base offset is outside the CRC: every batch must hold the
+            // next offset to deliver, or it is damaged.
+            if h.base_offset > position || h.last_offset() < position {
+                cursor.pos = at;
+                failed = Some(cursor.seg.corrupt(at, "batch base offset out of sequence"));
+                break;
             }
             let bytes = cursor.seg.bytes(at, at + h.total_len());
             let mut stopped_early = false;
             for r in batch::Records::new(bytes, &h) {
-                let r = r.map_err(|reason| cursor.seg.corrupt(at, reason))?;
+                let r = match r {
+                    Ok(r) => r,
+                    Err(reason) => {
+                        failed = Some(cursor.seg.corrupt(at, reason));
+                        stopped_early = true;
+                        break;
+                    }
+                };
                 let offset = h.base_offset + r.offset_delta as u64;
                 if offset < position {
                     continue;
@@ -410,7 +439,11 @@ impl Consumer {
             }
         }
         a.position = Some(position);
-        Ok(())
+        match failed {
+            // Deliver what was read first; the error comes back next poll.
+            Some(e) if taken == 0 => Err(e),
+            _ => Ok(()),
+        }
     }
 
     fn has_data(&self) -> bool {
@@ -454,7 +487,12 @@ impl Consumer {
                 break;
             }
             let a = &mut self.assigned[(start + k) % n];
-            Self::fetch(a, reset, share.min(left), out)?;
+            if let Err(e) = Self::fetch(a, reset, share.min(left), out) {
+                if out.is_empty() {
+                    return Err(e);
+                }
+                break; // deliver what was read; the error comes back next poll
+            }
         }
         Ok(())
     }

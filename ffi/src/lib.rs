@@ -1,1 +1,91 @@
-//! C ABI over the mqlite engine.
+//! C ABI over the mqlite engine: `libmqlite.so` / `libmqlite.a` and the
+//! header `include/mqlite.h` (generated from this crate by a pinned cbindgen,
+//! see `tests/header.rs`).
+//!
+//! # API conventions (for C users)
+//!
+//! - **Status codes.** Every fallible function returns an [`mql_status`].
+//!   `MQL_OK` is 0; every other value is the stable numeric code of the
+//!   engine's error kind (the same numbers in Rust, C and Python), plus three
+//!   codes of the C layer itself: `MQL_NULL_ARGUMENT`, `MQL_INVALID_UTF8`,
+//!   `MQL_PANIC`.
+//! - **Out-parameters.** Results go to trailing pointer parameters, written
+//!   only when the function returns `MQL_OK`; on failure they are untouched.
+//! - **Error text** is kept per thread: after a failing call,
+//!   `mql_last_error()` describes it and `mql_last_error_code()` returns its
+//!   status. Successful calls leave both alone (like `errno`). The text stays
+//!   valid until the next failing call on the same thread (or the thread's
+//!   exit); never free it.
+//! - **Handles** are opaque pointers. Each kind is released by its own
+//!   `_free` function (a broker by `mql_close`); passing NULL to a `_free`
+//!   function does nothing.
+//! - **NULL and strings.** A NULL pointer where one is required gives
+//!   `MQL_NULL_ARGUMENT` (the doc comment says where NULL is allowed and what
+//!   it means). Strings are NUL-terminated UTF-8 (`MQL_INVALID_UTF8`
+//!   otherwise); data buffers are a pointer followed by a `size_t` length.
+//! - **Threads.** A broker and a producer may be used from several threads
+//!   at once, and so may a message (it is immutable). A consumer may be used
+//!   from one thread at a time (it may move between threads). Config objects
+//!   are plain values: do not change one while another thread uses it.
+//! - **Panics** never cross into C: an internal panic is reported as
+//!   `MQL_PANIC`. Free the handle involved; it may be in a bad state.
+#![warn(missing_docs)]
+#![deny(unsafe_op_in_unsafe_fn)]
+// The type names are the C API's (`mql_broker`, `mql_status`, ...).
+#![allow(non_camel_case_types)]
+#![warn(clippy::undocumented_unsafe_blocks)]
+
+// The header lists items in this order (rustfmt keeps separated groups).
+mod error;
+
+mod config;
+
+mod broker;
+
+mod producer;
+
+mod consumer;
+
+mod message;
+
+mod util;
+
+pub use broker::*;
+pub use config::*;
+pub use consumer::*;
+pub use error::*;
+pub use message::*;
+pub use producer::*;
+
+use std::ffi::{c_char, CStr};
+
+/// The library's version, a static NUL-terminated string such as `"0.1.0"`
+/// (the same as `MQLITE_VERSION` in the header the program was compiled
+/// with, unless it links a different library).
+///
+/// Ownership: static storage, owned by the library; never free it.
+#[no_mangle]
+pub extern "C" fn mql_version() -> *const c_char {
+    const VERSION: &CStr =
+        match CStr::from_bytes_with_nul(concat!(env!("CARGO_PKG_VERSION"), "\0").as_bytes()) {
+            Ok(v) => v,
+            Err(_) => panic!("the package version contains a NUL byte"),
+        };
+    error::guard_value(VERSION.as_ptr(), || VERSION.as_ptr())
+}
+
+/// Compile-time backing for the thread rules in the crate docs: brokers,
+/// producers and messages may be shared between threads; consumers may be
+/// moved between them.
+const _: () = {
+    const fn shared<T: Send + Sync>() {}
+    const fn movable<T: Send>() {}
+    shared::<mqlite::Broker>();
+    shared::<mqlite::Producer>();
+    shared::<mqlite::Message>();
+    movable::<mqlite::Consumer>();
+    shared::<mql_broker>();
+    shared::<mql_producer>();
+    shared::<mql_message>();
+    movable::<mql_consumer>();
+};

@@ -1,1 +1,34 @@
-//! Python module over the mqlite engine.
+//! Python module over the mqlite engine: `mqlite._mqlite`, re-exported by the
+//! pure-Python package `mqlite` (python/mqlite/).
+//!
+//! Calls that only touch memory (non-blocking sends, polls that find data)
+//! keep the GIL: releasing it per call costs more than the call when another
+//! Python thread is busy. Calls that wait (polls with a timeout, `acks="all"`
+//! sends, flushes, opening and closing, topic changes) release it.
+#![forbid(unsafe_code)]
+
+mod broker;
+mod consumer;
+mod errors;
+mod producer;
+mod util;
+
+use pyo3::prelude::*;
+
+/// mqlite: an embeddable, in-process, persistent message-queue engine.
+#[pymodule]
+fn _mqlite(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add("MAX_TOPIC_NAME_LEN", mqlite::MAX_TOPIC_NAME_LEN)?;
+    m.add_class::<broker::Broker>()?;
+    m.add_class::<broker::TopicInfo>()?;
+    m.add_class::<broker::PartitionInfo>()?;
+    m.add_class::<producer::Producer>()?;
+    m.add_class::<producer::RecordMetadata>()?;
+    m.add_class::<consumer::Consumer>()?;
+    m.add_class::<consumer::Message>()?;
+    m.add_function(wrap_pyfunction!(producer::murmur2, m)?)?;
+    m.add_function(wrap_pyfunction!(producer::partition_for_key, m)?)?;
+    errors::register(m)?;
+    Ok(())
+}

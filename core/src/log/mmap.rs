@@ -35,6 +35,9 @@ pub(crate) struct MappedFile {
 /// Reserves disk blocks for `[0, len)` so that writes through the map cannot
 /// hit a full disk (which would raise SIGBUS instead of an error).
 fn allocate(file: &File, len: u64) -> std::io::Result<()> {
+    if len == 0 {
+        return Ok(()); // posix_fallocate rejects an empty range (EINVAL)
+    }
     let len =
         libc::off_t::try_from(len).map_err(|_| std::io::Error::from_raw_os_error(libc::EFBIG))?;
     // SAFETY: plain syscall on a file descriptor we own; no memory is passed.

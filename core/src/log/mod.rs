@@ -556,6 +556,10 @@ impl PartitionLog {
     pub(crate) fn close(&self) -> Result<()> {
         let res = self.flush();
         lock(&self.writer).closed = true;
+        // Consumers parked in poll notice the close at once.
+        for w in lock(&self.waiters.list).iter() {
+            w.wake();
+        }
         if let Some(p) = self.take_prepared() {
             drop(p);
             for ext in ["log", "idx", "tix"] {

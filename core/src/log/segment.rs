@@ -316,6 +316,7 @@ impl Segment {
     /// # Safety
     /// The caller holds the partition's writer lock (the single writer).
     #[inline]
+    #[allow(clippy::mut_from_ref)]
     pub(crate) unsafe fn reserve(&self, len: usize) -> &mut [u8] {
         // SAFETY: forwarded contract: single writer, range above published.
         unsafe { self.log.unpublished_mut(self.end(), len) }
@@ -505,7 +506,10 @@ fn recover(
             .map_or(pos, |last| pos + last + 1)
             .max(if bad.is_some() { chain } else { pos });
         if garbage_end > pos {
-            zero_nonzero(&mut bytes[pos..garbage_end]);
+            // Zero everything after `pos`, not just the window: valid old
+            // batches left further on could line up with new appends and
+            // come back at the next open.
+            zero_nonzero(&mut bytes[pos..limit]);
             rec.truncated = true;
             rec.truncated_bytes = (garbage_end - pos) as u64;
             rec.dropped_batches = dropped.max(1);

@@ -1,0 +1,260 @@
+//! The data-directory handle and topic administration.
+
+use std::ffi::c_char;
+use std::path::PathBuf;
+
+use mqlite::{Broker, Config, TopicConfig};
+
+use crate::config::{mql_config, mql_topic_config};
+use crate::error::{guard, mql_status, Failure, FfiResult};
+use crate::util::{arg_ref, arg_str, into_handle, opt_ref, Out};
+
+/// An open data directory (the engine's `Broker`). Made by `mql_open`,
+/// closed and released by `mql_close`. Safe to use from several threads at
+/// once.
+pub struct mql_broker {
+    pub(crate) inner: Broker,
+}
+
+/// A path argument. On Unix any bytes are accepted (a path is an OS string,
+/// not necessarily UTF-8); elsewhere it must be UTF-8.
+///
+/// # Safety
+/// `p` is NULL or a NUL-terminated string.
+unsafe fn arg_path(p: *const c_char, name: &str) -> FfiResult<PathBuf> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::ffi::OsStrExt;
+        if p.is_null() {
+            return Err(Failure::null(name));
+        }
+        // SAFETY: non-NULL and NUL-terminated by the caller's contract.
+        let bytes = unsafe { std::ffi::CStr::from_ptr(p) }.to_bytes();
+        Ok(PathBuf::from(std::ffi::OsStr::from_bytes(bytes)))
+    }
+    #[cfg(not(unix))]
+    {
+        // SAFETY: forwarded caller contract.
+        unsafe { arg_str(p, name) }.map(PathBuf::from)
+    }
+}
+
+/// Opens (creating if needed) the data directory at `path`, takes its
+/// exclusive lock and recovers every topic. `config` may be NULL for the
+/// defaults; it is copied, so it may be freed right after. On Unix `path`
+/// may be any bytes (it is not required to be UTF-8).
+///
+/// Fails with `MQL_LOCKED` when another handle (in this process or another)
+/// holds the directory; the error text names the holder.
+///
+/// Ownership: on `MQL_OK`, `*out` is a new broker owned by the caller;
+/// close and release it with `mql_close`.
+///
+/// # Safety
+/// `path` is NULL or a NUL-terminated string; `config` is NULL or a live
+/// config; `out` is NULL or valid for writing a pointer.
+#[no_mangle]
+pub unsafe extern "C" fn mql_open(
+    path: *const c_char,
+    config: *const mql_config,
+    out: *mut *mut mql_broker,
+) -> mql_status {
+    guard(|| {
+        // SAFETY: forwarded caller contract (for all three).
+        let path = unsafe { arg_path(path, "path") }?;
+        // SAFETY: as above.
+        let config = unsafe { opt_ref(config, "config") }?;
+        let out = Out::new(out, "out")?;
+        let config = config.map_or_else(Config::default, |c| c.inner.clone());
+        let inner = Broker::open(path, config)?;
+        // SAFETY: `out` is valid for writes by the caller's contract.
+        unsafe { out.write(into_handle(mql_broker { inner })) };
+        Ok(())
+    })
+}
+
+/// Flushes everything to disk, stops background work, releases the
+/// directory lock and frees the broker, whatever the flush returned. NULL
+/// does nothing and returns `MQL_OK`. Producers and consumers made from this
+/// broker stay valid handles (free them as usual) but their calls fail with
+/// `MQL_CLOSED`; messages already received stay readable.
+///
+/// Returns the status of the final flush.
+///
+/// Ownership: takes back and frees `broker` whatever the status; do not use it afterwards.
+///
+/// # Safety
+/// `broker` is NULL or a live broker from `mql_open`, not used again (by any
+/// thread) once this is called.
+#[no_mangle]
+pub unsafe extern "C" fn mql_close(broker: *mut mql_broker) -> mql_status {
+    guard(|| {
+        if broker.is_null() {
+            return Ok(());
+        }
+        if !broker.is_aligned() {
+            return Err(Failure::invalid("argument `broker` is misaligned"));
+        }
+        // SAFETY: a live broker from mql_open (Box::into_raw), released
+        // exactly once by the caller's contract.
+        let broker = unsafe { Box::from_raw(broker) };
+        let result = broker.inner.close();
+        drop(broker);
+        result.map_err(Failure::from)
+    })
+}
+
+/// Creates a topic. `config` may be NULL for one partition and the default
+/// settings; it is copied.
+///
+/// Errors: `MQL_INVALID_TOPIC_NAME`, `MQL_INVALID_CONFIG`,
+/// `MQL_TOPIC_EXISTS`, `MQL_CLOSED`, I/O errors.
+///
+/// Ownership: borrows every argument for the call; nothing to free.
+///
+/// # Safety
+/// `broker` is NULL or a live broker; `name` is NULL or a NUL-terminated
+/// string; `config` is NULL or a live topic config.
+#[no_mangle]
+pub unsafe extern "C" fn mql_topic_create(
+    broker: *mut mql_broker,
+    name: *const c_char,
+    config: *const mql_topic_config,
+) -> mql_status {
+    guard(|| {
+        // SAFETY: forwarded caller contract (for all three).
+        let b = unsafe { arg_ref(broker, "broker") }?;
+        // SAFETY: as above.
+        let name = unsafe { arg_str(name, "name") }?;
+        // SAFETY: as above.
+        let config = unsafe { opt_ref(config, "config") }?;
+        let config = config.map_or_else(TopicConfig::default, |c| c.inner.clone());
+        b.inner.create_topic(name, config)?;
+        Ok(())
+    })
+}
+
+/// Deletes a topic and its data. Messages already received from it stay
+/// readable until freed.
+///
+/// Errors: `MQL_UNKNOWN_TOPIC`, `MQL_CLOSED`, I/O errors.
+///
+/// Ownership: borrows every argument for the call; nothing to free.
+///
+/// # Safety
+/// `broker` is NULL or a live broker; `name` is NULL or a NUL-terminated
+/// string.
+#[no_mangle]
+pub unsafe extern "C" fn mql_topic_delete(
+    broker: *mut mql_broker,
+    name: *const c_char,
+) -> mql_status {
+    guard(|| {
+        // SAFETY: forwarded caller contract (for both).
+        let b = unsafe { arg_ref(broker, "broker") }?;
+        // SAFETY: as above.
+        let name = unsafe { arg_str(name, "name") }?;
+        b.inner.delete_topic(name)?;
+        Ok(())
+    })
+}
+
+/// Grows topic `name` to `total` partitions in all, keeping existing data.
+///
+/// Errors: `MQL_UNKNOWN_TOPIC`, `MQL_INVALID_CONFIG` (fewer partitions than
+/// now, or too many), `MQL_CLOSED`, I/O errors.
+///
+/// Ownership: borrows every argument for the call; nothing to free.
+///
+/// # Safety
+/// `broker` is NULL or a live broker; `name` is NULL or a NUL-terminated
+/// string.
+#[no_mangle]
+pub unsafe extern "C" fn mql_topic_add_partitions(
+    broker: *mut mql_broker,
+    name: *const c_char,
+    total: u32,
+) -> mql_status {
+    guard(|| {
+        // SAFETY: forwarded caller contract (for both).
+        let b = unsafe { arg_ref(broker, "broker") }?;
+        // SAFETY: as above.
+        let name = unsafe { arg_str(name, "name") }?;
+        b.inner.add_partitions(name, total)?;
+        Ok(())
+    })
+}
+
+/// Number of partitions of topic `name`, into `*out`.
+///
+/// Errors: `MQL_UNKNOWN_TOPIC`, `MQL_CLOSED`.
+///
+/// Ownership: borrows every argument for the call; the results are plain values; nothing to free.
+///
+/// # Safety
+/// `broker` is NULL or a live broker; `name` is NULL or a NUL-terminated
+/// string; `out` is NULL or valid for writing a `uint32_t`.
+#[no_mangle]
+pub unsafe extern "C" fn mql_topic_partition_count(
+    broker: *mut mql_broker,
+    name: *const c_char,
+    out: *mut u32,
+) -> mql_status {
+    guard(|| {
+        // SAFETY: forwarded caller contract (for all three).
+        let b = unsafe { arg_ref(broker, "broker") }?;
+        // SAFETY: as above.
+        let name = unsafe { arg_str(name, "name") }?;
+        let out = Out::new(out, "out")?;
+        let n = b.inner.topic(name)?.partitions.len() as u32;
+        // SAFETY: `out` is valid for writes by the caller's contract.
+        unsafe { out.write(n) };
+        Ok(())
+    })
+}
+
+/// The offsets of one partition: `*start` gets the first retained offset,
+/// `*end` the offset the next record will get (so `end - start` records
+/// are retained).
+///
+/// Errors: `MQL_UNKNOWN_TOPIC`, `MQL_UNKNOWN_PARTITION`, `MQL_CLOSED`.
+///
+/// Ownership: borrows every argument for the call; the results are plain values; nothing to free.
+///
+/// # Safety
+/// `broker` is NULL or a live broker; `name` is NULL or a NUL-terminated
+/// string; `start` and `end` are NULL or valid for writing a `uint64_t`.
+#[no_mangle]
+pub unsafe extern "C" fn mql_topic_offsets(
+    broker: *mut mql_broker,
+    name: *const c_char,
+    partition: u32,
+    start: *mut u64,
+    end: *mut u64,
+) -> mql_status {
+    guard(|| {
+        // SAFETY: forwarded caller contract (for all four).
+        let b = unsafe { arg_ref(broker, "broker") }?;
+        // SAFETY: as above.
+        let name = unsafe { arg_str(name, "name") }?;
+        let start = Out::new(start, "start")?;
+        let end = Out::new(end, "end")?;
+        let info = b.inner.topic(name)?;
+        let count = info.partitions.len() as u32;
+        let p = info
+            .partitions
+            .iter()
+            .find(|p| p.partition == partition)
+            .ok_or_else(|| mqlite::Error::UnknownPartition {
+                topic: name.to_owned(),
+                partition,
+                count,
+            })?;
+        // SAFETY: both are valid for writes by the caller's contract.
+        unsafe {
+            start.write(p.start_offset);
+            end.write(p.end_offset);
+        }
+        Ok(())
+    })
+}

@@ -1,0 +1,432 @@
+//! Configuration objects: data directory, topic, producer and consumer
+//! settings. Each is made by its `_new`, changed by setters, read (copied)
+//! by the functions that take it, and released by its `_free`.
+
+use std::ffi::c_int;
+
+use mqlite::{Acks, Config, ConsumerConfig, OffsetReset, ProducerConfig, TopicConfig};
+
+use crate::error::{guard, guard_value, mql_status, Failure};
+use crate::util::{arg_mut, free_handle, into_handle, Out};
+
+/// Settings of a data directory handle, for `mql_open`.
+pub struct mql_config {
+    pub(crate) inner: Config,
+}
+
+/// Makes a data-directory config with the defaults (prefault on, file mode
+/// 0600, retention checked every 60,000 ms).
+///
+/// Ownership: on `MQL_OK`, `*out` is a new config owned by the caller;
+/// release it with `mql_config_free` (`mql_open` copies it, so it may be
+/// freed right after).
+///
+/// # Safety
+/// `out` is NULL or valid for writing a pointer.
+#[no_mangle]
+pub unsafe extern "C" fn mql_config_new(out: *mut *mut mql_config) -> mql_status {
+    guard(|| {
+        let out = Out::new(out, "out")?;
+        // SAFETY: `out` is valid for writes by the caller's contract.
+        unsafe {
+            out.write(into_handle(mql_config {
+                inner: Config::default(),
+            }))
+        };
+        Ok(())
+    })
+}
+
+/// Releases a config made by `mql_config_new`. NULL does nothing.
+///
+/// Ownership: takes back the config the caller owned; do not use it afterwards.
+///
+/// # Safety
+/// `config` is NULL or a live config from `mql_config_new`, not used again.
+#[no_mangle]
+pub unsafe extern "C" fn mql_config_free(config: *mut mql_config) {
+    // SAFETY: forwarded caller contract.
+    guard_value((), || unsafe { free_handle(config) })
+}
+
+/// Whether to fault in segment pages in the background before the writer
+/// reaches them (default true). Turn off to save memory with many idle
+/// topics.
+///
+/// Ownership: borrows `config` for the call; the caller still owns it.
+///
+/// # Safety
+/// `config` is NULL or a live config not used by another thread meanwhile.
+#[no_mangle]
+pub unsafe extern "C" fn mql_config_set_prefault(
+    config: *mut mql_config,
+    prefault: bool,
+) -> mql_status {
+    guard(|| {
+        // SAFETY: forwarded caller contract.
+        let c = unsafe { arg_mut(config, "config") }?;
+        c.inner.prefault = prefault;
+        Ok(())
+    })
+}
+
+/// Unix permission bits of created data files (default 0600). At most
+/// 07777, else `MQL_INVALID_ARGUMENT`.
+///
+/// Ownership: borrows `config` for the call; the caller still owns it.
+///
+/// # Safety
+/// `config` is NULL or a live config not used by another thread meanwhile.
+#[no_mangle]
+pub unsafe extern "C" fn mql_config_set_file_mode(
+    config: *mut mql_config,
+    mode: u32,
+) -> mql_status {
+    guard(|| {
+        // SAFETY: forwarded caller contract.
+        let c = unsafe { arg_mut(config, "config") }?;
+        if mode > 0o7777 {
+            return Err(Failure::invalid(format!(
+                "file mode must be at most 07777, got {mode:#o}"
+            )));
+        }
+        c.inner.file_mode = mode;
+        Ok(())
+    })
+}
+
+/// How often a background thread applies retention, in milliseconds
+/// (default 60,000). 0 turns the thread off: retention then runs when a
+/// segment rolls.
+///
+/// Ownership: borrows `config` for the call; the caller still owns it.
+///
+/// # Safety
+/// `config` is NULL or a live config not used by another thread meanwhile.
+#[no_mangle]
+pub unsafe extern "C" fn mql_config_set_retention_check_interval_ms(
+    config: *mut mql_config,
+    interval_ms: u64,
+) -> mql_status {
+    guard(|| {
+        // SAFETY: forwarded caller contract.
+        let c = unsafe { arg_mut(config, "config") }?;
+        c.inner.retention_check_interval_ms = interval_ms;
+        Ok(())
+    })
+}
+
+/// Configuration of a topic, for `mql_topic_create`.
+pub struct mql_topic_config {
+    pub(crate) inner: TopicConfig,
+}
+
+/// Makes a topic config with `partitions` partitions (1 to 100,000, else
+/// `MQL_INVALID_CONFIG`) and defaults for the rest: 64 MiB segments, no
+/// retention limit, 1 MiB largest message. The other values are checked by
+/// `mql_topic_create`.
+///
+/// Ownership: on `MQL_OK`, `*out` is a new config owned by the caller;
+/// release it with `mql_topic_config_free` (`mql_topic_create` copies it).
+///
+/// # Safety
+/// `out` is NULL or valid for writing a pointer.
+#[no_mangle]
+pub unsafe extern "C" fn mql_topic_config_new(
+    partitions: u32,
+    out: *mut *mut mql_topic_config,
+) -> mql_status {
+    guard(|| {
+        let out = Out::new(out, "out")?;
+        let inner = TopicConfig::new(partitions);
+        inner.validate()?;
+        // SAFETY: `out` is valid for writes by the caller's contract.
+        unsafe { out.write(into_handle(mql_topic_config { inner })) };
+        Ok(())
+    })
+}
+
+/// Releases a config made by `mql_topic_config_new`. NULL does nothing.
+///
+/// Ownership: takes back the config the caller owned; do not use it afterwards.
+///
+/// # Safety
+/// `config` is NULL or a live config from `mql_topic_config_new`, not used
+/// again.
+#[no_mangle]
+pub unsafe extern "C" fn mql_topic_config_free(config: *mut mql_topic_config) {
+    // SAFETY: forwarded caller contract.
+    guard_value((), || unsafe { free_handle(config) })
+}
+
+/// Size each segment file is preallocated to (4 KiB to 2 GiB, checked by
+/// `mql_topic_create`); lowers `max_message_bytes` to it if needed.
+///
+/// Ownership: borrows `config` for the call; the caller still owns it.
+///
+/// # Safety
+/// `config` is NULL or a live topic config not used by another thread
+/// meanwhile.
+#[no_mangle]
+pub unsafe extern "C" fn mql_topic_config_set_segment_bytes(
+    config: *mut mql_topic_config,
+    bytes: u64,
+) -> mql_status {
+    guard(|| {
+        // SAFETY: forwarded caller contract.
+        let c = unsafe { arg_mut(config, "config") }?;
+        c.inner = c.inner.clone().segment_bytes(bytes);
+        Ok(())
+    })
+}
+
+/// Deletes closed segments whose newest record is older than `ms`
+/// milliseconds; -1 keeps data forever (the default). Other negative values
+/// give `MQL_INVALID_ARGUMENT`.
+///
+/// Ownership: borrows `config` for the call; the caller still owns it.
+///
+/// # Safety
+/// `config` is NULL or a live topic config not used by another thread
+/// meanwhile.
+#[no_mangle]
+pub unsafe extern "C" fn mql_topic_config_set_retention_ms(
+    config: *mut mql_topic_config,
+    ms: i64,
+) -> mql_status {
+    guard(|| {
+        // SAFETY: forwarded caller contract.
+        let c = unsafe { arg_mut(config, "config") }?;
+        c.inner.retention_ms = unlimited_or(ms, "retention_ms")?;
+        Ok(())
+    })
+}
+
+/// Deletes the oldest closed segments while a partition holds more than
+/// `bytes` bytes; -1 means no limit (the default). Other negative values
+/// give `MQL_INVALID_ARGUMENT`.
+///
+/// Ownership: borrows `config` for the call; the caller still owns it.
+///
+/// # Safety
+/// `config` is NULL or a live topic config not used by another thread
+/// meanwhile.
+#[no_mangle]
+pub unsafe extern "C" fn mql_topic_config_set_retention_bytes(
+    config: *mut mql_topic_config,
+    bytes: i64,
+) -> mql_status {
+    guard(|| {
+        // SAFETY: forwarded caller contract.
+        let c = unsafe { arg_mut(config, "config") }?;
+        c.inner.retention_bytes = unlimited_or(bytes, "retention_bytes")?;
+        Ok(())
+    })
+}
+
+/// Largest encoded record (a record is stored as a batch of one, with 57
+/// bytes of batch header); default 1 MiB, at most the segment size (checked
+/// by `mql_topic_create`).
+///
+/// Ownership: borrows `config` for the call; the caller still owns it.
+///
+/// # Safety
+/// `config` is NULL or a live topic config not used by another thread
+/// meanwhile.
+#[no_mangle]
+pub unsafe extern "C" fn mql_topic_config_set_max_message_bytes(
+    config: *mut mql_topic_config,
+    bytes: u32,
+) -> mql_status {
+    guard(|| {
+        // SAFETY: forwarded caller contract.
+        let c = unsafe { arg_mut(config, "config") }?;
+        c.inner.max_message_bytes = bytes;
+        Ok(())
+    })
+}
+
+fn unlimited_or(v: i64, what: &str) -> Result<Option<u64>, Failure> {
+    match v {
+        -1 => Ok(None),
+        v if v >= 0 => Ok(Some(v as u64)),
+        v => Err(Failure::invalid(format!(
+            "{what} must be -1 (no limit) or at least 0, got {v}"
+        ))),
+    }
+}
+
+/// Settings of a producer, for `mql_producer_new`.
+pub struct mql_producer_config {
+    pub(crate) inner: ProducerConfig,
+}
+
+/// Makes a producer config with the defaults (acks = 1).
+///
+/// Ownership: on `MQL_OK`, `*out` is a new config owned by the caller;
+/// release it with `mql_producer_config_free` (`mql_producer_new` copies
+/// it).
+///
+/// # Safety
+/// `out` is NULL or valid for writing a pointer.
+#[no_mangle]
+pub unsafe extern "C" fn mql_producer_config_new(out: *mut *mut mql_producer_config) -> mql_status {
+    guard(|| {
+        let out = Out::new(out, "out")?;
+        // SAFETY: `out` is valid for writes by the caller's contract.
+        unsafe {
+            out.write(into_handle(mql_producer_config {
+                inner: ProducerConfig::default(),
+            }))
+        };
+        Ok(())
+    })
+}
+
+/// Releases a config made by `mql_producer_config_new`. NULL does nothing.
+///
+/// Ownership: takes back the config the caller owned; do not use it afterwards.
+///
+/// # Safety
+/// `config` is NULL or a live config from `mql_producer_config_new`, not
+/// used again.
+#[no_mangle]
+pub unsafe extern "C" fn mql_producer_config_free(config: *mut mql_producer_config) {
+    // SAFETY: forwarded caller contract.
+    guard_value((), || unsafe { free_handle(config) })
+}
+
+/// Durability of every send, as Kafka's `acks`: 0 (do not wait), 1 (the
+/// default: in the memory map, survives a crash of the process) or -1 (all:
+/// flushed to disk, survives power loss). Other values give
+/// `MQL_INVALID_ARGUMENT`.
+///
+/// Ownership: borrows `config` for the call; the caller still owns it.
+///
+/// # Safety
+/// `config` is NULL or a live producer config not used by another thread
+/// meanwhile.
+#[no_mangle]
+pub unsafe extern "C" fn mql_producer_config_set_acks(
+    config: *mut mql_producer_config,
+    acks: i32,
+) -> mql_status {
+    guard(|| {
+        // SAFETY: forwarded caller contract.
+        let c = unsafe { arg_mut(config, "config") }?;
+        c.inner.acks = Acks::from_i32(acks)?;
+        Ok(())
+    })
+}
+
+/// Where a consumer starts when it has no valid position (Kafka's
+/// `auto.offset.reset`).
+///
+/// cbindgen:prefix-with-name
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum mql_offset_reset {
+    /// The first retained offset (the default).
+    Earliest = 0,
+    /// The end: only records written from now on.
+    Latest = 1,
+    /// Fail with `MQL_OFFSET_OUT_OF_RANGE`.
+    Error = 2,
+}
+
+/// Settings of a consumer, for `mql_consumer_new`.
+pub struct mql_consumer_config {
+    pub(crate) inner: ConsumerConfig,
+}
+
+/// Makes a consumer config with the defaults (`MQL_OFFSET_RESET_EARLIEST`,
+/// at most 500 records fetched per internal poll).
+///
+/// Ownership: on `MQL_OK`, `*out` is a new config owned by the caller;
+/// release it with `mql_consumer_config_free` (`mql_consumer_new` copies
+/// it).
+///
+/// # Safety
+/// `out` is NULL or valid for writing a pointer.
+#[no_mangle]
+pub unsafe extern "C" fn mql_consumer_config_new(out: *mut *mut mql_consumer_config) -> mql_status {
+    guard(|| {
+        let out = Out::new(out, "out")?;
+        // SAFETY: `out` is valid for writes by the caller's contract.
+        unsafe {
+            out.write(into_handle(mql_consumer_config {
+                inner: ConsumerConfig::default(),
+            }))
+        };
+        Ok(())
+    })
+}
+
+/// Releases a config made by `mql_consumer_config_new`. NULL does nothing.
+///
+/// Ownership: takes back the config the caller owned; do not use it afterwards.
+///
+/// # Safety
+/// `config` is NULL or a live config from `mql_consumer_config_new`, not
+/// used again.
+#[no_mangle]
+pub unsafe extern "C" fn mql_consumer_config_free(config: *mut mql_consumer_config) {
+    // SAFETY: forwarded caller contract.
+    guard_value((), || unsafe { free_handle(config) })
+}
+
+/// Where to start without a valid position: one of the `mql_offset_reset`
+/// values (passed as `int`, so that any value is safe to pass; others give
+/// `MQL_INVALID_ARGUMENT`).
+///
+/// Ownership: borrows `config` for the call; the caller still owns it.
+///
+/// # Safety
+/// `config` is NULL or a live consumer config not used by another thread
+/// meanwhile.
+#[no_mangle]
+pub unsafe extern "C" fn mql_consumer_config_set_auto_offset_reset(
+    config: *mut mql_consumer_config,
+    reset: c_int,
+) -> mql_status {
+    guard(|| {
+        // SAFETY: forwarded caller contract.
+        let c = unsafe { arg_mut(config, "config") }?;
+        c.inner.auto_offset_reset = match reset {
+            r if r == mql_offset_reset::Earliest as c_int => OffsetReset::Earliest,
+            r if r == mql_offset_reset::Latest as c_int => OffsetReset::Latest,
+            r if r == mql_offset_reset::Error as c_int => OffsetReset::Error,
+            r => {
+                return Err(Failure::invalid(format!(
+                "auto_offset_reset must be MQL_OFFSET_RESET_EARLIEST, _LATEST or _ERROR, got {r}"
+            )))
+            }
+        };
+        Ok(())
+    })
+}
+
+/// Most records the consumer fetches from the engine at once (default 500,
+/// at least 1, else `MQL_INVALID_ARGUMENT`). `mql_poll` hands them out one
+/// at a time.
+///
+/// Ownership: borrows `config` for the call; the caller still owns it.
+///
+/// # Safety
+/// `config` is NULL or a live consumer config not used by another thread
+/// meanwhile.
+#[no_mangle]
+pub unsafe extern "C" fn mql_consumer_config_set_max_poll_records(
+    config: *mut mql_consumer_config,
+    n: usize,
+) -> mql_status {
+    guard(|| {
+        // SAFETY: forwarded caller contract.
+        let c = unsafe { arg_mut(config, "config") }?;
+        if n == 0 {
+            return Err(Failure::invalid("max_poll_records must be at least 1"));
+        }
+        c.inner.max_poll_records = n;
+        Ok(())
+    })
+}

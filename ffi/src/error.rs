@@ -1,0 +1,421 @@
+//! Status codes, the per-thread error text, and the panic boundary every
+//! exported function goes through.
+
+use std::cell::RefCell;
+use std::ffi::{c_char, c_int, CStr, CString};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+/// The result of every fallible function. `MQL_OK` (0) is success; the other
+/// values are the engine's stable error codes (allocated in blocks per
+/// domain: 1-99 general, 100-199 topics, 200-299 partitions, 300-399 on-disk
+/// format, 400-499 producers, 500-599 consumers) and never change meaning.
+/// `mql_last_error()` gives the text of the latest failure on the thread.
+///
+/// cbindgen:prefix-with-name=false
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum mql_status {
+    /// Success.
+    MQL_OK = 0,
+    /// An operating-system I/O error (also the fallback for error kinds
+    /// newer than this header; the text names them).
+    MQL_IO = 1,
+    /// No space left on the device (or the file-size limit was reached).
+    MQL_DISK_FULL = 2,
+    /// The data directory is held by another handle, in this process or
+    /// another; the error text names the holder.
+    MQL_LOCKED = 3,
+    /// An argument was out of its allowed range or malformed.
+    MQL_INVALID_ARGUMENT = 4,
+    /// The handle (or the broker it came from) was closed.
+    MQL_CLOSED = 5,
+    /// Nothing arrived before the timeout (`mql_poll`), or an operation
+    /// waited too long.
+    MQL_TIMEOUT = 6,
+    /// A required pointer argument was NULL.
+    MQL_NULL_ARGUMENT = 10,
+    /// A string argument was not valid UTF-8.
+    MQL_INVALID_UTF8 = 11,
+    /// An internal error (a Rust panic) was caught at the C boundary. Free
+    /// the handles involved.
+    MQL_PANIC = 12,
+    /// A topic name broke the naming rules: 1 to 249 characters of
+    /// `[A-Za-z0-9._-]`, not `.` or `..`, not starting with `__`.
+    MQL_INVALID_TOPIC_NAME = 100,
+    /// The topic already exists.
+    MQL_TOPIC_EXISTS = 101,
+    /// No topic of that name.
+    MQL_UNKNOWN_TOPIC = 102,
+    /// A topic configuration value is out of range.
+    MQL_INVALID_CONFIG = 103,
+    /// The topic has no such partition.
+    MQL_UNKNOWN_PARTITION = 200,
+    /// The offset is outside the partition's retained range.
+    MQL_OFFSET_OUT_OF_RANGE = 201,
+    /// An earlier write or fsync failure poisoned the partition; reopen the
+    /// data directory.
+    MQL_POISONED = 202,
+    /// Data on disk failed a length or CRC check.
+    MQL_CORRUPT = 300,
+    /// The data was written by an on-disk format version this library cannot
+    /// read.
+    MQL_UNSUPPORTED_VERSION = 301,
+    /// The record is larger than the topic's `max_message_bytes`.
+    MQL_MESSAGE_TOO_LARGE = 400,
+}
+
+use mql_status::*;
+
+/// Every status, for lookups by number.
+const ALL: [mql_status; 20] = [
+    MQL_OK,
+    MQL_IO,
+    MQL_DISK_FULL,
+    MQL_LOCKED,
+    MQL_INVALID_ARGUMENT,
+    MQL_CLOSED,
+    MQL_TIMEOUT,
+    MQL_NULL_ARGUMENT,
+    MQL_INVALID_UTF8,
+    MQL_PANIC,
+    MQL_INVALID_TOPIC_NAME,
+    MQL_TOPIC_EXISTS,
+    MQL_UNKNOWN_TOPIC,
+    MQL_INVALID_CONFIG,
+    MQL_UNKNOWN_PARTITION,
+    MQL_OFFSET_OUT_OF_RANGE,
+    MQL_POISONED,
+    MQL_CORRUPT,
+    MQL_UNSUPPORTED_VERSION,
+    MQL_MESSAGE_TOO_LARGE,
+];
+
+impl mql_status {
+    /// The status with numeric value `code`, if there is one.
+    pub(crate) fn from_code(code: c_int) -> Option<mql_status> {
+        ALL.iter().copied().find(|s| *s as c_int == code)
+    }
+
+    /// The status for an engine error, by its stable code. Codes newer than
+    /// this library (the core's `Error` is non-exhaustive) become `MQL_IO`;
+    /// the error text keeps the details.
+    pub(crate) fn from_core(e: &mqlite::Error) -> mql_status {
+        match mql_status::from_code(e.code()) {
+            // The FFI-only codes are never core codes.
+            Some(MQL_OK | MQL_NULL_ARGUMENT | MQL_INVALID_UTF8 | MQL_PANIC) | None => MQL_IO,
+            Some(s) => s,
+        }
+    }
+
+    fn name(self) -> &'static CStr {
+        match self {
+            MQL_OK => c"MQL_OK",
+            MQL_IO => c"MQL_IO",
+            MQL_DISK_FULL => c"MQL_DISK_FULL",
+            MQL_LOCKED => c"MQL_LOCKED",
+            MQL_INVALID_ARGUMENT => c"MQL_INVALID_ARGUMENT",
+            MQL_CLOSED => c"MQL_CLOSED",
+            MQL_TIMEOUT => c"MQL_TIMEOUT",
+            MQL_NULL_ARGUMENT => c"MQL_NULL_ARGUMENT",
+            MQL_INVALID_UTF8 => c"MQL_INVALID_UTF8",
+            MQL_PANIC => c"MQL_PANIC",
+            MQL_INVALID_TOPIC_NAME => c"MQL_INVALID_TOPIC_NAME",
+            MQL_TOPIC_EXISTS => c"MQL_TOPIC_EXISTS",
+            MQL_UNKNOWN_TOPIC => c"MQL_UNKNOWN_TOPIC",
+            MQL_INVALID_CONFIG => c"MQL_INVALID_CONFIG",
+            MQL_UNKNOWN_PARTITION => c"MQL_UNKNOWN_PARTITION",
+            MQL_OFFSET_OUT_OF_RANGE => c"MQL_OFFSET_OUT_OF_RANGE",
+            MQL_POISONED => c"MQL_POISONED",
+            MQL_CORRUPT => c"MQL_CORRUPT",
+            MQL_UNSUPPORTED_VERSION => c"MQL_UNSUPPORTED_VERSION",
+            MQL_MESSAGE_TOO_LARGE => c"MQL_MESSAGE_TOO_LARGE",
+        }
+    }
+}
+
+/// Why a call failed: a status and its text.
+#[derive(Debug)]
+pub(crate) struct Failure {
+    pub(crate) status: mql_status,
+    pub(crate) message: String,
+}
+
+/// What the bodies of exported functions return.
+pub(crate) type FfiResult<T = ()> = Result<T, Failure>;
+
+impl Failure {
+    pub(crate) fn new(status: mql_status, message: impl Into<String>) -> Failure {
+        Failure {
+            status,
+            message: message.into(),
+        }
+    }
+
+    /// A required pointer argument was NULL.
+    pub(crate) fn null(arg: &str) -> Failure {
+        Failure::new(MQL_NULL_ARGUMENT, format!("argument `{arg}` is NULL"))
+    }
+
+    /// An argument was out of range.
+    pub(crate) fn invalid(message: impl Into<String>) -> Failure {
+        Failure::new(MQL_INVALID_ARGUMENT, message)
+    }
+}
+
+impl From<mqlite::Error> for Failure {
+    fn from(e: mqlite::Error) -> Failure {
+        let status = mql_status::from_core(&e);
+        let message = if status as c_int == e.code() {
+            e.to_string()
+        } else {
+            format!("{e} (engine error code {})", e.code())
+        };
+        Failure { status, message }
+    }
+}
+
+/// The latest failure on this thread.
+struct LastError {
+    status: mql_status,
+    text: Option<CString>,
+}
+
+thread_local! {
+    static LAST_ERROR: RefCell<LastError> = const {
+        RefCell::new(LastError { status: MQL_OK, text: None })
+    };
+}
+
+fn set_last_error(status: mql_status, message: String) {
+    // Interior NULs cannot be shown by C; make them visible instead.
+    let text = CString::new(message).unwrap_or_else(|e| {
+        let bytes: Vec<u8> = e
+            .into_vec()
+            .into_iter()
+            .map(|b| if b == 0 { b'?' } else { b })
+            .collect();
+        CString::new(bytes).unwrap_or_default()
+    });
+    // `try_with` fails only while the thread is being torn down; the error
+    // is then lost, which nobody could read anyway.
+    let _ = LAST_ERROR.try_with(|l| {
+        if let Ok(mut l) = l.try_borrow_mut() {
+            l.status = status;
+            l.text = Some(text);
+        }
+    });
+}
+
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "unknown panic payload".to_owned()
+    }
+}
+
+fn caught_panic(payload: Box<dyn std::any::Any + Send>) {
+    let message = panic_message(&*payload);
+    // Dropping the payload could itself panic; never let that escape.
+    if let Err(again) = catch_unwind(AssertUnwindSafe(move || drop(payload))) {
+        std::mem::forget(again);
+    }
+    set_last_error(MQL_PANIC, format!("internal error (panic): {message}"));
+}
+
+/// The panic boundary of every exported function that returns a status:
+/// runs `body`, records a failure as this thread's last error, and turns a
+/// panic into `MQL_PANIC` instead of unwinding into C.
+pub(crate) fn guard(body: impl FnOnce() -> FfiResult) -> mql_status {
+    match catch_unwind(AssertUnwindSafe(body)) {
+        Ok(Ok(())) => MQL_OK,
+        Ok(Err(f)) => {
+            let status = f.status;
+            set_last_error(status, f.message);
+            status
+        }
+        Err(payload) => {
+            caught_panic(payload);
+            MQL_PANIC
+        }
+    }
+}
+
+/// The panic boundary of exported functions that return a value rather
+/// than a status (accessors, `_free`): a panic yields `fallback` and sets
+/// this thread's last error to `MQL_PANIC`.
+pub(crate) fn guard_value<T>(fallback: T, body: impl FnOnce() -> T) -> T {
+    match catch_unwind(AssertUnwindSafe(body)) {
+        Ok(v) => v,
+        Err(payload) => {
+            caught_panic(payload);
+            fallback
+        }
+    }
+}
+
+/// Text of the latest failure on the calling thread, or `""` when no call on
+/// this thread has failed yet. Successful calls do not clear it.
+///
+/// Ownership: the string belongs to the library; do not free it. It stays
+/// valid until the next failing call on this thread or the thread's exit;
+/// copy it to keep it longer.
+#[no_mangle]
+pub extern "C" fn mql_last_error() -> *const c_char {
+    guard_value(c"".as_ptr(), || {
+        LAST_ERROR
+            .try_with(|l| match l.try_borrow() {
+                Ok(l) => l.text.as_deref().map_or(c"".as_ptr(), CStr::as_ptr),
+                Err(_) => c"".as_ptr(),
+            })
+            .unwrap_or(c"".as_ptr())
+    })
+}
+
+/// Status of the latest failure on the calling thread (`MQL_OK` when no call
+/// on this thread has failed yet). Successful calls do not clear it.
+///
+/// Ownership: returns a plain value; nothing to free.
+#[no_mangle]
+pub extern "C" fn mql_last_error_code() -> mql_status {
+    guard_value(MQL_PANIC, || {
+        LAST_ERROR
+            .try_with(|l| l.try_borrow().map_or(MQL_OK, |l| l.status))
+            .unwrap_or(MQL_OK)
+    })
+}
+
+/// The name of a status as a static string, e.g. `"MQL_UNKNOWN_TOPIC"` for
+/// `MQL_UNKNOWN_TOPIC`; `"MQL_UNKNOWN_STATUS"` for a value that is not an
+/// `mql_status`. Takes an `int` so that any value is safe to pass.
+///
+/// Ownership: static storage; never free it.
+#[no_mangle]
+pub extern "C" fn mql_status_str(status: c_int) -> *const c_char {
+    guard_value(c"MQL_UNKNOWN_STATUS".as_ptr(), || {
+        mql_status::from_code(status)
+            .map_or(c"MQL_UNKNOWN_STATUS", mql_status::name)
+            .as_ptr()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mqlite::Error;
+    use std::path::PathBuf;
+
+    fn io() -> std::io::Error {
+        std::io::Error::other("x")
+    }
+
+    /// Every core error kind maps to the status with its own code.
+    #[test]
+    fn statuses_equal_core_codes() {
+        let errors = [
+            Error::Io {
+                context: "c".into(),
+                source: io(),
+            },
+            Error::DiskFull {
+                context: "c".into(),
+                source: io(),
+            },
+            Error::Locked {
+                path: PathBuf::from("d"),
+                holder: "process 1".into(),
+            },
+            Error::InvalidArgument("a".into()),
+            Error::Closed("broker"),
+            Error::Timeout(5),
+            Error::InvalidTopicName {
+                name: "n".into(),
+                reason: "r",
+            },
+            Error::TopicExists("t".into()),
+            Error::UnknownTopic("t".into()),
+            Error::InvalidConfig("c".into()),
+            Error::UnknownPartition {
+                topic: "t".into(),
+                partition: 9,
+                count: 1,
+            },
+            Error::OffsetOutOfRange {
+                topic: "t".into(),
+                partition: 0,
+                offset: 9,
+                start: 0,
+                end: 1,
+            },
+            Error::Poisoned {
+                topic: "t".into(),
+                partition: 0,
+            },
+            Error::Corrupt {
+                path: PathBuf::from("f"),
+                position: 0,
+                reason: "r".into(),
+            },
+            Error::UnsupportedVersion {
+                path: PathBuf::from("f"),
+                found: 9,
+                supported: 1,
+            },
+            Error::MessageTooLarge { size: 9, max: 1 },
+        ];
+        for e in errors {
+            let code = e.code();
+            let f = Failure::from(e);
+            assert_eq!(f.status as c_int, code, "{}", f.message);
+        }
+    }
+
+    #[test]
+    fn every_status_has_a_name() {
+        for s in ALL {
+            let name = mql_status_str(s as c_int);
+            // SAFETY: mql_status_str returns a static NUL-terminated string.
+            let name = unsafe { CStr::from_ptr(name) }.to_str().unwrap();
+            assert!(name.starts_with("MQL_"), "{name}");
+            assert_eq!(mql_status::from_code(s as c_int), Some(s));
+        }
+        // SAFETY: as above.
+        let unknown = unsafe { CStr::from_ptr(mql_status_str(-7)) };
+        assert_eq!(unknown.to_bytes(), b"MQL_UNKNOWN_STATUS");
+    }
+
+    #[test]
+    fn guard_catches_panics_and_keeps_text_per_thread() {
+        let st = guard(|| panic!("boom"));
+        assert_eq!(st, MQL_PANIC);
+        assert_eq!(mql_last_error_code(), MQL_PANIC);
+        // SAFETY: mql_last_error returns a live NUL-terminated string.
+        let text = unsafe { CStr::from_ptr(mql_last_error()) }
+            .to_str()
+            .unwrap()
+            .to_owned();
+        assert!(text.contains("boom"), "{text}");
+        std::thread::spawn(|| {
+            assert_eq!(mql_last_error_code(), MQL_OK);
+            // SAFETY: as above.
+            assert_eq!(unsafe { CStr::from_ptr(mql_last_error()) }.to_bytes(), b"");
+        })
+        .join()
+        .unwrap();
+        assert_eq!(guard_value(7, || panic!("again")), 7);
+        assert_eq!(guard(|| Ok(())), MQL_OK);
+        // Success leaves the last error alone.
+        assert_eq!(mql_last_error_code(), MQL_PANIC);
+    }
+
+    #[test]
+    fn interior_nul_in_error_text_is_replaced() {
+        let st = guard(|| Err(Failure::invalid("a\0b")));
+        assert_eq!(st, MQL_INVALID_ARGUMENT);
+        // SAFETY: mql_last_error returns a live NUL-terminated string.
+        let text = unsafe { CStr::from_ptr(mql_last_error()) };
+        assert_eq!(text.to_bytes(), b"a?b");
+    }
+}

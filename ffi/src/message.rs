@@ -1,0 +1,261 @@
+//! Consumed messages and their accessors.
+
+use std::ffi::{c_char, c_void, CString};
+use std::sync::OnceLock;
+
+use mqlite::Message;
+
+use crate::error::{guard, guard_value, mql_status, Failure};
+use crate::util::{arg_ref, free_handle, Out};
+
+/// One consumed record. Made by `mql_poll`, released by
+/// `mql_message_free`. Key and value are read in place from the memory map
+/// (no copy): the message keeps its segment mapped while it lives, even if
+/// retention, topic deletion or `mql_close` happen meanwhile. Every pointer
+/// an accessor returns stays valid until the message is freed.
+pub struct mql_message {
+    inner: Message,
+    /// The topic name, NUL-terminated, made on first use.
+    topic: OnceLock<CString>,
+    /// The decoded headers, made on first use.
+    headers: OnceLock<Vec<MessageHeader>>,
+}
+
+struct MessageHeader {
+    /// The name's bytes followed by a NUL.
+    name: Vec<u8>,
+    value: Vec<u8>,
+}
+
+impl mql_message {
+    pub(crate) fn new(inner: Message) -> mql_message {
+        mql_message {
+            inner,
+            topic: OnceLock::new(),
+            headers: OnceLock::new(),
+        }
+    }
+
+    fn headers(&self) -> &[MessageHeader] {
+        self.headers.get_or_init(|| {
+            self.inner
+                .headers()
+                .into_iter()
+                .map(|h| {
+                    let mut name = h.key.into_bytes();
+                    name.push(0);
+                    MessageHeader {
+                        name,
+                        value: h.value,
+                    }
+                })
+                .collect()
+        })
+    }
+}
+
+/// Writes `bytes` (pointer and length) out, or NULL and 0 for `None`.
+///
+/// # Safety
+/// `len` is NULL or valid for writing a `size_t`.
+unsafe fn bytes_out(bytes: Option<&[u8]>, len: *mut usize) -> *const c_void {
+    let (p, n) = match bytes {
+        Some(b) => (b.as_ptr().cast::<c_void>(), b.len()),
+        None => (std::ptr::null(), 0),
+    };
+    if let Ok(len) = Out::new(len, "len") {
+        // SAFETY: valid for writes by the caller's contract.
+        unsafe { len.write(n) };
+    }
+    p
+}
+
+/// The message's topic, NUL-terminated; NULL if `message` is NULL.
+///
+/// Ownership: owned by the message, valid until `mql_message_free`.
+///
+/// # Safety
+/// `message` is NULL or a live message.
+#[no_mangle]
+pub unsafe extern "C" fn mql_message_topic(message: *const mql_message) -> *const c_char {
+    guard_value(std::ptr::null(), || {
+        // SAFETY: forwarded caller contract.
+        let Ok(m) = (unsafe { arg_ref(message, "message") }) else {
+            return std::ptr::null();
+        };
+        m.topic
+            .get_or_init(|| {
+                // Topic names are validated ASCII without NUL bytes.
+                CString::new(m.inner.topic()).unwrap_or_default()
+            })
+            .as_ptr()
+    })
+}
+
+/// The message's partition; 0 if `message` is NULL.
+///
+/// Ownership: returns a plain value; nothing to free.
+///
+/// # Safety
+/// `message` is NULL or a live message.
+#[no_mangle]
+pub unsafe extern "C" fn mql_message_partition(message: *const mql_message) -> u32 {
+    guard_value(0, || {
+        // SAFETY: forwarded caller contract.
+        unsafe { arg_ref(message, "message") }.map_or(0, |m| m.inner.partition())
+    })
+}
+
+/// The message's offset in its partition; 0 if `message` is NULL.
+///
+/// Ownership: returns a plain value; nothing to free.
+///
+/// # Safety
+/// `message` is NULL or a live message.
+#[no_mangle]
+pub unsafe extern "C" fn mql_message_offset(message: *const mql_message) -> u64 {
+    guard_value(0, || {
+        // SAFETY: forwarded caller contract.
+        unsafe { arg_ref(message, "message") }.map_or(0, |m| m.inner.offset())
+    })
+}
+
+/// The message's timestamp in milliseconds since the Unix epoch; -1 if
+/// `message` is NULL.
+///
+/// Ownership: returns a plain value; nothing to free.
+///
+/// # Safety
+/// `message` is NULL or a live message.
+#[no_mangle]
+pub unsafe extern "C" fn mql_message_timestamp(message: *const mql_message) -> i64 {
+    guard_value(-1, || {
+        // SAFETY: forwarded caller contract.
+        unsafe { arg_ref(message, "message") }.map_or(-1, |m| m.inner.timestamp())
+    })
+}
+
+/// The message's key, with its length in `*len` (when `len` is not NULL).
+/// Returns NULL (and length 0) when the message has no key, or when
+/// `message` is NULL (then `*len` is not written). An empty key is a
+/// non-NULL pointer with length 0.
+///
+/// Ownership: points into the message, valid until `mql_message_free`.
+///
+/// # Safety
+/// `message` is NULL or a live message; `len` is NULL or valid for writing
+/// a `size_t`.
+#[no_mangle]
+pub unsafe extern "C" fn mql_message_key(
+    message: *const mql_message,
+    len: *mut usize,
+) -> *const c_void {
+    guard_value(std::ptr::null(), || {
+        // SAFETY: forwarded caller contract.
+        let Ok(m) = (unsafe { arg_ref(message, "message") }) else {
+            return std::ptr::null();
+        };
+        // SAFETY: forwarded caller contract.
+        unsafe { bytes_out(m.inner.key(), len) }
+    })
+}
+
+/// The message's value, with its length in `*len` (when `len` is not
+/// NULL). Returns NULL (and length 0) for a null value (a tombstone), or
+/// when `message` is NULL (then `*len` is not written). An empty value is a
+/// non-NULL pointer with length 0.
+///
+/// Ownership: points into the message, valid until `mql_message_free`.
+///
+/// # Safety
+/// `message` is NULL or a live message; `len` is NULL or valid for writing
+/// a `size_t`.
+#[no_mangle]
+pub unsafe extern "C" fn mql_message_value(
+    message: *const mql_message,
+    len: *mut usize,
+) -> *const c_void {
+    guard_value(std::ptr::null(), || {
+        // SAFETY: forwarded caller contract.
+        let Ok(m) = (unsafe { arg_ref(message, "message") }) else {
+            return std::ptr::null();
+        };
+        // SAFETY: forwarded caller contract.
+        unsafe { bytes_out(m.inner.value(), len) }
+    })
+}
+
+/// Number of headers of the message; 0 if `message` is NULL.
+///
+/// Ownership: returns a plain value; nothing to free.
+///
+/// # Safety
+/// `message` is NULL or a live message.
+#[no_mangle]
+pub unsafe extern "C" fn mql_message_header_count(message: *const mql_message) -> usize {
+    guard_value(0, || {
+        // SAFETY: forwarded caller contract.
+        unsafe { arg_ref(message, "message") }.map_or(0, |m| m.headers().len())
+    })
+}
+
+/// Header `index` (0-based, in the order sent) of the message: its name
+/// (`*name_len` bytes of UTF-8, also followed by a NUL for convenience,
+/// though a name may contain NUL bytes) and its value (`*value_len` bytes,
+/// never NULL).
+///
+/// Errors: `MQL_INVALID_ARGUMENT` when `index` is not below
+/// `mql_message_header_count`.
+///
+/// Ownership: the pointers point into the message, valid until
+/// `mql_message_free`.
+///
+/// # Safety
+/// `message` is NULL or a live message; the out-parameters are NULL or
+/// valid for writes of their types.
+#[no_mangle]
+pub unsafe extern "C" fn mql_message_header(
+    message: *const mql_message,
+    index: usize,
+    name: *mut *const c_char,
+    name_len: *mut usize,
+    value: *mut *const c_void,
+    value_len: *mut usize,
+) -> mql_status {
+    guard(|| {
+        // SAFETY: forwarded caller contract.
+        let m = unsafe { arg_ref(message, "message") }?;
+        let name = Out::new(name, "name")?;
+        let name_len = Out::new(name_len, "name_len")?;
+        let value = Out::new(value, "value")?;
+        let value_len = Out::new(value_len, "value_len")?;
+        let headers = m.headers();
+        let h = headers.get(index).ok_or_else(|| {
+            Failure::invalid(format!(
+                "header index {index} is out of range (the message has {})",
+                headers.len()
+            ))
+        })?;
+        // SAFETY: all four are valid for writes by the caller's contract.
+        unsafe {
+            name.write(h.name.as_ptr().cast());
+            name_len.write(h.name.len() - 1);
+            value.write(h.value.as_ptr().cast());
+            value_len.write(h.value.len());
+        }
+        Ok(())
+    })
+}
+
+/// Releases a message. NULL does nothing.
+///
+/// Ownership: takes back the message the caller owned; every pointer its accessors returned dies with it.
+///
+/// # Safety
+/// `message` is NULL or a live message from `mql_poll`, not used again
+/// (nor any pointer its accessors returned).
+#[no_mangle]
+pub unsafe extern "C" fn mql_message_free(message: *mut mql_message) {
+    // SAFETY: forwarded caller contract.
+    guard_value((), || unsafe { free_handle(message) })
+}

@@ -1,0 +1,203 @@
+//! Checked conversions of C arguments: pointers, strings, buffers.
+
+use std::ffi::{c_char, c_void, CStr};
+use std::ptr::NonNull;
+
+use crate::error::{mql_status, Failure, FfiResult};
+
+/// `p` as a shared reference: `MQL_NULL_ARGUMENT` when NULL,
+/// `MQL_INVALID_ARGUMENT` when misaligned.
+///
+/// # Safety
+/// `p` is NULL or points to a live `T` that nobody mutates during `'a`.
+pub(crate) unsafe fn arg_ref<'a, T>(p: *const T, name: &str) -> FfiResult<&'a T> {
+    if p.is_null() {
+        return Err(Failure::null(name));
+    }
+    if !p.is_aligned() {
+        return Err(Failure::invalid(format!("argument `{name}` is misaligned")));
+    }
+    // SAFETY: non-NULL and aligned, and by the caller's contract it points
+    // to a live T not mutated during 'a.
+    Ok(unsafe { &*p })
+}
+
+/// `p` as an exclusive reference: `MQL_NULL_ARGUMENT` when NULL,
+/// `MQL_INVALID_ARGUMENT` when misaligned.
+///
+/// # Safety
+/// `p` is NULL or points to a live `T` that nothing else uses during `'a`.
+pub(crate) unsafe fn arg_mut<'a, T>(p: *mut T, name: &str) -> FfiResult<&'a mut T> {
+    if p.is_null() {
+        return Err(Failure::null(name));
+    }
+    if !p.is_aligned() {
+        return Err(Failure::invalid(format!("argument `{name}` is misaligned")));
+    }
+    // SAFETY: non-NULL and aligned, and by the caller's contract it points
+    // to a live T used by nothing else during 'a.
+    Ok(unsafe { &mut *p })
+}
+
+/// Like [`arg_ref`], with NULL allowed (`None`).
+///
+/// # Safety
+/// As [`arg_ref`].
+pub(crate) unsafe fn opt_ref<'a, T>(p: *const T, name: &str) -> FfiResult<Option<&'a T>> {
+    if p.is_null() {
+        Ok(None)
+    } else {
+        // SAFETY: forwarded caller contract.
+        unsafe { arg_ref(p, name) }.map(Some)
+    }
+}
+
+/// A checked out-parameter: non-NULL and aligned. Check every out-parameter
+/// before doing any work, and [`Out::write`] only once everything succeeded.
+pub(crate) struct Out<T>(NonNull<T>);
+
+impl<T> Out<T> {
+    /// Checks `p`: `MQL_NULL_ARGUMENT` when NULL, `MQL_INVALID_ARGUMENT`
+    /// when misaligned.
+    pub(crate) fn new(p: *mut T, name: &str) -> FfiResult<Out<T>> {
+        let p = NonNull::new(p).ok_or_else(|| Failure::null(name))?;
+        if !p.as_ptr().is_aligned() {
+            return Err(Failure::invalid(format!("argument `{name}` is misaligned")));
+        }
+        Ok(Out(p))
+    }
+
+    /// Like [`Out::new`], with NULL allowed (`None`: the caller does not want
+    /// the result).
+    pub(crate) fn optional(p: *mut T, name: &str) -> FfiResult<Option<Out<T>>> {
+        if p.is_null() {
+            Ok(None)
+        } else {
+            Out::new(p, name).map(Some)
+        }
+    }
+
+    /// Stores `value` without reading or dropping what was there.
+    ///
+    /// # Safety
+    /// The pointer given to [`Out::new`] is valid for writes of a `T`.
+    pub(crate) unsafe fn write(self, value: T) {
+        // SAFETY: non-NULL and aligned (checked in `new`); valid for writes
+        // by the caller's contract. `write` does not drop the old contents,
+        // which may be uninitialised.
+        unsafe { self.0.as_ptr().write(value) }
+    }
+}
+
+/// A NUL-terminated UTF-8 string argument: `MQL_NULL_ARGUMENT` when NULL,
+/// `MQL_INVALID_UTF8` when not UTF-8.
+///
+/// # Safety
+/// `p` is NULL or points to a NUL-terminated string that stays unchanged
+/// during `'a`.
+pub(crate) unsafe fn arg_str<'a>(p: *const c_char, name: &str) -> FfiResult<&'a str> {
+    if p.is_null() {
+        return Err(Failure::null(name));
+    }
+    // SAFETY: non-NULL, and NUL-terminated and unchanged during 'a by the
+    // caller's contract.
+    let s = unsafe { CStr::from_ptr(p) };
+    s.to_str().map_err(|e| {
+        Failure::new(
+            mql_status::MQL_INVALID_UTF8,
+            format!(
+                "argument `{name}` is not valid UTF-8 (bad byte at position {})",
+                e.valid_up_to()
+            ),
+        )
+    })
+}
+
+/// Like [`arg_str`], with NULL allowed (`None`).
+///
+/// # Safety
+/// As [`arg_str`].
+pub(crate) unsafe fn opt_str<'a>(p: *const c_char, name: &str) -> FfiResult<Option<&'a str>> {
+    if p.is_null() {
+        Ok(None)
+    } else {
+        // SAFETY: forwarded caller contract.
+        unsafe { arg_str(p, name) }.map(Some)
+    }
+}
+
+/// A byte buffer `(p, len)`. NULL is `None` (allowed only with `len == 0`,
+/// otherwise `MQL_NULL_ARGUMENT`); non-NULL with `len == 0` is an empty
+/// slice.
+///
+/// # Safety
+/// `p` is NULL or valid for reads of `len` bytes that stay unchanged during
+/// `'a`.
+pub(crate) unsafe fn arg_bytes<'a>(
+    p: *const c_void,
+    len: usize,
+    name: &str,
+) -> FfiResult<Option<&'a [u8]>> {
+    if p.is_null() {
+        return if len == 0 {
+            Ok(None)
+        } else {
+            Err(Failure::null(name))
+        };
+    }
+    if len > isize::MAX as usize {
+        return Err(Failure::invalid(format!(
+            "argument `{name}`: length {len} is too large"
+        )));
+    }
+    // SAFETY: non-NULL, u8 needs no alignment, the length fits isize, and by
+    // the caller's contract the memory is readable and unchanged during 'a.
+    Ok(Some(unsafe {
+        std::slice::from_raw_parts(p.cast::<u8>(), len)
+    }))
+}
+
+/// A C array `(p, n)` of `T`. NULL is allowed only with `n == 0`.
+///
+/// # Safety
+/// `p` is NULL or points to `n` live, initialised `T`s unchanged during
+/// `'a`.
+pub(crate) unsafe fn arg_slice<'a, T>(p: *const T, n: usize, name: &str) -> FfiResult<&'a [T]> {
+    if n == 0 {
+        return Ok(&[]);
+    }
+    if p.is_null() {
+        return Err(Failure::null(name));
+    }
+    if !p.is_aligned() {
+        return Err(Failure::invalid(format!("argument `{name}` is misaligned")));
+    }
+    if n.checked_mul(size_of::<T>())
+        .is_none_or(|b| b > isize::MAX as usize)
+    {
+        return Err(Failure::invalid(format!(
+            "argument `{name}`: count {n} is too large"
+        )));
+    }
+    // SAFETY: non-NULL, aligned, the byte size fits isize, and by the
+    // caller's contract the elements are live and unchanged during 'a.
+    Ok(unsafe { std::slice::from_raw_parts(p, n) })
+}
+
+/// Moves `value` to the heap and hands ownership to C.
+pub(crate) fn into_handle<T>(value: T) -> *mut T {
+    Box::into_raw(Box::new(value))
+}
+
+/// Takes back and drops a handle made by [`into_handle`]; NULL is a no-op.
+///
+/// # Safety
+/// `p` is NULL or came from [`into_handle`] of the same `T` and was not
+/// freed yet; nothing uses it afterwards.
+pub(crate) unsafe fn free_handle<T>(p: *mut T) {
+    if !p.is_null() {
+        // SAFETY: by the caller's contract `p` came from Box::into_raw and
+        // is released exactly once.
+        drop(unsafe { Box::from_raw(p) });
+    }
+}

@@ -1,0 +1,147 @@
+"""mqlite: an embeddable, in-process, persistent message-queue engine.
+
+Topics split into partitions; each partition is an append-only commit log of
+memory-mapped segment files. There is no server: open a data directory and
+produce and consume in your own process::
+
+    import mqlite
+
+    with mqlite.open("data") as mq:
+        mq.create_topic("orders", partitions=4)
+        producer = mq.producer()
+        md = producer.send("orders", b"paid", key=b"o-1")
+        consumer = mq.consumer("billing")
+        consumer.subscribe(["orders"])
+        msg = consumer.poll(timeout=1.0)
+
+Errors are subclasses of :class:`mqlite.Error`, whose ``code`` attribute is
+the engine's stable numeric error code (shared with the C API); each class
+also has its code as a class attribute. One class per error kind::
+
+    Error (code 0 only on instances not raised by the engine)
+    +-- IoError (1)
+    |   +-- DiskFull (2)
+    +-- Locked (3)
+    +-- InvalidArgument (4)
+    |   +-- InvalidTopicName (100)
+    |   +-- InvalidConfig (103)
+    +-- Closed (5)
+    +-- Timeout (6)
+    +-- TopicExists (101)
+    +-- UnknownTopic (102)
+    +-- UnknownPartition (200)
+    +-- OffsetOutOfRange (201)
+    +-- Poisoned (202)
+    +-- Corrupt (300)
+    +-- UnsupportedVersion (301)
+    +-- MessageTooLarge (400)
+
+Arguments of the wrong type raise ``TypeError``.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Union
+
+from ._mqlite import (
+    MAX_TOPIC_NAME_LEN,
+    Broker,
+    Closed,
+    Consumer,
+    Corrupt,
+    DiskFull,
+    Error,
+    InvalidArgument,
+    InvalidConfig,
+    InvalidTopicName,
+    IoError,
+    Locked,
+    Message,
+    MessageTooLarge,
+    OffsetOutOfRange,
+    PartitionInfo,
+    Poisoned,
+    Producer,
+    RecordMetadata,
+    Timeout,
+    TopicExists,
+    TopicInfo,
+    UnknownPartition,
+    UnknownTopic,
+    UnsupportedVersion,
+    __version__,
+    murmur2,
+    partition_for_key,
+)
+
+__all__ = [
+    "MAX_TOPIC_NAME_LEN",
+    "Broker",
+    "Closed",
+    "Consumer",
+    "Corrupt",
+    "DiskFull",
+    "Error",
+    "InvalidArgument",
+    "InvalidConfig",
+    "InvalidTopicName",
+    "IoError",
+    "Locked",
+    "Message",
+    "MessageTooLarge",
+    "OffsetOutOfRange",
+    "PartitionInfo",
+    "Poisoned",
+    "Producer",
+    "RecordMetadata",
+    "Timeout",
+    "TopicExists",
+    "TopicInfo",
+    "UnknownPartition",
+    "UnknownTopic",
+    "UnsupportedVersion",
+    "__version__",
+    "murmur2",
+    "open",
+    "partition_for_key",
+]
+
+
+def open(  # noqa: A001 - shadows the builtin on purpose, like gzip.open
+    path: Union[str, "os.PathLike[str]"],
+    *,
+    prefault: bool = True,
+    file_mode: int = 0o600,
+    retention_check_interval_ms: int = 60_000,
+) -> Broker:
+    """Opens (creating if needed) the data directory at ``path``.
+
+    Takes the directory's exclusive lock and recovers every topic. Use the
+    result as a context manager, or call ``close()`` when done.
+
+    Args:
+        path: The data directory.
+        prefault: Fault in segment pages in the background before the writer
+            reaches them. Turn off to save memory with many idle topics.
+        file_mode: Unix permission bits of created data files.
+        retention_check_interval_ms: How often a background thread applies
+            retention; 0 turns the thread off (retention then runs on segment
+            roll and on ``Broker.enforce_retention()``).
+
+    Returns:
+        Broker: The open data directory.
+
+    Raises:
+        mqlite.Locked: Another handle, in this process or another, holds the
+            directory; the message names the holder.
+        mqlite.InvalidArgument: ``file_mode`` or the interval is out of range.
+        mqlite.IoError: The directory cannot be created or read.
+        mqlite.Corrupt: A topic's metadata is unreadable.
+    """
+    return Broker(
+        path,
+        prefault=prefault,
+        file_mode=file_mode,
+        retention_check_interval_ms=retention_check_interval_ms,
+    )

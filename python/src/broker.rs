@@ -1,0 +1,516 @@
+//! `mqlite.Broker` and the topic descriptions it returns.
+
+use std::path::PathBuf;
+
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyInt, PyString, PyTuple};
+
+use crate::consumer::Consumer;
+use crate::errors::{closed, invalid_argument, IntoPy};
+use crate::producer::Producer;
+use crate::util::{arg_u32, config_u32, config_u64};
+
+/// An open data directory: the entry point of the engine.
+///
+/// Made by `mqlite.open(path)`. Holds the directory's exclusive lock until
+/// `close()` (or the end of a `with` block, or garbage collection). Producers
+/// and consumers made from it keep it alive, and fail with `mqlite.Closed`
+/// once it is closed.
+///
+/// Args:
+///     path: The data directory (str or os.PathLike); created if missing.
+///     prefault: Fault in segment pages in the background before the writer
+///         reaches them. Turn off to save memory with many idle topics.
+///     file_mode: Unix permission bits of created data files.
+///     retention_check_interval_ms: How often a background thread applies
+///         retention; 0 turns the thread off (retention then runs on segment
+///         roll and on `enforce_retention()`).
+///
+/// Raises:
+///     mqlite.Locked: Another handle, in this process or another, holds the
+///         directory; the message names the holder.
+///     mqlite.InvalidArgument: `file_mode` or the interval is out of range.
+///     mqlite.IoError: The directory cannot be created or read.
+///     mqlite.Corrupt: A topic's metadata is unreadable.
+#[pyclass(frozen, module = "mqlite")]
+pub struct Broker {
+    pub(crate) inner: mqlite::Broker,
+    path: String,
+}
+
+impl Broker {
+    /// Fails with `mqlite.Closed` once closed.
+    pub(crate) fn check_open(&self, py: Python<'_>) -> PyResult<()> {
+        if self.inner.is_closed() {
+            Err(closed(py, "broker"))
+        } else {
+            Ok(())
+        }
+    }
+}
+
+/// `acks` from 0, 1, -1 or "all".
+fn parse_acks(py: Python<'_>, acks: &Bound<'_, PyAny>) -> PyResult<mqlite::Acks> {
+    if let Ok(s) = acks.cast::<PyString>() {
+        let s = s.to_str()?;
+        return match s {
+            "all" | "-1" => Ok(mqlite::Acks::All),
+            "0" => Ok(mqlite::Acks::Zero),
+            "1" => Ok(mqlite::Acks::One),
+            _ => Err(invalid_argument(
+                py,
+                format!("acks must be 0, 1, -1 or \"all\", got {s:?}"),
+            )),
+        };
+    }
+    if acks.is_instance_of::<PyInt>() && !acks.is_instance_of::<PyBool>() {
+        let v: i64 = acks.extract()?;
+        let v = i32::try_from(v).unwrap_or(i32::MAX);
+        return mqlite::Acks::from_i32(v).py_err(py);
+    }
+    Err(pyo3::exceptions::PyTypeError::new_err(format!(
+        "acks must be 0, 1, -1 or \"all\", not {}",
+        acks.get_type().name()?
+    )))
+}
+
+#[pymethods]
+impl Broker {
+    #[new]
+    #[pyo3(
+        signature = (path, *, prefault = true, file_mode = 0o600, retention_check_interval_ms = 60_000),
+        text_signature = "(path, *, prefault=True, file_mode=0o600, retention_check_interval_ms=60000)"
+    )]
+    fn new(
+        py: Python<'_>,
+        path: PathBuf,
+        prefault: bool,
+        file_mode: i64,
+        retention_check_interval_ms: i64,
+    ) -> PyResult<Self> {
+        if !(0..=0o7777).contains(&file_mode) {
+            return Err(invalid_argument(
+                py,
+                format!("file_mode must be 0 to 0o7777, got {file_mode:#o}"),
+            ));
+        }
+        let interval = u64::try_from(retention_check_interval_ms).map_err(|_| {
+            invalid_argument(
+                py,
+                format!(
+                    "retention_check_interval_ms must not be negative, got {retention_check_interval_ms}"
+                ),
+            )
+        })?;
+        let config = mqlite::Config::default()
+            .prefault(prefault)
+            .file_mode(file_mode as u32)
+            .retention_check_interval_ms(interval);
+        let inner = py
+            .detach(|| mqlite::Broker::open(&path, config))
+            .py_err(py)?;
+        Ok(Broker {
+            path: path.to_string_lossy().into_owned(),
+            inner,
+        })
+    }
+
+    /// str: The data directory, as given to `open()`.
+    #[getter]
+    fn path(&self) -> &str {
+        &self.path
+    }
+
+    /// bool: Whether `close()` was called.
+    #[getter]
+    fn closed(&self) -> bool {
+        self.inner.is_closed()
+    }
+
+    /// Creates a topic.
+    ///
+    /// Args:
+    ///     name: 1 to 249 characters of ASCII letters, digits, `.`, `_` and
+    ///         `-`; not `.` or `..`; not starting with `__`.
+    ///     partitions: Number of partitions, 1 to 100,000.
+    ///     segment_bytes: Size of each segment file, 4096 to 2 GiB (default
+    ///         64 MiB). Lowers `max_message_bytes` to it if needed.
+    ///     retention_ms: Delete closed segments whose newest record is older
+    ///         than this (default: keep forever).
+    ///     retention_bytes: Delete the oldest closed segments while a
+    ///         partition holds more than this (default: no limit).
+    ///     max_message_bytes: Largest encoded record, 57 bytes of batch header
+    ///         included (default 1 MiB, at most `segment_bytes`).
+    ///
+    /// Raises:
+    ///     mqlite.InvalidTopicName: The name breaks a naming rule.
+    ///     mqlite.InvalidConfig: A value is out of range.
+    ///     mqlite.TopicExists: A topic of that name exists.
+    ///     mqlite.Closed: The broker is closed.
+    #[pyo3(signature = (name, partitions = 1, *, segment_bytes = None, retention_ms = None, retention_bytes = None, max_message_bytes = None))]
+    #[allow(clippy::too_many_arguments)] // one per argument of the Python signature
+    fn create_topic(
+        &self,
+        py: Python<'_>,
+        name: &str,
+        partitions: i64,
+        segment_bytes: Option<i64>,
+        retention_ms: Option<i64>,
+        retention_bytes: Option<i64>,
+        max_message_bytes: Option<i64>,
+    ) -> PyResult<()> {
+        self.check_open(py)?;
+        let mut config = mqlite::TopicConfig::new(config_u32(py, "partitions", partitions)?);
+        if let Some(v) = segment_bytes {
+            config = config.segment_bytes(config_u64(py, "segment_bytes", v)?);
+        }
+        if let Some(v) = retention_ms {
+            config = config.retention_ms(config_u64(py, "retention_ms", v)?);
+        }
+        if let Some(v) = retention_bytes {
+            config = config.retention_bytes(config_u64(py, "retention_bytes", v)?);
+        }
+        if let Some(v) = max_message_bytes {
+            config = config.max_message_bytes(config_u32(py, "max_message_bytes", v)?);
+        }
+        py.detach(|| self.inner.create_topic(name, config))
+            .py_err(py)
+    }
+
+    /// Deletes a topic and all its data.
+    ///
+    /// Messages already consumed stay readable while they are referenced.
+    ///
+    /// Args:
+    ///     name: The topic.
+    ///
+    /// Raises:
+    ///     mqlite.UnknownTopic: No topic of that name.
+    ///     mqlite.Closed: The broker is closed.
+    fn delete_topic(&self, py: Python<'_>, name: &str) -> PyResult<()> {
+        py.detach(|| self.inner.delete_topic(name)).py_err(py)
+    }
+
+    /// Grows a topic to `partitions` partitions, keeping existing data.
+    ///
+    /// Keys map to partitions by count, so growing a topic moves where new
+    /// records of a key go (as in Kafka).
+    ///
+    /// Args:
+    ///     name: The topic.
+    ///     partitions: The new total, larger than the current count.
+    ///
+    /// Raises:
+    ///     mqlite.UnknownTopic: No topic of that name.
+    ///     mqlite.InvalidArgument: `partitions` is not larger than now.
+    ///     mqlite.InvalidConfig: `partitions` is over 100,000.
+    ///     mqlite.Closed: The broker is closed.
+    fn add_partitions(&self, py: Python<'_>, name: &str, partitions: i64) -> PyResult<()> {
+        let partitions = config_u32(py, "partitions", partitions)?;
+        py.detach(|| self.inner.add_partitions(name, partitions))
+            .py_err(py)
+    }
+
+    /// Names of all topics, sorted.
+    ///
+    /// Returns:
+    ///     list[str]: The topic names.
+    ///
+    /// Raises:
+    ///     mqlite.Closed: The broker is closed.
+    fn topics(&self, py: Python<'_>) -> PyResult<Vec<String>> {
+        self.check_open(py)?;
+        Ok(self.inner.topics())
+    }
+
+    /// Describes a topic: its config and each partition's offsets and size.
+    ///
+    /// Args:
+    ///     name: The topic.
+    ///
+    /// Returns:
+    ///     TopicInfo: A snapshot taken now.
+    ///
+    /// Raises:
+    ///     mqlite.UnknownTopic: No topic of that name.
+    ///     mqlite.Closed: The broker is closed.
+    fn topic(&self, py: Python<'_>, name: &str) -> PyResult<TopicInfo> {
+        let info = self.inner.topic(name).py_err(py)?;
+        Ok(TopicInfo::from(info))
+    }
+
+    /// The earliest offset whose record timestamp is at or after `timestamp_ms`.
+    ///
+    /// Args:
+    ///     topic: The topic.
+    ///     partition: The partition.
+    ///     timestamp_ms: Milliseconds since the Unix epoch.
+    ///
+    /// Returns:
+    ///     int | None: The offset, or None when every record is older.
+    ///
+    /// Raises:
+    ///     mqlite.UnknownTopic: No topic of that name.
+    ///     mqlite.UnknownPartition: The topic has no such partition.
+    ///     mqlite.Closed: The broker is closed.
+    fn offset_for_timestamp(
+        &self,
+        py: Python<'_>,
+        topic: &str,
+        partition: i64,
+        timestamp_ms: i64,
+    ) -> PyResult<Option<u64>> {
+        let partition = arg_u32(py, "partition", partition)?;
+        self.inner
+            .offset_for_timestamp(topic, partition, timestamp_ms)
+            .py_err(py)
+    }
+
+    /// Makes a producer.
+    ///
+    /// Args:
+    ///     acks: Durability of every send: 0 or 1 (default) return once the
+    ///         record is in the memory map and visible to consumers (survives
+    ///         a crash of this process); -1 or "all" return once it is
+    ///         flushed to disk (survives power loss).
+    ///
+    /// Returns:
+    ///     Producer: A new producer.
+    ///
+    /// Raises:
+    ///     mqlite.InvalidArgument: `acks` is another value.
+    ///     TypeError: `acks` is neither an int nor a str.
+    ///     mqlite.Closed: The broker is closed.
+    #[pyo3(signature = (*, acks = None), text_signature = "($self, *, acks=1)")]
+    fn producer(slf: &Bound<'_, Self>, acks: Option<&Bound<'_, PyAny>>) -> PyResult<Producer> {
+        let py = slf.py();
+        let acks = match acks {
+            Some(a) => parse_acks(py, a)?,
+            None => mqlite::Acks::One,
+        };
+        let inner = slf
+            .get()
+            .inner
+            .producer(mqlite::ProducerConfig::default().acks(acks))
+            .py_err(py)?;
+        Ok(Producer::new(inner, acks, slf.clone().unbind()))
+    }
+
+    /// Makes a consumer.
+    ///
+    /// Args:
+    ///     group_id: Consumer group name, or None for a standalone consumer.
+    ///     auto_offset_reset: Where to start without a valid position:
+    ///         "earliest" (default), "latest", or "error" (raise
+    ///         `mqlite.OffsetOutOfRange`).
+    ///     max_poll_records: Most messages fetched from the engine at once
+    ///         (default 500).
+    ///
+    /// Returns:
+    ///     Consumer: A new consumer with nothing assigned.
+    ///
+    /// Raises:
+    ///     mqlite.InvalidArgument: A value is out of range.
+    ///     mqlite.Closed: The broker is closed.
+    #[pyo3(signature = (group_id = None, *, auto_offset_reset = "earliest", max_poll_records = 500))]
+    fn consumer(
+        slf: &Bound<'_, Self>,
+        group_id: Option<String>,
+        auto_offset_reset: &str,
+        max_poll_records: i64,
+    ) -> PyResult<Consumer> {
+        let py = slf.py();
+        let reset: mqlite::OffsetReset = auto_offset_reset.parse().py_err(py)?;
+        if !(1..=1_000_000).contains(&max_poll_records) {
+            return Err(invalid_argument(
+                py,
+                format!("max_poll_records must be 1 to 1000000, got {max_poll_records}"),
+            ));
+        }
+        let mut config = mqlite::ConsumerConfig::default()
+            .auto_offset_reset(reset)
+            .max_poll_records(max_poll_records as usize);
+        config.group_id = group_id;
+        let inner = slf.get().inner.consumer(config).py_err(py)?;
+        Ok(Consumer::new(inner, slf.clone().unbind()))
+    }
+
+    /// Flushes every partition to disk (releases the GIL while it waits).
+    ///
+    /// Raises:
+    ///     mqlite.IoError: A flush failed (the partition is then poisoned).
+    ///     mqlite.Closed: The broker is closed.
+    fn flush(&self, py: Python<'_>) -> PyResult<()> {
+        py.detach(|| self.inner.flush()).py_err(py)
+    }
+
+    /// Applies retention to every topic now.
+    ///
+    /// Returns:
+    ///     int: The number of segments deleted.
+    ///
+    /// Raises:
+    ///     mqlite.Closed: The broker is closed.
+    fn enforce_retention(&self, py: Python<'_>) -> PyResult<usize> {
+        py.detach(|| self.inner.enforce_retention()).py_err(py)
+    }
+
+    /// Flushes everything, stops background work and releases the lock.
+    ///
+    /// Producers and consumers made from this broker raise `mqlite.Closed`
+    /// afterwards. Closing twice is fine.
+    ///
+    /// Raises:
+    ///     mqlite.IoError: A final flush failed (the broker is closed anyway).
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        py.detach(|| self.inner.close()).py_err(py)
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_exc))]
+    fn __exit__(&self, py: Python<'_>, _exc: &Bound<'_, PyTuple>) -> PyResult<bool> {
+        self.close(py)?;
+        Ok(false)
+    }
+
+    fn __repr__(&self) -> String {
+        let state = if self.inner.is_closed() {
+            "closed"
+        } else {
+            "open"
+        };
+        format!("<mqlite.Broker path={:?} {state}>", self.path)
+    }
+}
+
+/// One partition of a topic, as described by `Broker.topic()`.
+///
+/// Attributes:
+///     partition (int): Partition number.
+///     start_offset (int): First retained offset.
+///     end_offset (int): Offset the next record will get.
+///     size_bytes (int): Bytes of log on disk.
+///     segments (int): Number of segment files.
+///     truncated_bytes (int): Bytes recovery removed from the tail on open.
+///     dropped_batches (int): Batches recovery removed on open.
+///     torn_tails (int): Torn tails (partial last writes) recovery cut.
+///     corruptions (int): Damaged places followed by more data that recovery
+///         cut.
+#[pyclass(frozen, get_all, module = "mqlite")]
+#[derive(Clone)]
+pub struct PartitionInfo {
+    partition: u32,
+    start_offset: u64,
+    end_offset: u64,
+    size_bytes: u64,
+    segments: usize,
+    truncated_bytes: u64,
+    dropped_batches: u64,
+    torn_tails: u64,
+    corruptions: u64,
+}
+
+#[pymethods]
+impl PartitionInfo {
+    fn __repr__(&self) -> String {
+        format!(
+            "PartitionInfo(partition={}, start_offset={}, end_offset={}, size_bytes={}, segments={}, \
+             truncated_bytes={}, dropped_batches={}, torn_tails={}, corruptions={})",
+            self.partition,
+            self.start_offset,
+            self.end_offset,
+            self.size_bytes,
+            self.segments,
+            self.truncated_bytes,
+            self.dropped_batches,
+            self.torn_tails,
+            self.corruptions
+        )
+    }
+}
+
+/// A topic as described by `Broker.topic()`: its config and partitions.
+///
+/// Attributes:
+///     name (str): The topic name.
+///     segment_bytes (int): Size of each segment file.
+///     retention_ms (int | None): Time-based retention, or None.
+///     retention_bytes (int | None): Size-based retention per partition, or
+///         None.
+///     max_message_bytes (int): Largest encoded record accepted.
+///     index_interval_bytes (int): Bytes of log between two index entries.
+///     partitions (list[PartitionInfo]): One entry per partition, in order.
+#[pyclass(frozen, module = "mqlite")]
+pub struct TopicInfo {
+    #[pyo3(get)]
+    name: String,
+    #[pyo3(get)]
+    segment_bytes: u64,
+    #[pyo3(get)]
+    retention_ms: Option<u64>,
+    #[pyo3(get)]
+    retention_bytes: Option<u64>,
+    #[pyo3(get)]
+    max_message_bytes: u32,
+    #[pyo3(get)]
+    index_interval_bytes: u32,
+    partitions: Vec<PartitionInfo>,
+}
+
+impl From<mqlite::TopicInfo> for TopicInfo {
+    fn from(t: mqlite::TopicInfo) -> Self {
+        TopicInfo {
+            name: t.name,
+            segment_bytes: t.config.segment_bytes,
+            retention_ms: t.config.retention_ms,
+            retention_bytes: t.config.retention_bytes,
+            max_message_bytes: t.config.max_message_bytes,
+            index_interval_bytes: t.config.index_interval_bytes,
+            partitions: t
+                .partitions
+                .into_iter()
+                .map(|p| PartitionInfo {
+                    partition: p.partition,
+                    start_offset: p.start_offset,
+                    end_offset: p.end_offset,
+                    size_bytes: p.size_bytes,
+                    segments: p.segments,
+                    truncated_bytes: p.recovery.truncated_bytes,
+                    dropped_batches: p.recovery.dropped_batches,
+                    torn_tails: p.recovery.torn_tails,
+                    corruptions: p.recovery.corruptions,
+                })
+                .collect(),
+        }
+    }
+}
+
+#[pymethods]
+impl TopicInfo {
+    /// list[PartitionInfo]: One entry per partition, in order.
+    #[getter]
+    fn partitions(&self) -> Vec<PartitionInfo> {
+        self.partitions.clone()
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "TopicInfo(name='{}', partitions={}, segment_bytes={}, retention_ms={}, retention_bytes={}, \
+             max_message_bytes={}, index_interval_bytes={})",
+            self.name,
+            self.partitions.len(),
+            self.segment_bytes,
+            opt(self.retention_ms),
+            opt(self.retention_bytes),
+            self.max_message_bytes,
+            self.index_interval_bytes
+        )
+    }
+}
+
+fn opt(v: Option<u64>) -> String {
+    v.map_or_else(|| "None".to_owned(), |v| v.to_string())
+}

@@ -1,0 +1,251 @@
+//! The exception tree: `mqlite.Error` and one subclass per core error kind.
+//!
+//! Every exception raised by the engine carries the core's stable numeric
+//! [`mqlite::Error::code`] as its `code` attribute (also set on each class).
+
+use pyo3::exceptions::PyException;
+use pyo3::prelude::*;
+use pyo3::{create_exception, PyTypeInfo};
+
+create_exception!(
+    mqlite,
+    Error,
+    PyException,
+    "Base class of every mqlite error; `code` holds the engine's stable numeric error code."
+);
+create_exception!(
+    mqlite,
+    IoError,
+    Error,
+    "An operating-system I/O error (code 1)."
+);
+create_exception!(
+    mqlite,
+    DiskFull,
+    IoError,
+    "No space left on the disk or over the file-size limit (code 2)."
+);
+create_exception!(
+    mqlite,
+    Locked,
+    Error,
+    "The data directory is held by another handle, in this process or another (code 3)."
+);
+create_exception!(
+    mqlite,
+    InvalidArgument,
+    Error,
+    "An argument was out of its allowed range or malformed (code 4)."
+);
+create_exception!(
+    mqlite,
+    Closed,
+    Error,
+    "The broker, producer or consumer is closed (code 5)."
+);
+create_exception!(
+    mqlite,
+    Timeout,
+    Error,
+    "An operation waited longer than allowed (code 6)."
+);
+create_exception!(
+    mqlite,
+    InvalidTopicName,
+    InvalidArgument,
+    "A topic name broke one of the naming rules (code 100)."
+);
+create_exception!(
+    mqlite,
+    TopicExists,
+    Error,
+    "The topic already exists (code 101)."
+);
+create_exception!(
+    mqlite,
+    UnknownTopic,
+    Error,
+    "No topic of that name (code 102)."
+);
+create_exception!(
+    mqlite,
+    InvalidConfig,
+    InvalidArgument,
+    "A topic configuration value is invalid (code 103)."
+);
+create_exception!(
+    mqlite,
+    UnknownPartition,
+    Error,
+    "The partition does not exist in the topic (code 200)."
+);
+create_exception!(
+    mqlite,
+    OffsetOutOfRange,
+    Error,
+    "The offset is outside the partition's retained range (code 201)."
+);
+create_exception!(
+    mqlite,
+    Poisoned,
+    Error,
+    "An earlier write or fsync failed; the partition refuses writes until reopened (code 202)."
+);
+create_exception!(
+    mqlite,
+    Corrupt,
+    Error,
+    "Data on disk failed a length or CRC check (code 300)."
+);
+create_exception!(
+    mqlite,
+    UnsupportedVersion,
+    Error,
+    "The data was written by a format version this build cannot read (code 301)."
+);
+create_exception!(
+    mqlite,
+    MessageTooLarge,
+    Error,
+    "A record is larger than the topic's max_message_bytes (code 400)."
+);
+
+/// Builds an exception of class `T` with `message` and the `code` attribute.
+fn make<T: PyTypeInfo>(py: Python<'_>, message: String, code: i32) -> PyErr {
+    let err = PyErr::new::<T, _>(message);
+    // Setting an attribute on a fresh exception instance cannot fail in
+    // practice; if it did, the exception is still raised, without `code`.
+    let _ = err.value(py).setattr("code", code);
+    err
+}
+
+/// Converts a core error into the matching Python exception.
+pub fn to_py(py: Python<'_>, e: mqlite::Error) -> PyErr {
+    use mqlite::Error as E;
+    let code = e.code();
+    let msg = e.to_string();
+    match e {
+        E::Io { .. } => make::<IoError>(py, msg, code),
+        E::DiskFull { .. } => make::<DiskFull>(py, msg, code),
+        E::Locked { .. } => make::<Locked>(py, msg, code),
+        E::InvalidArgument(_) => make::<InvalidArgument>(py, msg, code),
+        E::Closed(_) => make::<Closed>(py, msg, code),
+        E::Timeout(_) => make::<Timeout>(py, msg, code),
+        E::InvalidTopicName { .. } => make::<InvalidTopicName>(py, msg, code),
+        E::TopicExists(_) => make::<TopicExists>(py, msg, code),
+        E::UnknownTopic(_) => make::<UnknownTopic>(py, msg, code),
+        E::InvalidConfig(_) => make::<InvalidConfig>(py, msg, code),
+        E::UnknownPartition { .. } => make::<UnknownPartition>(py, msg, code),
+        E::OffsetOutOfRange { .. } => make::<OffsetOutOfRange>(py, msg, code),
+        E::Poisoned { .. } => make::<Poisoned>(py, msg, code),
+        E::Corrupt { .. } => make::<Corrupt>(py, msg, code),
+        E::UnsupportedVersion { .. } => make::<UnsupportedVersion>(py, msg, code),
+        E::MessageTooLarge { .. } => make::<MessageTooLarge>(py, msg, code),
+        // A kind added to the core later: the root class, with its code.
+        #[allow(unreachable_patterns)]
+        _ => make::<Error>(py, msg, code),
+    }
+}
+
+/// `Result` to `PyResult`, mapping the error with [`to_py`].
+pub trait IntoPy<T> {
+    /// Maps a core error to its Python exception.
+    fn py_err(self, py: Python<'_>) -> PyResult<T>;
+}
+
+impl<T> IntoPy<T> for mqlite::Result<T> {
+    #[inline]
+    fn py_err(self, py: Python<'_>) -> PyResult<T> {
+        self.map_err(|e| to_py(py, e))
+    }
+}
+
+/// An `InvalidArgument` error (code 4) with `message`.
+pub fn invalid_argument(py: Python<'_>, message: impl Into<String>) -> PyErr {
+    to_py(py, mqlite::Error::InvalidArgument(message.into()))
+}
+
+/// An `InvalidConfig` error (code 103) with `message`.
+pub fn invalid_config(py: Python<'_>, message: impl Into<String>) -> PyErr {
+    to_py(py, mqlite::Error::InvalidConfig(message.into()))
+}
+
+/// A `Closed` error (code 5) for `what` ("broker", "producer", "consumer").
+pub fn closed(py: Python<'_>, what: &'static str) -> PyErr {
+    to_py(py, mqlite::Error::Closed(what))
+}
+
+/// One instance of every core error kind, for reading its stable code.
+fn samples() -> Vec<mqlite::Error> {
+    use mqlite::Error as E;
+    let io = || std::io::Error::other("sample");
+    let s = String::new;
+    vec![
+        E::Io {
+            context: s(),
+            source: io(),
+        },
+        E::DiskFull {
+            context: s(),
+            source: io(),
+        },
+        E::Locked {
+            path: Default::default(),
+            holder: s(),
+        },
+        E::InvalidArgument(s()),
+        E::Closed("sample"),
+        E::Timeout(0),
+        E::InvalidTopicName {
+            name: s(),
+            reason: "sample",
+        },
+        E::TopicExists(s()),
+        E::UnknownTopic(s()),
+        E::InvalidConfig(s()),
+        E::UnknownPartition {
+            topic: s(),
+            partition: 0,
+            count: 0,
+        },
+        E::OffsetOutOfRange {
+            topic: s(),
+            partition: 0,
+            offset: 0,
+            start: 0,
+            end: 0,
+        },
+        E::Poisoned {
+            topic: s(),
+            partition: 0,
+        },
+        E::Corrupt {
+            path: Default::default(),
+            position: 0,
+            reason: s(),
+        },
+        E::UnsupportedVersion {
+            path: Default::default(),
+            found: 0,
+            supported: 0,
+        },
+        E::MessageTooLarge { size: 0, max: 0 },
+    ]
+}
+
+/// Adds the exception classes to the module. Each subclass gets a
+/// class-level `code` read from the core; the root's is 0 (instances raised
+/// by the engine always carry their own).
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    let root = py.get_type::<Error>();
+    root.setattr("code", 0)?;
+    m.add("Error", root)?;
+    for e in samples() {
+        let code = e.code();
+        let ty = to_py(py, e).get_type(py);
+        ty.setattr("code", code)?;
+        m.add(ty.name()?, ty)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,49 @@
+//! Argument checks shared by the classes.
+
+use std::time::Duration;
+
+use pyo3::prelude::*;
+
+use crate::errors::{invalid_argument, invalid_config};
+
+/// A timeout in seconds; `None` (or `+inf`) means no limit.
+///
+/// Negative and NaN values raise `InvalidArgument`.
+pub fn timeout(py: Python<'_>, seconds: Option<f64>) -> PyResult<Option<Duration>> {
+    match seconds {
+        None => Ok(None),
+        Some(s) if s == f64::INFINITY => Ok(None),
+        Some(s) if s.is_nan() || s < 0.0 => Err(invalid_argument(
+            py,
+            format!("timeout must be a non-negative number of seconds or None, got {s}"),
+        )),
+        // More than any real wait (~centuries) counts as no limit.
+        Some(s) => Ok(Duration::try_from_secs_f64(s)
+            .ok()
+            .filter(|d| d.as_secs() < (1 << 40))),
+    }
+}
+
+/// An argument that must fit in a `u32` (partition numbers, counts).
+pub fn arg_u32(py: Python<'_>, name: &str, v: i64) -> PyResult<u32> {
+    u32::try_from(v)
+        .map_err(|_| invalid_argument(py, format!("{name} must be 0 to {}, got {v}", u32::MAX)))
+}
+
+/// An argument that must not be negative (offsets).
+pub fn arg_u64(py: Python<'_>, name: &str, v: i64) -> PyResult<u64> {
+    u64::try_from(v)
+        .map_err(|_| invalid_argument(py, format!("{name} must not be negative, got {v}")))
+}
+
+/// A topic-config value that must not be negative.
+pub fn config_u64(py: Python<'_>, name: &str, v: i64) -> PyResult<u64> {
+    u64::try_from(v)
+        .map_err(|_| invalid_config(py, format!("{name} must not be negative, got {v}")))
+}
+
+/// A topic-config value that must fit in a `u32`.
+pub fn config_u32(py: Python<'_>, name: &str, v: i64) -> PyResult<u32> {
+    u32::try_from(v)
+        .map_err(|_| invalid_config(py, format!("{name} must be 0 to {}, got {v}", u32::MAX)))
+}

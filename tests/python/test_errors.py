@@ -1,0 +1,168 @@
+"""Every invalid input raises the right exception class, with its code."""
+
+import pytest
+
+import mqlite
+
+
+def test_exception_tree() -> None:
+    kinds = [
+        (mqlite.IoError, 1),
+        (mqlite.DiskFull, 2),
+        (mqlite.Locked, 3),
+        (mqlite.InvalidArgument, 4),
+        (mqlite.Closed, 5),
+        (mqlite.Timeout, 6),
+        (mqlite.InvalidTopicName, 100),
+        (mqlite.TopicExists, 101),
+        (mqlite.UnknownTopic, 102),
+        (mqlite.InvalidConfig, 103),
+        (mqlite.UnknownPartition, 200),
+        (mqlite.OffsetOutOfRange, 201),
+        (mqlite.Poisoned, 202),
+        (mqlite.Corrupt, 300),
+        (mqlite.UnsupportedVersion, 301),
+        (mqlite.MessageTooLarge, 400),
+    ]
+    for cls, code in kinds:
+        assert issubclass(cls, mqlite.Error)
+        assert cls.code == code
+        assert cls.__module__ == "mqlite"
+    assert issubclass(mqlite.Error, Exception)
+    assert issubclass(mqlite.DiskFull, mqlite.IoError)
+    assert issubclass(mqlite.InvalidTopicName, mqlite.InvalidArgument)
+    assert issubclass(mqlite.InvalidConfig, mqlite.InvalidArgument)
+
+
+def test_unknown_topic(mq: mqlite.Broker) -> None:
+    p = mq.producer()
+    c = mq.consumer()
+    calls = [
+        lambda: p.send("nope", b"v"),
+        lambda: mq.topic("nope"),
+        lambda: mq.delete_topic("nope"),
+        lambda: mq.add_partitions("nope", 2),
+        lambda: mq.offset_for_timestamp("nope", 0, 0),
+        lambda: c.subscribe(["nope"]),
+        lambda: c.assign([("nope", 0)]),
+    ]
+    for call in calls:
+        with pytest.raises(mqlite.UnknownTopic) as info:
+            call()
+        assert info.value.code == 102
+        assert "nope" in str(info.value)
+
+
+def test_unknown_partition(mq: mqlite.Broker) -> None:
+    mq.create_topic("t", partitions=2)
+    with pytest.raises(mqlite.UnknownPartition) as info:
+        mq.producer().send("t", b"v", partition=2)
+    assert info.value.code == 200
+    with pytest.raises(mqlite.UnknownPartition):
+        mq.consumer().assign([("t", 5)])
+    with pytest.raises(mqlite.UnknownPartition):
+        mq.offset_for_timestamp("t", 9, 0)
+    with pytest.raises(mqlite.InvalidArgument):
+        mq.producer().send("t", b"v", partition=-1)
+
+
+def test_message_too_large(mq: mqlite.Broker) -> None:
+    mq.create_topic("t", max_message_bytes=1024)
+    p = mq.producer()
+    p.send("t", b"x" * 500)
+    with pytest.raises(mqlite.MessageTooLarge) as info:
+        p.send("t", b"x" * 2000)
+    assert info.value.code == 400
+    assert mq.topic("t").partitions[0].end_offset == 1  # nothing written
+
+
+@pytest.mark.parametrize("acks", [2, -2, 100, "some", "", "ALL"])
+def test_bad_acks_value(mq: mqlite.Broker, acks: object) -> None:
+    with pytest.raises(mqlite.InvalidArgument):
+        mq.producer(acks=acks)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("acks", [1.0, True, b"all", [1]])
+def test_bad_acks_type(mq: mqlite.Broker, acks: object) -> None:
+    with pytest.raises(TypeError):
+        mq.producer(acks=acks)  # type: ignore[arg-type]
+
+
+def test_bad_consumer_settings(mq: mqlite.Broker) -> None:
+    with pytest.raises(mqlite.InvalidArgument):
+        mq.consumer(auto_offset_reset="sometimes")  # type: ignore[arg-type]
+    with pytest.raises(mqlite.InvalidArgument):
+        mq.consumer(max_poll_records=0)
+    with pytest.raises(TypeError):
+        mq.consumer(auto_offset_reset=1)  # type: ignore[arg-type]
+    for ok in ("earliest", "latest", "error"):
+        mq.consumer("g", auto_offset_reset=ok)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"partitions": 0},
+        {"partitions": -1},
+        {"partitions": 100_001},
+        {"segment_bytes": 100},
+        {"segment_bytes": -5},
+        {"segment_bytes": 8192, "max_message_bytes": 8193},
+        {"max_message_bytes": 10},
+        {"retention_ms": -1},
+        {"retention_bytes": -1},
+    ],
+)
+def test_bad_topic_config(mq: mqlite.Broker, kwargs: dict) -> None:
+    with pytest.raises(mqlite.InvalidConfig) as info:
+        mq.create_topic("t", **kwargs)
+    assert info.value.code == 103
+    assert mq.topics() == []
+
+
+def test_add_partitions_must_grow(mq: mqlite.Broker) -> None:
+    mq.create_topic("t", partitions=2)
+    with pytest.raises(mqlite.InvalidArgument):
+        mq.add_partitions("t", 2)
+    with pytest.raises(mqlite.InvalidConfig):
+        mq.add_partitions("t", -3)
+
+
+def test_seek_errors(mq: mqlite.Broker) -> None:
+    mq.create_topic("t")
+    mq.producer().send("t", b"v")
+    c = mq.consumer()
+    with pytest.raises(mqlite.InvalidArgument):
+        c.seek("t", 0, 0)  # not assigned
+    c.assign([("t", 0)])
+    with pytest.raises(mqlite.OffsetOutOfRange) as info:
+        c.seek("t", 0, 5)
+    assert info.value.code == 201
+    with pytest.raises(mqlite.InvalidArgument):
+        c.seek("t", 0, -1)
+    with pytest.raises(mqlite.InvalidArgument):
+        c.position("t", 1)
+
+
+def test_bad_open_arguments(tmp_path) -> None:
+    with pytest.raises(mqlite.InvalidArgument):
+        mqlite.open(tmp_path / "a", file_mode=0o10000)
+    with pytest.raises(mqlite.InvalidArgument):
+        mqlite.open(tmp_path / "b", retention_check_interval_ms=-1)
+    with pytest.raises(TypeError):
+        mqlite.open(123)  # type: ignore[arg-type]
+
+
+def test_bad_timeouts(mq: mqlite.Broker) -> None:
+    mq.create_topic("t")
+    c = mq.consumer()
+    c.subscribe("t")
+    for bad in (-1, -0.001, float("nan")):
+        with pytest.raises(mqlite.InvalidArgument):
+            c.poll(timeout=bad)
+        with pytest.raises(mqlite.InvalidArgument):
+            c.consume(1, timeout=bad)
+        with pytest.raises(mqlite.InvalidArgument):
+            mq.producer().flush(timeout=bad)
+    with pytest.raises(mqlite.InvalidArgument):
+        c.consume(0, timeout=0)
