@@ -157,6 +157,9 @@ struct Assigned {
     /// Next offset to deliver; `None` until first resolved.
     position: Option<u64>,
     cursor: Option<Cursor>,
+    /// Base offset the batch at the cursor must have, once known (the base
+    /// offset is outside the CRC; this is what catches damage to it).
+    next_base: Option<u64>,
 }
 
 /// Reads records from assigned partitions or subscribed topics.
@@ -209,10 +212,15 @@ impl Consumer {
     /// subscription). Nothing changes if any partition is unknown.
     pub fn assign(&mut self, partitions: &[(&str, u32)]) -> Result<()> {
         self.check_open()?;
-        let mut next = Vec::with_capacity(partitions.len());
+        // Resolve every partition before touching the current assignment.
+        let mut wanted = Vec::with_capacity(partitions.len());
         for &(t, p) in partitions {
             let topic = self.broker.topic(t)?;
             let log = topic.partition(p)?;
+            wanted.push((topic, log));
+        }
+        let mut next = Vec::with_capacity(wanted.len());
+        for (topic, log) in wanted {
             if next.iter().any(|a: &Assigned| Arc::ptr_eq(&a.log, &log)) {
                 continue;
             }
@@ -231,6 +239,7 @@ impl Consumer {
                 log,
                 position: None,
                 cursor: None,
+                next_base: None,
             },
         }
     }
@@ -315,6 +324,7 @@ impl Consumer {
         let i = self.find(topic, partition)?;
         let a = &mut self.assigned[i];
         a.cursor = Some(a.log.cursor(offset)?);
+        a.next_base = None;
         a.position = Some(offset);
         Ok(())
     }
@@ -352,6 +362,7 @@ impl Consumer {
         match a.log.cursor(target) {
             Ok(c) => {
                 a.cursor = Some(c);
+                a.next_base = None;
                 a.position = Some(target);
                 Ok(target)
             }
@@ -393,7 +404,8 @@ impl Consumer {
             };
             // The base offset is outside the CRC: every batch must hold the
             // next offset to deliver, or it is damaged.
-            if h.base_offset > position || h.last_offset() < position {
+            let expected = a.next_base.is_none_or(|b| b == h.base_offset);
+            if !expected || h.base_offset > position || h.last_offset() < position {
                 cursor.pos = at;
                 failed = Some(cursor.seg.corrupt(at, "batch base offset out of sequence"));
                 break;
@@ -435,8 +447,10 @@ impl Consumer {
             }
             if stopped_early {
                 cursor.pos = at; // come back to the rest of this batch
+                a.next_base = Some(h.base_offset);
                 break;
             }
+            a.next_base = Some(h.next_offset());
         }
         a.position = Some(position);
         match failed {

@@ -9,8 +9,11 @@ use mqlite::{Acks, Broker, Config, ProducerConfig, Record, TopicConfig};
 fn concurrent_durable_senders_share_flushes() {
     let dir = tempfile::tempdir().unwrap();
     let mq = Broker::open(dir.path(), Config::default().prefault(false)).unwrap();
-    mq.create_topic("t", TopicConfig::new(1).segment_bytes(1 << 20)).unwrap();
-    let producer = mq.producer(ProducerConfig::default().acks(Acks::All)).unwrap();
+    mq.create_topic("t", TopicConfig::new(1).segment_bytes(1 << 20))
+        .unwrap();
+    let producer = mq
+        .producer(ProducerConfig::default().acks(Acks::All))
+        .unwrap();
     const THREADS: usize = 8;
     const EACH: usize = 40;
     let barrier = Barrier::new(THREADS);
@@ -42,13 +45,18 @@ fn concurrent_durable_senders_share_flushes() {
 fn acks_one_does_not_flush() {
     let dir = tempfile::tempdir().unwrap();
     let mq = Broker::open(dir.path(), Config::default().prefault(false)).unwrap();
-    mq.create_topic("t", TopicConfig::new(1).segment_bytes(1 << 20)).unwrap();
+    mq.create_topic("t", TopicConfig::new(1).segment_bytes(1 << 20))
+        .unwrap();
     let producer = mq.producer(ProducerConfig::default()).unwrap();
     for i in 0..100 {
-        producer.send(Record::new("t").value(format!("{i}"))).unwrap();
+        producer
+            .send(Record::new("t").value(format!("{i}")))
+            .unwrap();
     }
     assert_eq!(mq.topic("t").unwrap().partitions[0].flushes, 0);
-    let durable = mq.producer(ProducerConfig::default().acks(Acks::All)).unwrap();
+    let durable = mq
+        .producer(ProducerConfig::default().acks(Acks::All))
+        .unwrap();
     durable.send(Record::new("t").value("x")).unwrap();
     assert_eq!(mq.topic("t").unwrap().partitions[0].flushes, 1);
 }

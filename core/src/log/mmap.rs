@@ -25,7 +25,10 @@ use crate::error::{Error, IoContext, Result};
 #[derive(Debug)]
 pub(crate) struct MappedFile {
     path: PathBuf,
-    file: File,
+    /// Kept while the file may still be trimmed or synced; read-only files
+    /// drop it (the mapping stays valid), so sealed segments opened from
+    /// disk cost no file descriptors.
+    file: Option<File>,
     map: Option<MmapRaw>,
     capacity: usize,
     published: AtomicUsize,
@@ -96,7 +99,7 @@ impl MappedFile {
         };
         Ok(MappedFile {
             path: path.to_owned(),
-            file,
+            file: Some(file),
             map,
             capacity,
             published: AtomicUsize::new(published),
@@ -123,7 +126,7 @@ impl MappedFile {
         };
         Ok(MappedFile {
             path: path.to_owned(),
-            file,
+            file: None,
             map,
             capacity: len,
             published: AtomicUsize::new(len),
@@ -243,16 +246,22 @@ impl MappedFile {
     /// Shrinks the file to the published length (on roll). The mapping stays
     /// as it is; nothing at or above `published` is read again.
     pub(crate) fn trim(&self) -> Result<()> {
-        self.file
-            .set_len(self.published() as u64)
-            .ctx(|| format!("trimming {}", self.path.display()))
+        match &self.file {
+            Some(f) => f
+                .set_len(self.published() as u64)
+                .ctx(|| format!("trimming {}", self.path.display())),
+            None => Ok(()),
+        }
     }
 
     /// fsyncs the file itself (size changes included).
     pub(crate) fn sync_file(&self) -> Result<()> {
-        self.file
-            .sync_all()
-            .ctx(|| format!("syncing {}", self.path.display()))
+        match &self.file {
+            Some(f) => f
+                .sync_all()
+                .ctx(|| format!("syncing {}", self.path.display())),
+            None => Ok(()),
+        }
     }
 
     /// Renames the file, keeping the mapping.

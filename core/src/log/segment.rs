@@ -285,14 +285,21 @@ impl Segment {
     /// it), or the published end when the segment holds nothing at or past it.
     pub(crate) fn find(&self, offset: u64) -> Result<usize> {
         let rel = offset.saturating_sub(self.base).min(u32::MAX as u64) as u32;
-        let mut pos = match self.index.floor_offset(rel) {
-            Some(e) if self.entry_checks_out(e.pos as usize, e.rel) => e.pos as usize,
-            _ => 0,
+        let (mut pos, mut expected) = match self.index.floor_offset(rel) {
+            Some(e) if self.entry_checks_out(e.pos as usize, e.rel) => {
+                (e.pos as usize, self.base + e.rel as u64)
+            }
+            _ => (0, self.base),
         };
         while let Some(h) = self.batch_at(pos)? {
+            // The base offset is outside the CRC: check the sequence.
+            if h.base_offset != expected {
+                return Err(self.corrupt(pos, "batch base offset out of sequence"));
+            }
             if h.last_offset() >= offset {
                 return Ok(pos);
             }
+            expected = h.next_offset();
             pos += h.total_len();
         }
         Ok(pos)
