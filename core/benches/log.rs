@@ -359,10 +359,14 @@ fn main() {
             .find(|b| b.payload == r.payload && b.name.starts_with("raw mmap write, touched"))
             .map_or(f64::NAN, |b| b.msgs as f64 / b.secs);
         let ratio = rate / baseline;
+        let shown = if rate >= 1e6 {
+            format!("{:.2} M", rate / 1e6)
+        } else {
+            format!("{:.1} K", rate / 1e3)
+        };
         println!(
-            "| {} | {:.2} M | {:.0} | {:.2} |",
+            "| {} | {shown} | {:.0} | {:.2} |",
             r.name,
-            rate / 1e6,
             rate * r.payload as f64 / 1e6,
             ratio
         );

@@ -511,6 +511,17 @@ impl PartitionLog {
             }
             st.in_progress = true;
             drop(st);
+            // Commit delay: while senders woken by the previous flush are
+            // still appending, let them, so this flush covers them too.
+            let mut seen = self.end_offset();
+            for _ in 0..16 {
+                std::thread::yield_now();
+                let now = self.end_offset();
+                if now == seen {
+                    break;
+                }
+                seen = now;
+            }
             let res = self.flush_segments();
             self.flushes.fetch_add(1, Ordering::Relaxed);
             st = lock(&self.flush_state);
