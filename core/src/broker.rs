@@ -23,7 +23,8 @@ pub const LOCK_FILE: &str = "LOCK";
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
     /// Fault in segment pages in the background before the writer reaches
-    /// them (default true). Turn off to save memory with many idle topics.
+    /// them (default true): the active segment from a partition's first
+    /// append, the next one once the active one is half full.
     pub prefault: bool,
     /// Unix permission bits of created data files (default `0o600`).
     pub file_mode: u32,

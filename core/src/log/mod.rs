@@ -134,6 +134,8 @@ struct Writer {
     next_offset: u64,
     max_ts: i64,
     last_index_pos: usize,
+    /// Whether the active segment's pages were (or are being) faulted in.
+    populated: bool,
     prepare_requested: bool,
     closed: bool,
 }
@@ -243,9 +245,6 @@ impl PartitionLog {
         };
         let next_offset = rec.next_offset.max(active.base());
         let active = Arc::new(active);
-        if config.prefault {
-            spawn_populate(&active);
-        }
         segments.push(Arc::clone(&active));
         let start = segments[0].base();
         Ok(PartitionLog {
@@ -256,6 +255,7 @@ impl PartitionLog {
             writer: Mutex::new(Writer {
                 max_ts: rec.max_timestamp,
                 last_index_pos: rec.last_index_pos,
+                populated: false,
                 prepare_requested: false,
                 closed: false,
                 active,
@@ -386,10 +386,8 @@ impl PartitionLog {
         w.max_ts = w.max_ts.max(max_ts);
         w.next_offset = base + records.len() as u64;
         self.end_offset.store(w.next_offset, Ordering::Release);
-        if self.config.prefault && !w.prepare_requested && w.active.end() > w.active.capacity() / 2
-        {
-            w.prepare_requested = true;
-            self.start_prepare();
+        if self.config.prefault && !(w.populated && w.prepare_requested) {
+            self.prefault_ahead(&mut w);
         }
         drop(w);
         self.wake_waiters();
@@ -400,6 +398,20 @@ impl PartitionLog {
     pub(crate) fn prefault_active(&self) {
         let active = Arc::clone(&lock(&self.writer).active);
         active.populate();
+    }
+
+    /// Background page faulting: the active segment on its first append
+    /// (idle partitions cost no memory), the next segment once the active
+    /// one is half full.
+    #[cold]
+    fn prefault_ahead(&self, w: &mut Writer) {
+        if !w.populated {
+            w.populated = true;
+            spawn_populate(&w.active);
+        } else if w.active.end() > w.active.capacity() / 2 {
+            w.prepare_requested = true;
+            self.start_prepare();
+        }
     }
 
     /// Starts preparing the next segment in the background.
@@ -435,11 +447,11 @@ impl PartitionLog {
     /// Seals the active segment and starts a new one at the next offset.
     fn roll(&self, w: &mut Writer) -> Result<()> {
         let base = w.next_offset;
-        let new = match self.take_prepared() {
+        let (new, populated) = match self.take_prepared() {
             Some(p) if p.capacity() == self.config.segment_bytes => {
-                Segment::from_prepared(&self.dir, base, p)?
+                (Segment::from_prepared(&self.dir, base, p)?, true)
             }
-            _ => Segment::create(&self.dir, base, self.config.sizes())?,
+            _ => (Segment::create(&self.dir, base, self.config.sizes())?, false),
         };
         let new = Arc::new(new);
         self.segments
@@ -448,6 +460,7 @@ impl PartitionLog {
             .push(Arc::clone(&new));
         let old = std::mem::replace(&mut w.active, new);
         w.last_index_pos = 0;
+        w.populated = populated;
         w.prepare_requested = false;
         if let Err(e) = old.seal(base) {
             // The old segment keeps its preallocated tail; it is still
