@@ -57,8 +57,9 @@ demo: ext ffi
 	target/demo/demo $(DEMO_DIR)
 	$(VPY) examples/demo.py $(DEMO_DIR) --verify
 
-bench:
+bench: ext
 	$(CARGO) bench -p mqlite --bench log
+	$(VPY) bench/python_rates.py
 
 clean:
 	rm -rf target $(VENV) $(DEMO_DIR)

@@ -290,6 +290,39 @@ fn produce_durable(n: u64, size: usize, threads: u64) -> f64 {
     secs
 }
 
+/// Seconds to open a data directory whose one partition holds `segments`
+/// full segments of 16 MiB (median of 5 opens): open reads only the tail of
+/// the active segment, so this must not grow with the log.
+fn open_time(segments: u64) -> f64 {
+    let dir = fresh_dir("open");
+    {
+        let mq = Broker::open(&dir, Config::default().prefault(false)).expect("open");
+        mq.create_topic("t", TopicConfig::new(1).segment_bytes(16 << 20))
+            .expect("create");
+        let log = partition_log(&mq, "t", 0).expect("log");
+        let value = vec![7u8; 1000];
+        let recs: Vec<RecordRef<'_>> = (0..100).map(|_| record(&value)).collect();
+        let per_segment = (16 << 20) / batch::batch_len(&recs) as u64;
+        for _ in 0..segments * per_segment + per_segment / 2 {
+            log.append(&recs).expect("append");
+        }
+    }
+    let secs = median(
+        (0..5)
+            .map(|_| {
+                let t = Instant::now();
+                let mq = Broker::open(&dir, Config::default().prefault(false)).expect("open");
+                black_box(mq.topic("t").expect("topic"));
+                let secs = t.elapsed().as_secs_f64();
+                drop(mq); // the close (a flush) is not timed
+                secs
+            })
+            .collect(),
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    secs
+}
+
 fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
@@ -349,6 +382,20 @@ fn main() {
             produce_durable(d, size, 8)
         });
     }
+    let small = open_time(1);
+    let large = open_time(64);
+    eprintln!(
+        "  open: {:.2} ms with 16 MiB of log, {:.2} ms with 1 GiB",
+        small * 1e3,
+        large * 1e3
+    );
+    println!();
+    println!(
+        "Open time: {:.2} ms with one 16 MiB segment, {:.2} ms with 64 segments (1 GiB); ratio {:.2}",
+        small * 1e3,
+        large * 1e3,
+        large / small
+    );
     println!();
     println!("| benchmark | messages/s | MB/s (payload) | ratio to raw mmap write (touched) |");
     println!("|---|---:|---:|---:|");

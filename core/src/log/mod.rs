@@ -451,7 +451,10 @@ impl PartitionLog {
             Some(p) if p.capacity() == self.config.segment_bytes => {
                 (Segment::from_prepared(&self.dir, base, p)?, true)
             }
-            _ => (Segment::create(&self.dir, base, self.config.sizes())?, false),
+            _ => (
+                Segment::create(&self.dir, base, self.config.sizes())?,
+                false,
+            ),
         };
         let new = Arc::new(new);
         self.segments
