@@ -436,7 +436,7 @@ fn garbage_in_the_last_bytes_of_a_full_segment() {
         .index_interval_bytes(512);
     mq.create_topic(TOPIC, config).unwrap();
     let producer = mq.producer(ProducerConfig::default()).unwrap();
-    // Fill the first segment to exactly 5 bytes short of its size.
+    // Fill the first segment to exactly 8 bytes short (batches are 8-byte aligned) of its size.
     let probe = |n: usize| {
         let v = vec![7u8; n];
         let r = mqlite::log::batch::RecordRef {
@@ -450,7 +450,7 @@ fn garbage_in_the_last_bytes_of_a_full_segment() {
     let mut used = 0;
     let mut sent = Vec::new();
     loop {
-        let left = 4096 - 5 - used;
+        let left = 4096 - 8 - used;
         let n = if left >= probe(300) + probe(100) {
             300
         } else {
@@ -463,7 +463,7 @@ fn garbage_in_the_last_bytes_of_a_full_segment() {
         let md = producer.send(r.clone()).unwrap();
         sent.push(md.offset);
         used += probe(n);
-        if used == 4096 - 5 {
+        if used == 4096 - 8 {
             break;
         }
     }
@@ -473,13 +473,13 @@ fn garbage_in_the_last_bytes_of_a_full_segment() {
     assert_eq!(logs.len(), 1);
     let mut log = std::fs::read(&logs[0]).unwrap();
     assert_eq!(log.len(), 4096);
-    assert_eq!(batches(&log).last().unwrap().end(), 4096 - 5);
+    assert_eq!(batches(&log).last().unwrap().end(), 4096 - 8);
     log[4095] = 0xff;
     std::fs::write(&logs[0], &log).unwrap();
     let mq = Broker::open(tmp.path(), cfg()).unwrap();
     let p = &mq.topic(TOPIC).unwrap().partitions[0];
     assert_eq!(p.end_offset, sent.len() as u64);
-    assert_eq!(p.recovery, torn(5));
+    assert_eq!(p.recovery, torn(8));
     assert_eq!(read_partition(&mq, TOPIC, 0).unwrap().len(), sent.len());
     // The next record rolls to a new segment; reopening is clean.
     producer_send_and_reopen(mq, tmp.path(), sent.len() as u64);
