@@ -393,6 +393,7 @@ impl Consumer {
         let cursor = a.cursor.as_mut().expect("resolved");
         let mut taken = 0;
         let mut failed = None;
+        let mut skipped = false;
         while taken < limit {
             let (at, h) = match log.next_batch(cursor) {
                 Ok(Some(b)) => b,
@@ -405,6 +406,13 @@ impl Consumer {
             // The base offset is outside the CRC: every batch must hold the
             // next offset to deliver, or it is damaged.
             let expected = a.next_base.is_none_or(|b| b == h.base_offset);
+            if h.base_offset > position && position < log.start_offset() {
+                // Retention deleted the segments between the one we finished
+                // and this one while we read: not damage, a reset.
+                cursor.pos = at;
+                skipped = true;
+                break;
+            }
             if !expected || h.base_offset > position || h.last_offset() < position {
                 cursor.pos = at;
                 failed = Some(cursor.seg.corrupt(at, "batch base offset out of sequence"));
@@ -453,6 +461,13 @@ impl Consumer {
             a.next_base = Some(h.next_offset());
         }
         a.position = Some(position);
+        if skipped {
+            a.cursor = None;
+            a.next_base = None;
+            if taken == 0 {
+                return Self::fetch(a, reset, limit, out);
+            }
+        }
         match failed {
             // Deliver what was read first; the error comes back next poll.
             Some(e) if taken == 0 => Err(e),
