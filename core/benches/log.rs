@@ -2,7 +2,8 @@
 //!
 //! `cargo bench -p mqlite --bench log` (or `make bench`). Each figure is the
 //! median of `MQLITE_BENCH_RUNS` runs (default 3); `MQLITE_BENCH_SCALE`
-//! (default 1.0) scales the message counts. Ratios are against the raw
+//! (default 1.0) scales the message counts; `MQLITE_BENCH_FILTER=text`
+//! runs only the rows whose name contains `text`. Ratios are against the raw
 //! memmap2 write of the same bytes into already-touched pages, measured in
 //! the same run, because the machines are shared and noisy.
 
@@ -14,7 +15,9 @@ use std::time::{Duration, Instant};
 use memmap2::MmapMut;
 use mqlite::log::batch::{self, RecordRef};
 use mqlite::raw::{partition_log, RawLog};
-use mqlite::{Acks, BorrowedRecord, Broker, Config, ConsumerConfig, ProducerConfig, TopicConfig};
+use mqlite::{
+    Acks, BorrowedRecord, Broker, Compression, Config, ConsumerConfig, ProducerConfig, TopicConfig,
+};
 
 const SEGMENT: u64 = 512 << 20;
 
@@ -232,6 +235,78 @@ fn produce(n: u64, size: usize) -> f64 {
     secs
 }
 
+/// How the producer bench sends.
+#[derive(Clone, Copy)]
+enum SendMode {
+    /// `send`, one record at a time.
+    One,
+    /// `send_batch` of 100 records.
+    Batch,
+    /// `send_async` with a callback, then `flush`.
+    Async,
+}
+
+/// `n` records through a `Producer` configured by `config`, from `threads`
+/// threads (each its own partition).
+fn produce_with(n: u64, size: usize, threads: u64, mode: SendMode, config: ProducerConfig) -> f64 {
+    let dir = fresh_dir("producer");
+    let mq = Broker::open(&dir, Config::default().prefault(false)).expect("open");
+    mq.create_topic("t", TopicConfig::new(threads as u32).segment_bytes(SEGMENT))
+        .expect("create");
+    for p in 0..threads as u32 {
+        partition_log(&mq, "t", p).expect("log").prefault();
+    }
+    let producer = mq.producer(config).expect("producer");
+    let value = vec![7u8; size];
+    let secs = time(|| {
+        std::thread::scope(|s| {
+            for t in 0..threads {
+                let (producer, value) = (&producer, &value);
+                s.spawn(move || {
+                    let rec = BorrowedRecord {
+                        topic: "t",
+                        partition: Some(t as u32),
+                        value: Some(value),
+                        ..BorrowedRecord::default()
+                    };
+                    let per = n / threads;
+                    match mode {
+                        SendMode::One => {
+                            for _ in 0..per {
+                                producer.send_borrowed(&rec).expect("send");
+                            }
+                        }
+                        SendMode::Batch => {
+                            let recs = vec![rec; 100];
+                            for _ in 0..per / 100 {
+                                producer
+                                    .send_batch_with(&recs, &mut |_, _| {})
+                                    .expect("send_batch");
+                            }
+                        }
+                        SendMode::Async => {
+                            for _ in 0..per {
+                                producer
+                                    .send_async_borrowed(
+                                        &rec,
+                                        Box::new(|r| {
+                                            r.expect("delivered");
+                                        }),
+                                    )
+                                    .expect("send_async");
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        producer.flush().expect("flush");
+    });
+    drop(producer);
+    close(mq, &dir);
+    secs
+}
+
 fn consume(n: u64, size: usize) -> f64 {
     let (mq, log, dir) = open("consume", true);
     let value = vec![7u8; size];
@@ -330,7 +405,11 @@ fn main() {
     let runs = runs();
     let mut rows: Vec<Row> = Vec::new();
     for &(size, n) in &[(100usize, scaled(2_000_000)), (1024usize, scaled(300_000))] {
+        let filter = std::env::var("MQLITE_BENCH_FILTER").unwrap_or_default();
         let mut bench = |name: &str, msgs: u64, f: &dyn Fn() -> f64| {
+            if !name.contains(filter.as_str()) {
+                return;
+            }
             let secs = median((0..runs).map(|_| f()).collect());
             let row = Row {
                 name: format!("{name} ({size} B)"),
@@ -373,6 +452,33 @@ fn main() {
             scan(n, size, 100)
         });
         bench("Producer::send, 1 at a time", n, &|| produce(n, size));
+        let cfg = ProducerConfig::default;
+        bench("Producer::send, not idempotent", n, &|| {
+            produce_with(n, size, 1, SendMode::One, cfg().idempotent(false))
+        });
+        bench("Producer::send, 2 threads", n, &|| {
+            produce_with(n, size, 2, SendMode::One, cfg())
+        });
+        bench("Producer::send_batch of 100", n, &|| {
+            produce_with(n, size, 1, SendMode::Batch, cfg())
+        });
+        bench("Producer::send_batch of 100, 2 threads", n, &|| {
+            produce_with(n, size, 2, SendMode::Batch, cfg())
+        });
+        bench("Producer::send_async, linger 5 ms", n, &|| {
+            produce_with(n, size, 1, SendMode::Async, cfg().linger_ms(5))
+        });
+        for codec in [
+            Compression::Lz4,
+            Compression::Zstd,
+            Compression::Snappy,
+            Compression::Gzip,
+        ] {
+            let c = n / 10;
+            bench(&format!("Producer::send_batch of 100, {codec}"), c, &|| {
+                produce_with(c, size, 1, SendMode::Batch, cfg().compression(codec))
+            });
+        }
         bench("Consumer::poll", n, &|| consume(n, size));
         let d = scaled(4000);
         bench("Producer::send acks=all, 1 thread", d, &|| {
@@ -381,21 +487,27 @@ fn main() {
         bench("Producer::send acks=all, 8 threads", d, &|| {
             produce_durable(d, size, 8)
         });
+        let a = scaled(200_000);
+        bench("Producer::send_async acks=all", a, &|| {
+            produce_with(a, size, 1, SendMode::Async, cfg().acks(Acks::All))
+        });
     }
-    let small = open_time(1);
-    let large = open_time(64);
-    eprintln!(
-        "  open: {:.2} ms with 16 MiB of log, {:.2} ms with 1 GiB",
-        small * 1e3,
-        large * 1e3
-    );
-    println!();
-    println!(
-        "Open time: {:.2} ms with one 16 MiB segment, {:.2} ms with 64 segments (1 GiB); ratio {:.2}",
-        small * 1e3,
-        large * 1e3,
-        large / small
-    );
+    if std::env::var("MQLITE_BENCH_FILTER").is_err() {
+        let small = open_time(1);
+        let large = open_time(64);
+        eprintln!(
+            "  open: {:.2} ms with 16 MiB of log, {:.2} ms with 1 GiB",
+            small * 1e3,
+            large * 1e3
+        );
+        println!();
+        println!(
+            "Open time: {:.2} ms with one 16 MiB segment, {:.2} ms with 64 segments (1 GiB); ratio {:.2}",
+            small * 1e3,
+            large * 1e3,
+            large / small
+        );
+    }
     println!();
     println!("| benchmark | messages/s | MB/s (payload) | ratio to raw mmap write (touched) |");
     println!("|---|---:|---:|---:|");

@@ -11,6 +11,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::consumer::{Consumer, ConsumerConfig};
+use crate::dedup::Registry;
 use crate::error::{Error, IoContext, Result};
 use crate::log::now_ms;
 use crate::producer::{Producer, ProducerConfig};
@@ -77,6 +78,7 @@ pub(crate) struct BrokerInner {
     ddl: Mutex<()>,
     closed: AtomicBool,
     janitor: Mutex<Option<(JoinHandle<()>, Stop)>>,
+    registry: Registry,
 }
 
 /// An open data directory: the entry point of the engine.
@@ -166,7 +168,9 @@ impl Broker {
                 }
             }
         }
+        let registry = Registry::open(&dir, config.file_mode)?;
         let inner = Arc::new(BrokerInner {
+            registry,
             dir,
             config,
             lock: Mutex::new(Some(lock)),
@@ -274,7 +278,7 @@ impl Broker {
     /// A new producer.
     pub fn producer(&self, config: ProducerConfig) -> Result<Producer> {
         self.inner.check_open()?;
-        Ok(Producer::new(Arc::clone(&self.inner), config))
+        Producer::new(Arc::clone(&self.inner), config)
     }
 
     /// A new consumer.
@@ -332,7 +336,12 @@ impl BrokerInner {
         self.topics.read().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn all_topics(&self) -> Vec<Arc<Topic>> {
+    /// Producer ids and names.
+    pub(crate) fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    pub(crate) fn all_topics(&self) -> Vec<Arc<Topic>> {
         self.topics_read().values().cloned().collect()
     }
 

@@ -6,7 +6,8 @@ use std::time::{Duration, Instant};
 
 use crate::broker::BrokerInner;
 use crate::error::{Error, Result};
-use crate::log::batch::{self, Header};
+use crate::log::batch::{self, BatchHeader, Header};
+use crate::log::compression::MAX_UNCOMPRESSED_LEN;
 use crate::log::{Cursor, PartitionLog, Segment, Waiter};
 use crate::topic::Topic;
 
@@ -81,16 +82,61 @@ impl ConsumerConfig {
     }
 }
 
+/// What a message's byte ranges point into.
+#[derive(Clone)]
+enum Backing {
+    /// The segment's memory map (a record of an uncompressed batch).
+    Segment(Arc<Segment>),
+    /// The decompressed records section of a compressed batch, shared by
+    /// every message of that batch. (An `Arc<Vec<u8>>` rather than an
+    /// `Arc<[u8]>`: the decompressed `Vec` is shared as it is, not copied.)
+    Buffer(Arc<Vec<u8>>),
+}
+
+impl Backing {
+    #[inline]
+    fn bytes(&self, start: u32, end: u32) -> &[u8] {
+        match self {
+            Backing::Segment(seg) => seg.bytes(start as usize, end as usize),
+            Backing::Buffer(buf) => &buf[start as usize..end as usize],
+        }
+    }
+}
+
+impl std::fmt::Debug for Backing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Backing::Segment(seg) => f.debug_tuple("Segment").field(seg).finish(),
+            Backing::Buffer(buf) => write!(f, "Buffer({} bytes)", buf.len()),
+        }
+    }
+}
+
+/// A decompressed batch kept by a partition reader that stopped in its
+/// middle (`max_poll_records`), so the next poll does not decompress it again.
+#[derive(Debug)]
+struct Decoded {
+    /// Base offset of the segment holding the batch.
+    segment: u64,
+    /// Position of the batch in that segment.
+    pos: usize,
+    /// The batch's CRC (one more check that it is the same batch).
+    crc: u32,
+    records: Arc<Vec<u8>>,
+}
+
 /// A consumed record. Key, value and headers are read in place from the
-/// memory map; the message keeps its segment alive while it exists, even if
-/// retention or topic deletion removes the file meanwhile.
+/// memory map (for a compressed batch: from the batch's records, decompressed
+/// once and shared by its messages); the message keeps its segment (or that
+/// buffer) alive while it exists, even if retention or topic deletion removes
+/// the file meanwhile.
 #[derive(Debug, Clone)]
 pub struct Message {
     topic: Arc<str>,
     partition: u32,
     offset: u64,
     timestamp: i64,
-    seg: Arc<Segment>,
+    data: Backing,
     key: Option<(u32, u32)>,
     value: Option<(u32, u32)>,
     headers: (u32, u32),
@@ -121,15 +167,13 @@ impl Message {
     /// The key, if any.
     #[inline]
     pub fn key(&self) -> Option<&[u8]> {
-        self.key
-            .map(|(s, e)| self.seg.bytes(s as usize, e as usize))
+        self.key.map(|(s, e)| self.data.bytes(s, e))
     }
 
     /// The value, if any (`None` for a tombstone).
     #[inline]
     pub fn value(&self) -> Option<&[u8]> {
-        self.value
-            .map(|(s, e)| self.seg.bytes(s as usize, e as usize))
+        self.value.map(|(s, e)| self.data.bytes(s, e))
     }
 
     /// Number of headers.
@@ -143,11 +187,20 @@ impl Message {
             return Vec::new();
         }
         batch::decode_headers(
-            self.seg
-                .bytes(self.headers.0 as usize, self.headers.1 as usize),
+            self.data.bytes(self.headers.0, self.headers.1),
             self.header_count,
         )
     }
+}
+
+/// Why [`Consumer::take_records`] stopped.
+enum Stop {
+    /// The batch has no more records.
+    End,
+    /// `limit` messages were taken; the batch has more.
+    Limit,
+    /// A record is malformed, or the batch's records cannot be decompressed.
+    Malformed(&'static str),
 }
 
 #[derive(Debug)]
@@ -160,6 +213,9 @@ struct Assigned {
     /// Base offset the batch at the cursor must have, once known (the base
     /// offset is outside the CRC; this is what catches damage to it).
     next_base: Option<u64>,
+    /// The compressed batch at the cursor, decompressed, when the last fetch
+    /// stopped in its middle.
+    decoded: Option<Decoded>,
 }
 
 /// Reads records from assigned partitions or subscribed topics.
@@ -240,6 +296,7 @@ impl Consumer {
                 position: None,
                 cursor: None,
                 next_base: None,
+                decoded: None,
             },
         }
     }
@@ -325,6 +382,7 @@ impl Consumer {
         let a = &mut self.assigned[i];
         a.cursor = Some(a.log.cursor(offset)?);
         a.next_base = None;
+        a.decoded = None;
         a.position = Some(offset);
         Ok(())
     }
@@ -419,44 +477,64 @@ impl Consumer {
                 break;
             }
             let bytes = cursor.seg.bytes(at, at + h.total_len());
-            let mut stopped_early = false;
-            for r in batch::Records::new(bytes, &h) {
-                let r = match r {
-                    Ok(r) => r,
-                    Err(reason) => {
-                        failed = Some(cursor.seg.corrupt(at, reason));
-                        stopped_early = true;
-                        break;
+            // Uncompressed batches are read in place; a compressed one is
+            // decompressed once into a buffer its messages share.
+            // `take_records` is monomorphized per backing, so the
+            // uncompressed path does no per-record work for compression.
+            let stop = if h.attributes & batch::CODEC_MASK == 0 {
+                let seg = &cursor.seg;
+                Self::take_records(
+                    batch::Records::new(bytes, &h),
+                    at,
+                    || Backing::Segment(Arc::clone(seg)),
+                    &h,
+                    &log,
+                    &mut position,
+                    &mut taken,
+                    limit,
+                    out,
+                )
+            } else {
+                match Self::decompress(a.decoded.take(), &cursor.seg, at, bytes, &h) {
+                    Ok(buf) => {
+                        let stop = Self::take_records(
+                            batch::Records::over_section(&buf, h.record_count),
+                            0,
+                            || Backing::Buffer(Arc::clone(&buf)),
+                            &h,
+                            &log,
+                            &mut position,
+                            &mut taken,
+                            limit,
+                            out,
+                        );
+                        if let Stop::Limit = stop {
+                            // The next fetch comes back to this batch.
+                            a.decoded = Some(Decoded {
+                                segment: cursor.seg.base(),
+                                pos: at,
+                                crc: h.crc,
+                                records: buf,
+                            });
+                        }
+                        stop
                     }
-                };
-                let offset = h.base_offset + r.offset_delta as u64;
-                if offset < position {
-                    continue;
+                    Err(reason) => Stop::Malformed(reason),
                 }
-                if taken == limit {
-                    stopped_early = true;
+            };
+            match stop {
+                Stop::End => {}
+                Stop::Limit => {
+                    cursor.pos = at; // come back to the rest of this batch
+                    a.next_base = Some(h.base_offset);
                     break;
                 }
-                let abs =
-                    |rg: std::ops::Range<usize>| ((at + rg.start) as u32, (at + rg.end) as u32);
-                out.push(Message {
-                    topic: Arc::clone(log.topic()),
-                    partition: log.partition(),
-                    offset,
-                    timestamp: h.first_timestamp.wrapping_add(r.timestamp_delta),
-                    seg: Arc::clone(&cursor.seg),
-                    key: r.key.map(abs),
-                    value: r.value.map(abs),
-                    headers: abs(r.headers),
-                    header_count: r.header_count,
-                });
-                position = offset + 1;
-                taken += 1;
-            }
-            if stopped_early {
-                cursor.pos = at; // come back to the rest of this batch
-                a.next_base = Some(h.base_offset);
-                break;
+                Stop::Malformed(reason) => {
+                    cursor.pos = at;
+                    a.next_base = Some(h.base_offset);
+                    failed = Some(cursor.seg.corrupt(at, reason));
+                    break;
+                }
             }
             a.next_base = Some(h.next_offset());
         }
@@ -473,6 +551,72 @@ impl Consumer {
             Some(e) if taken == 0 => Err(e),
             _ => Ok(()),
         }
+    }
+
+    /// Appends the records of one batch from `position` on to `out`, until
+    /// `taken` reaches `limit`. `base` is the position of the records' byte
+    /// ranges in `backing`.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn take_records(
+        records: batch::Records<'_>,
+        base: usize,
+        backing: impl Fn() -> Backing,
+        h: &BatchHeader,
+        log: &PartitionLog,
+        position: &mut u64,
+        taken: &mut usize,
+        limit: usize,
+        out: &mut Vec<Message>,
+    ) -> Stop {
+        for r in records {
+            let r = match r {
+                Ok(r) => r,
+                Err(reason) => return Stop::Malformed(reason),
+            };
+            let offset = h.base_offset + r.offset_delta as u64;
+            if offset < *position {
+                continue;
+            }
+            if *taken == limit {
+                return Stop::Limit;
+            }
+            let abs =
+                |rg: std::ops::Range<usize>| ((base + rg.start) as u32, (base + rg.end) as u32);
+            out.push(Message {
+                topic: Arc::clone(log.topic()),
+                partition: log.partition(),
+                offset,
+                timestamp: h.first_timestamp.wrapping_add(r.timestamp_delta),
+                data: backing(),
+                key: r.key.map(abs),
+                value: r.value.map(abs),
+                headers: abs(r.headers),
+                header_count: r.header_count,
+            });
+            *position = offset + 1;
+            *taken += 1;
+        }
+        Stop::End
+    }
+
+    /// The records of the compressed batch at `at` of `seg` (`bytes`),
+    /// decompressed, or taken from `cached` when that is the same batch.
+    #[cold]
+    fn decompress(
+        cached: Option<Decoded>,
+        seg: &Segment,
+        at: usize,
+        bytes: &[u8],
+        h: &BatchHeader,
+    ) -> std::result::Result<Arc<Vec<u8>>, &'static str> {
+        if let Some(d) = cached {
+            if d.segment == seg.base() && d.pos == at && d.crc == h.crc {
+                return Ok(d.records);
+            }
+        }
+        let section = batch::records_section(bytes, h, MAX_UNCOMPRESSED_LEN)?;
+        Ok(Arc::new(section.into_owned()))
     }
 
     fn has_data(&self) -> bool {

@@ -139,6 +139,44 @@ pub enum Error {
         /// The topic's limit.
         max: usize,
     },
+    /// The producer's `buffer_memory` stayed full for `max_block_ms`.
+    #[error(
+        "producer buffer full: {buffered} of {limit} bytes still held after waiting {waited_ms} ms"
+    )]
+    BufferFull {
+        /// Bytes held when giving up.
+        buffered: usize,
+        /// The producer's `buffer_memory`.
+        limit: usize,
+        /// How long the send waited.
+        waited_ms: u64,
+    },
+    /// A sequence number skipped ahead of the next expected one (a gap: some
+    /// records in between were never written).
+    #[error(
+        "out-of-order sequence for {topic}/{partition}: expected {expected}, received {received}"
+    )]
+    OutOfOrderSequence {
+        /// The topic.
+        topic: String,
+        /// The partition.
+        partition: u32,
+        /// The next sequence the partition expected.
+        expected: i64,
+        /// The sequence that came.
+        received: i64,
+    },
+    /// A newer producer with the same name (a higher epoch) exists; this one
+    /// may no longer write.
+    #[error("producer {producer_id} with epoch {epoch} is fenced by epoch {current_epoch}")]
+    ProducerFenced {
+        /// The producer id.
+        producer_id: i64,
+        /// This producer's epoch.
+        epoch: i16,
+        /// The newest epoch.
+        current_epoch: i16,
+    },
 }
 
 impl Error {
@@ -161,6 +199,116 @@ impl Error {
             Error::Corrupt { .. } => 300,
             Error::UnsupportedVersion { .. } => 301,
             Error::MessageTooLarge { .. } => 400,
+            Error::BufferFull { .. } => 401,
+            Error::OutOfOrderSequence { .. } => 402,
+            Error::ProducerFenced { .. } => 403,
+        }
+    }
+
+    /// A copy of this error for a second receiver (several delivery
+    /// callbacks of one failed batch). I/O sources keep their kind and text.
+    pub fn duplicate(&self) -> Error {
+        let io = |s: &io::Error| io::Error::new(s.kind(), s.to_string());
+        match self {
+            Error::Io { context, source } => Error::Io {
+                context: context.clone(),
+                source: io(source),
+            },
+            Error::DiskFull { context, source } => Error::DiskFull {
+                context: context.clone(),
+                source: io(source),
+            },
+            Error::Locked { path, holder } => Error::Locked {
+                path: path.clone(),
+                holder: holder.clone(),
+            },
+            Error::InvalidArgument(s) => Error::InvalidArgument(s.clone()),
+            Error::Closed(s) => Error::Closed(s),
+            Error::Timeout(ms) => Error::Timeout(*ms),
+            Error::InvalidTopicName { name, reason } => Error::InvalidTopicName {
+                name: name.clone(),
+                reason,
+            },
+            Error::TopicExists(s) => Error::TopicExists(s.clone()),
+            Error::UnknownTopic(s) => Error::UnknownTopic(s.clone()),
+            Error::InvalidConfig(s) => Error::InvalidConfig(s.clone()),
+            Error::UnknownPartition {
+                topic,
+                partition,
+                count,
+            } => Error::UnknownPartition {
+                topic: topic.clone(),
+                partition: *partition,
+                count: *count,
+            },
+            Error::OffsetOutOfRange {
+                topic,
+                partition,
+                offset,
+                start,
+                end,
+            } => Error::OffsetOutOfRange {
+                topic: topic.clone(),
+                partition: *partition,
+                offset: *offset,
+                start: *start,
+                end: *end,
+            },
+            Error::Poisoned { topic, partition } => Error::Poisoned {
+                topic: topic.clone(),
+                partition: *partition,
+            },
+            Error::Corrupt {
+                path,
+                position,
+                reason,
+            } => Error::Corrupt {
+                path: path.clone(),
+                position: *position,
+                reason: reason.clone(),
+            },
+            Error::UnsupportedVersion {
+                path,
+                found,
+                supported,
+            } => Error::UnsupportedVersion {
+                path: path.clone(),
+                found: *found,
+                supported: *supported,
+            },
+            Error::MessageTooLarge { size, max } => Error::MessageTooLarge {
+                size: *size,
+                max: *max,
+            },
+            Error::BufferFull {
+                buffered,
+                limit,
+                waited_ms,
+            } => Error::BufferFull {
+                buffered: *buffered,
+                limit: *limit,
+                waited_ms: *waited_ms,
+            },
+            Error::OutOfOrderSequence {
+                topic,
+                partition,
+                expected,
+                received,
+            } => Error::OutOfOrderSequence {
+                topic: topic.clone(),
+                partition: *partition,
+                expected: *expected,
+                received: *received,
+            },
+            Error::ProducerFenced {
+                producer_id,
+                epoch,
+                current_epoch,
+            } => Error::ProducerFenced {
+                producer_id: *producer_id,
+                epoch: *epoch,
+                current_epoch: *current_epoch,
+            },
         }
     }
 

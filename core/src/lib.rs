@@ -29,6 +29,7 @@
 
 mod broker;
 mod consumer;
+mod dedup;
 mod error;
 pub mod log;
 mod producer;
@@ -38,11 +39,13 @@ mod topic;
 
 pub use broker::{Broker, Config, LOCK_FILE};
 pub use consumer::{Consumer, ConsumerConfig, Message, OffsetReset};
+pub use dedup::{validate_producer_name, DEFAULT_DEDUP_WINDOW, MAX_PRODUCER_NAME_LEN};
 pub use error::{Error, Result};
 pub use log::batch::Header;
+pub use log::compression::Compression;
 pub use log::RecoveryStats;
 pub use producer::{
-    murmur2, partition_for_key, Acks, BorrowedRecord, Producer, ProducerConfig, Record,
-    RecordMetadata,
+    murmur2, partition_for_key, Acks, BorrowedRecord, DeliveryCallback, Partitioner, Producer,
+    ProducerConfig, ProducerInterceptor, ProducerStats, Record, RecordMetadata, Selector,
 };
 pub use topic::{validate_topic_name, PartitionInfo, TopicConfig, TopicInfo, MAX_TOPIC_NAME_LEN};

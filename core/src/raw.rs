@@ -5,8 +5,9 @@ use std::sync::Arc;
 
 use crate::broker::Broker;
 use crate::error::Result;
-use crate::log::batch::{self, ProducerFields, RecordRef};
-use crate::log::PartitionLog;
+use crate::log::batch::{self, BatchHeader, ProducerFields, RecordRef};
+use crate::log::compression::MAX_UNCOMPRESSED_LEN;
+use crate::log::{PartitionLog, Segment};
 
 /// A handle on one partition's commit log.
 #[derive(Debug, Clone)]
@@ -43,7 +44,8 @@ impl RawLog {
     }
 
     /// Reads every record from `from` to the end, checking each batch's
-    /// CRC, and calls `f(offset, key, value)`; returns the record count.
+    /// CRC (and decompressing compressed batches), and calls
+    /// `f(offset, key, value)`; returns the record count.
     pub fn scan(
         &self,
         from: u64,
@@ -53,6 +55,10 @@ impl RawLog {
         let mut n = 0;
         while let Some((at, h)) = self.0.next_batch(&mut c)? {
             let bytes = c.seg.bytes(at, at + h.total_len());
+            if h.attributes & batch::CODEC_MASK != 0 {
+                n += scan_compressed(&c.seg, at, bytes, &h, from, &mut f)?;
+                continue;
+            }
             for r in batch::Records::new(bytes, &h) {
                 let r = r.map_err(|reason| c.seg.corrupt(at, reason))?;
                 let offset = h.base_offset + r.offset_delta as u64;
@@ -64,4 +70,33 @@ impl RawLog {
         }
         Ok(n)
     }
+}
+
+/// [`RawLog::scan`] of one compressed batch (`bytes`, at `at` in `seg`).
+#[cold]
+#[inline(never)]
+fn scan_compressed(
+    seg: &Segment,
+    at: usize,
+    bytes: &[u8],
+    h: &BatchHeader,
+    from: u64,
+    f: &mut impl FnMut(u64, Option<&[u8]>, Option<&[u8]>),
+) -> Result<u64> {
+    let section = batch::records_section(bytes, h, MAX_UNCOMPRESSED_LEN)
+        .map_err(|reason| seg.corrupt(at, reason))?;
+    let mut n = 0;
+    for r in batch::Records::over_section(&section, h.record_count) {
+        let r = r.map_err(|reason| seg.corrupt(at, reason))?;
+        let offset = h.base_offset + r.offset_delta as u64;
+        if offset >= from {
+            f(
+                offset,
+                r.key.map(|k| &section[k]),
+                r.value.map(|v| &section[v]),
+            );
+            n += 1;
+        }
+    }
+    Ok(n)
 }

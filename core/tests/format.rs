@@ -99,7 +99,7 @@ fn batch(max_records: usize, max_value: usize) -> impl Strategy<Value = Batch> {
     (
         0u64..(u64::MAX / 2),
         prop::collection::vec(record(max_value), 1..=max_records),
-        (any::<i64>(), any::<i16>(), any::<i32>()),
+        (any::<i64>(), any::<i16>(), any::<i64>()),
         // Codec bits (0-2) must be 0 (no compression); the rest is carried as is.
         any::<u16>().prop_map(|a| a & !0x7),
     )
@@ -254,7 +254,7 @@ proptest! {
         data[16] = MAGIC;
         data[17] &= !0x7;
         data[19..23].copy_from_slice(&(count - 1).to_le_bytes());
-        data[53..57].copy_from_slice(&count.to_le_bytes());
+        data[57..61].copy_from_slice(&count.to_le_bytes());
         let crc = crc32c(&data[16..]);
         data[12..16].copy_from_slice(&crc.to_le_bytes());
         prop_assert!(matches!(check(&data), Check::Valid(_)));

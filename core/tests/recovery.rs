@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use common::{batches, cfg, read_partition, segment_logs, Msg, Rng, Span};
+use mqlite::log::batch::HEADER_LEN;
 use mqlite::{
     Broker, ConsumerConfig, Error, OffsetReset, ProducerConfig, Record, RecoveryStats, TopicConfig,
 };
@@ -245,7 +246,7 @@ fn garbage_after_the_last_batch_is_a_torn_tail() {
     let f = Fixture::new(256, 150, None);
     let end = f.spans.last().unwrap().next;
     let mut rng = Rng::new(7);
-    for len in [1usize, 5, 11, 12, 13, 56, 57, 300, MAX_MESSAGE as usize] {
+    for len in [1usize, 5, 11, 12, 13, 60, 61, 300, MAX_MESSAGE as usize] {
         let mut log = f.log.clone();
         for b in &mut log[f.data_end()..f.data_end() + len] {
             *b = rng.range(1, 256) as u8;
@@ -315,7 +316,7 @@ fn zeroed_tail() {
     // Its header zeroed, the records left: the length reads as the end
     // marker, and the leftover bytes after it are removed.
     let mut log = f.log.clone();
-    log[last.pos..last.pos + 57].fill(0);
+    log[last.pos..last.pos + HEADER_LEN].fill(0);
     f.restore(&log);
     let stats = torn(nonzero_extent(&log, last.pos, last.end()));
     assert!(stats.truncated_bytes > 0);

@@ -283,14 +283,22 @@ fn keys_map_to_partitions_by_murmur2() {
         .send(Record::new("t").key("foobar").partition(6).value("v"))
         .unwrap();
     assert_eq!(md.partition, 6);
-    // No key: round-robin over the partitions.
-    let parts: Vec<u32> = (0..14)
+    // No key, default (sticky): one partition until batch_size bytes.
+    let sticky: Vec<u32> = (0..10)
         .map(|_| {
             producer
-                .send(Record::new("t").value("rr"))
+                .send(Record::new("t").value("s"))
                 .unwrap()
                 .partition
         })
+        .collect();
+    assert!(sticky.iter().all(|&p| p == sticky[0]), "{sticky:?}");
+    // No key, round-robin: the partitions in turn.
+    let rr = mq
+        .producer(ProducerConfig::default().partitioner(mqlite::Partitioner::RoundRobin))
+        .unwrap();
+    let parts: Vec<u32> = (0..14)
+        .map(|_| rr.send(Record::new("t").value("rr")).unwrap().partition)
         .collect();
     let mut counts = [0; 7];
     parts.iter().for_each(|&p| counts[p as usize] += 1);

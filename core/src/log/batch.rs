@@ -8,15 +8,16 @@
 //!  8  length             u32   bytes after this field; 0 marks the end of written data
 //! 12  crc                u32   CRC32C of bytes [16, 12 + length)
 //! 16  magic              u8    format version (1)
-//! 17  attributes         u16   bits 0-2 codec, bit 3 log-append time, bit 4 transactional, bit 5 control
+//! 17  attributes         u16   bits 0-2 codec, bit 3 log-append time, bit 4 transactional, bit 5 control,
+//!                              bit 6 sequences chosen by the application, bit 7 named producer
 //! 19  last_offset_delta  u32   offset of the last record minus base_offset
 //! 23  first_timestamp    i64   ms since the epoch
 //! 31  max_timestamp      i64
 //! 39  producer_id        i64   -1 when not idempotent
 //! 47  producer_epoch     i16
-//! 49  base_sequence      i32   -1 when not idempotent
-//! 53  record_count       u32
-//! 57  records...
+//! 49  base_sequence      i64   sequence of the first record, -1 when not idempotent
+//! 57  record_count       u32
+//! 61  records...   (compressed as one block when the codec is not none)
 //! ..  zero padding to a multiple of 8 bytes (counted in `length`)
 //! ```
 //!
@@ -29,8 +30,15 @@ use std::ops::Range;
 
 /// The current format version, stored in every batch's `magic` byte.
 pub const MAGIC: u8 = 1;
+/// Attribute bit: the records' sequences were chosen by the application
+/// (a named producer's `sequence`), not assigned by the partition.
+pub const ATTR_APP_SEQUENCE: u16 = 1 << 6;
+/// Attribute bit: the producer has a durable name, so its sequence state is
+/// kept across restarts.
+pub const ATTR_NAMED_PRODUCER: u16 = 1 << 7;
+
 /// Size of the fixed batch header.
-pub const HEADER_LEN: usize = 57;
+pub const HEADER_LEN: usize = 61;
 /// Bytes before the CRC-covered part that are not counted by `length`.
 pub const LENGTH_PREFIX: usize = 12;
 /// The smallest valid value of the `length` field.
@@ -48,16 +56,9 @@ const OFF_MAX_TS: usize = 31;
 const OFF_PRODUCER_ID: usize = 39;
 const OFF_PRODUCER_EPOCH: usize = 47;
 const OFF_BASE_SEQUENCE: usize = 49;
-const OFF_RECORD_COUNT: usize = 53;
+const OFF_RECORD_COUNT: usize = 57;
 
-/// Compression codec of a batch (attribute bits 0-2).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[repr(u8)]
-pub enum Compression {
-    /// Records are stored as they are.
-    #[default]
-    None = 0,
-}
+pub use super::compression::{Compression, CODEC_MASK};
 
 /// A record header: a UTF-8 name and a byte value. Names may repeat.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -86,7 +87,7 @@ pub struct ProducerFields {
     /// Producer epoch, -1 when none.
     pub producer_epoch: i16,
     /// Sequence of the first record, -1 when none.
-    pub base_sequence: i32,
+    pub base_sequence: i64,
 }
 
 impl Default for ProducerFields {
@@ -290,6 +291,119 @@ pub fn encode_batch(
     p
 }
 
+/// Records encoded ahead of their batch (the producer's accumulator): the
+/// records section of a future batch plus what its header needs.
+#[derive(Debug, Clone, Default)]
+pub struct EncodedRecords {
+    /// The records, back to back, offset deltas counted from 0.
+    pub bytes: Vec<u8>,
+    /// Number of records.
+    pub count: u32,
+    /// Timestamp of the first record.
+    pub first_timestamp: i64,
+    /// Largest timestamp.
+    pub max_timestamp: i64,
+}
+
+impl EncodedRecords {
+    /// Appends one record.
+    pub fn push(&mut self, r: &RecordRef<'_>) {
+        if self.count == 0 {
+            self.first_timestamp = r.timestamp;
+            self.max_timestamp = r.timestamp;
+        }
+        let ts_delta = r.timestamp.wrapping_sub(self.first_timestamp);
+        let off_delta = self.count as i64;
+        let body = record_body_len(r, ts_delta, off_delta);
+        let start = self.bytes.len();
+        self.bytes.resize(start + varint_len(body as i64) + body, 0);
+        let end = put_record(&mut self.bytes, start, r, ts_delta, off_delta);
+        debug_assert_eq!(end, self.bytes.len());
+        self.count += 1;
+        self.max_timestamp = self.max_timestamp.max(r.timestamp);
+    }
+
+    /// Bytes one more record would add.
+    pub fn record_len(&self, r: &RecordRef<'_>) -> usize {
+        let first = if self.count == 0 {
+            r.timestamp
+        } else {
+            self.first_timestamp
+        };
+        let body = record_body_len(r, r.timestamp.wrapping_sub(first), self.count as i64);
+        varint_len(body as i64) + body
+    }
+
+    /// Size of the batch these records make without compression.
+    pub fn batch_len(&self) -> usize {
+        section_batch_len(self.bytes.len())
+    }
+
+    /// Empties the buffer, keeping its allocation.
+    pub fn clear(&mut self) {
+        self.bytes.clear();
+        self.count = 0;
+    }
+}
+
+/// Encoded size of record `r` as the record at `index` of a batch whose
+/// first timestamp is `first_timestamp`.
+pub fn encoded_record_len(r: &RecordRef<'_>, first_timestamp: i64, index: usize) -> usize {
+    let body = record_body_len(r, r.timestamp.wrapping_sub(first_timestamp), index as i64);
+    varint_len(body as i64) + body
+}
+
+/// Size of a batch whose records section (plain records or a framed
+/// compressed block) is `section_len` bytes.
+#[inline]
+pub fn section_batch_len(section_len: usize) -> usize {
+    padded(HEADER_LEN + section_len)
+}
+
+/// The header fields of a batch built from a prepared records section.
+#[derive(Debug, Clone, Copy)]
+pub struct SectionInfo {
+    /// Number of records.
+    pub count: u32,
+    /// Timestamp of the first record.
+    pub first_timestamp: i64,
+    /// Largest timestamp.
+    pub max_timestamp: i64,
+}
+
+/// Writes a batch whose records section is already encoded (and perhaps
+/// compressed, as `attributes` says) at the start of `buf`, which must be
+/// [`section_batch_len`] bytes long at least. Returns the bytes written.
+pub fn write_section_batch(
+    buf: &mut [u8],
+    base_offset: u64,
+    section: &[u8],
+    info: SectionInfo,
+    producer: ProducerFields,
+    attributes: u16,
+) -> usize {
+    let end = HEADER_LEN + section.len();
+    buf[HEADER_LEN..end].copy_from_slice(section);
+    let p = padded(end);
+    buf[end..p].fill(0);
+    let h = BatchHeader {
+        base_offset,
+        length: (p - LENGTH_PREFIX) as u32,
+        crc: 0,
+        magic: MAGIC,
+        attributes,
+        last_offset_delta: info.count.saturating_sub(1),
+        first_timestamp: info.first_timestamp,
+        max_timestamp: info.max_timestamp,
+        producer,
+        record_count: info.count,
+    };
+    h.write(&mut buf[..HEADER_LEN]);
+    let crc = crc32c::crc32c(&buf[CRC_START..p]);
+    buf[OFF_CRC..OFF_CRC + 4].copy_from_slice(&crc.to_le_bytes());
+    p
+}
+
 // ---------------------------------------------------------------- header
 
 /// The decoded fixed header of a batch.
@@ -343,6 +457,13 @@ impl BatchHeader {
         self.last_offset() + 1
     }
 
+    /// The batch's codec (attribute bits 0-2); `None` for a codec number
+    /// this build does not know.
+    #[inline]
+    pub fn compression(&self) -> Option<Compression> {
+        Compression::from_bits(self.attributes & CODEC_MASK)
+    }
+
     /// Decodes a header from the first [`HEADER_LEN`] bytes of `b`
     /// (no CRC check). `None` if `b` is too short.
     pub fn parse(b: &[u8]) -> Option<BatchHeader> {
@@ -361,7 +482,7 @@ impl BatchHeader {
             producer: ProducerFields {
                 producer_id: i64::from_le_bytes(rd(b, OFF_PRODUCER_ID)),
                 producer_epoch: i16::from_le_bytes(rd(b, OFF_PRODUCER_EPOCH)),
-                base_sequence: i32::from_le_bytes(rd(b, OFF_BASE_SEQUENCE)),
+                base_sequence: i64::from_le_bytes(rd(b, OFF_BASE_SEQUENCE)),
             },
             record_count: u32::from_le_bytes(rd(b, OFF_RECORD_COUNT)),
         })
@@ -381,7 +502,7 @@ impl BatchHeader {
             .copy_from_slice(&self.producer.producer_id.to_le_bytes());
         b[OFF_PRODUCER_EPOCH..OFF_PRODUCER_EPOCH + 2]
             .copy_from_slice(&self.producer.producer_epoch.to_le_bytes());
-        b[OFF_BASE_SEQUENCE..OFF_BASE_SEQUENCE + 4]
+        b[OFF_BASE_SEQUENCE..OFF_BASE_SEQUENCE + 8]
             .copy_from_slice(&self.producer.base_sequence.to_le_bytes());
         b[OFF_RECORD_COUNT..OFF_RECORD_COUNT + 4].copy_from_slice(&self.record_count.to_le_bytes());
     }
@@ -431,10 +552,67 @@ pub fn check(b: &[u8]) -> Check {
     if h.record_count == 0 || h.last_offset_delta != h.record_count - 1 {
         return Check::Invalid("record count does not match the offset delta");
     }
-    if h.attributes & 0x7 != Compression::None as u16 {
-        return Check::Invalid("unsupported compression codec");
+    if h.attributes & CODEC_MASK != 0 {
+        if let Err(reason) = check_compressed(&b[HEADER_LEN..total], &h) {
+            return Check::Invalid(reason);
+        }
     }
     Check::Valid(h)
+}
+
+/// The checks of a compressed batch's records section (`section`: the bytes
+/// after the header, padding included): a known codec, and a framed block
+/// that lies inside the batch and is followed by padding only.
+///
+/// The uncompressed size is not checked against
+/// [`MAX_UNCOMPRESSED_LEN`](super::compression::MAX_UNCOMPRESSED_LEN) here:
+/// that limit is enforced when the records are decompressed. A batch with a
+/// valid CRC was written on purpose, and recovery truncates what fails this
+/// check; a reader limit must not destroy data.
+#[cold]
+fn check_compressed(section: &[u8], h: &BatchHeader) -> Result<(), &'static str> {
+    if h.compression().is_none() {
+        return Err("unsupported compression codec");
+    }
+    let (_, data) = super::compression::parse_framing(section)?;
+    if section.len() - super::compression::FRAMING_LEN - data.len() >= ALIGN {
+        return Err("compressed block followed by more than padding");
+    }
+    Ok(())
+}
+
+/// The records section of a checked batch (`batch`: its bytes from the
+/// header on), uncompressed: borrowed from `batch` for an uncompressed batch
+/// (from the end of the header to the end of the batch, padding included;
+/// the record decoder never reads past the last record), decompressed
+/// otherwise, refusing more than `limit` uncompressed bytes before
+/// allocating (pass
+/// [`MAX_UNCOMPRESSED_LEN`](super::compression::MAX_UNCOMPRESSED_LEN)).
+///
+/// Iterate over it with [`Records::over_section`]; ranges are relative to
+/// the section. An `Err` (damaged compressed data, unknown codec) is a
+/// corrupt batch.
+pub fn records_section<'a>(
+    batch: &'a [u8],
+    h: &BatchHeader,
+    limit: usize,
+) -> Result<std::borrow::Cow<'a, [u8]>, &'static str> {
+    let end = h.total_len().min(batch.len());
+    let section = batch.get(HEADER_LEN..end).unwrap_or_default();
+    match h.attributes & CODEC_MASK {
+        0 => Ok(std::borrow::Cow::Borrowed(section)),
+        _ => decompress_section(section, h, limit).map(std::borrow::Cow::Owned),
+    }
+}
+
+#[cold]
+fn decompress_section(
+    section: &[u8],
+    h: &BatchHeader,
+    limit: usize,
+) -> Result<Vec<u8>, &'static str> {
+    let codec = h.compression().ok_or("unsupported compression codec")?;
+    super::compression::decompress_records(codec, section, limit)
 }
 
 // ---------------------------------------------------------------- records
@@ -460,17 +638,45 @@ pub struct RecordView {
 /// length. Yields `Err` once (and then stops) on a malformed record.
 pub struct Records<'a> {
     buf: &'a [u8],
+    /// Position of the next record in `buf`; [`COMPRESSED`] for a compressed
+    /// batch given to [`Records::new`].
     pos: usize,
     left: u32,
 }
 
+/// `Records::pos` of a compressed batch given to [`Records::new`] (with an
+/// empty `buf`, so decoding fails at once without moving `pos`).
+const COMPRESSED: usize = usize::MAX;
+
 impl<'a> Records<'a> {
-    /// Records of the batch `buf` (the whole batch, header included).
+    /// Records of the uncompressed batch `buf` (the whole batch, header
+    /// included), read in place; ranges are relative to `buf`. For a
+    /// compressed batch this yields one `Err`: read those through
+    /// [`records_section`] and [`Records::over_section`].
+    #[inline]
     pub fn new(buf: &'a [u8], header: &BatchHeader) -> Records<'a> {
+        if header.attributes & CODEC_MASK != 0 {
+            return Records {
+                buf: &[],
+                pos: COMPRESSED,
+                left: 1,
+            };
+        }
         Records {
             buf: &buf[..header.total_len().min(buf.len())],
             pos: HEADER_LEN,
             left: header.record_count,
+        }
+    }
+
+    /// The first `count` records of a records section (as returned by
+    /// [`records_section`]); ranges are relative to `section`.
+    #[inline]
+    pub fn over_section(section: &'a [u8], count: u32) -> Records<'a> {
+        Records {
+            buf: section,
+            pos: 0,
+            left: count,
         }
     }
 }
@@ -534,7 +740,11 @@ impl Iterator for Records<'_> {
             Some(r) => Some(Ok(r)),
             None => {
                 self.left = 0;
-                Some(Err("malformed record"))
+                Some(Err(if self.pos == COMPRESSED {
+                    "compressed batch read without decompressing it"
+                } else {
+                    "malformed record"
+                }))
             }
         }
     }

@@ -2,6 +2,7 @@
 //! retention, group-commit flushing, readers and their wake-ups.
 
 pub mod batch;
+pub mod compression;
 mod index;
 #[allow(unsafe_code)]
 mod mmap;
@@ -14,8 +15,11 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
 use std::thread::{JoinHandle, Thread};
 use std::time::Instant;
 
+use crate::dedup::{self, Idempotence, ProducerTable, SequenceCheck};
 use crate::error::{Error, IoContext, Result};
-use batch::{BatchHeader, ProducerFields, RecordRef};
+use batch::{
+    BatchHeader, ProducerFields, RecordRef, SectionInfo, ATTR_APP_SEQUENCE, ATTR_NAMED_PRODUCER,
+};
 pub(crate) use segment::Segment;
 use segment::{PreparedSegment, SegmentSizes, DELETED_SUFFIX, PREPARED_STEM};
 
@@ -69,8 +73,55 @@ pub struct RecoveryStats {
 /// Where an appended batch landed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Appended {
-    /// Offset of the first record.
+    /// Offset of the first record (for a duplicate: of the original, or
+    /// [`UNKNOWN_OFFSET`] when no longer remembered).
     pub base_offset: u64,
+    /// The batch was a re-send of one already written; nothing was written.
+    pub duplicate: bool,
+}
+
+/// Offset reported for a duplicate whose original is no longer remembered.
+pub(crate) const UNKNOWN_OFFSET: u64 = u64::MAX;
+
+/// What an append writes: records encoded in place, or a records section
+/// prepared (and perhaps compressed) beforehand.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum BatchSource<'a> {
+    /// Records to encode straight into the segment, with their batch's
+    /// encoded size ([`batch::batch_len`]).
+    Records(&'a [RecordRef<'a>], usize),
+    /// A ready records section.
+    Section {
+        /// The section: plain records, or a framed compressed block.
+        bytes: &'a [u8],
+        /// Count and timestamps of its records.
+        info: SectionInfo,
+        /// Attribute bits describing it (the codec).
+        attributes: u16,
+    },
+}
+
+impl BatchSource<'_> {
+    fn count(&self) -> usize {
+        match self {
+            BatchSource::Records(r, _) => r.len(),
+            BatchSource::Section { info, .. } => info.count as usize,
+        }
+    }
+
+    fn batch_len(&self) -> usize {
+        match self {
+            BatchSource::Records(_, len) => *len,
+            BatchSource::Section { bytes, .. } => batch::section_batch_len(bytes.len()),
+        }
+    }
+
+    fn max_timestamp(&self) -> i64 {
+        match self {
+            BatchSource::Records(r, _) => r.iter().map(|r| r.timestamp).max().unwrap_or(i64::MIN),
+            BatchSource::Section { info, .. } => info.max_timestamp,
+        }
+    }
 }
 
 /// A thread waiting for appends on one or more partitions.
@@ -138,6 +189,12 @@ struct Writer {
     populated: bool,
     prepare_requested: bool,
     closed: bool,
+    /// Producer sequence state, loaded on first idempotent use.
+    producers: ProducerTable,
+    /// Whether named producers' state was read from disk (snapshot and
+    /// batch headers). Anonymous producers' ids are new in this process, so
+    /// their state is all in memory and needs no loading.
+    producers_loaded: bool,
 }
 
 #[derive(Debug, Default)]
@@ -145,6 +202,13 @@ struct FlushState {
     /// Every offset below this is on disk.
     flushed: u64,
     in_progress: bool,
+    /// Callers inside `flush_to` now.
+    waiting: usize,
+    /// Callers inside `flush_to` when the last flush ended: the next leader
+    /// waits (briefly) for as many to arrive before it flushes.
+    last_round: usize,
+    /// How long the last flush took.
+    last_flush: std::time::Duration,
 }
 
 /// The commit log of one partition.
@@ -161,6 +225,8 @@ pub(crate) struct PartitionLog {
     waiters: Waiters,
     flush_state: Mutex<FlushState>,
     flushed_cv: Condvar,
+    /// Wakes a flush leader collecting callers.
+    arrival_cv: Condvar,
     poisoned: AtomicBool,
     flushes: AtomicU64,
     prepare: Mutex<Option<JoinHandle<Result<PreparedSegment>>>>,
@@ -260,15 +326,18 @@ impl PartitionLog {
                 closed: false,
                 active,
                 next_offset,
+                producers: ProducerTable::default(),
+                producers_loaded: false,
             }),
             start_offset: AtomicU64::new(start),
             end_offset: AtomicU64::new(next_offset),
             waiters: Waiters::default(),
             flush_state: Mutex::new(FlushState {
                 flushed: next_offset,
-                in_progress: false,
+                ..FlushState::default()
             }),
             flushed_cv: Condvar::new(),
+            arrival_cv: Condvar::new(),
             poisoned: AtomicBool::new(false),
             flushes: AtomicU64::new(0),
             prepare: Mutex::new(None),
@@ -335,38 +404,79 @@ impl PartitionLog {
         }
     }
 
-    /// Appends `records` as one batch. Returns once the batch is in the map
-    /// and visible to readers (the `acks=1` guarantee); call
+    /// Appends `records` as one batch with the given producer fields as they
+    /// are (no sequence checks). Returns once the batch is in the map and
+    /// visible to readers (the `acks=1` guarantee); call
     /// [`PartitionLog::flush_to`] for `acks=all`.
-    #[allow(unsafe_code)]
     pub(crate) fn append(
         &self,
         records: &[RecordRef<'_>],
         producer: ProducerFields,
     ) -> Result<Appended> {
-        if records.is_empty() {
+        let len = batch::batch_len(records);
+        self.append_batch(BatchSource::Records(records, len), producer, None)
+    }
+
+    /// Appends one batch. With `idem`, the producer's epoch and sequence are
+    /// checked against what the partition holds, in the same critical
+    /// section as the write: a re-sent batch is answered with its original
+    /// offset and not written, an older epoch is fenced, and the batch gets
+    /// the next sequence when the producer did not choose one.
+    #[allow(unsafe_code)]
+    pub(crate) fn append_batch(
+        &self,
+        src: BatchSource<'_>,
+        mut producer: ProducerFields,
+        idem: Option<&Idempotence>,
+    ) -> Result<Appended> {
+        let count = src.count();
+        if count == 0 {
             return Err(Error::InvalidArgument(
                 "a batch needs at least one record".into(),
             ));
         }
-        let len = batch::batch_len(records);
+        let len = src.batch_len();
         if len > self.config.max_batch() {
             return Err(Error::MessageTooLarge {
                 size: len,
                 max: self.config.max_batch(),
             });
         }
-        let max_ts = records
-            .iter()
-            .map(|r| r.timestamp)
-            .max()
-            .unwrap_or(i64::MIN);
+        let max_ts = src.max_timestamp();
+        let mut attributes = match src {
+            BatchSource::Records(..) => 0,
+            BatchSource::Section { attributes, .. } => attributes,
+        };
         let mut w = lock(&self.writer);
         if w.closed {
             return Err(Error::Closed("partition"));
         }
         if self.poisoned.load(Ordering::Acquire) {
             return Err(self.poisoned_error());
+        }
+        if let Some(idem) = idem {
+            let table = self.producer_table(&mut w, idem.named)?;
+            match table.check(idem, count as u32, &self.topic, self.partition)? {
+                SequenceCheck::Duplicate(original) => {
+                    return Ok(Appended {
+                        base_offset: original.unwrap_or(UNKNOWN_OFFSET),
+                        duplicate: true,
+                    })
+                }
+                SequenceCheck::Write(seq) => {
+                    producer = ProducerFields {
+                        producer_id: idem.producer_id,
+                        producer_epoch: idem.epoch,
+                        base_sequence: seq,
+                    };
+                    if idem.named {
+                        attributes |= ATTR_NAMED_PRODUCER;
+                    }
+                    if idem.sequence.is_some() {
+                        attributes |= ATTR_APP_SEQUENCE;
+                    }
+                }
+            }
         }
         if w.active.end() + len > w.active.capacity() {
             self.roll(&mut w)?;
@@ -375,7 +485,14 @@ impl PartitionLog {
         let pos = w.active.end();
         // SAFETY: we hold the writer lock, so we are the segment's only writer.
         let buf = unsafe { w.active.reserve(len) };
-        let written = batch::encode_batch(buf, base, records, producer, 0);
+        let written = match src {
+            BatchSource::Records(records, _) => {
+                batch::encode_batch(buf, base, records, producer, attributes)
+            }
+            BatchSource::Section { bytes, info, .. } => {
+                batch::write_section_batch(buf, base, bytes, info, producer, attributes)
+            }
+        };
         debug_assert_eq!(written, len);
         let index = (pos > 0 && pos - w.last_index_pos >= self.config.index_interval_bytes)
             .then_some((base, w.max_ts));
@@ -384,14 +501,84 @@ impl PartitionLog {
         }
         w.active.commit(written, index, max_ts);
         w.max_ts = w.max_ts.max(max_ts);
-        w.next_offset = base + records.len() as u64;
+        w.next_offset = base + count as u64;
         self.end_offset.store(w.next_offset, Ordering::Release);
+        if let Some(idem) = idem {
+            w.producers
+                .record(idem, producer.base_sequence, count as u32, base);
+        }
         if self.config.prefault && !(w.populated && w.prepare_requested) {
             self.prefault_ahead(&mut w);
         }
         drop(w);
         self.wake_waiters();
-        Ok(Appended { base_offset: base })
+        Ok(Appended {
+            base_offset: base,
+            duplicate: false,
+        })
+    }
+
+    /// The producer table; with `named`, first loaded from disk if it was
+    /// not yet: the snapshot, then the headers of every batch after it.
+    fn producer_table<'w>(&self, w: &'w mut Writer, named: bool) -> Result<&'w mut ProducerTable> {
+        if named && !w.producers_loaded {
+            let start = self.start_offset();
+            let (mut table, from) = match dedup::load_snapshot(&self.dir) {
+                Some((t, off)) if off <= w.next_offset => (t, off.max(start)),
+                _ => (ProducerTable::default(), start),
+            };
+            let mut c = self.cursor(from)?;
+            while let Some((_, h)) = self.next_batch(&mut c)? {
+                if h.base_offset >= from {
+                    table.observe(&h);
+                }
+            }
+            w.producers.merge_loaded(table);
+            w.producers_loaded = true;
+        }
+        Ok(&mut w.producers)
+    }
+
+    /// The highest sequence producer `id` (named or not) wrote here (-1 if
+    /// none).
+    pub(crate) fn producer_last_seq(&self, id: i64, named: bool) -> Result<i64> {
+        let mut w = lock(&self.writer);
+        Ok(self
+            .producer_table(&mut w, named)?
+            .get(id)
+            .map_or(-1, |s| s.last_seq))
+    }
+
+    /// The offset of producer `id`'s record with sequence `seq`, if it is
+    /// still in the dedup window.
+    pub(crate) fn producer_offset_of(&self, id: i64, named: bool, seq: i64) -> Result<Option<u64>> {
+        let mut w = lock(&self.writer);
+        Ok(self
+            .producer_table(&mut w, named)?
+            .get(id)
+            .and_then(|s| s.offset_of(seq)))
+    }
+
+    /// Largest batch accepted, header included.
+    pub(crate) fn max_batch_bytes(&self) -> usize {
+        self.config.max_batch()
+    }
+
+    /// Saves the producer table, if loaded, as the state below `offset`.
+    fn save_producer_snapshot(&self, w: &Writer) {
+        // Unloaded, the table holds no named producer: the snapshot on disk
+        // (if any) stays as it is.
+        if w.producers_loaded {
+            let t = &w.producers;
+            if let Err(e) = dedup::save_snapshot(&self.dir, t, w.next_offset, self.config.file_mode)
+            {
+                ::log::warn!(
+                    "saving the producer state of {}/{} failed: {e}",
+                    self.topic,
+                    self.partition
+                );
+            }
+        }
     }
 
     /// Faults in the active segment's pages in the calling thread.
@@ -470,6 +657,8 @@ impl PartitionLog {
             // readable and reopens fine. Report and carry on.
             ::log::warn!("trimming {} failed: {e}", old.path().display());
         }
+        // Keeps rebuilding the producer table down to the active segment.
+        self.save_producer_snapshot(w);
         self.enforce_retention(now_ms());
         Ok(())
     }
@@ -511,47 +700,60 @@ impl PartitionLog {
     }
 
     /// Group commit: returns once every offset below `target` is on disk.
-    /// Concurrent callers share one flush.
+    /// Concurrent callers share one flush: the caller that starts a flush
+    /// (the leader) first waits, for at most half the last flush's time, for
+    /// as many callers as were inside when the last flush ended, so that a
+    /// steady group of `acks=all` senders is served by one flush per round.
     pub(crate) fn flush_to(&self, target: u64) -> Result<()> {
         let mut st = lock(&self.flush_state);
-        loop {
+        st.waiting += 1;
+        self.arrival_cv.notify_one();
+        let res = loop {
             if st.flushed >= target {
-                return Ok(());
+                break Ok(());
             }
             if self.poisoned.load(Ordering::Acquire) {
-                return Err(self.poisoned_error());
+                break Err(self.poisoned_error());
             }
             if st.in_progress {
                 st = self.flushed_cv.wait(st).unwrap_or_else(|p| p.into_inner());
                 continue;
             }
             st.in_progress = true;
-            drop(st);
-            // Commit delay: while senders woken by the previous flush are
-            // still appending, let them, so this flush covers them too.
-            let mut seen = self.end_offset();
-            for _ in 0..16 {
-                std::thread::yield_now();
-                let now = self.end_offset();
-                if now == seen {
+            let wait = (st.last_flush / 2).min(std::time::Duration::from_millis(1));
+            let deadline = Instant::now() + wait;
+            while st.waiting < st.last_round {
+                let now = Instant::now();
+                if now >= deadline {
                     break;
                 }
-                seen = now;
+                st = self
+                    .arrival_cv
+                    .wait_timeout(st, deadline - now)
+                    .unwrap_or_else(|p| p.into_inner())
+                    .0;
             }
+            drop(st);
+            let started = Instant::now();
             let res = self.flush_segments();
             self.flushes.fetch_add(1, Ordering::Relaxed);
             st = lock(&self.flush_state);
             st.in_progress = false;
+            st.last_flush = started.elapsed();
+            // Everyone inside now: the callers this flush served and those
+            // that came during it. The next round waits for as many.
+            st.last_round = st.waiting;
+            self.flushed_cv.notify_all();
             match res {
                 Ok(end) => st.flushed = st.flushed.max(end),
                 Err(e) => {
                     self.poisoned.store(true, Ordering::Release);
-                    self.flushed_cv.notify_all();
-                    return Err(e);
+                    break Err(e);
                 }
             }
-            self.flushed_cv.notify_all();
-        }
+        };
+        st.waiting -= 1;
+        res
     }
 
     /// Flushes everything published so far; returns the offset it covers.
@@ -582,7 +784,13 @@ impl PartitionLog {
     /// Flushes, refuses further appends and removes the prepared segment.
     pub(crate) fn close(&self) -> Result<()> {
         let res = self.flush();
-        lock(&self.writer).closed = true;
+        {
+            let mut w = lock(&self.writer);
+            if !w.closed && res.is_ok() {
+                self.save_producer_snapshot(&w);
+            }
+            w.closed = true;
+        }
         // Consumers parked in poll notice the close at once.
         for w in lock(&self.waiters.list).iter() {
             w.wake();
@@ -665,7 +873,11 @@ impl PartitionLog {
             while let Some(h) = seg.batch_at(pos)? {
                 if h.max_timestamp >= ts {
                     let bytes = seg.bytes(pos, pos + h.total_len());
-                    for r in batch::Records::new(bytes, &h) {
+                    // Decompressed first when the batch has a codec.
+                    let section =
+                        batch::records_section(bytes, &h, compression::MAX_UNCOMPRESSED_LEN)
+                            .map_err(|reason| seg.corrupt(pos, reason))?;
+                    for r in batch::Records::over_section(&section, h.record_count) {
                         let r = r.map_err(|reason| seg.corrupt(pos, reason))?;
                         if h.first_timestamp.wrapping_add(r.timestamp_delta) >= ts {
                             return Ok(Some(h.base_offset + r.offset_delta as u64));

@@ -1,0 +1,374 @@
+//! The accumulator (Kafka's `RecordAccumulator`): per-partition batches of
+//! asynchronous sends, the memory bound, the background thread that appends
+//! lingering batches and flushes `acks=all` ones, and delivery callbacks.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, MutexGuard};
+use std::time::{Duration, Instant};
+
+use super::{interceptor, lock, Acks, DeliveryCallback, Inner, RecordMetadata, IN_CALLBACK};
+use crate::error::{Error, Result};
+use crate::log::batch::EncodedRecords;
+use crate::log::{PartitionLog, UNKNOWN_OFFSET};
+
+/// A queued record's delivery report.
+pub(crate) struct Pending {
+    pub cb: Option<DeliveryCallback>,
+    pub timestamp: i64,
+}
+
+/// A finished record whose callback is due.
+pub(crate) struct Done {
+    pub cb: Option<DeliveryCallback>,
+    pub result: Result<RecordMetadata>,
+}
+
+/// One partition's open batch.
+pub(crate) struct PartBatch {
+    pub log: Arc<PartitionLog>,
+    pub partition: u32,
+    pub enc: EncodedRecords,
+    pub pending: Vec<Pending>,
+    pub created: Instant,
+    /// The application's sequence of the first record, if any.
+    pub first_seq: Option<i64>,
+    /// Bytes counted against `buffer_memory`.
+    pub bytes: usize,
+}
+
+impl PartBatch {
+    pub(crate) fn new(log: Arc<PartitionLog>, partition: u32, first_seq: Option<i64>) -> Self {
+        PartBatch {
+            log,
+            partition,
+            enc: EncodedRecords::default(),
+            pending: Vec::new(),
+            created: Instant::now(),
+            first_seq,
+            bytes: 0,
+        }
+    }
+}
+
+/// Appended `acks=all` records waiting for their flush.
+pub(crate) struct Durable {
+    log: Arc<PartitionLog>,
+    target: u64,
+    done: Vec<Done>,
+    bytes: usize,
+}
+
+/// Everything behind the accumulator lock.
+#[derive(Default)]
+pub(crate) struct AccState {
+    /// Open batches by partition (keyed by the log's address).
+    pub batches: HashMap<usize, PartBatch>,
+    /// Bytes held: open batches plus records awaiting their flush.
+    pub buffered: usize,
+    durable: Vec<Durable>,
+    /// Durable items taken by the background thread, not yet done.
+    flushing: usize,
+    stop: bool,
+    sender_started: bool,
+}
+
+impl Inner {
+    fn release(&self, st: &mut AccState, bytes: usize) {
+        st.buffered -= bytes.min(st.buffered);
+        self.stats.set_buffered(st.buffered);
+        self.space.notify_all();
+    }
+
+    /// Appends the open batch of `log`, if any.
+    pub(crate) fn append_pending_of(&self, st: &mut AccState, log: &Arc<PartitionLog>) {
+        self.append_pending(st, Arc::as_ptr(log) as usize);
+    }
+
+    /// Appends the open batch at `key` and routes its delivery reports.
+    pub(crate) fn append_pending(&self, st: &mut AccState, key: usize) {
+        let Some(b) = st.batches.remove(&key) else {
+            return;
+        };
+        let n = b.enc.count as usize;
+        self.pending.fetch_sub(n, Ordering::Release);
+        self.chooser.batch_sent(b.log.topic(), b.partition);
+        let topic = Arc::clone(b.log.topic());
+        let res = self.append_encoded(&b.log, &b.enc, b.first_seq);
+        let md = |i: usize, p: &Pending, base: u64, duplicate: bool| RecordMetadata {
+            topic: Arc::clone(&topic),
+            partition: b.partition,
+            offset: if base == UNKNOWN_OFFSET {
+                UNKNOWN_OFFSET
+            } else {
+                base + i as u64
+            },
+            timestamp: p.timestamp,
+            duplicate,
+        };
+        match res {
+            Ok((a, len)) => {
+                if a.duplicate {
+                    self.stats.duplicates(n as u64);
+                } else {
+                    self.stats.written(n as u64, len as u64);
+                }
+                let done: Vec<Done> = b
+                    .pending
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, p)| Done {
+                        result: Ok(md(i, &p, a.base_offset, a.duplicate)),
+                        cb: p.cb,
+                    })
+                    .collect();
+                if self.config.acks == Acks::All && !a.duplicate {
+                    st.durable.push(Durable {
+                        log: Arc::clone(&b.log),
+                        target: a.base_offset + n as u64,
+                        done,
+                        bytes: b.bytes,
+                    });
+                    self.ensure_sender(st);
+                    self.work.notify_one();
+                    return;
+                }
+                lock(&self.completions).extend(done);
+            }
+            Err(e) => {
+                self.stats.errors(n as u64);
+                ::log::warn!(
+                    "sending a batch of {n} records to {}/{} failed: {e}",
+                    topic,
+                    b.partition
+                );
+                let mut c = lock(&self.completions);
+                for p in b.pending {
+                    c.push_back(Done {
+                        cb: p.cb,
+                        result: Err(e.duplicate()),
+                    });
+                }
+            }
+        }
+        self.release(st, b.bytes);
+    }
+
+    /// Starts the background thread if it is not running.
+    pub(crate) fn ensure_sender(&self, st: &mut AccState) {
+        if st.sender_started || st.stop {
+            return;
+        }
+        st.sender_started = true;
+        let this = self.self_arc();
+        let handle = std::thread::Builder::new()
+            .name("mqlite-producer".into())
+            .spawn(move || this.sender_loop());
+        match handle {
+            Ok(h) => *lock(&self.sender) = Some(h),
+            Err(e) => {
+                st.sender_started = false;
+                ::log::warn!("starting the producer thread failed: {e}");
+            }
+        }
+    }
+
+    fn self_arc(&self) -> Arc<Inner> {
+        self.me
+            .upgrade()
+            .expect("the producer is alive while it sends")
+    }
+
+    /// The background thread: appends batches whose `linger_ms` passed and
+    /// flushes `acks=all` batches, many per flush.
+    fn sender_loop(self: Arc<Inner>) {
+        let linger = Duration::from_millis(self.config.linger_ms);
+        let mut st = lock(&self.acc);
+        loop {
+            if !st.durable.is_empty() {
+                let items = std::mem::take(&mut st.durable);
+                st.flushing += items.len();
+                drop(st);
+                self.complete_durable(items);
+                self.fire();
+                st = lock(&self.acc);
+                continue;
+            }
+            let now = Instant::now();
+            let stop = st.stop;
+            let due: Vec<usize> = st
+                .batches
+                .iter()
+                .filter(|(_, b)| stop || now >= b.created + linger)
+                .map(|(k, _)| *k)
+                .collect();
+            if !due.is_empty() {
+                for k in due {
+                    self.append_pending(&mut st, k);
+                }
+                drop(st);
+                self.fire();
+                st = lock(&self.acc);
+                continue;
+            }
+            if st.stop {
+                return;
+            }
+            let next = st.batches.values().map(|b| b.created + linger).min();
+            st = match next {
+                Some(t) => {
+                    self.work
+                        .wait_timeout(st, t.saturating_duration_since(now))
+                        .unwrap_or_else(|p| p.into_inner())
+                        .0
+                }
+                None => self.work.wait(st).unwrap_or_else(|p| p.into_inner()),
+            };
+        }
+    }
+
+    /// One flush per partition covers every item of it.
+    fn complete_durable(&self, items: Vec<Durable>) {
+        let mut targets: Vec<(Arc<PartitionLog>, u64, Option<Error>)> = Vec::new();
+        for it in &items {
+            match targets.iter_mut().find(|(l, _, _)| Arc::ptr_eq(l, &it.log)) {
+                Some((_, t, _)) => *t = (*t).max(it.target),
+                None => targets.push((Arc::clone(&it.log), it.target, None)),
+            }
+        }
+        for (log, target, err) in &mut targets {
+            if let Err(e) = log.flush_to(*target) {
+                *err = Some(e);
+            }
+        }
+        let mut st = lock(&self.acc);
+        let n = items.len();
+        let mut bytes = 0;
+        {
+            let mut c = lock(&self.completions);
+            for it in items {
+                bytes += it.bytes;
+                let err = targets
+                    .iter()
+                    .find(|(l, _, _)| Arc::ptr_eq(l, &it.log))
+                    .and_then(|(_, _, e)| e.as_ref());
+                for d in it.done {
+                    c.push_back(match err {
+                        None => d,
+                        Some(e) => {
+                            self.stats.errors(1);
+                            Done {
+                                cb: d.cb,
+                                result: Err(e.duplicate()),
+                            }
+                        }
+                    });
+                }
+            }
+        }
+        st.flushing -= n;
+        self.release(&mut st, bytes);
+    }
+
+    /// Runs due delivery callbacks, in order, one thread at a time.
+    pub(crate) fn fire(&self) {
+        loop {
+            let guard = match self.firing.try_lock() {
+                Ok(g) => g,
+                Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+                Err(std::sync::TryLockError::WouldBlock) => return,
+            };
+            IN_CALLBACK.with(|c| c.set(true));
+            loop {
+                let next = lock(&self.completions).pop_front();
+                let Some(d) = next else { break };
+                interceptor::run_on_ack(&self.config.interceptors, d.result.as_ref());
+                if let Some(cb) = d.cb {
+                    let r = d.result;
+                    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || cb(r)))
+                        .is_err()
+                    {
+                        ::log::warn!("a delivery callback panicked");
+                    }
+                }
+            }
+            IN_CALLBACK.with(|c| c.set(false));
+            drop(guard);
+            if lock(&self.completions).is_empty() {
+                return;
+            }
+        }
+    }
+
+    /// Appends every open batch and waits for every flush and callback.
+    pub(crate) fn flush(&self, timeout: Option<Duration>) -> Result<()> {
+        self.broker.check_open()?;
+        self.drain(timeout)
+    }
+
+    fn drain(&self, timeout: Option<Duration>) -> Result<()> {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        let mut st: MutexGuard<'_, AccState> = lock(&self.acc);
+        let keys: Vec<usize> = st.batches.keys().copied().collect();
+        for k in keys {
+            self.append_pending(&mut st, k);
+        }
+        while !st.durable.is_empty() || st.flushing > 0 {
+            st = match deadline {
+                Some(d) => {
+                    let now = Instant::now();
+                    if now >= d {
+                        return Err(Error::Timeout(timeout.map_or(0, |t| t.as_millis() as u64)));
+                    }
+                    self.space
+                        .wait_timeout(st, d - now)
+                        .unwrap_or_else(|p| p.into_inner())
+                        .0
+                }
+                None => self.space.wait(st).unwrap_or_else(|p| p.into_inner()),
+            };
+        }
+        drop(st);
+        self.fire();
+        if !IN_CALLBACK.with(|c| c.get()) {
+            // Another thread may be running callbacks: wait for it.
+            drop(lock(&self.firing));
+            self.fire();
+        }
+        Ok(())
+    }
+
+    /// Flushes, stops the background thread and refuses further sends.
+    pub(crate) fn close(&self) -> Result<()> {
+        if self.closed.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let res = self.drain(None);
+        self.closed.store(true, Ordering::Release);
+        {
+            let mut st = lock(&self.acc);
+            st.stop = true;
+            self.work.notify_all();
+            self.space.notify_all();
+        }
+        if let Some(h) = lock(&self.sender).take() {
+            if h.thread().id() != std::thread::current().id() {
+                let _ = h.join();
+            }
+        }
+        // Anything queued after the flush (a racing sender) is done now.
+        let mut st = lock(&self.acc);
+        let keys: Vec<usize> = st.batches.keys().copied().collect();
+        for k in keys {
+            self.append_pending(&mut st, k);
+        }
+        let items = std::mem::take(&mut st.durable);
+        st.flushing += items.len();
+        drop(st);
+        if !items.is_empty() {
+            self.complete_durable(items);
+        }
+        self.fire();
+        res
+    }
+}

@@ -1,0 +1,219 @@
+//! Producer settings.
+
+use std::sync::Arc;
+
+use super::{Partitioner, ProducerInterceptor};
+use crate::dedup::DEFAULT_DEDUP_WINDOW;
+use crate::error::{Error, Result};
+use crate::log::compression::Compression;
+
+/// How durable a record must be before it counts as sent (Kafka's `acks`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Acks {
+    /// `acks=0`: fire and forget. `send` queues the record and returns at
+    /// once, without its offset; it is appended with its batch (at
+    /// `batch_size`, after `linger_ms`, or at `flush`). Errors only show in
+    /// [`ProducerStats::errors`](super::ProducerStats) and the log.
+    Zero,
+    /// `acks=1` (default): done once the record is in the memory map and
+    /// visible to consumers. Survives a crash of this process, not a power
+    /// loss or kernel crash.
+    #[default]
+    One,
+    /// `acks=all`: done once the record is flushed to disk (msync, which
+    /// syncs like fdatasync). Survives power loss. Concurrent senders share
+    /// one flush (group commit).
+    All,
+}
+
+impl Acks {
+    /// From Kafka's numeric form: 0, 1, or -1 for "all".
+    pub fn from_i32(v: i32) -> Result<Acks> {
+        match v {
+            0 => Ok(Acks::Zero),
+            1 => Ok(Acks::One),
+            -1 => Ok(Acks::All),
+            _ => Err(Error::InvalidArgument(format!(
+                "acks must be 0, 1 or -1 (all), got {v}"
+            ))),
+        }
+    }
+}
+
+/// Settings of a producer. The defaults follow Kafka 3.x where they apply.
+#[derive(Clone)]
+pub struct ProducerConfig {
+    /// Durability level of every send (default `acks=1`).
+    pub acks: Acks,
+    /// Idempotence (default on): the producer gets an id and epoch, every
+    /// batch a sequence number per partition, and a re-sent batch is
+    /// recognised instead of written twice.
+    pub idempotent: bool,
+    /// A durable name (Pulsar's producer name): the producer keeps its id
+    /// across restarts, can resume with [`Producer::last_sequence`], and a
+    /// newer producer of the same name fences this one.
+    ///
+    /// [`Producer::last_sequence`]: super::Producer::last_sequence
+    pub name: Option<String>,
+    /// How long `send_async` lets a partition's batch wait for more records
+    /// before appending it (default 0: append at once).
+    pub linger_ms: u64,
+    /// A partition's batch is appended once it holds this many bytes
+    /// (default 16 KiB, Kafka's `batch.size`).
+    pub batch_size: usize,
+    /// Most bytes the producer holds in unsent batches and in batches
+    /// waiting for their `acks=all` flush (default 32 MiB).
+    pub buffer_memory: usize,
+    /// How long a send waits for room in `buffer_memory` before failing with
+    /// [`Error::BufferFull`] (default 60 s).
+    pub max_block_ms: u64,
+    /// Codec of every batch (default none).
+    pub compression: Compression,
+    /// Choice of partition for records without one (default sticky).
+    pub partitioner: Partitioner,
+    /// Batches per partition remembered to answer a re-send with its
+    /// original offsets (default 5).
+    pub dedup_window: usize,
+    /// Reject application sequences that skip ahead of the partition's next
+    /// one with [`Error::OutOfOrderSequence`] (Kafka's rule), instead of
+    /// allowing gaps (Pulsar's rule, the default: a producer-wide counter
+    /// leaves gaps in each partition).
+    pub strict_sequences: bool,
+    /// Interceptors, called in order.
+    pub interceptors: Vec<Arc<dyn ProducerInterceptor>>,
+}
+
+impl std::fmt::Debug for ProducerConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProducerConfig")
+            .field("acks", &self.acks)
+            .field("idempotent", &self.idempotent)
+            .field("name", &self.name)
+            .field("linger_ms", &self.linger_ms)
+            .field("batch_size", &self.batch_size)
+            .field("buffer_memory", &self.buffer_memory)
+            .field("max_block_ms", &self.max_block_ms)
+            .field("compression", &self.compression)
+            .field("partitioner", &self.partitioner)
+            .field("dedup_window", &self.dedup_window)
+            .field("strict_sequences", &self.strict_sequences)
+            .field("interceptors", &self.interceptors.len())
+            .finish()
+    }
+}
+
+impl Default for ProducerConfig {
+    fn default() -> Self {
+        ProducerConfig {
+            acks: Acks::One,
+            idempotent: true,
+            name: None,
+            linger_ms: 0,
+            batch_size: 16 * 1024,
+            buffer_memory: 32 * 1024 * 1024,
+            max_block_ms: 60_000,
+            compression: Compression::None,
+            partitioner: Partitioner::Sticky,
+            dedup_window: DEFAULT_DEDUP_WINDOW,
+            strict_sequences: false,
+            interceptors: Vec::new(),
+        }
+    }
+}
+
+impl ProducerConfig {
+    /// Sets the durability level.
+    pub fn acks(mut self, acks: Acks) -> Self {
+        self.acks = acks;
+        self
+    }
+
+    /// Turns idempotence on or off.
+    pub fn idempotent(mut self, on: bool) -> Self {
+        self.idempotent = on;
+        self
+    }
+
+    /// Gives the producer a durable name.
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+
+    /// Sets `linger_ms`.
+    pub fn linger_ms(mut self, ms: u64) -> Self {
+        self.linger_ms = ms;
+        self
+    }
+
+    /// Sets `batch_size` (bytes).
+    pub fn batch_size(mut self, bytes: usize) -> Self {
+        self.batch_size = bytes;
+        self
+    }
+
+    /// Sets `buffer_memory` (bytes).
+    pub fn buffer_memory(mut self, bytes: usize) -> Self {
+        self.buffer_memory = bytes;
+        self
+    }
+
+    /// Sets `max_block_ms`.
+    pub fn max_block_ms(mut self, ms: u64) -> Self {
+        self.max_block_ms = ms;
+        self
+    }
+
+    /// Sets the codec.
+    pub fn compression(mut self, codec: Compression) -> Self {
+        self.compression = codec;
+        self
+    }
+
+    /// Sets the partitioner.
+    pub fn partitioner(mut self, partitioner: Partitioner) -> Self {
+        self.partitioner = partitioner;
+        self
+    }
+
+    /// Sets the dedup window (batches per partition).
+    pub fn dedup_window(mut self, batches: usize) -> Self {
+        self.dedup_window = batches;
+        self
+    }
+
+    /// Sets `strict_sequences`.
+    pub fn strict_sequences(mut self, on: bool) -> Self {
+        self.strict_sequences = on;
+        self
+    }
+
+    /// Adds an interceptor.
+    pub fn interceptor(mut self, i: Arc<dyn ProducerInterceptor>) -> Self {
+        self.interceptors.push(i);
+        self
+    }
+
+    /// Checks the settings.
+    pub(crate) fn validate(&self) -> Result<()> {
+        if self.name.is_some() && !self.idempotent {
+            return Err(Error::InvalidArgument(
+                "a named producer must be idempotent".into(),
+            ));
+        }
+        if self.buffer_memory == 0 {
+            return Err(Error::InvalidArgument(
+                "buffer_memory must be above 0".into(),
+            ));
+        }
+        if self.dedup_window == 0 || self.dedup_window > 1000 {
+            return Err(Error::InvalidArgument(
+                "dedup_window must be between 1 and 1000 batches".into(),
+            ));
+        }
+        if let Some(n) = &self.name {
+            crate::dedup::validate_producer_name(n)?;
+        }
+        Ok(())
+    }
+}

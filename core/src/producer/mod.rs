@@ -1,0 +1,969 @@
+//! Producers: send modes, partition choice, batching, compression,
+//! idempotence, interceptors and stats.
+//!
+//! Three ways to send, as in Kafka and RocketMQ:
+//! - [`Producer::send`] blocks until the record is as durable as `acks`
+//!   asks and returns its [`RecordMetadata`];
+//! - [`Producer::send_async`] returns at once; the record joins its
+//!   partition's batch (the accumulator) and a callback reports the outcome,
+//!   in send order per partition;
+//! - with [`Acks::Zero`], `send` is fire-and-forget.
+//!
+//! Batches are appended by the sending thread when they fill (`batch_size`)
+//! or, with `linger_ms`, by one background thread per producer, which also
+//! runs the shared flushes (group commit) of `acks=all` asynchronous sends.
+
+mod accumulator;
+mod config;
+mod interceptor;
+mod partitioner;
+mod record;
+mod stats;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::broker::BrokerInner;
+use crate::dedup::{Idempotence, NamedIdentity};
+use crate::error::{Error, Result};
+use crate::log::batch::{self, EncodedRecords, ProducerFields, RecordRef, SectionInfo};
+use crate::log::compression::{compress_records, Compression, MAX_UNCOMPRESSED_LEN};
+use crate::log::{now_ms, Appended, BatchSource, PartitionLog, UNKNOWN_OFFSET};
+use crate::topic::Topic;
+use accumulator::{AccState, Done};
+use stats::Counters;
+
+pub use config::{Acks, ProducerConfig};
+pub use interceptor::ProducerInterceptor;
+pub use partitioner::{murmur2, partition_for_key, Partitioner, Selector};
+pub use record::{BorrowedRecord, Record, RecordMetadata};
+pub use stats::ProducerStats;
+
+/// A delivery report callback of [`Producer::send_async`].
+pub type DeliveryCallback = Box<dyn FnOnce(Result<RecordMetadata>) + Send + 'static>;
+
+#[derive(Debug)]
+struct Identity {
+    id: i64,
+    epoch: i16,
+    named: Option<(String, Arc<NamedIdentity>)>,
+}
+
+/// Sends records to the topics of one data directory.
+///
+/// `Producer` is `Send + Sync`: share it between threads behind an `Arc`.
+/// Dropping it flushes what is pending (see [`Producer::close`]).
+pub struct Producer {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Producer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Producer")
+            .field("config", &self.inner.config)
+            .field("identity", &self.inner.identity)
+            .finish_non_exhaustive()
+    }
+}
+
+pub(crate) struct Inner {
+    /// This producer, for the background thread.
+    me: std::sync::Weak<Inner>,
+    broker: Arc<BrokerInner>,
+    config: ProducerConfig,
+    identity: Option<Identity>,
+    chooser: partitioner::PartitionChooser,
+    acc: Mutex<AccState>,
+    /// Signalled when buffered bytes are released or async work completes.
+    space: Condvar,
+    /// Wakes the background thread.
+    work: Condvar,
+    /// Records in unsent batches (a cheap check for the direct send path).
+    pending: AtomicUsize,
+    completions: Mutex<std::collections::VecDeque<Done>>,
+    firing: Mutex<()>,
+    stats: Counters,
+    closed: AtomicBool,
+    sender: Mutex<Option<JoinHandle<()>>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+thread_local! {
+    /// Set while this thread runs delivery callbacks.
+    static IN_CALLBACK: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Where a record goes.
+struct Route {
+    log: Arc<PartitionLog>,
+    partition: u32,
+}
+
+impl Producer {
+    pub(crate) fn new(broker: Arc<BrokerInner>, config: ProducerConfig) -> Result<Producer> {
+        config.validate()?;
+        let identity = if config.idempotent {
+            Some(match &config.name {
+                Some(name) => {
+                    let (ident, epoch) = broker.registry().acquire_named(name)?;
+                    Identity {
+                        id: ident.id,
+                        epoch,
+                        named: Some((name.clone(), ident)),
+                    }
+                }
+                None => Identity {
+                    id: broker.registry().allocate_anonymous()?,
+                    epoch: 0,
+                    named: None,
+                },
+            })
+        } else {
+            None
+        };
+        Ok(Producer {
+            inner: Arc::new_cyclic(|me| Inner {
+                me: me.clone(),
+                broker,
+                config,
+                identity,
+                chooser: Default::default(),
+                acc: Mutex::new(AccState::default()),
+                space: Condvar::new(),
+                work: Condvar::new(),
+                pending: AtomicUsize::new(0),
+                completions: Mutex::new(Default::default()),
+                firing: Mutex::new(()),
+                stats: Counters::default(),
+                closed: AtomicBool::new(false),
+                sender: Mutex::new(None),
+            }),
+        })
+    }
+
+    /// This producer's settings.
+    pub fn config(&self) -> &ProducerConfig {
+        &self.inner.config
+    }
+
+    /// The producer id (-1 when not idempotent).
+    pub fn producer_id(&self) -> i64 {
+        self.inner.identity.as_ref().map_or(-1, |i| i.id)
+    }
+
+    /// The producer epoch (-1 when not idempotent). A named producer's epoch
+    /// goes up each time a producer of that name is created.
+    pub fn epoch(&self) -> i16 {
+        self.inner.identity.as_ref().map_or(-1, |i| i.epoch)
+    }
+
+    /// The producer's durable name, if any.
+    pub fn name(&self) -> Option<&str> {
+        self.inner
+            .identity
+            .as_ref()
+            .and_then(|i| i.named.as_ref())
+            .map(|(n, _)| n.as_str())
+    }
+
+    /// Sends one record and returns where it was written, once it is as
+    /// durable as the producer's [`Acks`] level asks. With [`Acks::Zero`] it
+    /// returns at once, with [`RecordMetadata::UNKNOWN_OFFSET`].
+    ///
+    /// A record whose application sequence was already written is not
+    /// written again: the metadata says `duplicate` (with the original
+    /// offset while it is in the dedup window).
+    ///
+    /// # Errors
+    /// [`Error::UnknownTopic`], [`Error::UnknownPartition`],
+    /// [`Error::MessageTooLarge`], [`Error::Closed`],
+    /// [`Error::ProducerFenced`], [`Error::OutOfOrderSequence`] (with
+    /// `strict_sequences`), I/O errors. Nothing is written when an error is
+    /// returned.
+    pub fn send(&self, record: Record) -> Result<RecordMetadata> {
+        self.send_borrowed(&record.as_borrowed())
+    }
+
+    /// Like [`Producer::send`], without copying the record's data first.
+    pub fn send_borrowed(&self, r: &BorrowedRecord<'_>) -> Result<RecordMetadata> {
+        let inner = &*self.inner;
+        let owned;
+        let r = if inner.config.interceptors.is_empty() {
+            r
+        } else {
+            owned = interceptor::run_on_send(&inner.config.interceptors, r.to_record());
+            &owned.as_borrowed()
+        };
+        let res = if inner.config.acks == Acks::Zero {
+            inner.enqueue(r, None)
+        } else {
+            inner.send_now(r)
+        };
+        match &res {
+            Err(e) => {
+                inner.stats.errors(1);
+                interceptor::run_on_ack(&inner.config.interceptors, Err(e));
+            }
+            // acks=0 records are reported when their batch is appended.
+            Ok(md) if inner.config.acks != Acks::Zero => {
+                interceptor::run_on_ack(&inner.config.interceptors, Ok(md));
+            }
+            Ok(_) => {}
+        }
+        res
+    }
+
+    /// Sends a record without waiting: `callback` gets its metadata or error
+    /// once it is as durable as `acks` asks. Callbacks run in send order per
+    /// partition, on the thread that completes the batch (a sender, the
+    /// background thread, or [`Producer::flush`]); keep them short.
+    ///
+    /// # Errors
+    /// Problems found before the record is queued (unknown topic or
+    /// partition, too large, closed, fenced, no room in `buffer_memory`
+    /// after `max_block_ms`) are returned here and the callback is not
+    /// called.
+    pub fn send_async<F>(&self, record: Record, callback: F) -> Result<()>
+    where
+        F: FnOnce(Result<RecordMetadata>) + Send + 'static,
+    {
+        self.send_async_borrowed(&record.as_borrowed(), Box::new(callback))
+    }
+
+    /// Like [`Producer::send_async`], for a borrowed record (its data is
+    /// copied into the batch before this returns).
+    pub fn send_async_borrowed(
+        &self,
+        r: &BorrowedRecord<'_>,
+        callback: DeliveryCallback,
+    ) -> Result<()> {
+        let inner = &*self.inner;
+        let owned;
+        let r = if inner.config.interceptors.is_empty() {
+            r
+        } else {
+            owned = interceptor::run_on_send(&inner.config.interceptors, r.to_record());
+            &owned.as_borrowed()
+        };
+        match inner.enqueue(r, Some(callback)) {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                inner.stats.errors(1);
+                interceptor::run_on_ack(&inner.config.interceptors, Err(&e));
+                Err(e)
+            }
+        }
+    }
+
+    /// Sends many records at once: the records of each partition become as
+    /// few batches as fit in `max_message_bytes`. Returns their metadata in
+    /// order.
+    ///
+    /// # Errors
+    /// As [`Producer::send`]. On an error, the records of batches appended
+    /// before it stay written.
+    pub fn send_batch(&self, records: &[BorrowedRecord<'_>]) -> Result<Vec<RecordMetadata>> {
+        let mut out: Vec<Option<RecordMetadata>> = vec![None; records.len()];
+        self.send_batch_with(records, &mut |i, md| out[i] = Some(md.clone()))?;
+        Ok(out
+            .into_iter()
+            .map(|m| m.expect("every record reported"))
+            .collect())
+    }
+
+    /// Like [`Producer::send_batch`], reporting each record's metadata to
+    /// `on_each(index, metadata)` instead of collecting them (in partition
+    /// order, not necessarily in input order).
+    pub fn send_batch_with(
+        &self,
+        records: &[BorrowedRecord<'_>],
+        on_each: &mut dyn FnMut(usize, &RecordMetadata),
+    ) -> Result<()> {
+        let inner = &*self.inner;
+        if inner.config.interceptors.is_empty() {
+            return inner.send_many(records, on_each);
+        }
+        let owned: Vec<Record> = records
+            .iter()
+            .map(|r| interceptor::run_on_send(&inner.config.interceptors, r.to_record()))
+            .collect();
+        let borrowed: Vec<BorrowedRecord<'_>> = owned.iter().map(Record::as_borrowed).collect();
+        let list = &inner.config.interceptors;
+        let res = inner.send_many(&borrowed, &mut |i, md| {
+            interceptor::run_on_ack(list, Ok(md));
+            on_each(i, md)
+        });
+        if let Err(e) = &res {
+            interceptor::run_on_ack(list, Err(e));
+        }
+        res
+    }
+
+    /// Waits until every record sent so far is done (written, and flushed
+    /// for `acks=all`) and its callback has run.
+    pub fn flush(&self) -> Result<()> {
+        self.inner.flush(None)
+    }
+
+    /// Like [`Producer::flush`], giving up with [`Error::Timeout`] after
+    /// `timeout`.
+    pub fn flush_timeout(&self, timeout: Duration) -> Result<()> {
+        self.inner.flush(Some(timeout))
+    }
+
+    /// The highest sequence this producer has written to any partition
+    /// (`None` when nothing yet). For a named producer this survives
+    /// restarts: an application resumes from its own source after it and
+    /// re-sends with the same sequences; whatever was already written is
+    /// dropped as a duplicate.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when the producer is not idempotent; I/O
+    /// errors reading the state.
+    pub fn last_sequence(&self) -> Result<Option<i64>> {
+        let inner = &*self.inner;
+        let Some(id) = &inner.identity else {
+            return Err(Error::InvalidArgument(
+                "last_sequence needs an idempotent producer".into(),
+            ));
+        };
+        inner.broker.check_open()?;
+        let mut best: Option<i64> = None;
+        for topic in inner.broker.all_topics() {
+            for log in topic.partitions().iter() {
+                let last = log.producer_last_seq(id.id, id.named.is_some())?;
+                if last >= 0 {
+                    best = Some(best.map_or(last, |b| b.max(last)));
+                }
+            }
+        }
+        Ok(best)
+    }
+
+    /// Counters of what the producer did.
+    pub fn stats(&self) -> ProducerStats {
+        self.inner.stats.snapshot()
+    }
+
+    /// Flushes what is pending, stops the background thread and refuses
+    /// further sends with [`Error::Closed`]. Closing twice is fine.
+    pub fn close(&self) -> Result<()> {
+        self.inner.close()
+    }
+
+    /// Whether [`Producer::close`] was called.
+    pub fn is_closed(&self) -> bool {
+        self.inner.closed.load(Ordering::Acquire)
+    }
+}
+
+impl Drop for Producer {
+    fn drop(&mut self) {
+        if let Err(e) = self.inner.close() {
+            ::log::warn!("closing a producer: {e}");
+        }
+    }
+}
+
+impl Inner {
+    fn check_usable(&self) -> Result<()> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(Error::Closed("producer"));
+        }
+        if let Some(Identity {
+            id,
+            epoch,
+            named: Some((_, ident)),
+        }) = &self.identity
+        {
+            let current = ident.current_epoch.load(Ordering::Acquire);
+            if current != *epoch {
+                return Err(Error::ProducerFenced {
+                    producer_id: *id,
+                    epoch: *epoch,
+                    current_epoch: current,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn is_named(&self) -> bool {
+        self.identity.as_ref().is_some_and(|i| i.named.is_some())
+    }
+
+    fn idempotence(&self, sequence: Option<i64>) -> Option<Idempotence> {
+        self.identity.as_ref().map(|id| Idempotence {
+            producer_id: id.id,
+            epoch: id.epoch,
+            named: id.named.is_some(),
+            sequence,
+            strict: self.config.strict_sequences,
+            window: self.config.dedup_window,
+        })
+    }
+
+    /// Chooses the partition of `r` among `count` (not checked against it).
+    fn choose(
+        &self,
+        topic: &Topic,
+        count: u32,
+        r: &BorrowedRecord<'_>,
+        size_hint: impl FnOnce() -> usize,
+    ) -> Result<u32> {
+        Ok(match r.partition {
+            Some(p) => p,
+            None => match &self.config.partitioner {
+                Partitioner::Custom(select) => {
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| select(r, count)))
+                        .map_err(|_| {
+                            Error::InvalidArgument("the partition selector panicked".into())
+                        })?
+                }
+                _ if r.key.is_some() => partition_for_key(r.key.unwrap_or_default(), count),
+                // Records with the application's sequences go where a
+                // re-send of them will go too, so it is recognised.
+                _ if r.sequence.is_some() => {
+                    (r.sequence.unwrap_or(0).unsigned_abs() % count as u64) as u32
+                }
+                Partitioner::RoundRobin => self.chooser.round_robin(count),
+                Partitioner::Sticky => {
+                    self.chooser
+                        .sticky(topic.name(), count, size_hint(), self.config.batch_size)
+                }
+            },
+        })
+    }
+
+    /// Chooses the partition of `r`.
+    fn route(&self, r: &BorrowedRecord<'_>, size_hint: impl FnOnce() -> usize) -> Result<Route> {
+        let topic = self.topic(r.topic)?;
+        let parts = topic.partitions();
+        let count = parts.len() as u32;
+        let partition = self.choose(&topic, count, r, size_hint)?;
+        let log = parts
+            .get(partition as usize)
+            .ok_or_else(|| Error::UnknownPartition {
+                topic: r.topic.to_owned(),
+                partition,
+                count,
+            })?;
+        Ok(Route {
+            log: Arc::clone(log),
+            partition,
+        })
+    }
+
+    /// The topic `name`, through a one-entry cache per thread (most
+    /// producers send to one topic from each thread): no lock, no hashing.
+    /// The cache holds weak references, so it keeps no closed broker or
+    /// deleted topic alive, and a live `Weak` keeps its allocation, so a new
+    /// broker can never be mistaken for a dropped one at the same address.
+    fn topic(&self, name: &str) -> Result<Arc<Topic>> {
+        type Cached = (std::sync::Weak<BrokerInner>, std::sync::Weak<Topic>);
+        thread_local! {
+            static LAST: std::cell::RefCell<Option<Cached>> =
+                const { std::cell::RefCell::new(None) };
+        }
+        let hit = LAST.with(|c| {
+            let c = c.borrow();
+            let (b, t) = c.as_ref()?;
+            if b.as_ptr() != Arc::as_ptr(&self.broker) {
+                return None;
+            }
+            let t = t.upgrade()?;
+            (&**t.name() == name && !t.is_deleted()).then_some(t)
+        });
+        if let Some(t) = hit {
+            self.broker.check_open()?;
+            return Ok(t);
+        }
+        let t = self.broker.topic(name)?;
+        LAST.with(|c| {
+            *c.borrow_mut() = Some((Arc::downgrade(&self.broker), Arc::downgrade(&t)));
+        });
+        Ok(t)
+    }
+
+    fn check_sequence(&self, r: &BorrowedRecord<'_>) -> Result<()> {
+        match r.sequence {
+            Some(_) if self.identity.is_none() => Err(Error::InvalidArgument(
+                "a record sequence needs an idempotent producer".into(),
+            )),
+            Some(s) if s < 0 => Err(Error::InvalidArgument(format!(
+                "sequence numbers start at 0, got {s}"
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    /// Appends one batch with this producer's identity.
+    fn append(
+        &self,
+        log: &PartitionLog,
+        src: BatchSource<'_>,
+        sequence: Option<i64>,
+    ) -> Result<Appended> {
+        let idem = self.idempotence(sequence);
+        log.append_batch(src, ProducerFields::default(), idem.as_ref())
+    }
+
+    /// Appends `records` as one batch, compressed if configured.
+    fn append_records(
+        &self,
+        log: &PartitionLog,
+        records: &[RecordRef<'_>],
+        sequence: Option<i64>,
+    ) -> Result<(Appended, usize)> {
+        if self.config.compression == Compression::None {
+            let len = batch::batch_len(records);
+            let src = BatchSource::Records(records, len);
+            return Ok((self.append(log, src, sequence)?, len));
+        }
+        let mut enc = EncodedRecords::default();
+        for r in records {
+            enc.push(r);
+        }
+        self.append_encoded(log, &enc, sequence)
+    }
+
+    /// Appends records encoded beforehand, compressed if configured.
+    fn append_encoded(
+        &self,
+        log: &PartitionLog,
+        enc: &EncodedRecords,
+        sequence: Option<i64>,
+    ) -> Result<(Appended, usize)> {
+        let info = SectionInfo {
+            count: enc.count,
+            first_timestamp: enc.first_timestamp,
+            max_timestamp: enc.max_timestamp,
+        };
+        // Readers refuse to inflate more than MAX_UNCOMPRESSED_LEN: a bigger
+        // batch (possible with a large max_message_bytes) is stored as it is.
+        let codec = if enc.bytes.len() > MAX_UNCOMPRESSED_LEN {
+            Compression::None
+        } else {
+            self.config.compression
+        };
+        let compressed;
+        let (bytes, attributes) = if codec == Compression::None {
+            (&enc.bytes[..], 0)
+        } else {
+            let mut out = Vec::with_capacity(enc.bytes.len() / 2 + 16);
+            compress_records(codec, &enc.bytes, &mut out);
+            compressed = out;
+            (&compressed[..], codec.bits())
+        };
+        let len = batch::section_batch_len(bytes.len());
+        let a = self.append(
+            log,
+            BatchSource::Section {
+                bytes,
+                info,
+                attributes,
+            },
+            sequence,
+        )?;
+        Ok((a, len))
+    }
+
+    /// The blocking send of one record.
+    fn send_now(&self, r: &BorrowedRecord<'_>) -> Result<RecordMetadata> {
+        self.check_usable()?;
+        self.check_sequence(r)?;
+        let timestamp = r.timestamp.unwrap_or_else(now_ms);
+        let rec = RecordRef {
+            key: r.key,
+            value: r.value,
+            headers: r.headers,
+            timestamp,
+        };
+        let route = self.route(r, || batch::encoded_record_len(&rec, timestamp, 0))?;
+        let log = &route.log;
+        let (appended, len) = if r.sequence.is_some() || self.pending.load(Ordering::Acquire) > 0 {
+            // Order with queued records of this partition, and (for the
+            // application's sequences) with every other write of this
+            // producer's sequences.
+            let mut st = lock(&self.acc);
+            self.append_pending_of(&mut st, log);
+            let res = match r.sequence {
+                Some(seq) => self.append_sequenced(&mut st, log, &[rec], seq),
+                None => self.append_records(log, &[rec], None),
+            };
+            drop(st);
+            self.fire();
+            res?
+        } else {
+            self.append_records(log, &[rec], None)?
+        };
+        if appended.duplicate {
+            self.stats.duplicates(1);
+        } else {
+            if self.config.acks == Acks::All {
+                log.flush_to(appended.base_offset + 1)?;
+            }
+            self.stats.written(1, len as u64);
+        }
+        Ok(RecordMetadata {
+            topic: Arc::clone(log.topic()),
+            partition: route.partition,
+            offset: appended.base_offset,
+            timestamp,
+            duplicate: appended.duplicate,
+        })
+    }
+
+    /// Appends records carrying the application's consecutive sequences
+    /// `seq..`, unless they are duplicates. Called under the accumulator
+    /// lock, which orders every write of this producer's sequences.
+    fn append_sequenced(
+        &self,
+        st: &mut AccState,
+        log: &PartitionLog,
+        records: &[RecordRef<'_>],
+        seq: i64,
+    ) -> Result<(Appended, usize)> {
+        let _ = st;
+        let id = self.identity.as_ref().map_or(-1, |i| i.id);
+        let last = log.producer_last_seq(id, self.is_named())?;
+        if seq <= last {
+            let original = log.producer_offset_of(id, self.is_named(), seq)?;
+            return Ok((
+                Appended {
+                    base_offset: original.unwrap_or(UNKNOWN_OFFSET),
+                    duplicate: true,
+                },
+                0,
+            ));
+        }
+        self.append_records(log, records, Some(seq))
+    }
+
+    /// Sends many records, batch by batch per partition.
+    fn send_many(
+        &self,
+        records: &[BorrowedRecord<'_>],
+        on_each: &mut dyn FnMut(usize, &RecordMetadata),
+    ) -> Result<()> {
+        self.check_usable()?;
+        if records.is_empty() {
+            return Ok(());
+        }
+        if self.config.acks == Acks::Zero {
+            for (i, r) in records.iter().enumerate() {
+                let md = self.enqueue(r, None)?;
+                on_each(i, &md);
+            }
+            return Ok(());
+        }
+        // Route every record, grouping indices per partition in order. The
+        // topic and its partition list are looked up once per run of
+        // records to the same topic.
+        type Group = (Arc<PartitionLog>, u32, Vec<usize>);
+        let mut groups: Vec<Group> = Vec::new();
+        let mut slot_of: HashMap<usize, usize> = HashMap::new();
+        type Partitions = Arc<Vec<Arc<PartitionLog>>>;
+        let mut current: Option<(Arc<Topic>, Partitions)> = None;
+        let mut last: Option<(usize, usize)> = None; // (log address, slot)
+        let mut sequenced = false;
+        for (i, r) in records.iter().enumerate() {
+            self.check_sequence(r)?;
+            sequenced |= r.sequence.is_some();
+            if current.as_ref().is_none_or(|(t, _)| &**t.name() != r.topic) {
+                let t = self.topic(r.topic)?;
+                let parts = t.partitions();
+                current = Some((t, parts));
+            }
+            let (topic, parts) = current.as_ref().expect("just set");
+            let count = parts.len() as u32;
+            let partition = self.choose(topic, count, r, || 0)?;
+            let log = parts
+                .get(partition as usize)
+                .ok_or_else(|| Error::UnknownPartition {
+                    topic: r.topic.to_owned(),
+                    partition,
+                    count,
+                })?;
+            let key = Arc::as_ptr(log) as usize;
+            let slot = match last {
+                Some((k, slot)) if k == key => slot,
+                _ => *slot_of.entry(key).or_insert_with(|| {
+                    groups.push((Arc::clone(log), partition, Vec::new()));
+                    groups.len() - 1
+                }),
+            };
+            last = Some((key, slot));
+            groups[slot].2.push(i);
+        }
+        drop(current);
+        let now = now_ms();
+        let mut refs: Vec<RecordRef<'_>> = Vec::new();
+        let mut flush_targets: Vec<(Arc<PartitionLog>, u64)> = Vec::new();
+        for (log, partition, idx) in &groups {
+            let max_batch = log.max_batch_bytes();
+            let topic = Arc::clone(log.topic());
+            let guard = if sequenced || self.pending.load(Ordering::Acquire) > 0 {
+                let mut st = lock(&self.acc);
+                self.append_pending_of(&mut st, log);
+                Some(st)
+            } else {
+                None
+            };
+            let id = self.identity.as_ref().map_or(-1, |i| i.id);
+            let mut last_seq = if sequenced && id >= 0 {
+                log.producer_last_seq(id, self.is_named())?
+            } else {
+                -1
+            };
+            let mut k = 0;
+            while k < idx.len() {
+                // One chunk: records that fit one batch and, with sequences,
+                // carry consecutive ones.
+                refs.clear();
+                let first = &records[idx[k]];
+                let first_ts = first.timestamp.unwrap_or(now);
+                let first_seq = first.sequence;
+                if let Some(s) = first_seq {
+                    if s <= last_seq {
+                        // Already written: report as a duplicate.
+                        let original = log.producer_offset_of(id, self.is_named(), s)?;
+                        self.stats.duplicates(1);
+                        on_each(
+                            idx[k],
+                            &RecordMetadata {
+                                topic: Arc::clone(&topic),
+                                partition: *partition,
+                                offset: original.unwrap_or(UNKNOWN_OFFSET),
+                                timestamp: first_ts,
+                                duplicate: true,
+                            },
+                        );
+                        k += 1;
+                        continue;
+                    }
+                }
+                let limit = max_batch.saturating_sub(batch::HEADER_LEN + batch::ALIGN);
+                let mut size = 0;
+                let start = k;
+                while k < idx.len() {
+                    let r = &records[idx[k]];
+                    let rec = RecordRef {
+                        key: r.key,
+                        value: r.value,
+                        headers: r.headers,
+                        timestamp: r.timestamp.unwrap_or(now),
+                    };
+                    let n = k - start;
+                    let len = batch::encoded_record_len(&rec, first_ts, n);
+                    if n > 0 {
+                        let consecutive = match (first_seq, r.sequence) {
+                            (None, None) => true,
+                            (Some(f), Some(s)) => s == f + n as i64,
+                            _ => false,
+                        };
+                        if !consecutive || size + len > limit {
+                            break;
+                        }
+                    }
+                    size += len;
+                    refs.push(rec);
+                    k += 1;
+                }
+                let (appended, len) = if self.config.compression == Compression::None {
+                    let len = batch::section_batch_len(size);
+                    let src = BatchSource::Records(&refs, len);
+                    (self.append(log, src, first_seq)?, len)
+                } else {
+                    self.append_records(log, &refs, first_seq)?
+                };
+                if appended.duplicate {
+                    self.stats.duplicates(refs.len() as u64);
+                } else {
+                    self.stats.written(refs.len() as u64, len as u64);
+                    if let Some(f) = first_seq {
+                        last_seq = f + refs.len() as i64 - 1;
+                    }
+                }
+                let mut md = RecordMetadata {
+                    topic: Arc::clone(&topic),
+                    partition: *partition,
+                    offset: 0,
+                    timestamp: 0,
+                    duplicate: appended.duplicate,
+                };
+                for (j, rec) in refs.iter().enumerate() {
+                    md.offset = if appended.base_offset == UNKNOWN_OFFSET {
+                        UNKNOWN_OFFSET
+                    } else {
+                        appended.base_offset + j as u64
+                    };
+                    md.timestamp = rec.timestamp;
+                    on_each(idx[start + j], &md);
+                }
+                if !appended.duplicate && self.config.acks == Acks::All {
+                    let end = appended.base_offset + refs.len() as u64;
+                    match flush_targets.iter_mut().find(|(l, _)| Arc::ptr_eq(l, log)) {
+                        Some((_, t)) => *t = (*t).max(end),
+                        None => flush_targets.push((Arc::clone(log), end)),
+                    }
+                }
+            }
+            if guard.is_some() {
+                drop(guard);
+                self.fire();
+            }
+        }
+        for (log, target) in flush_targets {
+            log.flush_to(target)?;
+        }
+        Ok(())
+    }
+
+    /// Queues one record in its partition's batch (the asynchronous path).
+    /// Returns the metadata known now (offset unknown).
+    fn enqueue(
+        self: &Inner,
+        r: &BorrowedRecord<'_>,
+        cb: Option<DeliveryCallback>,
+    ) -> Result<RecordMetadata> {
+        self.check_usable()?;
+        self.check_sequence(r)?;
+        let timestamp = r.timestamp.unwrap_or_else(now_ms);
+        let rec = RecordRef {
+            key: r.key,
+            value: r.value,
+            headers: r.headers,
+            timestamp,
+        };
+        let single = batch::batch_len(std::slice::from_ref(&rec));
+        let route = self.route(r, || single)?;
+        let log = &route.log;
+        if single > log.max_batch_bytes() {
+            return Err(Error::MessageTooLarge {
+                size: single,
+                max: log.max_batch_bytes(),
+            });
+        }
+        let md = RecordMetadata {
+            topic: Arc::clone(log.topic()),
+            partition: route.partition,
+            offset: UNKNOWN_OFFSET,
+            timestamp,
+            duplicate: false,
+        };
+        let mut st = self.wait_for_room(lock(&self.acc), single)?;
+        let key = Arc::as_ptr(log) as usize;
+        if let Some(seq) = r.sequence {
+            let pending_last = st
+                .batches
+                .get(&key)
+                .and_then(|b| b.first_seq.map(|f| f + b.enc.count as i64 - 1));
+            let id = self.identity.as_ref().map_or(-1, |i| i.id);
+            let last = match pending_last {
+                Some(l) => l,
+                None => log.producer_last_seq(id, self.is_named())?,
+            };
+            if seq <= last {
+                let original = if pending_last.is_some() {
+                    None
+                } else {
+                    log.producer_offset_of(id, self.is_named(), seq)?
+                };
+                self.stats.duplicates(1);
+                let dup = RecordMetadata {
+                    offset: original.unwrap_or(UNKNOWN_OFFSET),
+                    duplicate: true,
+                    ..md.clone()
+                };
+                lock(&self.completions).push_back(Done {
+                    cb,
+                    result: Ok(dup),
+                });
+                drop(st);
+                self.fire();
+                return Ok(md);
+            }
+        }
+        // Close the partition's open batch if this record cannot join it.
+        let linger = self.config.linger_ms > 0;
+        if let Some(b) = st.batches.get(&key) {
+            let n = b.enc.count;
+            let consecutive = match (b.first_seq, r.sequence) {
+                (None, None) => true,
+                (Some(f), Some(s)) => s == f + n as i64,
+                _ => false,
+            };
+            let len = b.enc.record_len(&rec);
+            if !consecutive || b.enc.batch_len() + len + batch::ALIGN > log.max_batch_bytes() {
+                self.append_pending(&mut st, key);
+            }
+        }
+        let mut started = false;
+        let b = st.batches.entry(key).or_insert_with(|| {
+            started = true;
+            accumulator::PartBatch::new(Arc::clone(log), route.partition, r.sequence)
+        });
+        b.enc.push(&rec);
+        b.pending.push(accumulator::Pending { cb, timestamp });
+        b.bytes += single;
+        let full = b.enc.bytes.len() >= self.config.batch_size;
+        st.buffered += single;
+        self.stats.set_buffered(st.buffered);
+        self.pending.fetch_add(1, Ordering::Release);
+        if full || !linger {
+            self.append_pending(&mut st, key);
+        } else if started {
+            self.ensure_sender(&mut st);
+            self.work.notify_one();
+        }
+        drop(st);
+        self.fire();
+        Ok(md)
+    }
+
+    /// Blocks until `need` more bytes fit in `buffer_memory`: first appends
+    /// this producer's own open batches, then waits for `acks=all` flushes,
+    /// up to `max_block_ms`.
+    fn wait_for_room<'a>(
+        &'a self,
+        mut st: MutexGuard<'a, AccState>,
+        need: usize,
+    ) -> Result<MutexGuard<'a, AccState>> {
+        let limit = self.config.buffer_memory;
+        if st.buffered + need <= limit || st.buffered == 0 {
+            return Ok(st);
+        }
+        let keys: Vec<usize> = st.batches.keys().copied().collect();
+        for k in keys {
+            self.append_pending(&mut st, k);
+        }
+        let start = Instant::now();
+        let deadline = start + Duration::from_millis(self.config.max_block_ms);
+        while st.buffered + need > limit && st.buffered > 0 {
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(Error::BufferFull {
+                    buffered: st.buffered,
+                    limit,
+                    waited_ms: start.elapsed().as_millis() as u64,
+                });
+            }
+            if self.closed.load(Ordering::Acquire) {
+                return Err(Error::Closed("producer"));
+            }
+            st = self
+                .space
+                .wait_timeout(st, deadline - now)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        Ok(st)
+    }
+}
