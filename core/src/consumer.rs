@@ -587,7 +587,7 @@ impl Consumer {
                 topic: Arc::clone(log.topic()),
                 partition: log.partition(),
                 offset,
-                timestamp: h.first_timestamp.wrapping_add(r.timestamp_delta),
+                timestamp: h.record_timestamp(r.timestamp_delta),
                 data: backing(),
                 key: r.key.map(abs),
                 value: r.value.map(abs),

@@ -32,11 +32,15 @@ pub struct TopicConfig {
     /// Delete the oldest closed segments while the partition holds more than
     /// this many bytes (`None`: no limit, the default).
     pub retention_bytes: Option<u64>,
-    /// Largest encoded batch (a single message is a batch of one, with 57
+    /// Largest encoded batch (a single message is a batch of one, with 61
     /// bytes of batch header); default 1 MiB. At most `segment_bytes`.
     pub max_message_bytes: u32,
     /// Bytes of log between two entries of the sparse indexes (default 4096).
     pub index_interval_bytes: u32,
+    /// Stamp records with the time they are appended instead of the time the
+    /// producer gave (Kafka's `message.timestamp.type=LogAppendTime`);
+    /// default false (create time).
+    pub log_append_time: bool,
 }
 
 impl Default for TopicConfig {
@@ -48,6 +52,7 @@ impl Default for TopicConfig {
             retention_bytes: None,
             max_message_bytes: 1 << 20,
             index_interval_bytes: 4096,
+            log_append_time: false,
         }
     }
 }
@@ -85,6 +90,12 @@ impl TopicConfig {
     /// Sets `max_message_bytes`.
     pub fn max_message_bytes(mut self, bytes: u32) -> Self {
         self.max_message_bytes = bytes;
+        self
+    }
+
+    /// Sets `log_append_time`.
+    pub fn log_append_time(mut self, on: bool) -> Self {
+        self.log_append_time = on;
         self
     }
 
@@ -232,6 +243,7 @@ impl Topic {
             retention_bytes: config.retention_bytes,
             prefault: options.prefault,
             file_mode: options.file_mode,
+            log_append_time: config.log_append_time,
         }
     }
 

@@ -507,3 +507,50 @@ fn invalid_producer_settings_and_records() {
     assert_eq!(mq.topic("t").unwrap().partitions[0].end_offset, 0);
     p.send(Record::new("t").value("still usable")).unwrap();
 }
+
+#[test]
+fn a_topic_can_stamp_log_append_time() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mq = Broker::open(tmp.path(), cfg()).unwrap();
+    mq.create_topic("t", TopicConfig::new(1).log_append_time(true))
+        .unwrap();
+    mq.create_topic("c", TopicConfig::new(1)).unwrap();
+    let p = mq.producer(ProducerConfig::default()).unwrap();
+    let before = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    let md = p.send(Record::new("t").value("a").timestamp(1000)).unwrap();
+    assert!(md.timestamp >= before, "{} < {before}", md.timestamp);
+    let mds = p
+        .send_batch(&[
+            BorrowedRecord {
+                topic: "t",
+                timestamp: Some(5),
+                ..Default::default()
+            },
+            BorrowedRecord {
+                topic: "t",
+                timestamp: Some(7),
+                ..Default::default()
+            },
+        ])
+        .unwrap();
+    assert_eq!(mds[0].timestamp, mds[1].timestamp);
+    let msgs = read_partition(&mq, "t", 0).unwrap();
+    assert_eq!(msgs[0].timestamp, md.timestamp);
+    assert_eq!(msgs[1].timestamp, mds[0].timestamp);
+    assert_eq!(mq.offset_for_timestamp("t", 0, before).unwrap(), Some(0));
+    // A create-time topic keeps the producer's timestamps.
+    assert_eq!(
+        p.send(Record::new("c").value("a").timestamp(1000))
+            .unwrap()
+            .timestamp,
+        1000
+    );
+    assert_eq!(read_partition(&mq, "c", 0).unwrap()[0].timestamp, 1000);
+    drop(p);
+    drop(mq);
+    let mq = Broker::open(tmp.path(), cfg()).unwrap();
+    assert!(mq.topic("t").unwrap().config.log_append_time, "persisted");
+}

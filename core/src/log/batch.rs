@@ -30,6 +30,10 @@ use std::ops::Range;
 
 /// The current format version, stored in every batch's `magic` byte.
 pub const MAGIC: u8 = 1;
+/// Attribute bit: the batch carries its append time in `max_timestamp`,
+/// which is the timestamp of every record (Kafka's log-append time).
+pub const ATTR_LOG_APPEND_TIME: u16 = 1 << 3;
+
 /// Attribute bit: the records' sequences were chosen by the application
 /// (a named producer's `sequence`), not assigned by the partition.
 pub const ATTR_APP_SEQUENCE: u16 = 1 << 6;
@@ -404,6 +408,15 @@ pub fn write_section_batch(
     p
 }
 
+/// Writes the append time `ts` into the encoded batch `buf` (its
+/// `max_timestamp`) and updates the CRC. The batch must have been encoded
+/// with [`ATTR_LOG_APPEND_TIME`] set.
+pub fn stamp_log_append_time(buf: &mut [u8], ts: i64) {
+    buf[OFF_MAX_TS..OFF_MAX_TS + 8].copy_from_slice(&ts.to_le_bytes());
+    let crc = crc32c::crc32c(&buf[CRC_START..]);
+    buf[OFF_CRC..OFF_CRC + 4].copy_from_slice(&crc.to_le_bytes());
+}
+
 // ---------------------------------------------------------------- header
 
 /// The decoded fixed header of a batch.
@@ -443,6 +456,17 @@ impl BatchHeader {
     #[inline]
     pub fn total_len(&self) -> usize {
         LENGTH_PREFIX + self.length as usize
+    }
+
+    /// The timestamp of a record with `timestamp_delta`: the batch's append
+    /// time on a log-append-time batch, else its create time.
+    #[inline]
+    pub fn record_timestamp(&self, timestamp_delta: i64) -> i64 {
+        if self.attributes & ATTR_LOG_APPEND_TIME != 0 {
+            self.max_timestamp
+        } else {
+            self.first_timestamp.wrapping_add(timestamp_delta)
+        }
     }
 
     /// Offset of the last record.

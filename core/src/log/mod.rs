@@ -40,6 +40,8 @@ pub(crate) struct LogConfig {
     pub prefault: bool,
     /// Unix mode of created files.
     pub file_mode: u32,
+    /// Stamp batches with their append time.
+    pub log_append_time: bool,
 }
 
 impl LogConfig {
@@ -78,6 +80,8 @@ pub(crate) struct Appended {
     pub base_offset: u64,
     /// The batch was a re-send of one already written; nothing was written.
     pub duplicate: bool,
+    /// The append time stamped on the batch, for a log-append-time topic.
+    pub log_append_time: Option<i64>,
 }
 
 /// Offset reported for a duplicate whose original is no longer remembered.
@@ -442,11 +446,16 @@ impl PartitionLog {
                 max: self.config.max_batch(),
             });
         }
-        let max_ts = src.max_timestamp();
+        let mut max_ts = src.max_timestamp();
         let mut attributes = match src {
             BatchSource::Records(..) => 0,
             BatchSource::Section { attributes, .. } => attributes,
         };
+        let append_time = self.config.log_append_time.then(now_ms);
+        if let Some(t) = append_time {
+            attributes |= batch::ATTR_LOG_APPEND_TIME;
+            max_ts = t;
+        }
         let mut w = lock(&self.writer);
         if w.closed {
             return Err(Error::Closed("partition"));
@@ -461,6 +470,7 @@ impl PartitionLog {
                     return Ok(Appended {
                         base_offset: original.unwrap_or(UNKNOWN_OFFSET),
                         duplicate: true,
+                        log_append_time: None,
                     })
                 }
                 SequenceCheck::Write(seq) => {
@@ -494,6 +504,9 @@ impl PartitionLog {
             }
         };
         debug_assert_eq!(written, len);
+        if let Some(t) = append_time {
+            batch::stamp_log_append_time(&mut buf[..written], t);
+        }
         let index = (pos > 0 && pos - w.last_index_pos >= self.config.index_interval_bytes)
             .then_some((base, w.max_ts));
         if index.is_some() {
@@ -515,6 +528,7 @@ impl PartitionLog {
         Ok(Appended {
             base_offset: base,
             duplicate: false,
+            log_append_time: append_time,
         })
     }
 
@@ -879,7 +893,7 @@ impl PartitionLog {
                             .map_err(|reason| seg.corrupt(pos, reason))?;
                     for r in batch::Records::over_section(&section, h.record_count) {
                         let r = r.map_err(|reason| seg.corrupt(pos, reason))?;
-                        if h.first_timestamp.wrapping_add(r.timestamp_delta) >= ts {
+                        if h.record_timestamp(r.timestamp_delta) >= ts {
                             return Ok(Some(h.base_offset + r.offset_delta as u64));
                         }
                     }

@@ -95,16 +95,16 @@ impl Inner {
         self.chooser.batch_sent(b.log.topic(), b.partition);
         let topic = Arc::clone(b.log.topic());
         let res = self.append_encoded(&b.log, &b.enc, b.first_seq);
-        let md = |i: usize, p: &Pending, base: u64, duplicate: bool| RecordMetadata {
+        let md = |i: usize, p: &Pending, a: &crate::log::Appended| RecordMetadata {
             topic: Arc::clone(&topic),
             partition: b.partition,
-            offset: if base == UNKNOWN_OFFSET {
+            offset: if a.base_offset == UNKNOWN_OFFSET {
                 UNKNOWN_OFFSET
             } else {
-                base + i as u64
+                a.base_offset + i as u64
             },
-            timestamp: p.timestamp,
-            duplicate,
+            timestamp: a.log_append_time.unwrap_or(p.timestamp),
+            duplicate: a.duplicate,
         };
         match res {
             Ok((a, len)) => {
@@ -118,7 +118,7 @@ impl Inner {
                     .into_iter()
                     .enumerate()
                     .map(|(i, p)| Done {
-                        result: Ok(md(i, &p, a.base_offset, a.duplicate)),
+                        result: Ok(md(i, &p, &a)),
                         cb: p.cb,
                     })
                     .collect();

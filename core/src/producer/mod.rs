@@ -615,7 +615,7 @@ impl Inner {
             topic: Arc::clone(log.topic()),
             partition: route.partition,
             offset: appended.base_offset,
-            timestamp,
+            timestamp: appended.log_append_time.unwrap_or(timestamp),
             duplicate: appended.duplicate,
         })
     }
@@ -639,6 +639,7 @@ impl Inner {
                 Appended {
                     base_offset: original.unwrap_or(UNKNOWN_OFFSET),
                     duplicate: true,
+                    log_append_time: None,
                 },
                 0,
             ));
@@ -804,7 +805,7 @@ impl Inner {
                     } else {
                         appended.base_offset + j as u64
                     };
-                    md.timestamp = rec.timestamp;
+                    md.timestamp = appended.log_append_time.unwrap_or(rec.timestamp);
                     on_each(idx[start + j], &md);
                 }
                 if !appended.duplicate && self.config.acks == Acks::All {
