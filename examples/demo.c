@@ -6,7 +6,8 @@
  * DATA_DIR and produced to it. This program opens the same directory,
  * consumes everything in "orders" and prints a summary, then produces 1000
  * records of its own to "c-events" (2 partitions, created if missing) with
- * keys "c-<i>" and values "hello from C <i>", and prints the offsets.
+ * keys "c-<i>" and values "hello from C <i>", asynchronously with delivery
+ * callbacks, and prints the offsets.
  * `examples/demo.py DATA_DIR --verify` then checks them from Python.
  *
  * Build: cc -std=c11 -Wall -Werror -Iinclude examples/demo.c \
@@ -123,7 +124,26 @@ static void consume_orders(mql_broker *mq) {
     }
 }
 
-/* Produces C_EVENTS records to "c-events". */
+/* Delivery reports of the asynchronous sends below. With linger_ms they
+ * run on the producer's background thread (or inside mql_producer_flush),
+ * so the counters are only read after the flush. */
+struct delivery {
+    int delivered;
+    int failed;
+};
+
+static void on_delivery(void *user_data, const mql_metadata *md, mql_status status, const char *error_message) {
+    struct delivery *d = user_data;
+    (void)md;
+    if (status == MQL_OK) {
+        d->delivered++; /* callbacks of one producer run one at a time */
+    } else {
+        d->failed++;
+        fprintf(stderr, "demo: a record failed: %s: %s\n", mql_status_str(status), error_message);
+    }
+}
+
+/* Produces C_EVENTS records to "c-events", asynchronously in batches. */
 static void produce_events(mql_broker *mq) {
     mql_topic_config *tc;
     check(mql_topic_config_new(2, &tc), "mql_topic_config_new");
@@ -131,17 +151,32 @@ static void produce_events(mql_broker *mq) {
     mql_topic_config_free(tc);
     if (st != MQL_TOPIC_EXISTS) check(st, "mql_topic_create(\"c-events\")");
 
+    mql_producer_config *pc;
+    check(mql_producer_config_new(&pc), "mql_producer_config_new");
+    check(mql_producer_config_set_linger_ms(pc, 5), "mql_producer_config_set_linger_ms");
     mql_producer *p;
-    check(mql_producer_new(mq, NULL, &p), "mql_producer_new");
+    check(mql_producer_new(mq, pc, &p), "mql_producer_new");
+    mql_producer_config_free(pc);
+    struct delivery d = {0, 0};
     char key[32], value[64];
     for (int i = 0; i < C_EVENTS; i++) {
         int klen = snprintf(key, sizeof key, "c-%d", i);
         int vlen = snprintf(value, sizeof value, "hello from C %d", i);
-        check(mql_send(p, "c-events", key, (size_t)klen, value, (size_t)vlen, NULL), "mql_send");
+        mql_record rec = MQL_RECORD_INIT;
+        rec.topic = "c-events";
+        rec.key = key;
+        rec.key_len = (size_t)klen;
+        rec.value = value;
+        rec.value_len = (size_t)vlen;
+        check(mql_produce(p, &rec, on_delivery, &d), "mql_produce"); /* copies key and value */
     }
-    check(mql_producer_flush(p), "mql_producer_flush");
+    check(mql_producer_flush(p), "mql_producer_flush"); /* every callback has run now */
+    mql_producer_stats stats;
+    check(mql_producer_get_stats(p, &stats), "mql_producer_get_stats");
     mql_producer_free(p);
-    printf("produced %d records to \"c-events\" from C\n", C_EVENTS);
+    printf("produced %d records to \"c-events\" from C: %d delivered, %d failed, %llu batches (%.1f records each)\n",
+           C_EVENTS, d.delivered, d.failed, (unsigned long long)stats.batches, stats.average_batch_records);
+    if (d.delivered != C_EVENTS) exit(1);
 }
 
 int main(int argc, char **argv) {

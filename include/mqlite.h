@@ -28,15 +28,20 @@
 
 /**
  * Initialiser for an mql_record: every pointer NULL and every length 0,
- * partition MQL_PARTITION_ANY, timestamp MQL_TIMESTAMP_NOW.
+ * partition MQL_PARTITION_ANY, timestamp MQL_TIMESTAMP_NOW, no sequence
+ * (has_sequence false).
  * Usage: mql_record r = MQL_RECORD_INIT; r.topic = "orders"; ...
  */
-#define MQL_RECORD_INIT { NULL, MQL_PARTITION_ANY, NULL, 0, NULL, 0, NULL, 0, MQL_TIMESTAMP_NOW }
+#define MQL_RECORD_INIT { NULL, MQL_PARTITION_ANY, NULL, 0, NULL, 0, NULL, 0, MQL_TIMESTAMP_NOW, -1, false }
 
 
 /**
- * `mql_record.partition` value: choose the partition from the key's hash
- * (as Kafka's default partitioner), or round-robin when there is no key.
+ * `mql_record.partition` value: let the producer choose. A record with a
+ * key goes to the partition of the key's hash (Kafka's murmur2
+ * partitioner); a record without one goes where the producer's partitioner
+ * puts it (sticky by default, see `mql_producer_config_set_partitioner`).
+ * A custom selector (`mql_producer_config_set_partitioner_fn`) sees every
+ * record whose partition is `MQL_PARTITION_ANY`, keyed or not.
  */
 #define MQL_PARTITION_ANY -1
 
@@ -44,6 +49,13 @@
  * `mql_record.timestamp` value: stamp the record with the current time.
  */
 #define MQL_TIMESTAMP_NOW -1
+
+/**
+ * `mql_metadata.offset` value when the offset is not known: a send with
+ * `acks = 0` (the record is not written yet when the call returns), or a
+ * duplicate whose original is older than the producer's dedup window.
+ */
+#define MQL_OFFSET_UNKNOWN UINT64_MAX
 
 /**
  * The result of every fallible function. `MQL_OK` (0) is success; the other
@@ -141,6 +153,22 @@ typedef enum mql_status {
      * The record is larger than the topic's `max_message_bytes`.
      */
     MQL_MESSAGE_TOO_LARGE = 400,
+    /**
+     * The producer's `buffer_memory` stayed full for `max_block_ms`
+     * (asynchronous sends, `mql_produce`); nothing was queued.
+     */
+    MQL_BUFFER_FULL = 401,
+    /**
+     * With `strict_sequences`, a record's sequence skipped ahead of the
+     * next one its partition expects; the error text says which was
+     * expected and which received. Nothing was written.
+     */
+    MQL_OUT_OF_ORDER_SEQUENCE = 402,
+    /**
+     * A newer producer with the same name exists (it has a higher epoch);
+     * this one may no longer write. Free it.
+     */
+    MQL_PRODUCER_FENCED = 403,
 } mql_status;
 
 /**
@@ -214,24 +242,6 @@ typedef struct mql_producer_config mql_producer_config;
 typedef struct mql_topic_config mql_topic_config;
 
 /**
- * Where a record was written.
- */
-typedef struct mql_metadata {
-    /**
-     * The partition.
-     */
-    uint32_t partition;
-    /**
-     * The record's offset in the partition.
-     */
-    uint64_t offset;
-    /**
-     * The record's timestamp (ms since the Unix epoch).
-     */
-    int64_t timestamp;
-} mql_metadata;
-
-/**
  * One record header, borrowed from the caller for the duration of the call.
  */
 typedef struct mql_header {
@@ -256,10 +266,21 @@ typedef struct mql_header {
 } mql_header;
 
 /**
- * A record to send with `mql_send_record`. Every pointer is borrowed for
- * the duration of the call only. Initialise with `MQL_RECORD_INIT`, which
- * sets `partition` to `MQL_PARTITION_ANY` and `timestamp` to
- * `MQL_TIMESTAMP_NOW`.
+ * A record to send with `mql_send_record`, `mql_produce` or
+ * `mql_send_batch`. Every pointer is borrowed for the duration of the call
+ * only (`mql_produce` copies the data before it returns). Initialise with
+ * `MQL_RECORD_INIT`, which sets `partition` to `MQL_PARTITION_ANY`,
+ * `timestamp` to `MQL_TIMESTAMP_NOW` and `has_sequence` to false; a
+ * zero-filled record (`memset`, `= {0}`) has no sequence either.
+ *
+ * The library also shows records to callbacks in this form (as
+ * `mql_record_view`, the same struct): then every pointer is valid only
+ * during the callback.
+ *
+ * Compatibility: `sequence` and `has_sequence` were added at the end. Code
+ * that initialises records with `MQL_RECORD_INIT`, a zero fill or
+ * designated initialisers compiles unchanged; code compiled against the
+ * older, shorter struct must be recompiled (no release had it).
  */
 typedef struct mql_record {
     /**
@@ -267,8 +288,8 @@ typedef struct mql_record {
      */
     const char *topic;
     /**
-     * Partition, or `MQL_PARTITION_ANY` (-1) to choose by the key's hash,
-     * or round-robin without a key.
+     * Partition, or `MQL_PARTITION_ANY` (-1) to let the producer choose
+     * (by the key's hash, else by its partitioner).
      */
     int64_t partition;
     /**
@@ -302,7 +323,187 @@ typedef struct mql_record {
      * `MQL_TIMESTAMP_NOW` (-1).
      */
     int64_t timestamp;
+    /**
+     * The application's own sequence number (0 or more), used when
+     * `has_sequence` is true; needs an idempotent producer (the default),
+     * and is meant for named ones (`mql_producer_config_set_name`). A
+     * record whose sequence is at or below the last one this producer
+     * wrote to the record's partition is not written again: it is reported
+     * as a duplicate (`mql_metadata.duplicate`) with the original's
+     * offset. Without a key or an explicit partition, a sequenced record
+     * goes to partition `sequence % partitions` (so that a re-send lands
+     * where the original did), unless a custom selector is set. Records
+     * sent without a sequence are numbered by their partition in a space
+     * of their own, so mixing both kinds never drops a record. Records
+     * shown to callbacks without a sequence have -1 here.
+     */
+    int64_t sequence;
+    /**
+     * Whether `sequence` is set.
+     */
+    bool has_sequence;
 } mql_record;
+
+/**
+ * A record shown to a callback (a custom partition selector, an
+ * interceptor's `on_send`): the same struct as `mql_record`. Every pointer
+ * in it is valid only during the callback; the topic is NUL-terminated.
+ */
+typedef struct mql_record mql_record_view;
+
+/**
+ * A custom partition selector: returns the partition (0 to
+ * `partitions - 1`) for `record`, a record sent without an explicit
+ * partition (keyed or not), to a topic that has `partitions` partitions.
+ * A value out of range fails the send with `MQL_UNKNOWN_PARTITION`.
+ *
+ * Called on the sending thread, during the send call, possibly on several
+ * threads at once.
+ */
+typedef uint32_t (*mql_partition_selector)(void *user_data,
+                                           const mql_record_view *record,
+                                           uint32_t partitions);
+
+/**
+ * An interceptor's `on_send`: sees `record` before its partition is
+ * chosen, and may send a changed record instead.
+ *
+ * `*out` starts as a copy of `*record`. To change the record, change
+ * fields of `*out` (e.g. point `out->value` at a new value) and return 0;
+ * the library copies everything `*out` points to as soon as `on_send`
+ * returns, so that memory must still be valid then: memory outliving the
+ * call (a thread-local buffer reused on each call, data reachable from
+ * `user_data`, or parts of `*record` itself), not `on_send`'s own stack.
+ * Returning 0 without touching `*out` keeps the record as it is.
+ *
+ * A nonzero return is a failure: the library logs it and skips this
+ * interceptor (ignoring `*out`); the record goes on unchanged. An invalid
+ * `*out` (NULL topic, bad UTF-8, NULL with a length, ...) is treated the
+ * same way.
+ *
+ * Called on the sending thread, during the send call, possibly on several
+ * threads at once.
+ */
+typedef int (*mql_on_send_callback)(void *user_data,
+                                    const mql_record_view *record,
+                                    mql_record_view *out);
+
+/**
+ * Where a record was written.
+ */
+typedef struct mql_metadata {
+    /**
+     * The partition.
+     */
+    uint32_t partition;
+    /**
+     * The record's offset in the partition, or `MQL_OFFSET_UNKNOWN` when
+     * not known (an `acks = 0` send, or a duplicate whose original is
+     * older than the dedup window).
+     */
+    uint64_t offset;
+    /**
+     * The record's timestamp (ms since the Unix epoch).
+     */
+    int64_t timestamp;
+    /**
+     * True when the record was a duplicate (by its sequence) of one already
+     * written, and was not written again; `offset` is then the original's
+     * (or `MQL_OFFSET_UNKNOWN`).
+     */
+    bool duplicate;
+} mql_metadata;
+
+/**
+ * A delivery report: `md` is where the record was written (valid during
+ * the call only) and `status` `MQL_OK`, `error_message` NULL; or, on
+ * failure, `md` is NULL, `status` the failure's status and `error_message`
+ * its text (NUL-terminated, valid during the call only). `user_data` is
+ * the pointer given with the callback.
+ *
+ * May be called on another thread than the one that sent the record, and
+ * (for interceptors) on several threads at once.
+ */
+typedef void (*mql_delivery_callback)(void *user_data,
+                                      const struct mql_metadata *md,
+                                      enum mql_status status,
+                                      const char *error_message);
+
+/**
+ * A producer interceptor (Kafka's `ProducerInterceptor`), for
+ * `mql_producer_config_add_interceptor`. Either function may be NULL, not
+ * both.
+ *
+ * Threads: `on_send` runs on the sending threads; `on_acknowledgement`
+ * runs once per record on whichever thread completes it (the sending
+ * thread, the producer's background thread, or one inside a flush, close
+ * or free), possibly on several threads at once. Whatever `user_data`
+ * points to must be safe to use that way, and stay valid until the config
+ * and every producer made from it are freed.
+ */
+typedef struct mql_interceptor {
+    /**
+     * Called before each record is sent (see `mql_on_send_callback`); NULL
+     * for none.
+     */
+    mql_on_send_callback on_send;
+    /**
+     * Called once per record when it is done: its metadata, or its error
+     * (see `mql_delivery_callback`); also for records whose send call
+     * failed (a failed `mql_send_batch` reports its error once, not once
+     * per record). NULL for none.
+     */
+    mql_delivery_callback on_acknowledgement;
+    /**
+     * Passed to both functions as their first argument.
+     */
+    void *user_data;
+} mql_interceptor;
+
+/**
+ * What a producer did so far (`mql_producer_get_stats`).
+ */
+typedef struct mql_producer_stats {
+    /**
+     * Records written (duplicates not counted).
+     */
+    uint64_t records;
+    /**
+     * Bytes of batches written (batch headers included, after compression).
+     */
+    uint64_t bytes;
+    /**
+     * Batches written.
+     */
+    uint64_t batches;
+    /**
+     * Records that failed.
+     */
+    uint64_t errors;
+    /**
+     * Records dropped as duplicates (by sequence).
+     */
+    uint64_t duplicates;
+    /**
+     * Bytes held now: in batches not yet written and in batches waiting
+     * for their `acks = -1` flush.
+     */
+    uint64_t buffered_bytes;
+    /**
+     * The most bytes ever held at once (at most `buffer_memory`, unless a
+     * single record is larger: it is let through when nothing else is
+     * held).
+     */
+    uint64_t peak_buffered_bytes;
+    /**
+     * `records / batches` (0 when no batch was written).
+     */
+    double average_batch_records;
+    /**
+     * `bytes / batches` (0 when no batch was written).
+     */
+    double average_batch_bytes;
+} mql_producer_stats;
 
 #ifdef __cplusplus
 extern "C" {
@@ -482,7 +683,10 @@ enum mql_status mql_topic_config_set_max_message_bytes(struct mql_topic_config *
                                                        uint32_t bytes);
 
 /**
- * Makes a producer config with the defaults (acks = 1).
+ * Makes a producer config with the defaults: acks 1, idempotent, no name,
+ * linger_ms 0, batch_size 16384 bytes, buffer_memory 32 MiB, max_block_ms
+ * 60000, compression "none", partitioner "sticky", dedup_window 5
+ * batches, strict_sequences off, no interceptors.
  *
  * Ownership: on `MQL_OK`, `*out` is a new config owned by the caller;
  * release it with `mql_producer_config_free` (`mql_producer_new` copies
@@ -517,6 +721,203 @@ void mql_producer_config_free(struct mql_producer_config *config);
  * meanwhile.
  */
 enum mql_status mql_producer_config_set_acks(struct mql_producer_config *config, int32_t acks);
+
+/**
+ * Idempotence (default on): the producer gets an id and epoch, every
+ * batch a sequence number per partition, and a re-sent batch or a record
+ * with an already-written sequence (`mql_record.sequence`) is recognised
+ * instead of written twice. A named producer must be idempotent
+ * (`mql_producer_new` fails with `MQL_INVALID_ARGUMENT` otherwise).
+ *
+ * Ownership: borrows `config` for the call; the caller still owns it.
+ *
+ * # Safety
+ * `config` is NULL or a live producer config not used by another thread
+ * meanwhile.
+ */
+enum mql_status mql_producer_config_set_idempotent(struct mql_producer_config *config,
+                                                   bool idempotent);
+
+/**
+ * A durable name for the producer (Pulsar's producer name), or NULL for
+ * none (the default: an anonymous producer). A named producer keeps its id
+ * across restarts, so `mql_producer_last_sequence` and duplicate detection
+ * by sequence work after reopening the data directory; making a producer
+ * of the same name fences the older one (`MQL_PRODUCER_FENCED`). Names are
+ * 1 to 249 characters of `[A-Za-z0-9._-]` (`MQL_INVALID_ARGUMENT`
+ * otherwise).
+ *
+ * Ownership: borrows `config` and `name` for the call (the name is
+ * copied).
+ *
+ * # Safety
+ * `config` is NULL or a live producer config not used by another thread
+ * meanwhile; `name` is NULL or a NUL-terminated string.
+ */
+enum mql_status mql_producer_config_set_name(struct mql_producer_config *config, const char *name);
+
+/**
+ * How long an asynchronous send (`mql_produce`) lets its partition's batch
+ * wait for more records before writing it, in milliseconds (default 0:
+ * write at once). Above 0, a background thread writes the batches (and
+ * runs their callbacks).
+ *
+ * Ownership: borrows `config` for the call; the caller still owns it.
+ *
+ * # Safety
+ * `config` is NULL or a live producer config not used by another thread
+ * meanwhile.
+ */
+enum mql_status mql_producer_config_set_linger_ms(struct mql_producer_config *config,
+                                                  uint64_t linger_ms);
+
+/**
+ * A partition's batch of asynchronous sends is written once it holds this
+ * many bytes (default 16384, Kafka's `batch.size`); the sticky
+ * partitioner also moves on after this many bytes.
+ *
+ * Ownership: borrows `config` for the call; the caller still owns it.
+ *
+ * # Safety
+ * `config` is NULL or a live producer config not used by another thread
+ * meanwhile.
+ */
+enum mql_status mql_producer_config_set_batch_size(struct mql_producer_config *config,
+                                                   size_t bytes);
+
+/**
+ * Most bytes the producer holds in batches not yet written and in batches
+ * waiting for their `acks = -1` flush (default 32 MiB; at least 1, else
+ * `MQL_INVALID_ARGUMENT`). A send that finds no room waits up to
+ * `max_block_ms`, then fails with `MQL_BUFFER_FULL`.
+ *
+ * Ownership: borrows `config` for the call; the caller still owns it.
+ *
+ * # Safety
+ * `config` is NULL or a live producer config not used by another thread
+ * meanwhile.
+ */
+enum mql_status mql_producer_config_set_buffer_memory(struct mql_producer_config *config,
+                                                      size_t bytes);
+
+/**
+ * How long a send waits for room in `buffer_memory` before failing with
+ * `MQL_BUFFER_FULL`, in milliseconds (default 60000).
+ *
+ * Ownership: borrows `config` for the call; the caller still owns it.
+ *
+ * # Safety
+ * `config` is NULL or a live producer config not used by another thread
+ * meanwhile.
+ */
+enum mql_status mql_producer_config_set_max_block_ms(struct mql_producer_config *config,
+                                                     uint64_t max_block_ms);
+
+/**
+ * The codec of every batch the producer writes: `"none"` (the default),
+ * `"gzip"`, `"snappy"`, `"lz4"` or `"zstd"` (ASCII case ignored; others
+ * give `MQL_INVALID_ARGUMENT`). Consumers decompress transparently.
+ *
+ * Ownership: borrows `config` and `codec` for the call.
+ *
+ * # Safety
+ * `config` is NULL or a live producer config not used by another thread
+ * meanwhile; `codec` is NULL or a NUL-terminated string.
+ */
+enum mql_status mql_producer_config_set_compression(struct mql_producer_config *config,
+                                                    const char *codec);
+
+/**
+ * How the producer chooses the partition of a record without a key or an
+ * explicit partition: `"sticky"` (the default, Kafka's: one partition
+ * until `batch_size` bytes went there or its batch was written, then
+ * another at random) or `"round_robin"` (the partitions in turn); ASCII
+ * case ignored, others give `MQL_INVALID_ARGUMENT`. Replaces a custom
+ * selector set before. Keyed records always go to their key's partition.
+ *
+ * Ownership: borrows `config` and `name` for the call.
+ *
+ * # Safety
+ * `config` is NULL or a live producer config not used by another thread
+ * meanwhile; `name` is NULL or a NUL-terminated string.
+ */
+enum mql_status mql_producer_config_set_partitioner(struct mql_producer_config *config,
+                                                    const char *name);
+
+/**
+ * A custom partition selector (RocketMQ's `MessageQueueSelector`):
+ * `select(user_data, record, partitions)` chooses the partition of every
+ * record sent without an explicit one, keyed or not (see
+ * `mql_partition_selector`). Replaces the partitioner set before.
+ *
+ * Threads: `select` runs on the sending threads, possibly several at once;
+ * `user_data` must be safe for that, and stay valid until this config and
+ * every producer made from it are freed.
+ *
+ * Errors: `MQL_NULL_ARGUMENT` when `select` is NULL.
+ *
+ * Ownership: borrows `config` for the call; `user_data` stays the
+ * caller's.
+ *
+ * # Safety
+ * `config` is NULL or a live producer config not used by another thread
+ * meanwhile; `select` is NULL or a function with the
+ * `mql_partition_selector` contract, safe to call with `user_data` from
+ * any thread.
+ */
+enum mql_status mql_producer_config_set_partitioner_fn(struct mql_producer_config *config,
+                                                       mql_partition_selector select,
+                                                       void *user_data);
+
+/**
+ * How many batches per partition the producer remembers to answer a
+ * re-sent record (by sequence) with its original offset (default 5, 1 to
+ * 1000, else `MQL_INVALID_ARGUMENT`). Older duplicates are still
+ * recognised, with offset `MQL_OFFSET_UNKNOWN`.
+ *
+ * Ownership: borrows `config` for the call; the caller still owns it.
+ *
+ * # Safety
+ * `config` is NULL or a live producer config not used by another thread
+ * meanwhile.
+ */
+enum mql_status mql_producer_config_set_dedup_window(struct mql_producer_config *config,
+                                                     size_t batches);
+
+/**
+ * Whether a record's sequence may skip ahead of the next one its partition
+ * expects. Off (the default, Pulsar's rule): gaps are fine, as a
+ * producer-wide counter leaves gaps in each partition. On (Kafka's rule):
+ * a gap fails with `MQL_OUT_OF_ORDER_SEQUENCE` and nothing is written.
+ *
+ * Ownership: borrows `config` for the call; the caller still owns it.
+ *
+ * # Safety
+ * `config` is NULL or a live producer config not used by another thread
+ * meanwhile.
+ */
+enum mql_status mql_producer_config_set_strict_sequences(struct mql_producer_config *config,
+                                                         bool strict);
+
+/**
+ * Adds an interceptor (see `mql_interceptor`); interceptors run in the
+ * order they were added. `*interceptor` is copied; `on_send` and
+ * `on_acknowledgement` may not both be NULL (`MQL_INVALID_ARGUMENT`).
+ *
+ * Threads and lifetime: see `mql_interceptor`; `user_data` must stay valid
+ * until this config and every producer made from it are freed.
+ *
+ * Ownership: borrows `config` and `interceptor` for the call; `user_data`
+ * stays the caller's.
+ *
+ * # Safety
+ * `config` is NULL or a live producer config not used by another thread
+ * meanwhile; `interceptor` is NULL or points to an `mql_interceptor` whose
+ * functions follow their documented contracts and are safe to call with
+ * its `user_data` from any thread.
+ */
+enum mql_status mql_producer_config_add_interceptor(struct mql_producer_config *config,
+                                                    const struct mql_interceptor *interceptor);
 
 /**
  * Makes a consumer config with the defaults (`MQL_OFFSET_RESET_EARLIEST`,
@@ -689,8 +1090,14 @@ enum mql_status mql_topic_offsets(struct mql_broker *broker,
                                   uint64_t *end);
 
 /**
- * Makes a producer. `config` may be NULL for the defaults (acks = 1); it is
- * copied.
+ * Makes a producer. `config` may be NULL for the defaults (see
+ * `mql_producer_config_new`); it is copied, callbacks included.
+ *
+ * Errors: `MQL_INVALID_ARGUMENT` (a named producer that is not
+ * idempotent, a name that every epoch has used), `MQL_CLOSED`, I/O errors
+ * (a named or idempotent producer records its id in the data directory).
+ * Making a producer with the name of a live one fences that one (its later
+ * sends fail with `MQL_PRODUCER_FENCED`).
  *
  * Ownership: on `MQL_OK`, `*out` is a new producer owned by the caller;
  * release it with `mql_producer_free` (before or after `mql_close` of its
@@ -705,28 +1112,35 @@ enum mql_status mql_producer_new(struct mql_broker *broker,
                                  struct mql_producer **out);
 
 /**
- * Releases a producer. NULL does nothing.
+ * Closes (as `mql_producer_close`: pending records are written and their
+ * callbacks run, on this thread) and releases a producer. NULL does
+ * nothing.
  *
- * Ownership: takes back the producer the caller owned; do not use it afterwards.
+ * Ownership: takes back the producer the caller owned; do not use it
+ * afterwards.
  *
  * # Safety
  * `producer` is NULL or a live producer from `mql_producer_new`, not used
- * again (by any thread).
+ * again (by any thread), and not called from one of its own callbacks.
  */
 void mql_producer_free(struct mql_producer *producer);
 
 /**
  * Sends one record to `topic` and returns once it is as durable as the
- * producer's acks level asks. `key` NULL means no key (then `key_len` must
- * be 0); `value` NULL means a null value, a tombstone (then `value_len`
- * must be 0); non-NULL with length 0 is an empty key or value. Same key,
- * same partition (Kafka's murmur2 partitioner); no key, round-robin.
+ * producer's acks level asks (with `acks = 0`: at once, with offset
+ * `MQL_OFFSET_UNKNOWN`). `key` NULL means no key (then `key_len` must be
+ * 0); `value` NULL means a null value, a tombstone (then `value_len` must
+ * be 0); non-NULL with length 0 is an empty key or value. Same key, same
+ * partition (Kafka's murmur2 partitioner); without a key, the producer's
+ * partitioner chooses (sticky by default).
  *
  * `out` may be NULL when the caller does not want the metadata; otherwise
  * it receives where the record was written.
  *
  * Errors: `MQL_UNKNOWN_TOPIC`, `MQL_MESSAGE_TOO_LARGE`, `MQL_CLOSED`
- * (after `mql_close` of the broker), I/O errors.
+ * (after `mql_close` of the broker or `mql_producer_close`),
+ * `MQL_PRODUCER_FENCED`, `MQL_BUFFER_FULL` (`acks = 0` only), I/O errors.
+ * Nothing is written when an error is returned.
  *
  * Ownership: everything is borrowed for the duration of the call.
  *
@@ -745,13 +1159,18 @@ enum mql_status mql_send(struct mql_producer *producer,
                          struct mql_metadata *out);
 
 /**
- * Sends one record described by `record` (partition, headers, timestamp
- * included), like `mql_send`. Header names must be UTF-8
+ * Sends one record described by `record` (partition, headers, timestamp,
+ * sequence included), like `mql_send`. Header names must be UTF-8
  * (`MQL_INVALID_UTF8`). `out` may be NULL.
  *
- * Errors: as `mql_send`, plus `MQL_UNKNOWN_PARTITION` and
+ * A record with a sequence that was already written comes back with
+ * `out->duplicate` set and the original's offset; it is not written again.
+ *
+ * Errors: as `mql_send`, plus `MQL_UNKNOWN_PARTITION`,
+ * `MQL_OUT_OF_ORDER_SEQUENCE` (with `strict_sequences`) and
  * `MQL_INVALID_ARGUMENT` (a partition below -1 or above `UINT32_MAX`, a
- * timestamp below -1).
+ * timestamp below -1, a negative sequence, a sequence on a producer that
+ * is not idempotent).
  *
  * Ownership: everything is borrowed for the duration of the call.
  *
@@ -765,8 +1184,85 @@ enum mql_status mql_send_record(struct mql_producer *producer,
                                 struct mql_metadata *out);
 
 /**
- * Waits until every record sent so far is as durable as the producer's
- * acks level promises.
+ * Sends one record without waiting: the record joins its partition's
+ * batch and `callback` later gets where it was written, or why it failed.
+ * The record's data is copied before this returns.
+ *
+ * `callback(user_data, md, status, error_message)` runs exactly once per
+ * record this call accepted (returned `MQL_OK` for): on success with `md`
+ * (valid during the callback only), `status` `MQL_OK` and `error_message`
+ * NULL; on failure with `md` NULL, the failure's status and its text
+ * (valid during the callback only). A duplicate (by sequence) is a success
+ * with `md->duplicate` set. Callbacks of one partition run in send order.
+ * `callback` may be NULL when no report is wanted (`user_data` is then
+ * ignored).
+ *
+ * Threads: the callback runs on whichever thread completes the record's
+ * batch: this one (often before `mql_produce` returns; always so with the
+ * defaults `linger_ms` 0 and `acks` 1), the producer's background thread
+ * (with `linger_ms` above 0, or `acks = -1`), or a thread inside
+ * `mql_producer_flush`, `mql_producer_close` or `mql_producer_free`. So
+ * `user_data` must be safe to use from another thread, and must stay valid
+ * until the callback ran (at the latest when `mql_producer_free`
+ * returns). Keep callbacks short: they delay other deliveries. A callback
+ * may send with the same producer, but must not free it.
+ *
+ * When the batch is written: at once with `linger_ms` 0; else when it
+ * holds `batch_size` bytes, after `linger_ms`, or at a flush. With
+ * `acks = -1` the record is also flushed to disk (shared with other
+ * records) before its callback runs.
+ *
+ * Errors (the callback is then not called, nothing is queued):
+ * `MQL_UNKNOWN_TOPIC`, `MQL_UNKNOWN_PARTITION`, `MQL_MESSAGE_TOO_LARGE`,
+ * `MQL_CLOSED`, `MQL_PRODUCER_FENCED`, `MQL_BUFFER_FULL` (no room in
+ * `buffer_memory` after waiting `max_block_ms`), `MQL_INVALID_ARGUMENT`
+ * and `MQL_INVALID_UTF8` as for `mql_send_record`.
+ *
+ * Ownership: `record` and what it points to are borrowed for the call;
+ * `user_data` stays the caller's.
+ *
+ * # Safety
+ * `producer` is NULL or a live producer; `record` is NULL or points to an
+ * `mql_record` whose pointers satisfy what its fields' docs say;
+ * `callback` is NULL or a function with the `mql_delivery_callback`
+ * contract, safe to call with `user_data` from any thread.
+ */
+enum mql_status mql_produce(struct mql_producer *producer,
+                            const struct mql_record *record,
+                            mql_delivery_callback callback,
+                            void *user_data);
+
+/**
+ * Sends `count` records at once: the records of each partition become as
+ * few batches as fit the topic's `max_message_bytes` (faster than one
+ * `mql_send_record` each), and the call returns once all are as durable as
+ * the acks level asks. `records` may be NULL when `count` is 0.
+ *
+ * `out` may be NULL; otherwise it must hold `count` entries and receives
+ * each record's metadata, in the order of `records` (duplicates by
+ * sequence have `duplicate` set).
+ *
+ * Every record is checked before anything is sent (an invalid one sends
+ * nothing). Errors: as `mql_send_record`. On an error found while writing
+ * (I/O), the batches written before it stay written; `out` is written only
+ * on `MQL_OK`.
+ *
+ * Ownership: everything is borrowed for the duration of the call.
+ *
+ * # Safety
+ * `producer` is NULL or a live producer; `records` is NULL or points to
+ * `count` `mql_record`s whose pointers satisfy what their fields' docs
+ * say; `out` is NULL or valid for writing `count` `mql_metadata`s.
+ */
+enum mql_status mql_send_batch(struct mql_producer *producer,
+                               const struct mql_record *records,
+                               size_t count,
+                               struct mql_metadata *out);
+
+/**
+ * Waits until every record sent so far is done: written, flushed to disk
+ * for `acks = -1`, and its callback run. Called from a delivery callback,
+ * it does not wait for the callbacks still running.
  *
  * Errors: `MQL_CLOSED` after `mql_close` of the broker, I/O errors.
  *
@@ -776,6 +1272,94 @@ enum mql_status mql_send_record(struct mql_producer *producer,
  * `producer` is NULL or a live producer.
  */
 enum mql_status mql_producer_flush(struct mql_producer *producer);
+
+/**
+ * Like `mql_producer_flush`, giving up with `MQL_TIMEOUT` after
+ * `timeout_ms` milliseconds (the records stay queued and are still
+ * delivered later).
+ *
+ * Errors: `MQL_TIMEOUT`, `MQL_CLOSED` after `mql_close` of the broker, I/O
+ * errors.
+ *
+ * Ownership: borrows `producer` for the call; nothing to free.
+ *
+ * # Safety
+ * `producer` is NULL or a live producer.
+ */
+enum mql_status mql_producer_flush_timeout(struct mql_producer *producer, uint64_t timeout_ms);
+
+/**
+ * Closes the producer: writes and flushes what is pending, runs the
+ * remaining delivery callbacks (on this thread), stops the background
+ * thread, and makes every later send fail with `MQL_CLOSED`. Closing twice
+ * is fine. The handle stays valid (stats, ids, `mql_producer_last_sequence`
+ * still work) and must still be released with `mql_producer_free`.
+ *
+ * Returns the status of the final flush.
+ *
+ * Ownership: borrows `producer` for the call; nothing to free.
+ *
+ * # Safety
+ * `producer` is NULL or a live producer.
+ */
+enum mql_status mql_producer_close(struct mql_producer *producer);
+
+/**
+ * The highest sequence this producer has written to any partition, into
+ * `*out`; -1 when none yet. For a named producer this survives restarts
+ * (reopening the data directory): resume your source after it, and re-send
+ * from there with the same sequences; whatever was already written comes
+ * back as a duplicate. Records sent without a sequence do not count (the
+ * partition numbers them in a sequence space of their own); -1 when the
+ * producer has written no record with a sequence.
+ *
+ * Errors: `MQL_INVALID_ARGUMENT` (the producer is not idempotent),
+ * `MQL_CLOSED` after `mql_close` of the broker, I/O errors.
+ *
+ * Ownership: borrows `producer` for the call; the result is a plain value.
+ *
+ * # Safety
+ * `producer` is NULL or a live producer; `out` is NULL or valid for
+ * writing an `int64_t`.
+ */
+enum mql_status mql_producer_last_sequence(struct mql_producer *producer, int64_t *out);
+
+/**
+ * Counters of what the producer did so far, into `*out`.
+ *
+ * Ownership: borrows `producer` for the call; the result is a plain value.
+ *
+ * # Safety
+ * `producer` is NULL or a live producer; `out` is NULL or valid for
+ * writing an `mql_producer_stats`.
+ */
+enum mql_status mql_producer_get_stats(struct mql_producer *producer,
+                                       struct mql_producer_stats *out);
+
+/**
+ * The producer's id, into `*out`: -1 when it is not idempotent. A named
+ * producer keeps its id across restarts.
+ *
+ * Ownership: borrows `producer` for the call; the result is a plain value.
+ *
+ * # Safety
+ * `producer` is NULL or a live producer; `out` is NULL or valid for
+ * writing an `int64_t`.
+ */
+enum mql_status mql_producer_id(struct mql_producer *producer, int64_t *out);
+
+/**
+ * The producer's epoch, into `*out`: -1 when it is not idempotent, 0 for
+ * an anonymous idempotent producer. Each new producer of a name gets the
+ * next epoch, which fences the older ones.
+ *
+ * Ownership: borrows `producer` for the call; the result is a plain value.
+ *
+ * # Safety
+ * `producer` is NULL or a live producer; `out` is NULL or valid for
+ * writing an `int16_t`.
+ */
+enum mql_status mql_producer_epoch(struct mql_producer *producer, int16_t *out);
 
 /**
  * Makes a consumer. `group_id` may be NULL for a standalone consumer;

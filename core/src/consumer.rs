@@ -695,6 +695,11 @@ impl Consumer {
         Ok(())
     }
 
+    /// Whether the consumer, or the data directory it reads, was closed.
+    pub fn is_closed(&self) -> bool {
+        self.check_open().is_err()
+    }
+
     /// Stops the consumer; later calls fail with [`Error::Closed`].
     pub fn close(&mut self) {
         self.closed = true;

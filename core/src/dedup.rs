@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, IoContext, Result};
-use crate::log::batch::{BatchHeader, ATTR_NAMED_PRODUCER};
+use crate::log::batch::{BatchHeader, ATTR_APP_SEQUENCE, ATTR_NAMED_PRODUCER};
 
 /// Default number of batches per producer and partition remembered for
 /// dedup (Kafka's `max.in.flight.requests.per.connection` bound).
@@ -264,15 +264,30 @@ pub(crate) struct WindowEntry {
     pub count: u32,
     /// Offset of the first record.
     pub base_offset: u64,
+    /// The sequences are the application's own.
+    #[serde(default)]
+    pub app: bool,
+}
+
+fn minus_one() -> i64 {
+    -1
 }
 
 /// What a partition knows about one producer.
+///
+/// Two sequence spaces are kept apart: the ones the partition assigns to
+/// records sent without a sequence, and the application's own
+/// (`Record::sequence`), so that mixing the two never makes one look like a
+/// duplicate of the other.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct ProducerState {
     /// Highest epoch seen; older epochs are fenced.
     pub epoch: i16,
-    /// Highest sequence written.
+    /// Highest sequence assigned by the partition.
     pub last_seq: i64,
+    /// Highest application sequence written (-1: none).
+    #[serde(default = "minus_one")]
+    pub last_app_seq: i64,
     /// Whether the producer has a durable name (kept across restarts).
     pub named: bool,
     /// The last batches, oldest first.
@@ -280,9 +295,10 @@ pub(crate) struct ProducerState {
 }
 
 impl ProducerState {
-    /// The offset of the record with sequence `seq`, if still remembered.
+    /// The offset of the record with application sequence `seq`, if still
+    /// remembered.
     pub(crate) fn offset_of(&self, seq: i64) -> Option<u64> {
-        self.window.iter().find_map(|w| {
+        self.window.iter().filter(|w| w.app).find_map(|w| {
             let d = seq.checked_sub(w.first_seq)?;
             (d >= 0 && d < w.count as i64).then(|| w.base_offset + d as u64)
         })
@@ -377,10 +393,10 @@ impl ProducerTable {
                 });
             }
         }
-        let last = state.map_or(-1, |s| s.last_seq);
         let Some(seq) = idem.sequence else {
-            return Ok(SequenceCheck::Write(last + 1));
+            return Ok(SequenceCheck::Write(state.map_or(0, |s| s.last_seq + 1)));
         };
+        let last = state.map_or(-1, |s| s.last_app_seq);
         if seq < 0 {
             return Err(Error::InvalidArgument(format!(
                 "sequence numbers start at 0, got {seq}"
@@ -416,17 +432,25 @@ impl ProducerTable {
             .or_insert_with(|| ProducerState {
                 epoch: idem.epoch,
                 last_seq: -1,
+                last_app_seq: -1,
                 named: idem.named,
                 window: VecDeque::new(),
             });
         s.epoch = s.epoch.max(idem.epoch);
         s.named |= idem.named;
-        s.last_seq = s.last_seq.max(first_seq + count as i64 - 1);
+        let last = first_seq + count as i64 - 1;
+        let app = idem.sequence.is_some();
+        if app {
+            s.last_app_seq = s.last_app_seq.max(last);
+        } else {
+            s.last_seq = s.last_seq.max(last);
+        }
         s.remember(
             WindowEntry {
                 first_seq,
                 count,
                 base_offset: base,
+                app,
             },
             idem.window,
         );
@@ -444,7 +468,7 @@ impl ProducerTable {
             producer_id: p.producer_id,
             epoch: p.producer_epoch,
             named: true,
-            sequence: Some(p.base_sequence),
+            sequence: (h.attributes & ATTR_APP_SEQUENCE != 0).then_some(p.base_sequence),
             strict: false,
             window: DEFAULT_DEDUP_WINDOW,
         };

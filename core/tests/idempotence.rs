@@ -327,3 +327,37 @@ fn named_producer_resumes_after_kill_9() {
     }
     assert_eq!(sequences(&mq, 3), (0..TOTAL).collect::<Vec<_>>());
 }
+
+/// Records with and without application sequences keep separate sequence
+/// spaces: neither is ever taken for a duplicate of the other.
+#[test]
+fn mixing_sequenced_and_plain_records_loses_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mq = open(tmp.path());
+    mq.create_topic("t", TopicConfig::new(1)).unwrap();
+    let p = named(&mq, "mixed");
+    assert!(!p.send(rec(0)).unwrap().duplicate);
+    let plain = p
+        .send(Record::new("t").value(100i64.to_le_bytes().to_vec()))
+        .unwrap();
+    assert!(!plain.duplicate);
+    assert!(!p.send(rec(1)).unwrap().duplicate, "1 is new");
+    assert!(p.send(rec(1)).unwrap().duplicate);
+    assert_eq!(p.last_sequence().unwrap(), Some(1));
+    drop(p);
+    drop(mq);
+    let mq = open(tmp.path());
+    let p = named(&mq, "mixed");
+    assert_eq!(p.last_sequence().unwrap(), Some(1), "after a restart too");
+    p.send(Record::new("t").value(101i64.to_le_bytes().to_vec()))
+        .unwrap();
+    assert!(p.send(rec(1)).unwrap().duplicate);
+    assert!(!p.send(rec(2)).unwrap().duplicate);
+    let mut got = sequences(&mq, 1);
+    got.retain(|&s| s < 1000);
+    assert_eq!(got, [0, 1, 2, 100, 101]);
+    // An anonymous producer without sequences has no last sequence.
+    let anon = mq.producer(ProducerConfig::default()).unwrap();
+    anon.send(Record::new("t").value("x")).unwrap();
+    assert_eq!(anon.last_sequence().unwrap(), None);
+}

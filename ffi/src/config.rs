@@ -2,12 +2,17 @@
 //! settings. Each is made by its `_new`, changed by setters, read (copied)
 //! by the functions that take it, and released by its `_free`.
 
-use std::ffi::c_int;
+use std::ffi::{c_char, c_int, c_void};
+use std::sync::Arc;
 
-use mqlite::{Acks, Config, ConsumerConfig, OffsetReset, ProducerConfig, TopicConfig};
+use mqlite::{
+    Acks, Compression, Config, ConsumerConfig, OffsetReset, Partitioner, ProducerConfig,
+    TopicConfig,
+};
 
+use crate::callback::{mql_interceptor, mql_partition_selector, selector, CInterceptor, UserData};
 use crate::error::{guard, guard_value, mql_status, Failure};
-use crate::util::{arg_mut, free_handle, into_handle, Out};
+use crate::util::{arg_mut, arg_ref, arg_str, free_handle, into_handle, opt_str, Out};
 
 /// Settings of a data directory handle, for `mql_open`.
 pub struct mql_config {
@@ -261,7 +266,10 @@ pub struct mql_producer_config {
     pub(crate) inner: ProducerConfig,
 }
 
-/// Makes a producer config with the defaults (acks = 1).
+/// Makes a producer config with the defaults: acks 1, idempotent, no name,
+/// linger_ms 0, batch_size 16384 bytes, buffer_memory 32 MiB, max_block_ms
+/// 60000, compression "none", partitioner "sticky", dedup_window 5
+/// batches, strict_sequences off, no interceptors.
 ///
 /// Ownership: on `MQL_OK`, `*out` is a new config owned by the caller;
 /// release it with `mql_producer_config_free` (`mql_producer_new` copies
@@ -315,6 +323,325 @@ pub unsafe extern "C" fn mql_producer_config_set_acks(
         // SAFETY: forwarded caller contract.
         let c = unsafe { arg_mut(config, "config") }?;
         c.inner.acks = Acks::from_i32(acks)?;
+        Ok(())
+    })
+}
+
+/// Idempotence (default on): the producer gets an id and epoch, every
+/// batch a sequence number per partition, and a re-sent batch or a record
+/// with an already-written sequence (`mql_record.sequence`) is recognised
+/// instead of written twice. A named producer must be idempotent
+/// (`mql_producer_new` fails with `MQL_INVALID_ARGUMENT` otherwise).
+///
+/// Ownership: borrows `config` for the call; the caller still owns it.
+///
+/// # Safety
+/// `config` is NULL or a live producer config not used by another thread
+/// meanwhile.
+#[no_mangle]
+pub unsafe extern "C" fn mql_producer_config_set_idempotent(
+    config: *mut mql_producer_config,
+    idempotent: bool,
+) -> mql_status {
+    guard(|| {
+        // SAFETY: forwarded caller contract.
+        let c = unsafe { arg_mut(config, "config") }?;
+        c.inner.idempotent = idempotent;
+        Ok(())
+    })
+}
+
+/// A durable name for the producer (Pulsar's producer name), or NULL for
+/// none (the default: an anonymous producer). A named producer keeps its id
+/// across restarts, so `mql_producer_last_sequence` and duplicate detection
+/// by sequence work after reopening the data directory; making a producer
+/// of the same name fences the older one (`MQL_PRODUCER_FENCED`). Names are
+/// 1 to 249 characters of `[A-Za-z0-9._-]` (`MQL_INVALID_ARGUMENT`
+/// otherwise).
+///
+/// Ownership: borrows `config` and `name` for the call (the name is
+/// copied).
+///
+/// # Safety
+/// `config` is NULL or a live producer config not used by another thread
+/// meanwhile; `name` is NULL or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn mql_producer_config_set_name(
+    config: *mut mql_producer_config,
+    name: *const c_char,
+) -> mql_status {
+    guard(|| {
+        // SAFETY: forwarded caller contract (for both).
+        let c = unsafe { arg_mut(config, "config") }?;
+        // SAFETY: as above.
+        let name = unsafe { opt_str(name, "name") }?;
+        if let Some(n) = name {
+            mqlite::validate_producer_name(n)?;
+        }
+        c.inner.name = name.map(str::to_owned);
+        Ok(())
+    })
+}
+
+/// How long an asynchronous send (`mql_produce`) lets its partition's batch
+/// wait for more records before writing it, in milliseconds (default 0:
+/// write at once). Above 0, a background thread writes the batches (and
+/// runs their callbacks).
+///
+/// Ownership: borrows `config` for the call; the caller still owns it.
+///
+/// # Safety
+/// `config` is NULL or a live producer config not used by another thread
+/// meanwhile.
+#[no_mangle]
+pub unsafe extern "C" fn mql_producer_config_set_linger_ms(
+    config: *mut mql_producer_config,
+    linger_ms: u64,
+) -> mql_status {
+    guard(|| {
+        // SAFETY: forwarded caller contract.
+        let c = unsafe { arg_mut(config, "config") }?;
+        c.inner.linger_ms = linger_ms;
+        Ok(())
+    })
+}
+
+/// A partition's batch of asynchronous sends is written once it holds this
+/// many bytes (default 16384, Kafka's `batch.size`); the sticky
+/// partitioner also moves on after this many bytes.
+///
+/// Ownership: borrows `config` for the call; the caller still owns it.
+///
+/// # Safety
+/// `config` is NULL or a live producer config not used by another thread
+/// meanwhile.
+#[no_mangle]
+pub unsafe extern "C" fn mql_producer_config_set_batch_size(
+    config: *mut mql_producer_config,
+    bytes: usize,
+) -> mql_status {
+    guard(|| {
+        // SAFETY: forwarded caller contract.
+        let c = unsafe { arg_mut(config, "config") }?;
+        c.inner.batch_size = bytes;
+        Ok(())
+    })
+}
+
+/// Most bytes the producer holds in batches not yet written and in batches
+/// waiting for their `acks = -1` flush (default 32 MiB; at least 1, else
+/// `MQL_INVALID_ARGUMENT`). A send that finds no room waits up to
+/// `max_block_ms`, then fails with `MQL_BUFFER_FULL`.
+///
+/// Ownership: borrows `config` for the call; the caller still owns it.
+///
+/// # Safety
+/// `config` is NULL or a live producer config not used by another thread
+/// meanwhile.
+#[no_mangle]
+pub unsafe extern "C" fn mql_producer_config_set_buffer_memory(
+    config: *mut mql_producer_config,
+    bytes: usize,
+) -> mql_status {
+    guard(|| {
+        // SAFETY: forwarded caller contract.
+        let c = unsafe { arg_mut(config, "config") }?;
+        if bytes == 0 {
+            return Err(Failure::invalid("buffer_memory must be at least 1"));
+        }
+        c.inner.buffer_memory = bytes;
+        Ok(())
+    })
+}
+
+/// How long a send waits for room in `buffer_memory` before failing with
+/// `MQL_BUFFER_FULL`, in milliseconds (default 60000).
+///
+/// Ownership: borrows `config` for the call; the caller still owns it.
+///
+/// # Safety
+/// `config` is NULL or a live producer config not used by another thread
+/// meanwhile.
+#[no_mangle]
+pub unsafe extern "C" fn mql_producer_config_set_max_block_ms(
+    config: *mut mql_producer_config,
+    max_block_ms: u64,
+) -> mql_status {
+    guard(|| {
+        // SAFETY: forwarded caller contract.
+        let c = unsafe { arg_mut(config, "config") }?;
+        c.inner.max_block_ms = max_block_ms;
+        Ok(())
+    })
+}
+
+/// The codec of every batch the producer writes: `"none"` (the default),
+/// `"gzip"`, `"snappy"`, `"lz4"` or `"zstd"` (ASCII case ignored; others
+/// give `MQL_INVALID_ARGUMENT`). Consumers decompress transparently.
+///
+/// Ownership: borrows `config` and `codec` for the call.
+///
+/// # Safety
+/// `config` is NULL or a live producer config not used by another thread
+/// meanwhile; `codec` is NULL or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn mql_producer_config_set_compression(
+    config: *mut mql_producer_config,
+    codec: *const c_char,
+) -> mql_status {
+    guard(|| {
+        // SAFETY: forwarded caller contract (for both).
+        let c = unsafe { arg_mut(config, "config") }?;
+        // SAFETY: as above.
+        let codec = unsafe { arg_str(codec, "codec") }?;
+        c.inner.compression = codec.parse::<Compression>()?;
+        Ok(())
+    })
+}
+
+/// How the producer chooses the partition of a record without a key or an
+/// explicit partition: `"sticky"` (the default, Kafka's: one partition
+/// until `batch_size` bytes went there or its batch was written, then
+/// another at random) or `"round_robin"` (the partitions in turn); ASCII
+/// case ignored, others give `MQL_INVALID_ARGUMENT`. Replaces a custom
+/// selector set before. Keyed records always go to their key's partition.
+///
+/// Ownership: borrows `config` and `name` for the call.
+///
+/// # Safety
+/// `config` is NULL or a live producer config not used by another thread
+/// meanwhile; `name` is NULL or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn mql_producer_config_set_partitioner(
+    config: *mut mql_producer_config,
+    name: *const c_char,
+) -> mql_status {
+    guard(|| {
+        // SAFETY: forwarded caller contract (for both).
+        let c = unsafe { arg_mut(config, "config") }?;
+        // SAFETY: as above.
+        let name = unsafe { arg_str(name, "name") }?;
+        c.inner.partitioner = name.parse::<Partitioner>()?;
+        Ok(())
+    })
+}
+
+/// A custom partition selector (RocketMQ's `MessageQueueSelector`):
+/// `select(user_data, record, partitions)` chooses the partition of every
+/// record sent without an explicit one, keyed or not (see
+/// `mql_partition_selector`). Replaces the partitioner set before.
+///
+/// Threads: `select` runs on the sending threads, possibly several at once;
+/// `user_data` must be safe for that, and stay valid until this config and
+/// every producer made from it are freed.
+///
+/// Errors: `MQL_NULL_ARGUMENT` when `select` is NULL.
+///
+/// Ownership: borrows `config` for the call; `user_data` stays the
+/// caller's.
+///
+/// # Safety
+/// `config` is NULL or a live producer config not used by another thread
+/// meanwhile; `select` is NULL or a function with the
+/// `mql_partition_selector` contract, safe to call with `user_data` from
+/// any thread.
+#[no_mangle]
+pub unsafe extern "C" fn mql_producer_config_set_partitioner_fn(
+    config: *mut mql_producer_config,
+    select: mql_partition_selector,
+    user_data: *mut c_void,
+) -> mql_status {
+    guard(|| {
+        // SAFETY: forwarded caller contract.
+        let c = unsafe { arg_mut(config, "config") }?;
+        let select = select.ok_or_else(|| Failure::null("select"))?;
+        c.inner.partitioner = selector(select, UserData::new(user_data));
+        Ok(())
+    })
+}
+
+/// How many batches per partition the producer remembers to answer a
+/// re-sent record (by sequence) with its original offset (default 5, 1 to
+/// 1000, else `MQL_INVALID_ARGUMENT`). Older duplicates are still
+/// recognised, with offset `MQL_OFFSET_UNKNOWN`.
+///
+/// Ownership: borrows `config` for the call; the caller still owns it.
+///
+/// # Safety
+/// `config` is NULL or a live producer config not used by another thread
+/// meanwhile.
+#[no_mangle]
+pub unsafe extern "C" fn mql_producer_config_set_dedup_window(
+    config: *mut mql_producer_config,
+    batches: usize,
+) -> mql_status {
+    guard(|| {
+        // SAFETY: forwarded caller contract.
+        let c = unsafe { arg_mut(config, "config") }?;
+        if !(1..=1000).contains(&batches) {
+            return Err(Failure::invalid(format!(
+                "dedup_window must be between 1 and 1000 batches, got {batches}"
+            )));
+        }
+        c.inner.dedup_window = batches;
+        Ok(())
+    })
+}
+
+/// Whether a record's sequence may skip ahead of the next one its partition
+/// expects. Off (the default, Pulsar's rule): gaps are fine, as a
+/// producer-wide counter leaves gaps in each partition. On (Kafka's rule):
+/// a gap fails with `MQL_OUT_OF_ORDER_SEQUENCE` and nothing is written.
+///
+/// Ownership: borrows `config` for the call; the caller still owns it.
+///
+/// # Safety
+/// `config` is NULL or a live producer config not used by another thread
+/// meanwhile.
+#[no_mangle]
+pub unsafe extern "C" fn mql_producer_config_set_strict_sequences(
+    config: *mut mql_producer_config,
+    strict: bool,
+) -> mql_status {
+    guard(|| {
+        // SAFETY: forwarded caller contract.
+        let c = unsafe { arg_mut(config, "config") }?;
+        c.inner.strict_sequences = strict;
+        Ok(())
+    })
+}
+
+/// Adds an interceptor (see `mql_interceptor`); interceptors run in the
+/// order they were added. `*interceptor` is copied; `on_send` and
+/// `on_acknowledgement` may not both be NULL (`MQL_INVALID_ARGUMENT`).
+///
+/// Threads and lifetime: see `mql_interceptor`; `user_data` must stay valid
+/// until this config and every producer made from it are freed.
+///
+/// Ownership: borrows `config` and `interceptor` for the call; `user_data`
+/// stays the caller's.
+///
+/// # Safety
+/// `config` is NULL or a live producer config not used by another thread
+/// meanwhile; `interceptor` is NULL or points to an `mql_interceptor` whose
+/// functions follow their documented contracts and are safe to call with
+/// its `user_data` from any thread.
+#[no_mangle]
+pub unsafe extern "C" fn mql_producer_config_add_interceptor(
+    config: *mut mql_producer_config,
+    interceptor: *const mql_interceptor,
+) -> mql_status {
+    guard(|| {
+        // SAFETY: forwarded caller contract (for both).
+        let c = unsafe { arg_mut(config, "config") }?;
+        // SAFETY: as above.
+        let ic = unsafe { arg_ref(interceptor, "interceptor") }?;
+        if ic.on_send.is_none() && ic.on_acknowledgement.is_none() {
+            return Err(Failure::invalid(
+                "the interceptor has neither on_send nor on_acknowledgement",
+            ));
+        }
+        c.inner.interceptors.push(Arc::new(CInterceptor::new(ic)));
         Ok(())
     })
 }

@@ -336,6 +336,11 @@ pub unsafe extern "C" fn mql_poll(
         // SAFETY: forwarded caller contract (for both).
         let c = unsafe { arg_mut(consumer, "consumer") }?;
         let out = Out::new(out, "out")?;
+        if c.inner.is_closed() {
+            // Messages fetched before the close are not handed out.
+            c.buffer.clear();
+            return Err(mqlite::Error::Closed("consumer").into());
+        }
         if c.buffer.is_empty() {
             if c.topics.is_empty() && c.partitions.is_empty() {
                 return Err(Failure::invalid(

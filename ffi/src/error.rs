@@ -62,12 +62,22 @@ pub enum mql_status {
     MQL_UNSUPPORTED_VERSION = 301,
     /// The record is larger than the topic's `max_message_bytes`.
     MQL_MESSAGE_TOO_LARGE = 400,
+    /// The producer's `buffer_memory` stayed full for `max_block_ms`
+    /// (asynchronous sends, `mql_produce`); nothing was queued.
+    MQL_BUFFER_FULL = 401,
+    /// With `strict_sequences`, a record's sequence skipped ahead of the
+    /// next one its partition expects; the error text says which was
+    /// expected and which received. Nothing was written.
+    MQL_OUT_OF_ORDER_SEQUENCE = 402,
+    /// A newer producer with the same name exists (it has a higher epoch);
+    /// this one may no longer write. Free it.
+    MQL_PRODUCER_FENCED = 403,
 }
 
 use mql_status::*;
 
 /// Every status, for lookups by number.
-const ALL: [mql_status; 20] = [
+const ALL: [mql_status; 23] = [
     MQL_OK,
     MQL_IO,
     MQL_DISK_FULL,
@@ -88,6 +98,9 @@ const ALL: [mql_status; 20] = [
     MQL_CORRUPT,
     MQL_UNSUPPORTED_VERSION,
     MQL_MESSAGE_TOO_LARGE,
+    MQL_BUFFER_FULL,
+    MQL_OUT_OF_ORDER_SEQUENCE,
+    MQL_PRODUCER_FENCED,
 ];
 
 impl mql_status {
@@ -129,6 +142,9 @@ impl mql_status {
             MQL_CORRUPT => c"MQL_CORRUPT",
             MQL_UNSUPPORTED_VERSION => c"MQL_UNSUPPORTED_VERSION",
             MQL_MESSAGE_TOO_LARGE => c"MQL_MESSAGE_TOO_LARGE",
+            MQL_BUFFER_FULL => c"MQL_BUFFER_FULL",
+            MQL_OUT_OF_ORDER_SEQUENCE => c"MQL_OUT_OF_ORDER_SEQUENCE",
+            MQL_PRODUCER_FENCED => c"MQL_PRODUCER_FENCED",
         }
     }
 }
@@ -162,15 +178,21 @@ impl Failure {
     }
 }
 
-impl From<mqlite::Error> for Failure {
-    fn from(e: mqlite::Error) -> Failure {
-        let status = mql_status::from_core(&e);
+impl From<&mqlite::Error> for Failure {
+    fn from(e: &mqlite::Error) -> Failure {
+        let status = mql_status::from_core(e);
         let message = if status as c_int == e.code() {
             e.to_string()
         } else {
             format!("{e} (engine error code {})", e.code())
         };
         Failure { status, message }
+    }
+}
+
+impl From<mqlite::Error> for Failure {
+    fn from(e: mqlite::Error) -> Failure {
+        Failure::from(&e)
     }
 }
 
@@ -186,16 +208,20 @@ thread_local! {
     };
 }
 
-fn set_last_error(status: mql_status, message: String) {
-    // Interior NULs cannot be shown by C; make them visible instead.
-    let text = CString::new(message).unwrap_or_else(|e| {
+/// `message` as a C string; interior NULs (which C cannot show) become `?`.
+pub(crate) fn c_text(message: String) -> CString {
+    CString::new(message).unwrap_or_else(|e| {
         let bytes: Vec<u8> = e
             .into_vec()
             .into_iter()
             .map(|b| if b == 0 { b'?' } else { b })
             .collect();
         CString::new(bytes).unwrap_or_default()
-    });
+    })
+}
+
+fn set_last_error(status: mql_status, message: String) {
+    let text = c_text(message);
     // `try_with` fails only while the thread is being torn down; the error
     // is then lost, which nobody could read anyway.
     let _ = LAST_ERROR.try_with(|l| {
@@ -364,6 +390,22 @@ mod tests {
                 supported: 1,
             },
             Error::MessageTooLarge { size: 9, max: 1 },
+            Error::BufferFull {
+                buffered: 9,
+                limit: 1,
+                waited_ms: 5,
+            },
+            Error::OutOfOrderSequence {
+                topic: "t".into(),
+                partition: 0,
+                expected: 2,
+                received: 5,
+            },
+            Error::ProducerFenced {
+                producer_id: 1,
+                epoch: 0,
+                current_epoch: 1,
+            },
         ];
         for e in errors {
             let code = e.code();

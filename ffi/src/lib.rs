@@ -27,6 +27,14 @@
 //!   at once, and so may a message (it is immutable). A consumer may be used
 //!   from one thread at a time (it may move between threads). Config objects
 //!   are plain values: do not change one while another thread uses it.
+//! - **Callbacks** (delivery reports of `mql_produce`, partition selectors,
+//!   interceptors) are plain C function pointers with a `void *user_data`
+//!   the library hands back. They may run on another thread than the one
+//!   that registered them or sent the record (the producer's background
+//!   thread, a thread in a flush), some on several threads at once: the
+//!   caller makes `user_data` safe for that and keeps it alive as long as
+//!   the doc comment says. Pointers a callback receives are valid during
+//!   the call only. No callback may free the producer that runs it.
 //! - **Panics** never cross into C: an internal panic is reported as
 //!   `MQL_PANIC`. Free the handle involved; it may be in a bad state.
 #![warn(missing_docs)]
@@ -44,6 +52,8 @@ mod broker;
 
 mod producer;
 
+mod callback;
+
 mod consumer;
 
 mod message;
@@ -51,6 +61,7 @@ mod message;
 mod util;
 
 pub use broker::*;
+pub use callback::*;
 pub use config::*;
 pub use consumer::*;
 pub use error::*;

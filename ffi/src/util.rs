@@ -89,6 +89,52 @@ impl<T> Out<T> {
     }
 }
 
+/// A checked out-parameter array of `n` elements: non-NULL (when `n > 0`)
+/// and aligned. Like [`Out`], check it before doing any work and
+/// [`OutArray::write`] only once everything succeeded.
+pub(crate) struct OutArray<T> {
+    p: *mut T,
+    n: usize,
+}
+
+impl<T: Copy> OutArray<T> {
+    /// Checks `p` for `n` elements, with NULL allowed (`None`: the caller
+    /// does not want the results); `MQL_INVALID_ARGUMENT` when misaligned
+    /// or too large.
+    pub(crate) fn optional(p: *mut T, n: usize, name: &str) -> FfiResult<Option<OutArray<T>>> {
+        if p.is_null() {
+            return Ok(None);
+        }
+        if !p.is_aligned() {
+            return Err(Failure::invalid(format!("argument `{name}` is misaligned")));
+        }
+        if n.checked_mul(size_of::<T>())
+            .is_none_or(|b| b > isize::MAX as usize)
+        {
+            return Err(Failure::invalid(format!(
+                "argument `{name}`: count {n} is too large"
+            )));
+        }
+        Ok(Some(OutArray { p, n }))
+    }
+
+    /// Stores `values` (exactly the `n` elements given to
+    /// [`OutArray::optional`]; fewer or more is a bug, reported as a panic
+    /// that the panic boundary turns into `MQL_PANIC`).
+    ///
+    /// # Safety
+    /// The pointer given to [`OutArray::optional`] is valid for writes of
+    /// `n` `T`s, not overlapping `values`.
+    pub(crate) unsafe fn write(self, values: &[T]) {
+        assert_eq!(values.len(), self.n, "out-parameter array length");
+        // SAFETY: non-NULL and aligned (checked in `optional`); valid for
+        // writes of `n` elements and not overlapping `values` by the
+        // caller's contract; `values` holds exactly `n`. T is Copy, so
+        // nothing needs dropping.
+        unsafe { std::ptr::copy_nonoverlapping(values.as_ptr(), self.p, self.n) }
+    }
+}
+
 /// A NUL-terminated UTF-8 string argument: `MQL_NULL_ARGUMENT` when NULL,
 /// `MQL_INVALID_UTF8` when not UTF-8.
 ///

@@ -36,6 +36,15 @@
 /* A call that must succeed. */
 #define CHECK_OK(call) CHECK_STATUS(call, MQL_OK)
 
+/* A call that must fail with `want`, and whose error text mentions `text`. */
+#define CHECK_FAIL(call, want, text)                                         \
+    do {                                                                     \
+        CHECK_STATUS(call, want);                                            \
+        CHECK(mql_last_error_code() == (want));                              \
+        if (strstr(mql_last_error(), (text)) == NULL)                        \
+            FAIL_AT("error text \"%s\" lacks \"%s\"", mql_last_error(), (text)); \
+    } while (0)
+
 /* `path` = dir + "/" + name. */
 static inline void join_path(char *path, size_t size, const char *dir, const char *name) {
     int n = snprintf(path, size, "%s/%s", dir, name);
@@ -68,6 +77,60 @@ static inline int key_is(const mql_message *m, const char *s) {
     size_t len = 0;
     const void *k = mql_message_key(m, &len);
     return bytes_eq(k, len, s);
+}
+
+/* Opens (creating) the data directory dir/name with prefault and the
+ * retention thread off. */
+static inline mql_broker *open_data(const char *dir, const char *name) {
+    char path[4096];
+    join_path(path, sizeof path, dir, name);
+    mql_config *cfg;
+    CHECK_OK(mql_config_new(&cfg));
+    CHECK_OK(mql_config_set_prefault(cfg, false));
+    CHECK_OK(mql_config_set_retention_check_interval_ms(cfg, 0));
+    mql_broker *mq;
+    CHECK_OK(mql_open(path, cfg, &mq));
+    mql_config_free(cfg);
+    return mq;
+}
+
+/* Creates `topic` with `partitions` partitions of 1 MiB segments. */
+static inline void make_topic(mql_broker *mq, const char *topic, uint32_t partitions) {
+    mql_topic_config *tc;
+    CHECK_OK(mql_topic_config_new(partitions, &tc));
+    CHECK_OK(mql_topic_config_set_segment_bytes(tc, 1 << 20));
+    CHECK_OK(mql_topic_create(mq, topic, tc));
+    mql_topic_config_free(tc);
+}
+
+/* The offset the next record of topic/partition will get. */
+static inline uint64_t end_of(mql_broker *mq, const char *topic, uint32_t partition) {
+    uint64_t start, end;
+    CHECK_OK(mql_topic_offsets(mq, topic, partition, &start, &end));
+    return end;
+}
+
+/* The record at topic/partition/offset, read with a fresh consumer; free it
+ * with mql_message_free. */
+static inline mql_message *read_at(mql_broker *mq, const char *topic, uint32_t partition, uint64_t offset) {
+    mql_consumer *c;
+    CHECK_OK(mql_consumer_new(mq, NULL, NULL, &c));
+    CHECK_OK(mql_assign(c, topic, partition));
+    CHECK_OK(mql_seek(c, topic, partition, offset));
+    mql_message *m = NULL;
+    CHECK_OK(mql_poll(c, 1000, &m));
+    CHECK(mql_message_partition(m) == partition && mql_message_offset(m) == offset);
+    mql_consumer_free(c);
+    return m;
+}
+
+/* Whether the record at topic/partition/offset has value `value`. */
+static inline int value_at(mql_broker *mq, const char *topic, uint32_t partition, uint64_t offset,
+                           const char *value) {
+    mql_message *m = read_at(mq, topic, partition, offset);
+    int ok = value_is(m, value);
+    mql_message_free(m);
+    return ok;
 }
 
 #endif

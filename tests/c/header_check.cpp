@@ -39,6 +39,8 @@ int main(int argc, char **argv) {
     static_assert(MQL_OK == 0, "MQL_OK is 0");
     static_assert(MQL_MESSAGE_TOO_LARGE == 400, "codes are stable");
     static_assert(sizeof(mql_status) == sizeof(int), "a C enum");
+    static_assert(MQL_PRODUCER_FENCED == 403, "codes are stable");
+    static_assert(MQL_OFFSET_UNKNOWN == UINT64_MAX, "unknown offset");
 
     Broker mq(std::string(argv[1]) + "/data");
     mql_topic_config *tc = nullptr;
@@ -61,18 +63,32 @@ int main(int argc, char **argv) {
     mql_metadata md{};
     CHECK(mql_send_record(p, &rec, &md) == MQL_OK);
     CHECK(md.offset == 0);
+    CHECK(!md.duplicate);
+    CHECK(!rec.has_sequence);
+    // Asynchronously, with a captureless lambda as the callback.
+    int delivered = 0;
+    mql_delivery_callback cb = [](void *ud, const mql_metadata *m, mql_status st, const char *) {
+        if (st == MQL_OK && m != nullptr && m->offset == 1) ++*static_cast<int *>(ud);
+    };
+    rec.partition = md.partition;  // the same partition: offset 1
+    CHECK(mql_produce(p, &rec, cb, &delivered) == MQL_OK);
+    CHECK(mql_producer_flush(p) == MQL_OK);
+    CHECK(delivered == 1);
     mql_producer_free(p);
 
     mql_consumer *c = nullptr;
     CHECK(mql_consumer_new(mq.raw, "cpp-group", nullptr, &c) == MQL_OK);
     CHECK(mql_subscribe(c, "cpp") == MQL_OK);
     mql_message *m = nullptr;
-    CHECK(mql_poll(c, 1000, &m) == MQL_OK);
-    size_t len = 0;
-    auto v = static_cast<const char *>(mql_message_value(m, &len));
-    CHECK(std::string(v, len) == "v");
-    CHECK(mql_message_header_count(m) == 1);
-    mql_message_free(m);
+    for (int i = 0; i < 2; i++) {  // the blocking send, then the asynchronous one
+        CHECK(mql_poll(c, 1000, &m) == MQL_OK);
+        CHECK(mql_message_offset(m) == static_cast<uint64_t>(i));
+        size_t len = 0;
+        auto v = static_cast<const char *>(mql_message_value(m, &len));
+        CHECK(std::string(v, len) == "v");
+        CHECK(mql_message_header_count(m) == 1);
+        mql_message_free(m);
+    }
     CHECK(mql_poll(c, 0, &m) == MQL_TIMEOUT);
     mql_consumer_free(c);
 

@@ -12,6 +12,20 @@ static char dummy;
         CHECK(strstr(mql_last_error(), "NULL") != NULL);                  \
     } while (0)
 
+static uint32_t select_zero(void *user_data, const mql_record_view *rec, uint32_t partitions) {
+    (void)user_data;
+    (void)rec;
+    (void)partitions;
+    return 0;
+}
+
+static void ignore_report(void *user_data, const mql_metadata *md, mql_status status, const char *error_message) {
+    (void)user_data;
+    (void)md;
+    (void)status;
+    (void)error_message;
+}
+
 static uint64_t end_offset(mql_broker *mq, const char *topic) {
     uint64_t start, end;
     CHECK_OK(mql_topic_offsets(mq, topic, 0, &start, &end));
@@ -83,7 +97,25 @@ int main(int argc, char **argv) {
     CHECK_NULL(mql_producer_config_new(NULL));
     mql_producer_config_free(NULL);
     CHECK_NULL(mql_producer_config_set_acks(NULL, 1));
+    CHECK_NULL(mql_producer_config_set_idempotent(NULL, true));
+    CHECK_NULL(mql_producer_config_set_name(NULL, "n"));
+    CHECK_NULL(mql_producer_config_set_linger_ms(NULL, 1));
+    CHECK_NULL(mql_producer_config_set_batch_size(NULL, 1));
+    CHECK_NULL(mql_producer_config_set_buffer_memory(NULL, 1));
+    CHECK_NULL(mql_producer_config_set_max_block_ms(NULL, 1));
+    CHECK_NULL(mql_producer_config_set_compression(NULL, "gzip"));
+    CHECK_NULL(mql_producer_config_set_partitioner(NULL, "sticky"));
+    CHECK_NULL(mql_producer_config_set_partitioner_fn(NULL, select_zero, NULL));
+    CHECK_NULL(mql_producer_config_set_dedup_window(NULL, 5));
+    CHECK_NULL(mql_producer_config_set_strict_sequences(NULL, true));
+    mql_interceptor ic = {NULL, ignore_report, NULL};
+    CHECK_NULL(mql_producer_config_add_interceptor(NULL, &ic));
     CHECK_OK(mql_producer_config_new(&pc));
+    CHECK_NULL(mql_producer_config_set_compression(pc, NULL));
+    CHECK_NULL(mql_producer_config_set_partitioner(pc, NULL));
+    CHECK_NULL(mql_producer_config_set_partitioner_fn(pc, NULL, SENTINEL)); /* select is required */
+    CHECK_NULL(mql_producer_config_add_interceptor(pc, NULL));
+    CHECK_OK(mql_producer_config_set_name(pc, NULL)); /* NULL: no name (the default) */
     mql_producer *p = SENTINEL;
     CHECK_NULL(mql_producer_new(NULL, pc, &p));
     CHECK(p == SENTINEL);
@@ -130,6 +162,52 @@ int main(int argc, char **argv) {
     CHECK(memcmp(&md, &md_before, sizeof md) == 0);
     CHECK(end_offset(mq, "t") == 0); /* no failed send wrote anything */
     CHECK_NULL(mql_producer_flush(NULL));
+
+    /* Asynchronous and batch sends. */
+    rec.headers = NULL;
+    rec.header_count = 0;
+    CHECK_NULL(mql_produce(NULL, &rec, ignore_report, NULL));
+    CHECK_NULL(mql_produce(p, NULL, ignore_report, NULL));
+    rec.topic = NULL;
+    CHECK_NULL(mql_produce(p, &rec, ignore_report, NULL));
+    rec.topic = "t";
+    rec.value = NULL; /* value_len 1 */
+    CHECK_NULL(mql_produce(p, &rec, ignore_report, NULL));
+    rec.value = "v";
+    mql_metadata mds[2];
+    memset(mds, 0x5A, sizeof mds);
+    mql_metadata mds_before[2];
+    memcpy(mds_before, mds, sizeof mds);
+    mql_record recs[2] = {rec, rec};
+    CHECK_NULL(mql_send_batch(NULL, recs, 2, mds));
+    CHECK_NULL(mql_send_batch(p, NULL, 2, mds));
+    recs[1].topic = NULL;
+    CHECK_NULL(mql_send_batch(p, recs, 2, mds));
+    CHECK(strstr(mql_last_error(), "records[1].topic") != NULL);
+    CHECK(memcmp(mds, mds_before, sizeof mds) == 0);
+    CHECK_OK(mql_send_batch(p, NULL, 0, NULL)); /* an empty batch needs no array */
+    CHECK(end_offset(mq, "t") == 0);              /* none of them wrote anything */
+    CHECK_NULL(mql_producer_flush_timeout(NULL, 10));
+    CHECK_NULL(mql_producer_close(NULL));
+
+    /* Queries. */
+    int64_t i64 = 777;
+    int16_t i16 = 777;
+    mql_producer_stats stats;
+    memset(&stats, 0x5A, sizeof stats);
+    mql_producer_stats stats_before = stats;
+    CHECK_NULL(mql_producer_last_sequence(NULL, &i64));
+    CHECK_NULL(mql_producer_last_sequence(p, NULL));
+    CHECK_NULL(mql_producer_get_stats(NULL, &stats));
+    CHECK_NULL(mql_producer_get_stats(p, NULL));
+    CHECK_NULL(mql_producer_id(NULL, &i64));
+    CHECK_NULL(mql_producer_id(p, NULL));
+    CHECK_NULL(mql_producer_epoch(NULL, &i16));
+    CHECK_NULL(mql_producer_epoch(p, NULL));
+    CHECK(i64 == 777 && i16 == 777);
+    CHECK(memcmp(&stats, &stats_before, sizeof stats) == 0);
+    rec.headers = hs;
+    rec.header_count = 2;
 
     /* One real record for the consumer part. */
     hs[1] = good;

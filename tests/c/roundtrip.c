@@ -111,8 +111,13 @@ int main(int argc, char **argv) {
     CHECK_OK(mql_topic_partition_count(mq, "orders", &count));
     CHECK(count == PARTITIONS);
 
+    /* Round-robin for records without a key (the default is sticky). */
+    mql_producer_config *pc;
+    CHECK_OK(mql_producer_config_new(&pc));
+    CHECK_OK(mql_producer_config_set_partitioner(pc, "round_robin"));
     mql_producer *p;
-    CHECK_OK(mql_producer_new(mq, NULL, &p));
+    CHECK_OK(mql_producer_new(mq, pc, &p));
+    mql_producer_config_free(pc);
 
     /* Keyed: the same key always lands in the same partition, the one
      * Kafka's murmur2 partitioner picks (k1 -> 1 of 4). */

@@ -1,32 +1,36 @@
 #!/usr/bin/env bash
 # Builds and runs the C tests against the C library.
 #
-#   bash tests/c/run.sh LIBDIR
+#   bash tests/c/run.sh LIBDIR [NAME...]
 #
 # LIBDIR is the directory holding libmqlite.so (e.g. target/release, what
-# `make c-test` passes). Every tests/c/*.c is compiled with
+# `make c-test` passes). NAMEs (e.g. `producer_async`) run only those tests.
+# Every tests/c/*.c is compiled with
 # `cc -std=c11 -Wall -Wextra -Werror` and run under valgrind memcheck, each
 # with its own empty scratch directory as argv[1]; tests/c/header_check.cpp
 # proves the header compiles, links and runs from C++17. Binaries and logs go
-# to target/ctest/. Exits non-zero if anything fails.
+# to target/ctest/ (or $MQLITE_CTEST_OUT). Exits non-zero if anything fails.
 #
 # Environment: CC, CXX (compilers; default cc, c++), MQLITE_VALGRIND=0 (run
-# without valgrind, e.g. on a machine where it cannot be installed).
+# without valgrind, e.g. on a machine where it cannot be installed),
+# MQLITE_CTEST_OUT (where binaries and logs go).
 set -euo pipefail
 
-if [ $# -ne 1 ]; then
-    echo "usage: $0 LIBDIR   (the directory holding libmqlite.so)" >&2
+if [ $# -lt 1 ]; then
+    echo "usage: $0 LIBDIR [NAME...]   (LIBDIR: the directory holding libmqlite.so)" >&2
     exit 2
 fi
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 LIBDIR=$(cd "$1" && pwd)
+shift
+ONLY=("$@")
 if [ ! -e "$LIBDIR/libmqlite.so" ]; then
     echo "error: no libmqlite.so in $LIBDIR (build it with: cargo build --release -p mqlite-ffi)" >&2
     exit 2
 fi
 CC=${CC:-cc}
 CXX=${CXX:-c++}
-OUT="$ROOT/target/ctest"
+OUT=${MQLITE_CTEST_OUT:-$ROOT/target/ctest}
 mkdir -p "$OUT"
 
 VALGRIND=()
@@ -70,10 +74,21 @@ run() {
     fi
 }
 
+# wanted NAME: whether NAME was asked for (all are, without NAME arguments).
+wanted() {
+    [ ${#ONLY[@]} -eq 0 ] && return 0
+    local n
+    for n in "${ONLY[@]}"; do
+        [ "$n" = "$1" ] && return 0
+    done
+    return 1
+}
+
 # build_and_run NAME LOG COMPILER FLAGS... : compiles $src to $bin, then runs it.
 build_and_run() {
     local name=$1 log=$2
     shift 2
+    wanted "$name" || return 0
     if ! "$@" >"$log" 2>&1; then
         printf 'FAIL  %s (does not compile; log: %s)\n' "$name" "${log#"$ROOT"/}"
         sed 's/^/    | /' "$log" | tail -n 40

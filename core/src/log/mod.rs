@@ -553,14 +553,14 @@ impl PartitionLog {
         Ok(&mut w.producers)
     }
 
-    /// The highest sequence producer `id` (named or not) wrote here (-1 if
-    /// none).
+    /// The highest application sequence producer `id` (named or not)
+    /// wrote here (-1 if none).
     pub(crate) fn producer_last_seq(&self, id: i64, named: bool) -> Result<i64> {
         let mut w = lock(&self.writer);
         Ok(self
             .producer_table(&mut w, named)?
             .get(id)
-            .map_or(-1, |s| s.last_seq))
+            .map_or(-1, |s| s.last_app_seq))
     }
 
     /// The offset of producer `id`'s record with sequence `seq`, if it is

@@ -286,21 +286,34 @@ impl Producer {
         on_each: &mut dyn FnMut(usize, &RecordMetadata),
     ) -> Result<()> {
         let inner = &*self.inner;
-        if inner.config.interceptors.is_empty() {
-            return inner.send_many(records, on_each);
-        }
-        let owned: Vec<Record> = records
-            .iter()
-            .map(|r| interceptor::run_on_send(&inner.config.interceptors, r.to_record()))
-            .collect();
-        let borrowed: Vec<BorrowedRecord<'_>> = owned.iter().map(Record::as_borrowed).collect();
         let list = &inner.config.interceptors;
-        let res = inner.send_many(&borrowed, &mut |i, md| {
-            interceptor::run_on_ack(list, Ok(md));
-            on_each(i, md)
-        });
+        let mut reported = 0usize;
+        let res = if list.is_empty() {
+            inner.send_many(records, &mut |i, md| {
+                reported += 1;
+                on_each(i, md)
+            })
+        } else {
+            let owned: Vec<Record> = records
+                .iter()
+                .map(|r| interceptor::run_on_send(list, r.to_record()))
+                .collect();
+            let borrowed: Vec<BorrowedRecord<'_>> = owned.iter().map(Record::as_borrowed).collect();
+            inner.send_many(&borrowed, &mut |i, md| {
+                reported += 1;
+                if inner.config.acks != Acks::Zero {
+                    interceptor::run_on_ack(list, Ok(md));
+                }
+                on_each(i, md)
+            })
+        };
         if let Err(e) = &res {
-            interceptor::run_on_ack(list, Err(e));
+            // Every record not reported was not sent.
+            let failed = records.len().saturating_sub(reported);
+            inner.stats.errors(failed as u64);
+            for _ in 0..failed {
+                interceptor::run_on_ack(list, Err(e));
+            }
         }
         res
     }
@@ -317,8 +330,10 @@ impl Producer {
         self.inner.flush(Some(timeout))
     }
 
-    /// The highest sequence this producer has written to any partition
-    /// (`None` when nothing yet). For a named producer this survives
+    /// The highest application sequence ([`Record::sequence`]) this
+    /// producer has written to any partition (`None` when none yet;
+    /// sequences the partitions assign to records sent without one do not
+    /// count). For a named producer this survives
     /// restarts: an application resumes from its own source after it and
     /// re-sends with the same sequences; whatever was already written is
     /// dropped as a duplicate.
