@@ -669,7 +669,7 @@ enum mql_status mql_topic_config_set_retention_bytes(struct mql_topic_config *co
                                                      int64_t bytes);
 
 /**
- * Largest encoded record (a record is stored as a batch of one, with 57
+ * Largest encoded record (a record is stored as a batch of one, with 61
  * bytes of batch header); default 1 MiB, at most the segment size (checked
  * by `mql_topic_create`).
  *
@@ -681,6 +681,18 @@ enum mql_status mql_topic_config_set_retention_bytes(struct mql_topic_config *co
  */
 enum mql_status mql_topic_config_set_max_message_bytes(struct mql_topic_config *config,
                                                        uint32_t bytes);
+
+/**
+ * Stamps records with the time they are appended instead of the time the
+ * producer gave (Kafka's `LogAppendTime`); default false (create time).
+ *
+ * Ownership: borrows `config` for the call; the caller still owns it.
+ *
+ * # Safety
+ * `config` is NULL or a live topic config not used by another thread
+ * meanwhile.
+ */
+enum mql_status mql_topic_config_set_log_append_time(struct mql_topic_config *config, bool on);
 
 /**
  * Makes a producer config with the defaults: acks 1, idempotent, no name,

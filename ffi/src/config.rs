@@ -229,7 +229,7 @@ pub unsafe extern "C" fn mql_topic_config_set_retention_bytes(
     })
 }
 
-/// Largest encoded record (a record is stored as a batch of one, with 57
+/// Largest encoded record (a record is stored as a batch of one, with 61
 /// bytes of batch header); default 1 MiB, at most the segment size (checked
 /// by `mql_topic_create`).
 ///
@@ -247,6 +247,27 @@ pub unsafe extern "C" fn mql_topic_config_set_max_message_bytes(
         // SAFETY: forwarded caller contract.
         let c = unsafe { arg_mut(config, "config") }?;
         c.inner.max_message_bytes = bytes;
+        Ok(())
+    })
+}
+
+/// Stamps records with the time they are appended instead of the time the
+/// producer gave (Kafka's `LogAppendTime`); default false (create time).
+///
+/// Ownership: borrows `config` for the call; the caller still owns it.
+///
+/// # Safety
+/// `config` is NULL or a live topic config not used by another thread
+/// meanwhile.
+#[no_mangle]
+pub unsafe extern "C" fn mql_topic_config_set_log_append_time(
+    config: *mut mql_topic_config,
+    on: bool,
+) -> mql_status {
+    guard(|| {
+        // SAFETY: forwarded caller contract.
+        let c = unsafe { arg_mut(config, "config") }?;
+        c.inner.log_append_time = on;
         Ok(())
     })
 }
