@@ -360,6 +360,12 @@ fn produce_durable(n: u64, size: usize, threads: u64) -> f64 {
             }
         });
     });
+    let flushes = mq.topic("t").expect("topic").partitions[0].flushes.max(1);
+    eprintln!(
+        "    ({threads} threads: {:.1} records per flush, {:.0} us per flush round)",
+        n as f64 / flushes as f64,
+        secs * 1e6 / flushes as f64
+    );
     drop(producer);
     close(mq, &dir);
     secs

@@ -206,11 +206,11 @@ struct FlushState {
     /// Every offset below this is on disk.
     flushed: u64,
     in_progress: bool,
-    /// Callers inside `flush_to` now.
-    waiting: usize,
-    /// Callers inside `flush_to` when the last flush ended: the next leader
-    /// waits (briefly) for as many to arrive before it flushes.
-    last_round: usize,
+    /// A leader is waiting for appends before it flushes.
+    collecting: bool,
+    /// Records the last flush covered: the next leader waits (briefly)
+    /// until as many new ones are appended before it flushes.
+    last_covered: u64,
     /// How long the last flush took.
     last_flush: std::time::Duration,
 }
@@ -715,28 +715,34 @@ impl PartitionLog {
 
     /// Group commit: returns once every offset below `target` is on disk.
     /// Concurrent callers share one flush: the caller that starts a flush
-    /// (the leader) first waits, for at most half the last flush's time, for
-    /// as many callers as were inside when the last flush ended, so that a
-    /// steady group of `acks=all` senders is served by one flush per round.
+    /// (the leader) first waits, for at most the last flush's duration, until
+    /// as many records were appended since the last flush as that flush
+    /// covered, so that a steady group of `acks=all` senders is served by
+    /// one flush per round. A lone sender never waits (its own record is
+    /// all the last flush covered).
     pub(crate) fn flush_to(&self, target: u64) -> Result<()> {
         let mut st = lock(&self.flush_state);
-        st.waiting += 1;
-        self.arrival_cv.notify_one();
-        let res = loop {
+        if st.collecting && self.end_offset().saturating_sub(st.flushed) >= st.last_covered {
+            // The leader waits for this: wake it (only then, to spare the
+            // two cores a wake-up per arrival).
+            self.arrival_cv.notify_one();
+        }
+        loop {
             if st.flushed >= target {
-                break Ok(());
+                return Ok(());
             }
             if self.poisoned.load(Ordering::Acquire) {
-                break Err(self.poisoned_error());
+                return Err(self.poisoned_error());
             }
             if st.in_progress {
                 st = self.flushed_cv.wait(st).unwrap_or_else(|p| p.into_inner());
                 continue;
             }
             st.in_progress = true;
-            let wait = (st.last_flush / 2).min(std::time::Duration::from_millis(1));
+            let wait = st.last_flush.min(std::time::Duration::from_millis(2));
             let deadline = Instant::now() + wait;
-            while st.waiting < st.last_round {
+            st.collecting = true;
+            while self.end_offset().saturating_sub(st.flushed) < st.last_covered {
                 let now = Instant::now();
                 if now >= deadline {
                     break;
@@ -747,6 +753,8 @@ impl PartitionLog {
                     .unwrap_or_else(|p| p.into_inner())
                     .0;
             }
+            st.collecting = false;
+            let before = st.flushed;
             drop(st);
             let started = Instant::now();
             let res = self.flush_segments();
@@ -754,20 +762,18 @@ impl PartitionLog {
             st = lock(&self.flush_state);
             st.in_progress = false;
             st.last_flush = started.elapsed();
-            // Everyone inside now: the callers this flush served and those
-            // that came during it. The next round waits for as many.
-            st.last_round = st.waiting;
             self.flushed_cv.notify_all();
             match res {
-                Ok(end) => st.flushed = st.flushed.max(end),
+                Ok(end) => {
+                    st.last_covered = end.saturating_sub(before).max(1);
+                    st.flushed = st.flushed.max(end);
+                }
                 Err(e) => {
                     self.poisoned.store(true, Ordering::Release);
-                    break Err(e);
+                    return Err(e);
                 }
             }
-        };
-        st.waiting -= 1;
-        res
+        }
     }
 
     /// Flushes everything published so far; returns the offset it covers.
