@@ -1,8 +1,18 @@
 """Rates of the Python module against an in-memory baseline, in one run.
 
-Usage: .venv/bin/python bench/python_rates.py [N] (default 1,000,000 messages
-of 100 bytes). Prints messages/s for each row and the ratio to
-collections.deque, the ceiling for per-call overhead. Medians of 3 runs.
+Usage: .venv/bin/python bench/python_rates.py [N [FILTER]]
+
+N messages of 100 bytes (default 1,000,000); the 1 KiB rows send N/4 and
+the send(acks="all") row N/200 (one flush per message). FILTER keeps only
+the rows whose name contains it (and the baselines). Prints messages/s for
+each row and the ratio to collections.deque, the ceiling for per-call
+overhead. Medians of 3 runs.
+
+The send and produce rows build each message in the loop, as a user would,
+like the deque rows. The send_batch rows send lists built before the clock
+starts, in calls of BATCH values: what they measure is the call, not the
+building of the values (which alone runs at about the deque.append rate).
+produce rows include the final flush().
 """
 
 import collections
@@ -14,7 +24,11 @@ import time
 import mqlite
 
 N = int(sys.argv[1]) if len(sys.argv) > 1 else 1_000_000
+N_1K = max(1, N // 4)
+N_ALL = max(1, N // 200)
+BATCH = 1000
 PAD = b"x" * 92
+PAD_1K = b"x" * 1016
 
 
 def message(i):
@@ -22,12 +36,20 @@ def message(i):
     return PAD + i.to_bytes(8, "little")
 
 
-def deque_put():
-    q = collections.deque()
-    t = time.perf_counter()
-    for i in range(N):
-        q.append(message(i))
-    return time.perf_counter() - t
+def message_1k(i):
+    """A distinct 1 KiB message."""
+    return PAD_1K + i.to_bytes(8, "little")
+
+
+def deque_put(n, make):
+    def run():
+        q = collections.deque()
+        t = time.perf_counter()
+        for i in range(n):
+            q.append(make(i))
+        return time.perf_counter() - t
+
+    return run
 
 
 def deque_get():
@@ -45,12 +67,52 @@ def with_topic(fn):
             return fn(mq)
 
 
-def send(mq):
-    p = mq.producer(acks=1)
-    t = time.perf_counter()
-    for i in range(N):
-        p.send("t", message(i))
-    return time.perf_counter() - t
+def rows_to_run(rows):
+    """All rows, or those whose name contains argv[2] (and the baselines)."""
+    if len(sys.argv) <= 2:
+        return rows
+    return [r for r in rows if sys.argv[2] in r[2] or r[2].startswith("collections")]
+
+
+def send(n, make, acks):
+    def run(mq):
+        p = mq.producer(acks=acks)
+        t = time.perf_counter()
+        for i in range(n):
+            p.send("t", make(i))
+        return time.perf_counter() - t
+
+    return lambda: with_topic(run)
+
+
+def produce(n, make, acks, callback=False):
+    def run(mq):
+        p = mq.producer(acks=acks)
+        delivered = []
+        cb = (lambda err, msg: delivered.append(msg)) if callback else None
+        t = time.perf_counter()
+        for i in range(n):
+            p.produce("t", make(i), on_delivery=cb)
+        p.flush()
+        secs = time.perf_counter() - t
+        assert not callback or len(delivered) == n
+        return secs
+
+    return lambda: with_topic(run)
+
+
+def send_batch(n, make, acks):
+    def run(mq):
+        p = mq.producer(acks=acks)
+        batches = [[make(i) for i in range(s, min(n, s + BATCH))] for s in range(0, n, BATCH)]
+        t = time.perf_counter()
+        for b in batches:
+            p.send_batch("t", b)
+        secs = time.perf_counter() - t
+        assert p.stats().records == n
+        return secs
+
+    return lambda: with_topic(run)
 
 
 def iterate(mq):
@@ -70,21 +132,38 @@ def iterate(mq):
 
 
 def main():
+    b = f"batches of {BATCH}"
     rows = [
-        ("put", "collections.deque.append", deque_put),
-        ("put", "mqlite Producer.send, acks=1", lambda: with_topic(send)),
-        ("get", "collections.deque.popleft", deque_get),
-        ("get", "mqlite: iterate a Consumer, reading .value", lambda: with_topic(iterate)),
+        ("put", N, "collections.deque.append, 100 B", deque_put(N, message)),
+        ("put", N, "mqlite Producer.send, acks=1", send(N, message, 1)),
+        ("put", N_ALL, f"mqlite Producer.send, acks=all ({N_ALL:,} msgs, one flush each)", send(N_ALL, message, "all")),
+        ("put", N, "mqlite Producer.produce + flush, acks=1", produce(N, message, 1)),
+        ("put", N, "... with on_delivery callbacks", produce(N, message, 1, callback=True)),
+        ("put", N, "mqlite Producer.produce + flush, acks=all", produce(N, message, "all")),
+        ("put", N, f"mqlite Producer.send_batch, acks=1, {b}", send_batch(N, message, 1)),
+        ("put", N, f"mqlite Producer.send_batch, acks=all, {b}", send_batch(N, message, "all")),
+        ("put1k", N_1K, "collections.deque.append, 1 KiB", deque_put(N_1K, message_1k)),
+        ("put1k", N_1K, "mqlite Producer.send, acks=1, 1 KiB", send(N_1K, message_1k, 1)),
+        ("put1k", N_1K, "mqlite Producer.produce + flush, acks=1, 1 KiB", produce(N_1K, message_1k, 1)),
+        ("put1k", N_1K, "mqlite Producer.produce + flush, acks=all, 1 KiB", produce(N_1K, message_1k, "all")),
+        ("put1k", N_1K, f"mqlite Producer.send_batch, acks=1, 1 KiB, {b}", send_batch(N_1K, message_1k, 1)),
+        ("put1k", N_1K, f"mqlite Producer.send_batch, acks=all, 1 KiB, {b}", send_batch(N_1K, message_1k, "all")),
+        ("get", N, "collections.deque.popleft", deque_get),
+        ("get", N, "mqlite: iterate a Consumer, reading .value", lambda: with_topic(iterate)),
     ]
+    rows = rows_to_run(rows)
     base = {}
-    print(f"{N:,} messages of 100 bytes, each built in the loop; medians of 3 runs")
+    print(f"{N:,} messages of 100 bytes ({N_1K:,} of 1 KiB); medians of 3 runs")
     print("| row | messages/s | ratio to deque |")
     print("|---|---:|---:|")
-    for kind, name, fn in rows:
+    for kind, n, name, fn in rows:
         secs = statistics.median(fn() for _ in range(3))
-        rate = N / secs
+        rate = n / secs
         base.setdefault(kind, rate)
-        print(f"| {name} | {rate / 1e6:.2f} M | {rate / base[kind]:.2f} |")
+        shown = f"{rate / 1e6:.2f} M" if rate >= 100_000 else f"{rate / 1e3:.1f} k"
+        ratio = rate / base[kind]
+        ratio_shown = f"{ratio:.2f}" if ratio >= 0.01 else f"{ratio:.4f}"
+        print(f"| {name} | {shown} | {ratio_shown} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -53,17 +53,39 @@ def produce_and_consume(data_dir: str) -> int:
             mq.delete_topic(ORDERS)
         mq.create_topic(ORDERS, partitions=4)
 
+        # produce() queues each order and returns at once; on_delivery hears
+        # how it went (served by flush() on this thread). Batches of each
+        # partition wait up to 5 ms for more records and are lz4-compressed.
+        delivered: Counter[int] = Counter()
+        failed: list[mqlite.Error] = []
+
+        def on_delivery(err: mqlite.Error | None, msg: mqlite.RecordMetadata | None) -> None:
+            if err is not None:
+                failed.append(err)
+            elif msg is not None:
+                delivered[msg.partition] += 1
+
         start = time.perf_counter()
-        with mq.producer() as producer:
+        with mq.producer(compression="lz4", linger_ms=5) as producer:
             for i in range(ORDER_COUNT):
-                producer.send(
+                producer.produce(
                     ORDERS,
                     f'{{"order": {i}, "amount_cents": {(i * 37) % 10_000}, "currency": "EUR"}}',
                     key=f"o-{i}",
                     headers=[("source", b"demo.py")],
+                    on_delivery=on_delivery,
                 )
-        produced = time.perf_counter() - start
+            producer.flush()
+            produced = time.perf_counter() - start
+            stats = producer.stats()
         print(f"produced {ORDER_COUNT} orders in {produced * 1000:.1f} ms ({rate(ORDER_COUNT, produced)})")
+        print(
+            f"  {sum(delivered.values())} delivery reports, {len(failed)} failed; "
+            f"{stats.batches} lz4 batches of {stats.average_batch_records:.1f} records, {stats.bytes} bytes"
+        )
+        if failed or sum(delivered.values()) != ORDER_COUNT:
+            print("error: delivery reports do not add up", file=sys.stderr)
+            return 1
 
         per_partition: Counter[int] = Counter()
         start = time.perf_counter()

@@ -35,6 +35,14 @@ also has its code as a class attribute. One class per error kind::
     +-- Corrupt (300)
     +-- UnsupportedVersion (301)
     +-- MessageTooLarge (400)
+    +-- BufferFull (401)
+    +-- OutOfOrderSequence (402)
+    +-- ProducerFenced (403)
+
+A re-sent ``sequence`` is not an error: ``send()`` returns metadata with
+``duplicate=True`` (and the original offset), and ``on_delivery`` gets it
+with ``err`` None. A sequence that skips ahead (a gap) raises
+``OutOfOrderSequence`` only with ``strict_sequences=True``.
 
 Arguments of the wrong type raise ``TypeError``.
 """
@@ -47,6 +55,7 @@ from typing import Union
 from ._mqlite import (
     MAX_TOPIC_NAME_LEN,
     Broker,
+    BufferFull,
     Closed,
     Consumer,
     Corrupt,
@@ -60,9 +69,13 @@ from ._mqlite import (
     Message,
     MessageTooLarge,
     OffsetOutOfRange,
+    OutOfOrderSequence,
     PartitionInfo,
     Poisoned,
     Producer,
+    ProducerFenced,
+    ProducerRecord,
+    ProducerStats,
     RecordMetadata,
     Timeout,
     TopicExists,
@@ -78,6 +91,7 @@ from ._mqlite import (
 __all__ = [
     "MAX_TOPIC_NAME_LEN",
     "Broker",
+    "BufferFull",
     "Closed",
     "Consumer",
     "Corrupt",
@@ -91,9 +105,13 @@ __all__ = [
     "Message",
     "MessageTooLarge",
     "OffsetOutOfRange",
+    "OutOfOrderSequence",
     "PartitionInfo",
     "Poisoned",
     "Producer",
+    "ProducerFenced",
+    "ProducerRecord",
+    "ProducerStats",
     "RecordMetadata",
     "Timeout",
     "TopicExists",

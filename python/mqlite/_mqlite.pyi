@@ -1,14 +1,15 @@
 """Type stubs for the compiled module ``mqlite._mqlite``."""
 
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import TracebackType
-from typing import Literal, Optional, Union, final
+from typing import Any, Literal, Optional, Protocol, Union, final
 
 from typing_extensions import Buffer, Self, TypeAlias
 
 __all__ = [
     "Broker",
+    "BufferFull",
     "Closed",
     "Consumer",
     "Corrupt",
@@ -23,9 +24,13 @@ __all__ = [
     "Message",
     "MessageTooLarge",
     "OffsetOutOfRange",
+    "OutOfOrderSequence",
     "PartitionInfo",
     "Poisoned",
     "Producer",
+    "ProducerFenced",
+    "ProducerRecord",
+    "ProducerStats",
     "RecordMetadata",
     "Timeout",
     "TopicExists",
@@ -67,6 +72,22 @@ class Poisoned(Error): ...
 class Corrupt(Error): ...
 class UnsupportedVersion(Error): ...
 class MessageTooLarge(Error): ...
+
+class BufferFull(Error):
+    buffered: int
+    limit: int
+    waited_ms: int
+
+class OutOfOrderSequence(Error):
+    topic: str
+    partition: int
+    expected: int
+    received: int
+
+class ProducerFenced(Error):
+    producer_id: int
+    epoch: int
+    current_epoch: int
 
 # Functions -----------------------------------------------------------------
 
@@ -120,9 +141,66 @@ class RecordMetadata:
     @property
     def partition(self) -> int: ...
     @property
-    def offset(self) -> int: ...
+    def offset(self) -> Optional[int]: ...
     @property
     def timestamp(self) -> int: ...
+    @property
+    def duplicate(self) -> bool: ...
+
+@final
+class ProducerStats:
+    @property
+    def records(self) -> int: ...
+    @property
+    def bytes(self) -> int: ...
+    @property
+    def batches(self) -> int: ...
+    @property
+    def errors(self) -> int: ...
+    @property
+    def duplicates(self) -> int: ...
+    @property
+    def buffered_bytes(self) -> int: ...
+    @property
+    def peak_buffered_bytes(self) -> int: ...
+    @property
+    def average_batch_records(self) -> float: ...
+    @property
+    def average_batch_bytes(self) -> float: ...
+
+@final
+class ProducerRecord:
+    def __new__(
+        cls,
+        topic: str,
+        value: Optional[_Bytes] = None,
+        key: Optional[_Bytes] = None,
+        partition: Optional[int] = None,
+        headers: Optional[_Headers] = None,
+        timestamp: Optional[int] = None,
+        sequence: Optional[int] = None,
+    ) -> Self: ...
+    @property
+    def topic(self) -> str: ...
+    @property
+    def value(self) -> Optional[bytes]: ...
+    @property
+    def key(self) -> Optional[bytes]: ...
+    @property
+    def partition(self) -> Optional[int]: ...
+    @property
+    def headers(self) -> list[tuple[str, bytes]]: ...
+    @property
+    def timestamp(self) -> Optional[int]: ...
+    @property
+    def sequence(self) -> Optional[int]: ...
+    def replace(self, **changes: Any) -> ProducerRecord: ...
+
+_DeliveryCallback: TypeAlias = Callable[[Optional[Error], Optional[RecordMetadata]], object]
+_PartitionerFn: TypeAlias = Callable[[ProducerRecord, int], int]
+
+class _Interceptor(Protocol):
+    """An object with ``on_send`` and/or ``on_acknowledgement`` (both optional)."""
 
 @final
 class Message:
@@ -149,6 +227,18 @@ class Producer:
     def closed(self) -> bool: ...
     @property
     def acks(self) -> Union[Literal[0, 1], Literal["all"]]: ...
+    @property
+    def name(self) -> Optional[str]: ...
+    @property
+    def producer_id(self) -> Optional[int]: ...
+    @property
+    def epoch(self) -> Optional[int]: ...
+    @property
+    def idempotent(self) -> bool: ...
+    @property
+    def compression(self) -> Literal["none", "gzip", "snappy", "lz4", "zstd"]: ...
+    @property
+    def partitioner(self) -> Literal["sticky", "round_robin", "custom"]: ...
     def send(
         self,
         topic: str,
@@ -157,8 +247,33 @@ class Producer:
         partition: Optional[int] = None,
         headers: Optional[_Headers] = None,
         timestamp: Optional[int] = None,
+        sequence: Optional[int] = None,
     ) -> RecordMetadata: ...
+    def produce(
+        self,
+        topic: str,
+        value: Optional[_Bytes],
+        key: Optional[_Bytes] = None,
+        partition: Optional[int] = None,
+        headers: Optional[_Headers] = None,
+        timestamp: Optional[int] = None,
+        sequence: Optional[int] = None,
+        on_delivery: Optional[_DeliveryCallback] = None,
+    ) -> None: ...
+    def send_batch(
+        self,
+        topic: str,
+        values: Iterable[Optional[_Bytes]],
+        keys: Optional[Iterable[Optional[_Bytes]]] = None,
+        partition: Optional[int] = None,
+        headers: Optional[_Headers] = None,
+        timestamps: Union[int, Sequence[Optional[int]], None] = None,
+        sequences: Union[int, Sequence[Optional[int]], None] = None,
+    ) -> int: ...
+    def poll(self, timeout: Optional[float] = 0.0) -> int: ...
     def flush(self, timeout: Optional[float] = None) -> None: ...
+    def last_sequence(self) -> Optional[int]: ...
+    def stats(self) -> ProducerStats: ...
     def close(self) -> None: ...
     def __enter__(self) -> Self: ...
     def __exit__(
@@ -221,7 +336,22 @@ class Broker:
     def topics(self) -> list[str]: ...
     def topic(self, name: str) -> TopicInfo: ...
     def offset_for_timestamp(self, topic: str, partition: int, timestamp_ms: int) -> Optional[int]: ...
-    def producer(self, *, acks: Union[int, str] = 1) -> Producer: ...
+    def producer(
+        self,
+        name: Optional[str] = None,
+        *,
+        idempotent: bool = True,
+        acks: Union[int, str] = 1,
+        linger_ms: int = 0,
+        batch_size: int = 16384,
+        buffer_memory: int = 33554432,
+        max_block_ms: int = 60000,
+        compression: Optional[str] = "none",
+        partitioner: Union[str, _PartitionerFn, None] = "sticky",
+        dedup_window: int = 5,
+        strict_sequences: bool = False,
+        interceptors: Optional[Iterable[_Interceptor]] = None,
+    ) -> Producer: ...
     def consumer(
         self,
         group_id: Optional[str] = None,

@@ -7,7 +7,7 @@ use pyo3::types::{PyBool, PyInt, PyString, PyTuple};
 
 use crate::consumer::Consumer;
 use crate::errors::{closed, invalid_argument, IntoPy};
-use crate::producer::Producer;
+use crate::producer::{Options, Producer};
 use crate::util::{arg_u32, config_u32, config_u64};
 
 /// An open data directory: the entry point of the engine.
@@ -269,31 +269,121 @@ impl Broker {
     /// Makes a producer.
     ///
     /// Args:
-    ///     acks: Durability of every send: 0 or 1 (default) return once the
-    ///         record is in the memory map and visible to consumers (survives
-    ///         a crash of this process); -1 or "all" return once it is
-    ///         flushed to disk (survives power loss).
+    ///     name: A durable name (letters, digits, `.`, `_`, `-`), or None
+    ///         for an anonymous producer. A named producer keeps its id
+    ///         across restarts, resumes with `last_sequence()`, and making a
+    ///         new producer of the same name fences this one
+    ///         (`ProducerFenced`). Needs `idempotent`.
+    ///     idempotent: Give the producer an id and number its batches, so a
+    ///         re-sent batch or `sequence` is recognised instead of written
+    ///         twice (default on).
+    ///     acks: Durability of every send: 0 (fire and forget: sends return
+    ///         before the record is written, offsets unknown), 1 (default:
+    ///         in the memory map and visible to consumers; survives a crash
+    ///         of this process), or -1 / "all" (flushed to disk; survives
+    ///         power loss).
+    ///     linger_ms: How long `produce()` lets a partition's batch wait
+    ///         for more records before writing it (default 0: at once).
+    ///     batch_size: A partition's batch is written once it holds this
+    ///         many bytes (default 16384).
+    ///     buffer_memory: Most bytes held in unsent batches and batches
+    ///         awaiting their `acks="all"` flush (default 32 MiB).
+    ///     max_block_ms: How long a send waits for room in `buffer_memory`
+    ///         before raising `BufferFull` (default 60000).
+    ///     compression: Codec of every batch: "none" (default), "gzip",
+    ///         "snappy", "lz4" or "zstd". Consumers read any mix.
+    ///     partitioner: For records without partition or key: "sticky"
+    ///         (default; one partition until `batch_size` bytes went there),
+    ///         "round_robin", or a callable `f(record, partitions) -> int`
+    ///         given an `mqlite.ProducerRecord` and the topic's partition
+    ///         count, called for every record without an explicit partition
+    ///         (keyed ones too), on the sending thread. What it raises
+    ///         propagates out of the send, and nothing is written.
+    ///     dedup_window: Batches per partition remembered to answer a
+    ///         re-send with the original offsets (1 to 1000, default 5).
+    ///     strict_sequences: Raise `OutOfOrderSequence` for a `sequence`
+    ///         that skips ahead of the partition's next one (Kafka's rule)
+    ///         instead of allowing gaps (default off). Sequences are checked
+    ///         per partition, so with this on, number each partition's
+    ///         records 0, 1, 2, ... (explicit partitions, or a one-partition
+    ///         topic): a producer-wide counter spread over several
+    ///         partitions leaves gaps in each.
+    ///     interceptors: Objects with an `on_send(record)` method, returning
+    ///         a changed `ProducerRecord` or None to keep it, called before
+    ///         each record is routed, and/or an
+    ///         `on_acknowledgement(err, metadata)` method, called when it is
+    ///         done (like `on_delivery`, on a thread serving callbacks). An
+    ///         interceptor that raises is logged (logger "mqlite") and
+    ///         skipped; the record goes on.
     ///
     /// Returns:
     ///     Producer: A new producer.
     ///
     /// Raises:
-    ///     mqlite.InvalidArgument: `acks` is another value.
-    ///     TypeError: `acks` is neither an int nor a str.
+    ///     mqlite.InvalidArgument: A value is out of range or unknown
+    ///         (`acks`, `compression`, `partitioner`, a negative size, a bad
+    ///         name, a name without idempotence).
+    ///     TypeError: An argument has the wrong type, or an interceptor has
+    ///         neither method.
     ///     mqlite.Closed: The broker is closed.
-    #[pyo3(signature = (*, acks = None), text_signature = "($self, *, acks=1)")]
-    fn producer(slf: &Bound<'_, Self>, acks: Option<&Bound<'_, PyAny>>) -> PyResult<Producer> {
+    #[pyo3(
+        signature = (
+            name = None,
+            *,
+            idempotent = true,
+            acks = None,
+            linger_ms = 0,
+            batch_size = 16384,
+            buffer_memory = 33_554_432,
+            max_block_ms = 60_000,
+            compression = None,
+            partitioner = None,
+            dedup_window = 5,
+            strict_sequences = false,
+            interceptors = None
+        ),
+        text_signature = "($self, name=None, *, idempotent=True, acks=1, linger_ms=0, batch_size=16384, \
+                          buffer_memory=33554432, max_block_ms=60000, compression='none', \
+                          partitioner='sticky', dedup_window=5, strict_sequences=False, interceptors=None)"
+    )]
+    #[allow(clippy::too_many_arguments)] // one per argument of the Python signature
+    fn producer(
+        slf: &Bound<'_, Self>,
+        name: Option<String>,
+        idempotent: bool,
+        acks: Option<&Bound<'_, PyAny>>,
+        linger_ms: i64,
+        batch_size: i64,
+        buffer_memory: i64,
+        max_block_ms: i64,
+        compression: Option<&str>,
+        partitioner: Option<&Bound<'_, PyAny>>,
+        dedup_window: i64,
+        strict_sequences: bool,
+        interceptors: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Producer> {
         let py = slf.py();
         let acks = match acks {
             Some(a) => parse_acks(py, a)?,
             None => mqlite::Acks::One,
         };
-        let inner = slf
-            .get()
-            .inner
-            .producer(mqlite::ProducerConfig::default().acks(acks))
-            .py_err(py)?;
-        Ok(Producer::new(inner, acks, slf.clone().unbind()))
+        Producer::open(
+            slf,
+            Options {
+                name,
+                idempotent,
+                acks,
+                linger_ms,
+                batch_size,
+                buffer_memory,
+                max_block_ms,
+                compression,
+                partitioner,
+                dedup_window,
+                strict_sequences,
+                interceptors,
+            },
+        )
     }
 
     /// Makes a consumer.

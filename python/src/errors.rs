@@ -109,6 +109,24 @@ create_exception!(
     Error,
     "A record is larger than the topic's max_message_bytes (code 400)."
 );
+create_exception!(
+    mqlite,
+    BufferFull,
+    Error,
+    "The producer's buffer_memory stayed full for max_block_ms (code 401). Attributes: buffered, limit, waited_ms."
+);
+create_exception!(
+    mqlite,
+    OutOfOrderSequence,
+    Error,
+    "With strict_sequences, a sequence skipped ahead of the next expected one: a gap, records in between were never written (code 402). Attributes: topic, partition, expected, received. A re-sent sequence (at or below the last written) is not an error: send() returns metadata with duplicate=True."
+);
+create_exception!(
+    mqlite,
+    ProducerFenced,
+    Error,
+    "A newer producer of the same name exists; this one may no longer write (code 403). Attributes: producer_id, epoch, current_epoch."
+);
 
 /// Builds an exception of class `T` with `message` and the `code` attribute.
 fn make<T: PyTypeInfo>(py: Python<'_>, message: String, code: i32) -> PyErr {
@@ -116,6 +134,20 @@ fn make<T: PyTypeInfo>(py: Python<'_>, message: String, code: i32) -> PyErr {
     // Setting an attribute on a fresh exception instance cannot fail in
     // practice; if it did, the exception is still raised, without `code`.
     let _ = err.value(py).setattr("code", code);
+    err
+}
+
+/// Sets attributes on the instance of `err`. Setting an attribute on a
+/// fresh exception instance cannot fail in practice; if it did, the
+/// exception is still raised, without them.
+fn with_attrs<'py, V: IntoPyObject<'py> + Copy>(
+    py: Python<'py>,
+    err: PyErr,
+    attrs: &[(&str, V)],
+) -> PyErr {
+    for (name, value) in attrs {
+        let _ = err.value(py).setattr(*name, *value);
+    }
     err
 }
 
@@ -141,6 +173,43 @@ pub fn to_py(py: Python<'_>, e: mqlite::Error) -> PyErr {
         E::Corrupt { .. } => make::<Corrupt>(py, msg, code),
         E::UnsupportedVersion { .. } => make::<UnsupportedVersion>(py, msg, code),
         E::MessageTooLarge { .. } => make::<MessageTooLarge>(py, msg, code),
+        E::BufferFull {
+            buffered,
+            limit,
+            waited_ms,
+        } => with_attrs(
+            py,
+            make::<BufferFull>(py, msg, code),
+            &[
+                ("buffered", buffered as u64),
+                ("limit", limit as u64),
+                ("waited_ms", waited_ms),
+            ],
+        ),
+        E::OutOfOrderSequence {
+            topic,
+            partition,
+            expected,
+            received,
+        } => {
+            let err = make::<OutOfOrderSequence>(py, msg, code);
+            let _ = err.value(py).setattr("topic", topic);
+            let _ = err.value(py).setattr("partition", partition);
+            with_attrs(py, err, &[("expected", expected), ("received", received)])
+        }
+        E::ProducerFenced {
+            producer_id,
+            epoch,
+            current_epoch,
+        } => with_attrs(
+            py,
+            make::<ProducerFenced>(py, msg, code),
+            &[
+                ("producer_id", producer_id),
+                ("epoch", i64::from(epoch)),
+                ("current_epoch", i64::from(current_epoch)),
+            ],
+        ),
         // A kind added to the core later: the root class, with its code.
         #[allow(unreachable_patterns)]
         _ => make::<Error>(py, msg, code),
@@ -230,6 +299,22 @@ fn samples() -> Vec<mqlite::Error> {
             supported: 0,
         },
         E::MessageTooLarge { size: 0, max: 0 },
+        E::BufferFull {
+            buffered: 0,
+            limit: 0,
+            waited_ms: 0,
+        },
+        E::OutOfOrderSequence {
+            topic: s(),
+            partition: 0,
+            expected: 0,
+            received: 0,
+        },
+        E::ProducerFenced {
+            producer_id: 0,
+            epoch: 0,
+            current_epoch: 0,
+        },
     ]
 }
 

@@ -5,9 +5,13 @@
 //! keep the GIL: releasing it per call costs more than the call when another
 //! Python thread is busy. Calls that wait (polls with a timeout, `acks="all"`
 //! sends, flushes, opening and closing, topic changes) release it.
+//!
+//! The engine's threads never call Python: delivery reports and interceptor
+//! acknowledgements are queued and run by Python threads (`callbacks.rs`).
 #![forbid(unsafe_code)]
 
 mod broker;
+mod callbacks;
 mod consumer;
 mod errors;
 mod producer;
@@ -25,6 +29,8 @@ fn _mqlite(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<broker::PartitionInfo>()?;
     m.add_class::<producer::Producer>()?;
     m.add_class::<producer::RecordMetadata>()?;
+    m.add_class::<producer::ProducerStats>()?;
+    m.add_class::<callbacks::ProducerRecord>()?;
     m.add_class::<consumer::Consumer>()?;
     m.add_class::<consumer::Message>()?;
     m.add_function(wrap_pyfunction!(producer::murmur2, m)?)?;

@@ -1,17 +1,22 @@
-//! `mqlite.Producer`, `mqlite.RecordMetadata` and the conversion of Python
-//! keys, values and headers into bytes.
+//! `mqlite.Producer`, `mqlite.RecordMetadata`, `mqlite.ProducerStats` and
+//! the conversion of Python keys, values and headers into bytes.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
-use pyo3::types::{PyByteArray, PyBytes, PyDict, PyString, PyTuple};
+use pyo3::types::{PyByteArray, PyBytes, PyDict, PyInt, PyList, PyString, PyTuple};
 
 use crate::broker::Broker;
-use crate::errors::{closed, IntoPy};
-use crate::util::arg_u32;
+use crate::callbacks::{self, Delivery, Event, PyInterceptor};
+use crate::errors::{closed, invalid_argument, to_py, IntoPy};
+use crate::util::{arg_u32, arg_u64};
+
+/// Longest wait without the GIL before checking for signals (Ctrl-C).
+const WAIT_SLICE: Duration = Duration::from_millis(100);
 
 /// Bytes taken from a Python object: borrowed from immutable `bytes` and
 /// `str`, copied from mutable buffers (`bytearray`, `memoryview`, ...).
@@ -80,7 +85,7 @@ fn header(name: &Bound<'_, PyAny>, value: &Bound<'_, PyAny>) -> PyResult<mqlite:
 }
 
 /// Headers from a dict or an iterable of `(name, value)` pairs.
-fn headers(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<mqlite::Header>> {
+pub(crate) fn headers(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<mqlite::Header>> {
     let Some(obj) = obj.filter(|o| !o.is_none()) else {
         return Ok(Vec::new());
     };
@@ -107,22 +112,42 @@ fn headers(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<mqlite::Header>> {
     Ok(out)
 }
 
-/// Where a record was written, as returned by `Producer.send()`.
+/// Where a record was written, as returned by `Producer.send()` and given to
+/// `on_delivery` callbacks.
 ///
 /// Attributes:
 ///     topic (str): The topic.
 ///     partition (int): The partition.
-///     offset (int): The record's offset in the partition.
+///     offset (int | None): The record's offset in the partition; None when
+///         unknown: with `acks=0`, or for a duplicate whose original is
+///         older than the producer's `dedup_window`.
 ///     timestamp (int): The record's timestamp, ms since the Unix epoch.
+///     duplicate (bool): The record carried a sequence already written by
+///         this producer, so it was not written again; `offset` is the
+///         original's (when known). Not an error.
 #[pyclass(frozen, module = "mqlite")]
 pub struct RecordMetadata {
     topic: Arc<str>,
     #[pyo3(get)]
     partition: u32,
     #[pyo3(get)]
-    offset: u64,
+    offset: Option<u64>,
     #[pyo3(get)]
     timestamp: i64,
+    #[pyo3(get)]
+    duplicate: bool,
+}
+
+impl From<mqlite::RecordMetadata> for RecordMetadata {
+    fn from(md: mqlite::RecordMetadata) -> Self {
+        RecordMetadata {
+            offset: md.known_offset(),
+            topic: md.topic,
+            partition: md.partition,
+            timestamp: md.timestamp,
+            duplicate: md.duplicate,
+        }
+    }
 }
 
 #[pymethods]
@@ -134,33 +159,206 @@ impl RecordMetadata {
     }
 
     fn __repr__(&self) -> String {
+        let offset = self
+            .offset
+            .map_or_else(|| "None".to_owned(), |o| o.to_string());
+        let dup = if self.duplicate {
+            ", duplicate=True"
+        } else {
+            ""
+        };
         format!(
-            "RecordMetadata(topic='{}', partition={}, offset={}, timestamp={})",
-            self.topic, self.partition, self.offset, self.timestamp
+            "RecordMetadata(topic='{}', partition={}, offset={offset}, timestamp={}{dup})",
+            self.topic, self.partition, self.timestamp
         )
     }
+}
+
+/// Counters of what a producer did, as returned by `Producer.stats()`.
+///
+/// Attributes:
+///     records (int): Records written.
+///     bytes (int): Bytes of batches written (headers included, after
+///         compression).
+///     batches (int): Batches written.
+///     errors (int): Records that failed.
+///     duplicates (int): Records dropped as duplicates (by sequence).
+///     buffered_bytes (int): Bytes held now: in unsent batches and awaiting
+///         `acks="all"` flushes.
+///     peak_buffered_bytes (int): The most bytes ever held at once (at most
+///         `buffer_memory`).
+///     average_batch_records (float): Records per batch.
+///     average_batch_bytes (float): Bytes per batch.
+#[pyclass(frozen, get_all, module = "mqlite")]
+pub struct ProducerStats {
+    records: u64,
+    bytes: u64,
+    batches: u64,
+    errors: u64,
+    duplicates: u64,
+    buffered_bytes: u64,
+    peak_buffered_bytes: u64,
+    average_batch_records: f64,
+    average_batch_bytes: f64,
+}
+
+#[pymethods]
+impl ProducerStats {
+    fn __repr__(&self) -> String {
+        format!(
+            "ProducerStats(records={}, bytes={}, batches={}, errors={}, duplicates={}, \
+             buffered_bytes={}, peak_buffered_bytes={}, average_batch_records={:.1}, \
+             average_batch_bytes={:.1})",
+            self.records,
+            self.bytes,
+            self.batches,
+            self.errors,
+            self.duplicates,
+            self.buffered_bytes,
+            self.peak_buffered_bytes,
+            self.average_batch_records,
+            self.average_batch_bytes
+        )
+    }
+}
+
+impl From<mqlite::ProducerStats> for ProducerStats {
+    fn from(s: mqlite::ProducerStats) -> Self {
+        ProducerStats {
+            records: s.records,
+            bytes: s.bytes,
+            batches: s.batches,
+            errors: s.errors,
+            duplicates: s.duplicates,
+            buffered_bytes: s.buffered_bytes,
+            peak_buffered_bytes: s.peak_buffered_bytes,
+            average_batch_records: s.average_batch_records(),
+            average_batch_bytes: s.average_batch_bytes(),
+        }
+    }
+}
+
+/// `compression` from a codec name.
+fn parse_compression(py: Python<'_>, name: Option<&str>) -> PyResult<mqlite::Compression> {
+    match name {
+        None => Ok(mqlite::Compression::None),
+        Some(s) => s.parse().py_err(py),
+    }
+}
+
+/// `partitioner` from a name or a callable.
+fn parse_partitioner(py: Python<'_>, obj: &Bound<'_, PyAny>) -> PyResult<mqlite::Partitioner> {
+    if let Ok(s) = obj.cast::<PyString>() {
+        return s.to_str()?.parse().py_err(py);
+    }
+    if obj.is_callable() {
+        return Ok(callbacks::partitioner(obj.clone().unbind()));
+    }
+    Err(PyTypeError::new_err(format!(
+        "partitioner must be \"sticky\", \"round_robin\" or a callable, not {}",
+        obj.get_type().name()?
+    )))
+}
+
+/// A non-negative count or size argument.
+fn arg_usize(py: Python<'_>, name: &str, v: i64) -> PyResult<usize> {
+    usize::try_from(v)
+        .map_err(|_| invalid_argument(py, format!("{name} must not be negative, got {v}")))
+}
+
+/// The arguments of `Broker.producer()`.
+pub(crate) struct Options<'a, 'py> {
+    pub name: Option<String>,
+    pub idempotent: bool,
+    pub acks: mqlite::Acks,
+    pub linger_ms: i64,
+    pub batch_size: i64,
+    pub buffer_memory: i64,
+    pub max_block_ms: i64,
+    pub compression: Option<&'a str>,
+    pub partitioner: Option<&'a Bound<'py, PyAny>>,
+    pub dedup_window: i64,
+    pub strict_sequences: bool,
+    pub interceptors: Option<&'a Bound<'py, PyAny>>,
 }
 
 /// Sends records to the topics of one data directory.
 ///
 /// Made by `Broker.producer()`. Safe to share between threads. A context
 /// manager: leaving the `with` block closes it.
+///
+/// Three ways to send: `send()` returns once the record is written (as
+/// durable as `acks` asks) with its `RecordMetadata`; `produce()` queues it
+/// and reports to an `on_delivery(err, msg)` callback later; `send_batch()`
+/// writes a whole list at once.
+///
+/// Callbacks (`on_delivery` and interceptors' `on_acknowledgement`) run on
+/// a Python thread that calls `poll()`, `flush()` or `close()`, or at the
+/// start of `produce()`, `send()` or `send_batch()`, never on the engine's
+/// threads; they run one at a time, in send order per partition.
 #[pyclass(frozen, module = "mqlite")]
 pub struct Producer {
     inner: mqlite::Producer,
     acks: mqlite::Acks,
     closed: AtomicBool,
     broker: Py<Broker>,
+    delivery: Arc<Delivery>,
+    /// `buffer_memory`, and whether sends may hold bytes in it (`acks=all`
+    /// or `linger_ms`): only then can a send wait for room.
+    buffer_memory: usize,
+    buffers: bool,
 }
 
 impl Producer {
-    pub(crate) fn new(inner: mqlite::Producer, acks: mqlite::Acks, broker: Py<Broker>) -> Self {
-        Producer {
-            inner,
-            acks,
-            closed: AtomicBool::new(false),
-            broker,
+    pub(crate) fn open(broker: &Bound<'_, Broker>, o: Options<'_, '_>) -> PyResult<Self> {
+        let py = broker.py();
+        let mut config = mqlite::ProducerConfig::default()
+            .acks(o.acks)
+            .idempotent(o.idempotent)
+            .linger_ms(arg_u64(py, "linger_ms", o.linger_ms)?)
+            .batch_size(arg_usize(py, "batch_size", o.batch_size)?)
+            .buffer_memory(arg_usize(py, "buffer_memory", o.buffer_memory)?)
+            .max_block_ms(arg_u64(py, "max_block_ms", o.max_block_ms)?)
+            .compression(parse_compression(py, o.compression)?)
+            .dedup_window(arg_usize(py, "dedup_window", o.dedup_window)?)
+            .strict_sequences(o.strict_sequences);
+        config.name = o.name;
+        if let Some(p) = o.partitioner.filter(|p| !p.is_none()) {
+            config.partitioner = parse_partitioner(py, p)?;
         }
+        let objs: Vec<Py<PyAny>> = match o.interceptors.filter(|i| !i.is_none()) {
+            None => Vec::new(),
+            Some(list) => {
+                if list.is_instance_of::<PyString>() {
+                    return Err(PyTypeError::new_err(
+                        "interceptors must be a list of objects",
+                    ));
+                }
+                list.try_iter()
+                    .map_err(|_| PyTypeError::new_err("interceptors must be a list of objects"))?
+                    .map(|i| i.map(Bound::unbind))
+                    .collect::<PyResult<_>>()?
+            }
+        };
+        let count = objs.len();
+        let delivery = Arc::new(Delivery::new(objs));
+        for i in 0..count {
+            config
+                .interceptors
+                .push(Arc::new(PyInterceptor::new(py, &delivery, i)?));
+        }
+        let buffer_memory = config.buffer_memory;
+        let buffers = o.acks == mqlite::Acks::All || config.linger_ms > 0;
+        let inner = broker.get().inner.producer(config).py_err(py)?;
+        Ok(Producer {
+            inner,
+            acks: o.acks,
+            closed: AtomicBool::new(false),
+            broker: broker.clone().unbind(),
+            delivery,
+            buffer_memory,
+            buffers,
+        })
     }
 
     fn check_open(&self, py: Python<'_>) -> PyResult<()> {
@@ -169,16 +367,155 @@ impl Producer {
         }
         Ok(())
     }
+
+    /// Whether a send of about `need` bytes may wait for room in
+    /// `buffer_memory`, so it should release the GIL. Checked per call
+    /// instead of releasing always: releasing costs more than the send when
+    /// other Python threads are busy.
+    #[inline]
+    fn may_wait(&self, need: usize) -> bool {
+        self.buffers
+            && (self.inner.stats().buffered_bytes as usize).saturating_add(need + 1024)
+                > self.buffer_memory / 2
+    }
+
+    /// The result of a core call that may have run the custom partitioner:
+    /// the partitioner's exception comes first.
+    fn finish<T>(&self, py: Python<'_>, res: mqlite::Result<T>) -> PyResult<T> {
+        if let Some(e) = callbacks::take_partitioner_error() {
+            return Err(e);
+        }
+        res.py_err(py)
+    }
+}
+
+/// The fields of one record, checked and borrowed from Python objects.
+struct Fields<'a> {
+    value: Option<Data<'a>>,
+    key: Option<Data<'a>>,
+    partition: Option<u32>,
+    headers: Vec<mqlite::Header>,
+}
+
+impl<'a> Fields<'a> {
+    fn new(
+        py: Python<'_>,
+        value: &'a Bound<'_, PyAny>,
+        key: Option<&'a Bound<'_, PyAny>>,
+        partition: Option<i64>,
+        headers: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        Ok(Fields {
+            value: data(value, "value")?,
+            key: match key {
+                Some(k) => data(k, "key")?,
+                None => None,
+            },
+            partition: partition.map(|p| arg_u32(py, "partition", p)).transpose()?,
+            headers: self::headers(headers)?,
+        })
+    }
+
+    fn record<'r>(
+        &'r self,
+        topic: &'r str,
+        timestamp: Option<i64>,
+        sequence: Option<i64>,
+    ) -> mqlite::BorrowedRecord<'r> {
+        mqlite::BorrowedRecord {
+            topic,
+            partition: self.partition,
+            key: self.key.as_ref().map(Data::as_slice),
+            value: self.value.as_ref().map(Data::as_slice),
+            headers: &self.headers,
+            timestamp,
+            sequence,
+        }
+    }
+
+    fn size(&self) -> usize {
+        self.value.as_ref().map_or(0, |v| v.as_slice().len())
+            + self.key.as_ref().map_or(0, |k| k.as_slice().len())
+    }
+}
+
+/// The items of a list, tuple or other iterable (not str or bytes).
+fn items<'py>(obj: &Bound<'py, PyAny>, what: &str) -> PyResult<Vec<Bound<'py, PyAny>>> {
+    if let Ok(l) = obj.cast::<PyList>() {
+        return Ok(l.iter().collect());
+    }
+    if let Ok(t) = obj.cast::<PyTuple>() {
+        return Ok(t.iter().collect());
+    }
+    let bad = || {
+        PyTypeError::new_err(format!(
+            "{what} must be a list, not {}",
+            obj.get_type()
+                .name()
+                .map_or_else(|_| "?".to_owned(), |n| n.to_string())
+        ))
+    };
+    if obj.is_instance_of::<PyString>()
+        || obj.is_instance_of::<PyBytes>()
+        || obj.is_instance_of::<PyByteArray>()
+    {
+        return Err(bad());
+    }
+    obj.try_iter().map_err(|_| bad())?.collect()
+}
+
+/// A per-record int argument of `send_batch()`: None, one int for every
+/// record (`consecutive`: the first of consecutive ones), or a list.
+fn per_record(
+    py: Python<'_>,
+    obj: Option<&Bound<'_, PyAny>>,
+    n: usize,
+    what: &str,
+    consecutive: bool,
+) -> PyResult<Option<Vec<Option<i64>>>> {
+    let Some(obj) = obj.filter(|o| !o.is_none()) else {
+        return Ok(None);
+    };
+    if obj.is_instance_of::<PyInt>() {
+        let v: i64 = obj.extract()?;
+        if !consecutive {
+            return Ok(Some(vec![Some(v); n]));
+        }
+        if v.checked_add((n as i64 - 1).max(0)).is_none() {
+            return Err(invalid_argument(
+                py,
+                format!("{what} starting at {v} overflow for {n} values"),
+            ));
+        }
+        return Ok(Some((0..n as i64).map(|i| Some(v + i)).collect()));
+    }
+    let list = items(obj, what)?;
+    if list.len() != n {
+        return Err(invalid_argument(
+            py,
+            format!("{what} has {} items for {n} values", list.len()),
+        ));
+    }
+    list.iter()
+        .map(|v| v.extract::<Option<i64>>())
+        .collect::<PyResult<Vec<_>>>()
+        .map(Some)
 }
 
 #[pymethods]
 impl Producer {
-    /// Sends one record.
+    /// Sends one record and returns where it was written.
     ///
-    /// With `acks` 0 or 1 this returns once the record is in the log and
-    /// visible to consumers, without releasing the GIL (it does not wait).
-    /// With `acks="all"` it releases the GIL while the record is flushed to
-    /// disk; concurrent senders share one flush.
+    /// With `acks` 1 this returns once the record is in the log and visible
+    /// to consumers, without releasing the GIL (it does not wait). With
+    /// `acks="all"` it releases the GIL while the record is flushed to disk;
+    /// concurrent senders share one flush. With `acks=0` it queues the
+    /// record and returns at once (`offset` None).
+    ///
+    /// A record whose `sequence` this (idempotent) producer already wrote to
+    /// the partition is not written again: the metadata has
+    /// `duplicate=True` and the original's offset. With `strict_sequences`,
+    /// a sequence that skips ahead raises `OutOfOrderSequence` instead.
     ///
     /// Args:
     ///     topic: The topic.
@@ -186,11 +523,15 @@ impl Producer {
     ///         None for a tombstone.
     ///     key: Optional key, same types. Records with the same key go to the
     ///         same partition (Kafka's murmur2 partitioner).
-    ///     partition: Explicit partition; otherwise chosen from the key, or
-    ///         round-robin without a key.
+    ///     partition: Explicit partition; otherwise chosen by the key, or the
+    ///         producer's partitioner without one.
     ///     headers: A dict, or a list of (name, value) pairs, names str and
     ///         values bytes or str. Names may repeat in a list.
     ///     timestamp: Create time in ms since the Unix epoch; now if None.
+    ///     sequence: The application's own sequence number (0 or more), for
+    ///         deduplication of re-sends; needs an idempotent producer. A
+    ///         record with a sequence and without key or partition goes to
+    ///         partition `sequence % partitions`, where a re-send goes too.
     ///
     /// Returns:
     ///     RecordMetadata: Where the record was written.
@@ -200,10 +541,17 @@ impl Producer {
     ///     mqlite.UnknownPartition: The topic has no such partition.
     ///     mqlite.MessageTooLarge: The record exceeds the topic's
     ///         `max_message_bytes`.
-    ///     mqlite.InvalidArgument: `partition` is negative.
+    ///     mqlite.OutOfOrderSequence: With `strict_sequences`, `sequence`
+    ///         skips ahead of the partition's next one.
+    ///     mqlite.ProducerFenced: A newer producer of the same name exists.
+    ///     mqlite.BufferFull: With `acks=0`, no room in `buffer_memory`
+    ///         after `max_block_ms`.
+    ///     mqlite.InvalidArgument: `partition` or `sequence` is negative, or
+    ///         a sequence on a producer that is not idempotent.
     ///     mqlite.Closed: The producer or its broker is closed.
     ///     TypeError: An argument has the wrong type.
-    #[pyo3(signature = (topic, value, key = None, partition = None, headers = None, timestamp = None))]
+    ///     Exception: Whatever a custom partitioner raised.
+    #[pyo3(signature = (topic, value, key = None, partition = None, headers = None, timestamp = None, sequence = None))]
     #[allow(clippy::too_many_arguments)] // one per argument of the Python signature
     fn send(
         &self,
@@ -214,69 +562,361 @@ impl Producer {
         partition: Option<i64>,
         headers: Option<&Bound<'_, PyAny>>,
         timestamp: Option<i64>,
+        sequence: Option<i64>,
     ) -> PyResult<RecordMetadata> {
         self.check_open(py)?;
-        let value = data(value, "value")?;
-        let key = match key {
-            Some(k) => data(k, "key")?,
-            None => None,
-        };
-        let partition = match partition {
-            Some(p) => Some(arg_u32(py, "partition", p)?),
-            None => None,
-        };
-        let headers = self::headers(headers)?;
-        let record = mqlite::BorrowedRecord {
-            topic,
-            partition,
-            key: key.as_ref().map(Data::as_slice),
-            value: value.as_ref().map(Data::as_slice),
-            headers: &headers,
-            timestamp,
-        };
-        let md = if self.acks == mqlite::Acks::All {
+        self.delivery.serve(py, false)?;
+        let f = Fields::new(py, value, key, partition, headers)?;
+        let record = f.record(topic, timestamp, sequence);
+        let res = if self.acks == mqlite::Acks::All
+            || (self.acks == mqlite::Acks::Zero && self.may_wait(f.size()))
+        {
             py.detach(|| self.inner.send_borrowed(&record))
         } else {
             self.inner.send_borrowed(&record)
-        }
-        .py_err(py)?;
-        Ok(RecordMetadata {
-            topic: md.topic,
-            partition: md.partition,
-            offset: md.offset,
-            timestamp: md.timestamp,
-        })
+        };
+        self.finish(py, res).map(RecordMetadata::from)
     }
 
-    /// Waits until every record sent so far is as durable as `acks` promises.
+    /// Queues one record and returns at once; `on_delivery` hears how it
+    /// went.
     ///
-    /// Sends complete before they return today, so this returns at once
-    /// unless the broker is closed. Releases the GIL.
+    /// The record joins its partition's batch, written when the batch fills
+    /// (`batch_size`), after `linger_ms`, or at `flush()` (at once with the
+    /// default `linger_ms=0`). The GIL is kept unless the send may have to
+    /// wait for room in `buffer_memory`.
     ///
     /// Args:
-    ///     timeout: Most seconds to wait (None: no limit). Accepted for
-    ///         compatibility with Kafka clients.
+    ///     topic: The topic.
+    ///     value: As for `send()`.
+    ///     key: As for `send()`.
+    ///     partition: As for `send()`.
+    ///     headers: As for `send()`.
+    ///     timestamp: As for `send()`.
+    ///     sequence: As for `send()`.
+    ///     on_delivery: Called as `on_delivery(err, msg)` (confluent-kafka's
+    ///         order) once the record is as durable as `acks` asks: `err`
+    ///         None and `msg` its `RecordMetadata`, or `err` an
+    ///         `mqlite.Error` and `msg` None. It runs on a thread calling
+    ///         `poll()`, `flush()` or `close()` (or at the start of the next
+    ///         send), once per record, in send order per partition. What it
+    ///         raises propagates out of that call.
     ///
     /// Raises:
-    ///     mqlite.Closed: The producer or its broker is closed.
-    ///     mqlite.InvalidArgument: `timeout` is negative.
-    #[pyo3(signature = (timeout = None))]
-    fn flush(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<()> {
-        crate::util::timeout(py, timeout)?;
+    ///     mqlite.BufferFull: No room in `buffer_memory` after
+    ///         `max_block_ms`.
+    ///     mqlite.UnknownTopic, mqlite.UnknownPartition,
+    ///         mqlite.MessageTooLarge, mqlite.ProducerFenced,
+    ///         mqlite.InvalidArgument, mqlite.Closed, TypeError: As for
+    ///         `send()`; the record is not queued and `on_delivery` is not
+    ///         called.
+    ///     Exception: What a custom partitioner raised, or what an earlier
+    ///         record's `on_delivery` raised when served here (this record
+    ///         is then not queued).
+    #[pyo3(signature = (topic, value, key = None, partition = None, headers = None, timestamp = None, sequence = None, on_delivery = None))]
+    #[allow(clippy::too_many_arguments)] // one per argument of the Python signature
+    fn produce(
+        &self,
+        py: Python<'_>,
+        topic: &str,
+        value: &Bound<'_, PyAny>,
+        key: Option<&Bound<'_, PyAny>>,
+        partition: Option<i64>,
+        headers: Option<&Bound<'_, PyAny>>,
+        timestamp: Option<i64>,
+        sequence: Option<i64>,
+        on_delivery: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
         self.check_open(py)?;
-        py.detach(|| self.inner.flush()).py_err(py)
+        self.delivery.serve(py, false)?;
+        let f = Fields::new(py, value, key, partition, headers)?;
+        let callback: mqlite::DeliveryCallback = match on_delivery.filter(|c| !c.is_none()) {
+            Some(c) => {
+                if !c.is_callable() {
+                    return Err(PyTypeError::new_err(format!(
+                        "on_delivery must be callable, not {}",
+                        c.get_type().name()?
+                    )));
+                }
+                let callback = c.clone().unbind();
+                let delivery = Arc::clone(&self.delivery);
+                // Runs on the thread completing the batch: only queues.
+                Box::new(move |result| delivery.push(Event::Delivered { callback, result }))
+            }
+            None => Box::new(|_| {}),
+        };
+        let record = f.record(topic, timestamp, sequence);
+        let res = if self.may_wait(f.size()) {
+            py.detach(|| self.inner.send_async_borrowed(&record, callback))
+        } else {
+            self.inner.send_async_borrowed(&record, callback)
+        };
+        self.finish(py, res)
     }
 
-    /// Flushes and closes the producer; later sends raise `mqlite.Closed`.
+    /// Sends many records to one topic in one call.
     ///
-    /// Closing twice, or after the broker was closed, is fine.
+    /// The records of each partition become as few batches as fit in the
+    /// topic's `max_message_bytes`; much faster than a loop of `send()`.
+    /// Values are borrowed from `bytes` and `str` without copying. Releases
+    /// the GIL only with `acks="all"` (while it waits for the flush).
+    ///
+    /// Args:
+    ///     topic: The topic of every record.
+    ///     values: A list (or tuple, or iterable) of values: bytes,
+    ///         bytearray, memoryview, str, or None for tombstones.
+    ///     keys: None, or a list of keys (same types, or None) as long as
+    ///         `values`.
+    ///     partition: One explicit partition for every record; otherwise
+    ///         each is chosen by its key or the producer's partitioner.
+    ///     headers: Headers of every record (a dict or a list of pairs).
+    ///     timestamps: None (now), one int for every record, or a list of
+    ///         ints (or None) as long as `values`.
+    ///     sequences: None, the int sequence of the first record (the others
+    ///         get the next ones), or a list as long as `values`. Records
+    ///         whose sequence was already written are skipped as duplicates.
+    ///
+    /// Returns:
+    ///     int: The number of records written, duplicates not counted.
+    ///
+    /// Raises:
+    ///     mqlite.InvalidArgument: A list has the wrong length, or a value
+    ///         is out of range.
+    ///     mqlite.Error: As for `send()`. Nothing is written when the
+    ///         records cannot be routed (unknown topic or partition, bad
+    ///         sequence); an error while writing (e.g. `MessageTooLarge`)
+    ///         leaves the batches before it written: the exception's
+    ///         `written` attribute says how many records.
+    ///     TypeError: An argument has the wrong type.
+    #[pyo3(signature = (topic, values, keys = None, partition = None, headers = None, timestamps = None, sequences = None))]
+    #[allow(clippy::too_many_arguments)] // one per argument of the Python signature
+    fn send_batch(
+        &self,
+        py: Python<'_>,
+        topic: &str,
+        values: &Bound<'_, PyAny>,
+        keys: Option<&Bound<'_, PyAny>>,
+        partition: Option<i64>,
+        headers: Option<&Bound<'_, PyAny>>,
+        timestamps: Option<&Bound<'_, PyAny>>,
+        sequences: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<usize> {
+        self.check_open(py)?;
+        self.delivery.serve(py, false)?;
+        // Owned references keep every item alive while its bytes are
+        // borrowed, even if Python code (a partitioner) changes the list.
+        let vals = items(values, "values")?;
+        let n = vals.len();
+        let mut value_data: Vec<Option<Data<'_>>> = Vec::with_capacity(n);
+        for v in &vals {
+            value_data.push(data(v, "value")?);
+        }
+        let key_objs = match keys.filter(|k| !k.is_none()) {
+            Some(k) => {
+                let k = items(k, "keys")?;
+                if k.len() != n {
+                    return Err(invalid_argument(
+                        py,
+                        format!("keys has {} items for {n} values", k.len()),
+                    ));
+                }
+                Some(k)
+            }
+            None => None,
+        };
+        let key_data: Option<Vec<Option<Data<'_>>>> = key_objs
+            .as_ref()
+            .map(|ks| ks.iter().map(|k| data(k, "key")).collect())
+            .transpose()?;
+        let partition = partition.map(|p| arg_u32(py, "partition", p)).transpose()?;
+        let headers = self::headers(headers)?;
+        let timestamps = per_record(py, timestamps, n, "timestamps", false)?;
+        let sequences = per_record(py, sequences, n, "sequences", true)?;
+        let mut records = Vec::with_capacity(n);
+        for (i, v) in value_data.iter().enumerate() {
+            records.push(mqlite::BorrowedRecord {
+                topic,
+                partition,
+                key: key_data
+                    .as_ref()
+                    .and_then(|k| k[i].as_ref().map(Data::as_slice)),
+                value: v.as_ref().map(Data::as_slice),
+                headers: &headers,
+                timestamp: timestamps.as_ref().and_then(|t| t[i]),
+                sequence: sequences.as_ref().and_then(|s| s[i]),
+            });
+        }
+        let mut written = 0usize;
+        let mut count = |_: usize, md: &mqlite::RecordMetadata| {
+            if !md.duplicate {
+                written += 1;
+            }
+        };
+        let res = if self.acks == mqlite::Acks::All {
+            py.detach(|| self.inner.send_batch_with(&records, &mut count))
+        } else {
+            self.inner.send_batch_with(&records, &mut count)
+        };
+        match self.finish(py, res) {
+            Ok(()) => Ok(written),
+            Err(e) => {
+                if e.is_instance_of::<crate::errors::Error>(py) {
+                    let _ = e.value(py).setattr("written", written);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Runs the callbacks of completed records (`on_delivery`, interceptors'
+    /// `on_acknowledgement`) on this thread.
+    ///
+    /// Args:
+    ///     timeout: Seconds to wait for a first completion when none is
+    ///         ready (default 0: do not wait; None: no limit). Releases the
+    ///         GIL while it waits.
+    ///
+    /// Returns:
+    ///     int: The number of callbacks served.
+    ///
+    /// Raises:
+    ///     mqlite.Closed: The producer is closed.
+    ///     mqlite.InvalidArgument: `timeout` is negative or NaN.
+    ///     Exception: What an `on_delivery` callback raised (the callbacks
+    ///         after it stay queued for the next call).
+    #[pyo3(signature = (timeout = 0.0))]
+    fn poll(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<usize> {
+        let timeout = crate::util::timeout(py, timeout)?;
+        self.check_open(py)?;
+        let served = self.delivery.serve(py, false)?;
+        if served > 0 || timeout == Some(Duration::ZERO) {
+            return Ok(served);
+        }
+        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
+        loop {
+            let slice = match deadline {
+                None => WAIT_SLICE,
+                Some(d) => {
+                    let now = Instant::now();
+                    if now >= d {
+                        return Ok(0);
+                    }
+                    (d - now).min(WAIT_SLICE)
+                }
+            };
+            self.delivery.wait(py, slice);
+            let served = self.delivery.serve(py, true)?;
+            if served > 0 {
+                return Ok(served);
+            }
+            py.check_signals()?;
+            self.check_open(py)?;
+        }
+    }
+
+    /// Writes every queued record, waits until all are as durable as `acks`
+    /// asks, and runs their callbacks (on this thread). Releases the GIL
+    /// while it waits.
+    ///
+    /// Args:
+    ///     timeout: Most seconds to wait (None: no limit).
+    ///
+    /// Raises:
+    ///     mqlite.Timeout: Records were still pending after `timeout`
+    ///         (callbacks of those done were run).
+    ///     mqlite.Closed: The producer or its broker is closed.
+    ///     mqlite.InvalidArgument: `timeout` is negative.
+    ///     Exception: What an `on_delivery` callback raised.
+    #[pyo3(signature = (timeout = None))]
+    fn flush(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<()> {
+        let timeout = crate::util::timeout(py, timeout)?;
+        self.check_open(py)?;
+        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
+        loop {
+            let slice = match deadline {
+                None => WAIT_SLICE,
+                Some(d) => d.saturating_duration_since(Instant::now()).min(WAIT_SLICE),
+            };
+            match py.detach(|| self.inner.flush_timeout(slice)) {
+                Ok(()) => break,
+                Err(mqlite::Error::Timeout(_)) => {
+                    self.delivery.serve(py, false)?;
+                    if deadline.is_some_and(|d| Instant::now() >= d) {
+                        let ms = timeout.map_or(0, |t| t.as_millis() as u64);
+                        return Err(to_py(py, mqlite::Error::Timeout(ms)));
+                    }
+                    py.check_signals()?;
+                }
+                Err(e) => {
+                    self.delivery.serve(py, false)?;
+                    return Err(to_py(py, e));
+                }
+            }
+        }
+        self.delivery.serve(py, true)?;
+        Ok(())
+    }
+
+    /// The highest sequence this producer wrote to any partition, or None.
+    ///
+    /// For a named producer this survives restarts: resume the
+    /// application's source after it, re-sending with the same sequences;
+    /// whatever was already written comes back as `duplicate=True`.
+    ///
+    /// Returns:
+    ///     int | None: The sequence, or None when none was written yet.
+    ///
+    /// Raises:
+    ///     mqlite.InvalidArgument: The producer is not idempotent.
+    ///     mqlite.Closed: The producer or its broker is closed.
+    fn last_sequence(&self, py: Python<'_>) -> PyResult<Option<i64>> {
+        self.check_open(py)?;
+        py.detach(|| self.inner.last_sequence()).py_err(py)
+    }
+
+    /// Counters of what the producer did so far.
+    ///
+    /// Returns:
+    ///     ProducerStats: A snapshot taken now.
+    fn stats(&self) -> ProducerStats {
+        ProducerStats::from(self.inner.stats())
+    }
+
+    /// Flushes and closes the producer, running every remaining callback;
+    /// later calls raise `mqlite.Closed`.
+    ///
+    /// Closing twice, or after the broker was closed, is fine. A producer
+    /// garbage-collected without `close()` is flushed, but callbacks still
+    /// queued then are dropped without running.
+    ///
+    /// Raises:
+    ///     mqlite.IoError: The final flush failed.
+    ///     Exception: The first exception an `on_delivery` callback raised
+    ///         (the other callbacks still ran; the producer is closed
+    ///         anyway).
     fn close(&self, py: Python<'_>) -> PyResult<()> {
         if self.closed.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
-        match py.detach(|| self.inner.flush()) {
+        let res = match py.detach(|| self.inner.close()) {
             Err(mqlite::Error::Closed(_)) => Ok(()),
             r => r.py_err(py),
+        };
+        // Every remaining callback runs, even after one raised; the first
+        // exception is raised at the end.
+        let mut first = None;
+        loop {
+            match self.delivery.serve(py, true) {
+                Ok(_) if !self.delivery.pending() => break,
+                Ok(_) => {}
+                Err(e) => {
+                    first.get_or_insert(e);
+                }
+            }
+        }
+        match first {
+            Some(e) => Err(e),
+            None => res,
         }
     }
 
@@ -296,6 +936,45 @@ impl Producer {
         })
     }
 
+    /// str | None: The durable name, or None for an anonymous producer.
+    #[getter]
+    fn name(&self) -> Option<&str> {
+        self.inner.name()
+    }
+
+    /// int | None: The producer id, or None when not idempotent. A named
+    /// producer keeps its id across restarts.
+    #[getter]
+    fn producer_id(&self) -> Option<i64> {
+        Some(self.inner.producer_id()).filter(|&id| id >= 0)
+    }
+
+    /// int | None: The epoch, or None when not idempotent. It goes up each
+    /// time a producer of the same name is made; older ones are fenced.
+    #[getter]
+    fn epoch(&self) -> Option<i16> {
+        Some(self.inner.epoch()).filter(|&e| e >= 0)
+    }
+
+    /// bool: Whether the producer is idempotent.
+    #[getter]
+    fn idempotent(&self) -> bool {
+        self.inner.config().idempotent
+    }
+
+    /// str: The codec of every batch: "none", "gzip", "snappy", "lz4" or
+    /// "zstd".
+    #[getter]
+    fn compression(&self) -> &'static str {
+        self.inner.config().compression.name()
+    }
+
+    /// str: The partitioner: "sticky", "round_robin" or "custom".
+    #[getter]
+    fn partitioner(&self) -> &'static str {
+        self.inner.config().partitioner.name()
+    }
+
     fn __enter__(slf: Py<Self>) -> Py<Self> {
         slf
     }
@@ -313,7 +992,10 @@ impl Producer {
             mqlite::Acks::All => "'all'",
         };
         let state = if self.closed() { "closed" } else { "open" };
-        format!("<mqlite.Producer acks={acks} {state}>")
+        match self.inner.name() {
+            Some(n) => format!("<mqlite.Producer name={n:?} acks={acks} {state}>"),
+            None => format!("<mqlite.Producer acks={acks} {state}>"),
+        }
     }
 }
 

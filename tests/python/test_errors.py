@@ -23,6 +23,9 @@ def test_exception_tree() -> None:
         (mqlite.Corrupt, 300),
         (mqlite.UnsupportedVersion, 301),
         (mqlite.MessageTooLarge, 400),
+        (mqlite.BufferFull, 401),
+        (mqlite.OutOfOrderSequence, 402),
+        (mqlite.ProducerFenced, 403),
     ]
     for cls, code in kinds:
         assert issubclass(cls, mqlite.Error)

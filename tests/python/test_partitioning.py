@@ -57,6 +57,6 @@ def test_send_uses_key_partition_and_is_stable(mq: mqlite.Broker) -> None:
 
 def test_no_key_spreads_round_robin(mq: mqlite.Broker) -> None:
     mq.create_topic("t", partitions=4)
-    p = mq.producer()
+    p = mq.producer(partitioner="round_robin")
     parts = [p.send("t", b"v").partition for _ in range(8)]
     assert sorted(parts) == [0, 0, 1, 1, 2, 2, 3, 3]

@@ -69,6 +69,8 @@ pub(crate) struct AccState {
     durable: Vec<Durable>,
     /// Durable items taken by the background thread, not yet done.
     flushing: usize,
+    /// Threads waiting on the `space` condition variable.
+    pub space_waiters: usize,
     stop: bool,
     sender_started: bool,
 }
@@ -77,7 +79,9 @@ impl Inner {
     fn release(&self, st: &mut AccState, bytes: usize) {
         st.buffered -= bytes.min(st.buffered);
         self.stats.set_buffered(st.buffered);
-        self.space.notify_all();
+        if st.space_waiters > 0 {
+            self.space.notify_all();
+        }
     }
 
     /// Appends the open batch of `log`, if any.
@@ -320,12 +324,21 @@ impl Inner {
                     if now >= d {
                         return Err(Error::Timeout(timeout.map_or(0, |t| t.as_millis() as u64)));
                     }
-                    self.space
+                    st.space_waiters += 1;
+                    let mut g = self
+                        .space
                         .wait_timeout(st, d - now)
                         .unwrap_or_else(|p| p.into_inner())
-                        .0
+                        .0;
+                    g.space_waiters -= 1;
+                    g
                 }
-                None => self.space.wait(st).unwrap_or_else(|p| p.into_inner()),
+                None => {
+                    st.space_waiters += 1;
+                    let mut g = self.space.wait(st).unwrap_or_else(|p| p.into_inner());
+                    g.space_waiters -= 1;
+                    g
+                }
             };
         }
         drop(st);

@@ -699,7 +699,9 @@ impl Inner {
             }
             let (topic, parts) = current.as_ref().expect("just set");
             let count = parts.len() as u32;
-            let partition = self.choose(topic, count, r, || 0)?;
+            let partition = self.choose(topic, count, r, || {
+                r.value.map_or(0, <[u8]>::len) + r.key.map_or(0, <[u8]>::len) + 8
+            })?;
             let log = parts
                 .get(partition as usize)
                 .ok_or_else(|| Error::UnknownPartition {
@@ -974,11 +976,13 @@ impl Inner {
             if self.closed.load(Ordering::Acquire) {
                 return Err(Error::Closed("producer"));
             }
+            st.space_waiters += 1;
             st = self
                 .space
                 .wait_timeout(st, deadline - now)
                 .unwrap_or_else(|p| p.into_inner())
                 .0;
+            st.space_waiters -= 1;
         }
         Ok(st)
     }
