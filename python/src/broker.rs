@@ -139,15 +139,18 @@ impl Broker {
     ///         than this (default: keep forever).
     ///     retention_bytes: Delete the oldest closed segments while a
     ///         partition holds more than this (default: no limit).
-    ///     max_message_bytes: Largest encoded record, 57 bytes of batch header
+    ///     max_message_bytes: Largest encoded record, 61 bytes of batch header
     ///         included (default 1 MiB, at most `segment_bytes`).
+    ///     log_append_time: Stamp records with the time they are appended
+    ///         instead of the producer's timestamp (Kafka's LogAppendTime);
+    ///         default False.
     ///
     /// Raises:
     ///     mqlite.InvalidTopicName: The name breaks a naming rule.
     ///     mqlite.InvalidConfig: A value is out of range.
     ///     mqlite.TopicExists: A topic of that name exists.
     ///     mqlite.Closed: The broker is closed.
-    #[pyo3(signature = (name, partitions = 1, *, segment_bytes = None, retention_ms = None, retention_bytes = None, max_message_bytes = None))]
+    #[pyo3(signature = (name, partitions = 1, *, segment_bytes = None, retention_ms = None, retention_bytes = None, max_message_bytes = None, log_append_time = false))]
     #[allow(clippy::too_many_arguments)] // one per argument of the Python signature
     fn create_topic(
         &self,
@@ -158,6 +161,7 @@ impl Broker {
         retention_ms: Option<i64>,
         retention_bytes: Option<i64>,
         max_message_bytes: Option<i64>,
+        log_append_time: bool,
     ) -> PyResult<()> {
         self.check_open(py)?;
         let mut config = mqlite::TopicConfig::new(config_u32(py, "partitions", partitions)?);
@@ -173,6 +177,7 @@ impl Broker {
         if let Some(v) = max_message_bytes {
             config = config.max_message_bytes(config_u32(py, "max_message_bytes", v)?);
         }
+        config = config.log_append_time(log_append_time);
         py.detach(|| self.inner.create_topic(name, config))
             .py_err(py)
     }
@@ -532,6 +537,7 @@ impl PartitionInfo {
 ///         None.
 ///     max_message_bytes (int): Largest encoded record accepted.
 ///     index_interval_bytes (int): Bytes of log between two index entries.
+///     log_append_time (bool): Records are stamped with their append time.
 ///     partitions (list[PartitionInfo]): One entry per partition, in order.
 #[pyclass(frozen, module = "mqlite")]
 pub struct TopicInfo {
@@ -547,6 +553,8 @@ pub struct TopicInfo {
     max_message_bytes: u32,
     #[pyo3(get)]
     index_interval_bytes: u32,
+    #[pyo3(get)]
+    log_append_time: bool,
     partitions: Vec<PartitionInfo>,
 }
 
@@ -559,6 +567,7 @@ impl From<mqlite::TopicInfo> for TopicInfo {
             retention_bytes: t.config.retention_bytes,
             max_message_bytes: t.config.max_message_bytes,
             index_interval_bytes: t.config.index_interval_bytes,
+            log_append_time: t.config.log_append_time,
             partitions: t
                 .partitions
                 .into_iter()

@@ -352,3 +352,18 @@ def test_send_batch_sequence_overflow(mq: mqlite.Broker) -> None:
     p = mq.producer("seq")
     with pytest.raises(mqlite.InvalidArgument, match="overflow"):
         p.send_batch("t", [b"a", b"b"], sequences=2**63 - 1)
+
+
+def test_log_append_time_topic(mq: "mqlite.Broker") -> None:
+    import time
+
+    mq.create_topic("lat", partitions=1, log_append_time=True)
+    assert mq.topic("lat").log_append_time
+    before = int(time.time() * 1000)
+    p = mq.producer()
+    md = p.send("lat", b"v", timestamp=1000)
+    assert md.timestamp >= before
+    c = mq.consumer()
+    c.assign([("lat", 0)])
+    m = c.poll(timeout=1.0)
+    assert m is not None and m.timestamp == md.timestamp
