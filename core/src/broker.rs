@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, Write};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, RwLock, Weak};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -79,6 +79,9 @@ pub(crate) struct BrokerInner {
     closed: AtomicBool,
     janitor: Mutex<Option<(JoinHandle<()>, Stop)>>,
     registry: Registry,
+    /// Bumped whenever a topic is deleted or grows and at close, so that
+    /// caches of topic lookups (the producers') know to look again.
+    topics_version: AtomicU64,
 }
 
 /// An open data directory: the entry point of the engine.
@@ -171,6 +174,7 @@ impl Broker {
         let registry = Registry::open(&dir, config.file_mode)?;
         let inner = Arc::new(BrokerInner {
             registry,
+            topics_version: AtomicU64::new(0),
             dir,
             config,
             lock: Mutex::new(Some(lock)),
@@ -231,6 +235,7 @@ impl Broker {
             .remove(name)
             .ok_or_else(|| Error::UnknownTopic(name.to_owned()))?;
         topic.mark_deleted();
+        self.inner.topics_changed();
         let _ = topic.close();
         // Move aside first (atomic), then remove.
         let trash = self.inner.dir.join("trash");
@@ -258,7 +263,9 @@ impl Broker {
     pub fn add_partitions(&self, name: &str, partitions: u32) -> Result<()> {
         self.inner.check_open()?;
         let _ddl = self.inner.ddl.lock().unwrap_or_else(|p| p.into_inner());
-        self.inner.topic(name)?.add_partitions(partitions)
+        let res = self.inner.topic(name)?.add_partitions(partitions);
+        self.inner.topics_changed();
+        res
     }
 
     /// The earliest offset of `topic`/`partition` whose record timestamp is
@@ -336,6 +343,16 @@ impl BrokerInner {
         self.topics.read().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// The current topics version (see `topics_version`).
+    #[inline]
+    pub(crate) fn topics_version(&self) -> u64 {
+        self.topics_version.load(Ordering::Acquire)
+    }
+
+    fn topics_changed(&self) {
+        self.topics_version.fetch_add(1, Ordering::AcqRel);
+    }
+
     /// Producer ids and names.
     pub(crate) fn registry(&self) -> &Registry {
         &self.registry
@@ -409,6 +426,7 @@ impl BrokerInner {
         if self.closed.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
+        self.topics_changed();
         if let Some((h, stop)) = self
             .janitor
             .lock()

@@ -27,6 +27,7 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+mod assign;
 mod broker;
 mod consumer;
 mod dedup;
@@ -37,6 +38,10 @@ mod producer;
 pub mod raw;
 mod topic;
 
+pub use assign::{
+    assign, assign_consistent_hash, moved, Assignment, AssignmentStrategy, MemberInfo,
+    TopicPartition, DEFAULT_VIRTUAL_NODES,
+};
 pub use broker::{Broker, Config, LOCK_FILE};
 pub use consumer::{Consumer, ConsumerConfig, Message, OffsetReset};
 pub use dedup::{validate_producer_name, DEFAULT_DEDUP_WINDOW, MAX_PRODUCER_NAME_LEN};

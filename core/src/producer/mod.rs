@@ -32,7 +32,6 @@ use crate::error::{Error, Result};
 use crate::log::batch::{self, EncodedRecords, ProducerFields, RecordRef, SectionInfo};
 use crate::log::compression::{compress_records, Compression, MAX_UNCOMPRESSED_LEN};
 use crate::log::{now_ms, Appended, BatchSource, PartitionLog, UNKNOWN_OFFSET};
-use crate::topic::Topic;
 use accumulator::{AccState, Done};
 use stats::Counters;
 
@@ -99,10 +98,20 @@ thread_local! {
     static IN_CALLBACK: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
-/// Where a record goes.
+/// A topic's partition list.
+type Partitions = Arc<Vec<Arc<PartitionLog>>>;
+
+/// Where a record goes: a partition of a topic's partition list.
 struct Route {
-    log: Arc<PartitionLog>,
+    parts: Partitions,
     partition: u32,
+}
+
+impl Route {
+    #[inline]
+    fn log(&self) -> &Arc<PartitionLog> {
+        &self.parts[self.partition as usize]
+    }
 }
 
 impl Producer {
@@ -427,7 +436,7 @@ impl Inner {
     /// Chooses the partition of `r` among `count` (not checked against it).
     fn choose(
         &self,
-        topic: &Topic,
+        topic: &Arc<str>,
         count: u32,
         r: &BorrowedRecord<'_>,
         size_hint: impl FnOnce() -> usize,
@@ -450,7 +459,7 @@ impl Inner {
                 Partitioner::RoundRobin => self.chooser.round_robin(count),
                 Partitioner::Sticky => {
                     self.chooser
-                        .sticky(topic.name(), count, size_hint(), self.config.batch_size)
+                        .sticky(topic, count, size_hint(), self.config.batch_size)
                 }
             },
         })
@@ -458,52 +467,60 @@ impl Inner {
 
     /// Chooses the partition of `r`.
     fn route(&self, r: &BorrowedRecord<'_>, size_hint: impl FnOnce() -> usize) -> Result<Route> {
-        let topic = self.topic(r.topic)?;
-        let parts = topic.partitions();
+        let parts = self.partitions_of(r.topic)?;
         let count = parts.len() as u32;
-        let partition = self.choose(&topic, count, r, size_hint)?;
-        let log = parts
-            .get(partition as usize)
-            .ok_or_else(|| Error::UnknownPartition {
+        let partition = self.choose(parts[0].topic(), count, r, size_hint)?;
+        if partition >= count {
+            return Err(Error::UnknownPartition {
                 topic: r.topic.to_owned(),
                 partition,
                 count,
-            })?;
-        Ok(Route {
-            log: Arc::clone(log),
-            partition,
-        })
+            });
+        }
+        Ok(Route { parts, partition })
     }
 
-    /// The topic `name`, through a one-entry cache per thread (most
-    /// producers send to one topic from each thread): no lock, no hashing.
-    /// The cache holds weak references, so it keeps no closed broker or
-    /// deleted topic alive, and a live `Weak` keeps its allocation, so a new
-    /// broker can never be mistaken for a dropped one at the same address.
-    fn topic(&self, name: &str) -> Result<Arc<Topic>> {
-        type Cached = (std::sync::Weak<BrokerInner>, std::sync::Weak<Topic>);
+    /// The partitions of topic `name`, through a one-entry cache per thread
+    /// (most producers send to one topic from each thread): no lock and no
+    /// hashing on a hit. The cache holds weak references, so it keeps no
+    /// closed broker or deleted topic alive; a live `Weak` keeps its
+    /// allocation, so a new broker is never mistaken for a dropped one at the
+    /// same address; and the broker's topics version (bumped by deletes,
+    /// growth and close) says when to look again.
+    fn partitions_of(&self, name: &str) -> Result<Partitions> {
+        type Cached = (
+            std::sync::Weak<BrokerInner>,
+            u64,
+            Arc<str>,
+            std::sync::Weak<Vec<Arc<PartitionLog>>>,
+        );
         thread_local! {
             static LAST: std::cell::RefCell<Option<Cached>> =
                 const { std::cell::RefCell::new(None) };
         }
+        let version = self.broker.topics_version();
         let hit = LAST.with(|c| {
             let c = c.borrow();
-            let (b, t) = c.as_ref()?;
-            if b.as_ptr() != Arc::as_ptr(&self.broker) {
+            let (b, v, n, parts) = c.as_ref()?;
+            if b.as_ptr() != Arc::as_ptr(&self.broker) || *v != version || &**n != name {
                 return None;
             }
-            let t = t.upgrade()?;
-            (&**t.name() == name && !t.is_deleted()).then_some(t)
+            parts.upgrade()
         });
-        if let Some(t) = hit {
-            self.broker.check_open()?;
-            return Ok(t);
+        if let Some(parts) = hit {
+            return Ok(parts);
         }
-        let t = self.broker.topic(name)?;
+        let topic = self.broker.topic(name)?;
+        let parts = topic.partitions();
         LAST.with(|c| {
-            *c.borrow_mut() = Some((Arc::downgrade(&self.broker), Arc::downgrade(&t)));
+            *c.borrow_mut() = Some((
+                Arc::downgrade(&self.broker),
+                version,
+                Arc::clone(topic.name()),
+                Arc::downgrade(&parts),
+            ));
         });
-        Ok(t)
+        Ok(parts)
     }
 
     fn check_sequence(&self, r: &BorrowedRecord<'_>) -> Result<()> {
@@ -601,7 +618,7 @@ impl Inner {
             timestamp,
         };
         let route = self.route(r, || batch::encoded_record_len(&rec, timestamp, 0))?;
-        let log = &route.log;
+        let log = route.log();
         let (appended, len) = if r.sequence.is_some() || self.pending.load(Ordering::Acquire) > 0 {
             // Order with queued records of this partition, and (for the
             // application's sequences) with every other write of this
@@ -685,19 +702,20 @@ impl Inner {
         type Group = (Arc<PartitionLog>, u32, Vec<usize>);
         let mut groups: Vec<Group> = Vec::new();
         let mut slot_of: HashMap<usize, usize> = HashMap::new();
-        type Partitions = Arc<Vec<Arc<PartitionLog>>>;
-        let mut current: Option<(Arc<Topic>, Partitions)> = None;
+        let mut current: Option<Partitions> = None;
         let mut last: Option<(usize, usize)> = None; // (log address, slot)
         let mut sequenced = false;
         for (i, r) in records.iter().enumerate() {
             self.check_sequence(r)?;
             sequenced |= r.sequence.is_some();
-            if current.as_ref().is_none_or(|(t, _)| &**t.name() != r.topic) {
-                let t = self.topic(r.topic)?;
-                let parts = t.partitions();
-                current = Some((t, parts));
+            if current
+                .as_ref()
+                .is_none_or(|parts| &**parts[0].topic() != r.topic)
+            {
+                current = Some(self.partitions_of(r.topic)?);
             }
-            let (topic, parts) = current.as_ref().expect("just set");
+            let parts = current.as_ref().expect("just set");
+            let topic = parts[0].topic();
             let count = parts.len() as u32;
             let partition = self.choose(topic, count, r, || {
                 r.value.map_or(0, <[u8]>::len) + r.key.map_or(0, <[u8]>::len) + 8
@@ -862,7 +880,7 @@ impl Inner {
         };
         let single = batch::batch_len(std::slice::from_ref(&rec));
         let route = self.route(r, || single)?;
-        let log = &route.log;
+        let log = route.log();
         if single > log.max_batch_bytes() {
             return Err(Error::MessageTooLarge {
                 size: single,
