@@ -13,7 +13,9 @@ use std::time::Duration;
 use crate::consumer::{Consumer, ConsumerConfig};
 use crate::dedup::Registry;
 use crate::error::{Error, IoContext, Result};
+use crate::group::{Group, Groups};
 use crate::log::now_ms;
+use crate::offsets::CommittedOffset;
 use crate::producer::{Producer, ProducerConfig};
 use crate::topic::{validate_topic_name, Topic, TopicConfig, TopicInfo, TopicOptions};
 
@@ -82,6 +84,29 @@ pub(crate) struct BrokerInner {
     /// Bumped whenever a topic is deleted or grows and at close, so that
     /// caches of topic lookups (the producers') know to look again.
     topics_version: AtomicU64,
+    groups: Groups,
+}
+
+/// A consumer group as [`Broker::describe_group`] sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupInfo {
+    /// The group's name.
+    pub name: String,
+    /// Incremented at every rebalance in this process.
+    pub generation: u64,
+    /// Members now, by id.
+    pub members: Vec<GroupMember>,
+    /// Committed offsets: `(topic, partition, committed)`.
+    pub committed: Vec<(String, u32, CommittedOffset)>,
+}
+
+/// One member of a consumer group.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupMember {
+    /// Its member id (`<client_id>-<number>`).
+    pub id: String,
+    /// The partitions it owns now.
+    pub partitions: Vec<(String, u32)>,
 }
 
 /// An open data directory: the entry point of the engine.
@@ -175,6 +200,7 @@ impl Broker {
         let inner = Arc::new(BrokerInner {
             registry,
             topics_version: AtomicU64::new(0),
+            groups: Groups::default(),
             dir,
             config,
             lock: Mutex::new(Some(lock)),
@@ -294,6 +320,23 @@ impl Broker {
         Consumer::new(Arc::clone(&self.inner), config)
     }
 
+    /// Describes consumer group `name`: its members in this process (each
+    /// with the partitions it owns now) and its committed offsets.
+    pub fn describe_group(&self, name: &str) -> Result<GroupInfo> {
+        crate::offsets::validate_group_name("group", name)?;
+        let g = self.inner.group(name)?;
+        let (generation, members) = g.describe();
+        Ok(GroupInfo {
+            name: name.to_owned(),
+            generation,
+            members: members
+                .into_iter()
+                .map(|(id, partitions)| GroupMember { id, partitions })
+                .collect(),
+            committed: g.all_committed(),
+        })
+    }
+
     /// Flushes every partition to disk.
     pub fn flush(&self) -> Result<()> {
         self.inner.check_open()?;
@@ -351,6 +394,27 @@ impl BrokerInner {
 
     fn topics_changed(&self) {
         self.topics_version.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// The consumer group `name` (its committed offsets, its members).
+    pub(crate) fn group(&self, name: &str) -> Result<Arc<Group>> {
+        self.check_open()?;
+        self.groups.get(&self.dir, name, self.config.file_mode)
+    }
+
+    /// Partition count of topic `name`, if it exists.
+    pub(crate) fn partition_count(&self, name: &str) -> Option<u32> {
+        self.topics_read()
+            .get(name)
+            .filter(|t| !t.is_deleted())
+            .map(|t| t.partitions().len() as u32)
+    }
+
+    /// Names of every topic.
+    pub(crate) fn topic_names(&self) -> Vec<String> {
+        let mut v: Vec<String> = self.topics_read().keys().cloned().collect();
+        v.sort();
+        v
     }
 
     /// Producer ids and names.

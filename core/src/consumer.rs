@@ -1,14 +1,17 @@
 //! Consumers: assignment, subscription, positions and polling.
 
-use std::sync::atomic::{fence, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{fence, AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::assign::AssignmentStrategy;
 use crate::broker::BrokerInner;
 use crate::error::{Error, Result};
+use crate::group::{Group, MemberSpec};
 use crate::log::batch::{self, BatchHeader, Header};
 use crate::log::compression::MAX_UNCOMPRESSED_LEN;
 use crate::log::{Cursor, PartitionLog, Segment, Waiter};
+use crate::offsets::{validate_group_name, CommittedOffset};
 use crate::topic::Topic;
 
 /// Where to start when there is no valid position (Kafka's
@@ -39,23 +42,52 @@ impl std::str::FromStr for OffsetReset {
     }
 }
 
-/// Settings of a consumer.
+/// Settings of a consumer. The defaults follow Kafka where they apply.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConsumerConfig {
-    /// Consumer group; `None` for a standalone consumer.
+    /// Consumer group; `None` for a standalone consumer (which cannot
+    /// commit).
     pub group_id: Option<String>,
+    /// This consumer's name: part of its member id in the group, and, in
+    /// broadcast mode, the name its offsets are stored under (default
+    /// `"consumer"`).
+    pub client_id: String,
     /// Where to start without a valid position.
     pub auto_offset_reset: OffsetReset,
     /// Most messages one `poll` returns (default 500, as Kafka).
     pub max_poll_records: usize,
+    /// How the group shares partitions (default averagely / range).
+    pub assignment_strategy: AssignmentStrategy,
+    /// The partitions this member asks for with
+    /// [`AssignmentStrategy::ByConfig`].
+    pub wanted_partitions: Vec<(String, u32)>,
+    /// Commit the position of every owned partition automatically, every
+    /// `auto_commit_interval_ms`, before a partition is revoked and at close
+    /// (default true).
+    pub enable_auto_commit: bool,
+    /// Interval of automatic commits (default 5000 ms).
+    pub auto_commit_interval_ms: u64,
+    /// A member that does not poll for this long leaves the group and its
+    /// partitions go to the others (default 300000 ms).
+    pub max_poll_interval_ms: u64,
+    /// RocketMQ's broadcasting: every consumer gets every partition, with
+    /// offsets of its own (stored under `<group_id>.<client_id>`).
+    pub broadcast: bool,
 }
 
 impl Default for ConsumerConfig {
     fn default() -> Self {
         ConsumerConfig {
             group_id: None,
+            client_id: "consumer".into(),
             auto_offset_reset: OffsetReset::Earliest,
             max_poll_records: 500,
+            assignment_strategy: AssignmentStrategy::Averagely,
+            wanted_partitions: Vec::new(),
+            enable_auto_commit: true,
+            auto_commit_interval_ms: 5000,
+            max_poll_interval_ms: 300_000,
+            broadcast: false,
         }
     }
 }
@@ -80,6 +112,118 @@ impl ConsumerConfig {
         self.max_poll_records = n.max(1);
         self
     }
+
+    /// Sets `client_id`.
+    pub fn client_id(mut self, id: impl Into<String>) -> Self {
+        self.client_id = id.into();
+        self
+    }
+
+    /// Sets the assignment strategy.
+    pub fn assignment_strategy(mut self, s: AssignmentStrategy) -> Self {
+        self.assignment_strategy = s;
+        self
+    }
+
+    /// Sets the partitions asked for under [`AssignmentStrategy::ByConfig`].
+    pub fn wanted_partitions(mut self, partitions: Vec<(String, u32)>) -> Self {
+        self.wanted_partitions = partitions;
+        self
+    }
+
+    /// Turns automatic commits on or off.
+    pub fn enable_auto_commit(mut self, on: bool) -> Self {
+        self.enable_auto_commit = on;
+        self
+    }
+
+    /// Sets `auto_commit_interval_ms`.
+    pub fn auto_commit_interval_ms(mut self, ms: u64) -> Self {
+        self.auto_commit_interval_ms = ms;
+        self
+    }
+
+    /// Sets `max_poll_interval_ms`.
+    pub fn max_poll_interval_ms(mut self, ms: u64) -> Self {
+        self.max_poll_interval_ms = ms;
+        self
+    }
+
+    /// Turns broadcast mode on or off.
+    pub fn broadcast(mut self, on: bool) -> Self {
+        self.broadcast = on;
+        self
+    }
+}
+
+/// Called when a group member's partitions change (Kafka's
+/// `ConsumerRebalanceListener`). Both run inside `poll` (or `subscribe`,
+/// `close`), on the consumer's thread, with the consumer at hand: commit in
+/// `on_revoke` to hand over exactly what was processed.
+pub trait RebalanceListener: Send {
+    /// The consumer now owns `partitions` (its positions start at the
+    /// group's committed offsets).
+    fn on_assign(&mut self, consumer: &mut Consumer, partitions: &[(String, u32)]) {
+        let _ = (consumer, partitions);
+    }
+
+    /// The consumer is about to give up `partitions`: they go to another
+    /// member once this returns.
+    fn on_revoke(&mut self, consumer: &mut Consumer, partitions: &[(String, u32)]) {
+        let _ = (consumer, partitions);
+    }
+}
+
+/// Wakes a consumer blocked in [`Consumer::poll`] from another thread: that
+/// `poll` returns at once (with what it has, maybe nothing).
+#[derive(Debug, Clone, Default)]
+pub struct ConsumerWaker {
+    inner: Arc<WakeState>,
+}
+
+#[derive(Debug, Default)]
+struct WakeState {
+    flag: AtomicBool,
+    waiter: Mutex<Option<Arc<Waiter>>>,
+}
+
+impl ConsumerWaker {
+    /// Makes the current or next `poll` return at once.
+    pub fn wakeup(&self) {
+        self.inner.flag.store(true, Ordering::SeqCst);
+        if let Some(w) = &*self.inner.waiter.lock().unwrap_or_else(|p| p.into_inner()) {
+            w.wake();
+        }
+    }
+}
+
+/// What a consumer did so far.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ConsumerStats {
+    /// Messages returned by `poll`.
+    pub records: u64,
+    /// Bytes of keys and values returned.
+    pub bytes: u64,
+    /// Calls to `poll`.
+    pub polls: u64,
+    /// Group rebalances this consumer took part in.
+    pub rebalances: u64,
+    /// Messages skipped because retention deleted them before they were
+    /// read (`auto_offset_reset` moved the position past them).
+    pub skipped: u64,
+    /// Commits made (manual and automatic).
+    pub commits: u64,
+}
+
+/// A group member's identity and subscription.
+#[derive(Debug)]
+struct Membership {
+    group: Arc<Group>,
+    id: String,
+    /// Explicit topics, or a pattern matched against every topic.
+    topics: Vec<String>,
+    pattern: Option<regex::Regex>,
+    generation: u64,
 }
 
 /// What a message's byte ranges point into.
@@ -216,6 +360,9 @@ struct Assigned {
     /// The compressed batch at the cursor, decompressed, when the last fetch
     /// stopped in its middle.
     decoded: Option<Decoded>,
+    /// Messages jumped over since the last count because retention deleted
+    /// them before they were read.
+    skipped: u64,
 }
 
 /// Reads records from assigned partitions or subscribed topics.
@@ -223,7 +370,6 @@ struct Assigned {
 /// A consumer alone in its group gets every partition of the topics it
 /// subscribes to; sharing partitions among several members comes with
 /// consumer groups.
-#[derive(Debug)]
 pub struct Consumer {
     broker: Arc<BrokerInner>,
     config: ConsumerConfig,
@@ -232,6 +378,27 @@ pub struct Consumer {
     waiter: Option<Arc<Waiter>>,
     next_start: usize,
     closed: bool,
+    /// Membership of a group in clustering mode.
+    member: Option<Membership>,
+    /// A pattern subscription outside a group.
+    pattern: Option<regex::Regex>,
+    /// Where commits go: the group, or this broadcast consumer's own store.
+    offsets: Option<Arc<Group>>,
+    listener: Option<Box<dyn RebalanceListener>>,
+    last_auto_commit: Instant,
+    wake: ConsumerWaker,
+    stats: ConsumerStats,
+}
+
+impl std::fmt::Debug for Consumer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Consumer")
+            .field("config", &self.config)
+            .field("assignment", &self.assignment())
+            .field("member", &self.member.as_ref().map(|m| &m.id))
+            .field("closed", &self.closed)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Consumer {
@@ -241,6 +408,22 @@ impl Consumer {
                 "max_poll_records must be at least 1".into(),
             ));
         }
+        if let Some(g) = &config.group_id {
+            validate_group_name("group_id", g)?;
+        }
+        validate_group_name("client_id", &config.client_id)?;
+        if config.broadcast && config.group_id.is_none() {
+            return Err(Error::InvalidArgument(
+                "broadcast mode needs a group_id".into(),
+            ));
+        }
+        let offsets = match &config.group_id {
+            Some(g) if config.broadcast => {
+                Some(broker.group(&format!("{g}.{}", config.client_id))?)
+            }
+            Some(g) => Some(broker.group(g)?),
+            None => None,
+        };
         Ok(Consumer {
             broker,
             config,
@@ -249,7 +432,19 @@ impl Consumer {
             waiter: None,
             next_start: 0,
             closed: false,
+            member: None,
+            pattern: None,
+            offsets,
+            listener: None,
+            last_auto_commit: Instant::now(),
+            wake: ConsumerWaker::default(),
+            stats: ConsumerStats::default(),
         })
+    }
+
+    /// Whether `subscribe` joins a group that shares partitions.
+    fn clustering(&self) -> bool {
+        self.config.group_id.is_some() && !self.config.broadcast
     }
 
     fn check_open(&self) -> Result<()> {
@@ -282,8 +477,20 @@ impl Consumer {
             }
             next.push(self.keep_or_new(topic, log));
         }
+        self.leave_group();
         self.subscription.clear();
         self.assigned = next;
+        for a in &mut self.assigned {
+            if a.position.is_none() {
+                if let Some(c) = self
+                    .offsets
+                    .as_ref()
+                    .and_then(|g| g.committed(a.topic.name(), a.log.partition()))
+                {
+                    a.position = Some(c.offset);
+                }
+            }
+        }
         Ok(())
     }
 
@@ -297,13 +504,53 @@ impl Consumer {
                 cursor: None,
                 next_base: None,
                 decoded: None,
+                skipped: 0,
             },
         }
     }
 
     /// Reads every partition of `topics`, including partitions added later.
     /// Nothing changes if any topic is unknown.
+    ///
+    /// With a `group_id` (and not in broadcast mode) the consumer joins the
+    /// group and gets its share of the partitions, which changes as members
+    /// come and go (see [`RebalanceListener`]).
     pub fn subscribe(&mut self, topics: &[&str]) -> Result<()> {
+        self.subscribe_inner(topics, None, None)
+    }
+
+    /// [`Consumer::subscribe`] with a listener told of every change of the
+    /// consumer's partitions.
+    pub fn subscribe_with(
+        &mut self,
+        topics: &[&str],
+        listener: Box<dyn RebalanceListener>,
+    ) -> Result<()> {
+        self.subscribe_inner(topics, None, Some(listener))
+    }
+
+    /// Subscribes to every topic whose whole name matches the regular
+    /// expression `pattern`, now and as topics are created.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for an invalid expression.
+    pub fn subscribe_pattern(
+        &mut self,
+        pattern: &str,
+        listener: Option<Box<dyn RebalanceListener>>,
+    ) -> Result<()> {
+        let re = regex::Regex::new(&format!("^(?:{pattern})$")).map_err(|e| {
+            Error::InvalidArgument(format!("invalid topic pattern {pattern:?}: {e}"))
+        })?;
+        self.subscribe_inner(&[], Some(re), listener)
+    }
+
+    fn subscribe_inner(
+        &mut self,
+        topics: &[&str],
+        pattern: Option<regex::Regex>,
+        listener: Option<Box<dyn RebalanceListener>>,
+    ) -> Result<()> {
         self.check_open()?;
         let mut subs = Vec::with_capacity(topics.len());
         for &t in topics {
@@ -312,20 +559,236 @@ impl Consumer {
                 subs.push(topic);
             }
         }
-        self.subscription = subs;
-        self.refresh_subscription();
+        if pattern.is_none() && subs.is_empty() {
+            return Err(Error::InvalidArgument(
+                "subscribe to at least one topic".into(),
+            ));
+        }
+        self.leave_group();
+        self.assigned.clear();
+        self.subscription.clear();
+        if listener.is_some() {
+            self.listener = listener;
+        }
+        if self.clustering() {
+            let group = Arc::clone(self.offsets.as_ref().expect("a group consumer has a group"));
+            let names: Vec<String> = subs.iter().map(|t| t.name().to_string()).collect();
+            let spec = self.member_spec(&names, pattern.as_ref());
+            let broker = Arc::clone(&self.broker);
+            let id = group.join(&self.config.client_id, spec, &|t| broker.partition_count(t))?;
+            self.member = Some(Membership {
+                group,
+                id,
+                topics: names,
+                pattern,
+                generation: 0,
+            });
+            self.group_sync()?;
+        } else {
+            self.subscription = subs;
+            if let Some(re) = pattern {
+                self.member = None;
+                self.subscription = self
+                    .broker
+                    .topic_names()
+                    .iter()
+                    .filter(|n| re.is_match(n))
+                    .filter_map(|n| self.broker.topic(n).ok())
+                    .collect();
+                self.pattern = Some(re);
+            }
+            self.refresh_subscription();
+        }
         Ok(())
     }
 
+    fn member_spec(&self, topics: &[String], pattern: Option<&regex::Regex>) -> MemberSpec {
+        let mut topics = topics.to_vec();
+        if let Some(re) = pattern {
+            topics = self
+                .broker
+                .topic_names()
+                .into_iter()
+                .filter(|n| re.is_match(n))
+                .collect();
+        }
+        MemberSpec {
+            topics,
+            strategy: self.config.assignment_strategy,
+            wanted: self.config.wanted_partitions.clone(),
+            max_poll_interval: Duration::from_millis(self.config.max_poll_interval_ms),
+        }
+    }
+
     /// Drops the subscription or manual assignment: the consumer reads
-    /// nothing until the next `subscribe` or `assign`.
+    /// nothing until the next `subscribe` or `assign`. A group member
+    /// leaves its group (committing first with auto-commit).
     pub fn unsubscribe(&mut self) {
+        self.leave_group();
         self.subscription.clear();
         self.assigned.clear();
+        self.pattern = None;
+    }
+
+    /// Leaves the group, if a member: revokes everything (listener, and a
+    /// commit with auto-commit) and lets the others take over.
+    fn leave_group(&mut self) {
+        if self.member.is_none() {
+            return;
+        }
+        let owned: Vec<(String, u32)> = self
+            .assigned
+            .iter()
+            .map(|a| (a.topic.name().to_string(), a.log.partition()))
+            .collect();
+        if !owned.is_empty() {
+            self.revoke(&owned);
+        }
+        let m = self.member.take().expect("checked");
+        let broker = Arc::clone(&self.broker);
+        m.group.leave(&m.id, &|t| broker.partition_count(t));
+        self.assigned.clear();
+    }
+
+    /// Runs the revoke listener and auto-commit for `partitions`, then
+    /// drops them from the assignment and releases them to the group.
+    fn revoke(&mut self, partitions: &[(String, u32)]) {
+        if let Some(mut l) = self.listener.take() {
+            l.on_revoke(self, partitions);
+            self.listener = Some(l);
+        }
+        if self.config.enable_auto_commit {
+            let offsets: Vec<(String, u32, CommittedOffset)> = self
+                .assigned
+                .iter()
+                .filter(|a| {
+                    partitions
+                        .iter()
+                        .any(|(t, p)| **a.topic.name() == **t && a.log.partition() == *p)
+                })
+                .filter_map(|a| {
+                    Some((
+                        a.topic.name().to_string(),
+                        a.log.partition(),
+                        committed_now(a.position?, ""),
+                    ))
+                })
+                .collect();
+            if let Err(e) = self.commit_raw(&offsets) {
+                ::log::warn!("auto-commit before a rebalance failed: {e}");
+            }
+        }
+        self.assigned.retain(|a| {
+            !partitions
+                .iter()
+                .any(|(t, p)| **a.topic.name() == **t && a.log.partition() == *p)
+        });
+        if let Some(m) = &self.member {
+            m.group.release(&m.id, partitions);
+        }
+    }
+
+    /// Brings a group member in line with its group: revokes what is no
+    /// longer its own, takes what was released to it.
+    fn group_sync(&mut self) -> Result<()> {
+        let Some(m) = &self.member else { return Ok(()) };
+        let group = Arc::clone(&m.group);
+        let id = m.id.clone();
+        if !group.is_member(&id) {
+            // Removed for not polling in time: everything it had is gone.
+            // Join again, as Kafka's consumer does.
+            ::log::warn!(
+                "consumer {id} was removed from group {}; joining again",
+                group.name()
+            );
+            self.assigned.clear();
+            let m = self.member.take().expect("checked");
+            let spec = self.member_spec(&m.topics, m.pattern.as_ref());
+            let broker = Arc::clone(&self.broker);
+            let id = group.join(&self.config.client_id, spec, &|t| broker.partition_count(t))?;
+            self.member = Some(Membership { id, ..m });
+            return self.group_sync();
+        }
+        if let Some(re) = &m.pattern {
+            let matching: Vec<String> = self
+                .broker
+                .topic_names()
+                .into_iter()
+                .filter(|n| re.is_match(n))
+                .collect();
+            if matching != m.topics {
+                let spec = self.member_spec(&matching, None);
+                let broker = Arc::clone(&self.broker);
+                group.update(&id, spec, &|t| broker.partition_count(t));
+                if let Some(m) = &mut self.member {
+                    m.topics = matching;
+                }
+            }
+        }
+        let waiter = self.ensure_waiter();
+        let broker = Arc::clone(&self.broker);
+        let sync = group.sync(&id, &|t| broker.partition_count(t), Some(&waiter))?;
+        if let Some(m) = &mut self.member {
+            if m.generation != sync.generation {
+                m.generation = sync.generation;
+                self.stats.rebalances += 1;
+            }
+        }
+        if !sync.revoke.is_empty() {
+            self.revoke(&sync.revoke);
+        }
+        if !sync.acquired.is_empty() {
+            for (t, p) in &sync.acquired {
+                let topic = match self.broker.topic(t) {
+                    Ok(t) => t,
+                    Err(_) => continue,
+                };
+                let Ok(log) = topic.partition(*p) else {
+                    continue;
+                };
+                let mut a = self.keep_or_new(topic, log);
+                a.position = group.committed(t, *p).map(|c| c.offset);
+                a.cursor = None;
+                a.next_base = None;
+                a.decoded = None;
+                self.assigned.push(a);
+            }
+            if let Some(mut l) = self.listener.take() {
+                l.on_assign(self, &sync.acquired);
+                self.listener = Some(l);
+            }
+        }
+        Ok(())
+    }
+
+    fn ensure_waiter(&mut self) -> Arc<Waiter> {
+        match &self.waiter {
+            Some(w) if w.is_current() => Arc::clone(w),
+            _ => {
+                let w = Waiter::current();
+                self.waiter = Some(Arc::clone(&w));
+                w
+            }
+        }
     }
 
     /// Brings the assignment in line with the subscribed topics' partitions.
     fn refresh_subscription(&mut self) {
+        if let Some(re) = &self.pattern {
+            let known = self.subscription.len();
+            let names = self.broker.topic_names();
+            let matching = names.iter().filter(|n| re.is_match(n)).count();
+            if matching != known {
+                self.subscription = names
+                    .iter()
+                    .filter(|n| re.is_match(n))
+                    .filter_map(|n| self.broker.topic(n).ok())
+                    .collect();
+            }
+        }
+        if self.member.is_some() {
+            return;
+        }
         if self.subscription.is_empty() {
             self.assigned.retain(|a| !a.topic.is_deleted());
             return;
@@ -403,6 +866,12 @@ impl Consumer {
             return Ok(p);
         }
         let wanted = a.position;
+        let start = a.log.start_offset();
+        if let Some(p) = wanted {
+            if p < start && reset != OffsetReset::Error {
+                a.skipped += start - p;
+            }
+        }
         let target = match (wanted, reset) {
             (Some(p), _) if p >= a.log.start_offset() && p <= a.log.end_offset() => p,
             (_, OffsetReset::Earliest) => a.log.start_offset(),
@@ -629,19 +1098,204 @@ impl Consumer {
     /// across the assigned partitions. Waits up to `timeout` for data when
     /// there is none, woken by appends; an empty vector means the timeout
     /// passed.
+    ///
+    /// A group member also takes part in rebalances here (its listener runs
+    /// on this thread), and auto-commits every `auto_commit_interval_ms`.
+    /// [`ConsumerWaker::wakeup`] from another thread makes it return at
+    /// once.
     pub fn poll(&mut self, timeout: Duration) -> Result<Vec<Message>> {
         self.check_open()?;
+        self.stats.polls += 1;
+        self.maybe_auto_commit();
+        self.group_sync()?;
         self.refresh_subscription();
         let deadline = Instant::now() + timeout;
         let mut out = Vec::new();
         loop {
+            if self.wake.inner.flag.swap(false, Ordering::SeqCst) {
+                break;
+            }
             self.fetch_all(&mut out)?;
             if !out.is_empty() || Instant::now() >= deadline {
-                return Ok(out);
+                break;
             }
-            self.wait(deadline)?;
+            let mut until = deadline;
+            if let Some(m) = &self.member {
+                if let Some(t) = m.group.next_expiry(&m.id) {
+                    until = until.min(t.max(Instant::now()));
+                }
+            }
+            self.wait(until)?;
             self.check_open()?;
+            self.group_sync()?;
         }
+        self.stats.records += out.len() as u64;
+        for m in &out {
+            self.stats.bytes +=
+                (m.key().map_or(0, <[u8]>::len) + m.value().map_or(0, <[u8]>::len)) as u64;
+        }
+        Ok(out)
+    }
+
+    fn maybe_auto_commit(&mut self) {
+        if !self.config.enable_auto_commit || self.offsets.is_none() {
+            return;
+        }
+        let every = Duration::from_millis(self.config.auto_commit_interval_ms);
+        if self.last_auto_commit.elapsed() < every {
+            return;
+        }
+        self.last_auto_commit = Instant::now();
+        if let Err(e) = self.commit() {
+            ::log::warn!("auto-commit failed: {e}");
+        }
+    }
+
+    /// A handle that wakes this consumer's `poll` from another thread.
+    pub fn waker(&self) -> ConsumerWaker {
+        self.wake.clone()
+    }
+
+    /// Commits the position (the next offset to read) of every partition
+    /// this consumer reads: what `poll` returned counts as processed.
+    /// Returns once the offsets are on disk.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] without a `group_id`;
+    /// [`Error::CommitFailed`] when a rebalance took a partition away; I/O
+    /// errors.
+    pub fn commit(&mut self) -> Result<()> {
+        self.check_open()?;
+        let offsets: Vec<(String, u32, CommittedOffset)> = self
+            .assigned
+            .iter()
+            .filter_map(|a| {
+                Some((
+                    a.topic.name().to_string(),
+                    a.log.partition(),
+                    committed_now(a.position?, ""),
+                ))
+            })
+            .collect();
+        self.commit_raw(&offsets)
+    }
+
+    /// Commits the given `(topic, partition, offset, metadata)` entries:
+    /// `offset` is the next offset to read (the last processed plus one).
+    pub fn commit_offsets(&mut self, offsets: &[(&str, u32, u64, &str)]) -> Result<()> {
+        self.check_open()?;
+        let offsets: Vec<(String, u32, CommittedOffset)> = offsets
+            .iter()
+            .map(|&(t, p, o, m)| (t.to_owned(), p, committed_now(o, m)))
+            .collect();
+        for (t, p, _) in &offsets {
+            let count = self.broker.topic(t)?.partitions().len() as u32;
+            if *p >= count {
+                return Err(Error::UnknownPartition {
+                    topic: t.clone(),
+                    partition: *p,
+                    count,
+                });
+            }
+        }
+        self.commit_raw(&offsets)
+    }
+
+    /// Like [`Consumer::commit`], then calls `callback` with the outcome
+    /// (Kafka's `commitAsync`). The commit is durable when the callback runs.
+    pub fn commit_with(&mut self, callback: impl FnOnce(&Result<()>)) -> Result<()> {
+        let res = self.commit();
+        callback(&res);
+        res
+    }
+
+    fn commit_raw(&mut self, offsets: &[(String, u32, CommittedOffset)]) -> Result<()> {
+        let Some(group) = &self.offsets else {
+            return Err(Error::InvalidArgument(
+                "commit needs a consumer with a group_id".into(),
+            ));
+        };
+        if offsets.is_empty() {
+            return Ok(());
+        }
+        group.commit(self.member.as_ref().map(|m| m.id.as_str()), offsets)?;
+        self.stats.commits += 1;
+        Ok(())
+    }
+
+    /// The group's committed offset of a partition (with its metadata), if
+    /// any.
+    pub fn committed(&self, topic: &str, partition: u32) -> Result<Option<CommittedOffset>> {
+        self.check_open()?;
+        let Some(group) = &self.offsets else {
+            return Err(Error::InvalidArgument(
+                "committed offsets need a consumer with a group_id".into(),
+            ));
+        };
+        Ok(group.committed(topic, partition))
+    }
+
+    /// Per partition read: `(topic, partition, lag)`, the end offset minus
+    /// the committed offset (minus the position when nothing is committed).
+    pub fn lag(&mut self) -> Result<Vec<(String, u32, u64)>> {
+        self.check_open()?;
+        let reset = self.config.auto_offset_reset;
+        let mut out = Vec::with_capacity(self.assigned.len());
+        for i in 0..self.assigned.len() {
+            let (t, p) = {
+                let a = &self.assigned[i];
+                (a.topic.name().to_string(), a.log.partition())
+            };
+            let committed = self
+                .offsets
+                .as_ref()
+                .and_then(|g| g.committed(&t, p))
+                .map(|c| c.offset);
+            let from = match committed {
+                Some(c) => c,
+                None => Self::resolve(&mut self.assigned[i], reset).unwrap_or(0),
+            };
+            let end = self.assigned[i].log.end_offset();
+            out.push((t, p, end.saturating_sub(from)));
+        }
+        Ok(out)
+    }
+
+    /// Moves to the first retained offset of a partition read.
+    pub fn seek_to_beginning(&mut self, topic: &str, partition: u32) -> Result<()> {
+        let start = self
+            .broker
+            .topic(topic)?
+            .partition(partition)?
+            .start_offset();
+        self.seek(topic, partition, start)
+    }
+
+    /// Moves to the end of a partition read (only new records).
+    pub fn seek_to_end(&mut self, topic: &str, partition: u32) -> Result<()> {
+        let end = self.broker.topic(topic)?.partition(partition)?.end_offset();
+        self.seek(topic, partition, end)
+    }
+
+    /// For each `(topic, partition, timestamp_ms)`, the earliest offset whose
+    /// timestamp is at or after it (`None` when every record is older), via
+    /// the time index.
+    pub fn offsets_for_times(&self, query: &[(&str, u32, i64)]) -> Result<Vec<Option<u64>>> {
+        self.check_open()?;
+        query
+            .iter()
+            .map(|&(t, p, ts)| self.broker.topic(t)?.partition(p)?.offset_for_timestamp(ts))
+            .collect()
+    }
+
+    /// What this consumer did so far.
+    pub fn stats(&self) -> ConsumerStats {
+        self.stats
+    }
+
+    /// This member's id in its group, when it is one.
+    pub fn member_id(&self) -> Option<&str> {
+        self.member.as_ref().map(|m| m.id.as_str())
     }
 
     fn fetch_all(&mut self, out: &mut Vec<Message>) -> Result<()> {
@@ -660,7 +1314,9 @@ impl Consumer {
                 break;
             }
             let a = &mut self.assigned[(start + k) % n];
-            if let Err(e) = Self::fetch(a, reset, share.min(left), out) {
+            let res = Self::fetch(a, reset, share.min(left), out);
+            self.stats.skipped += std::mem::take(&mut a.skipped);
+            if let Err(e) = res {
                 if out.is_empty() {
                     return Err(e);
                 }
@@ -672,15 +1328,17 @@ impl Consumer {
 
     /// Parks until an assigned partition gets data or the deadline passes.
     fn wait(&mut self, deadline: Instant) -> Result<()> {
-        let waiter = match &self.waiter {
-            Some(w) if w.is_current() => Arc::clone(w),
-            _ => {
-                let w = Waiter::current();
-                self.waiter = Some(Arc::clone(&w));
-                w
-            }
-        };
+        let waiter = self.ensure_waiter();
         waiter.reset();
+        *self
+            .wake
+            .inner
+            .waiter
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(Arc::clone(&waiter));
+        if self.wake.inner.flag.load(Ordering::SeqCst) {
+            return Ok(());
+        }
         for a in &self.assigned {
             a.log.add_waiter(&waiter);
         }
@@ -700,10 +1358,38 @@ impl Consumer {
         self.check_open().is_err()
     }
 
-    /// Stops the consumer; later calls fail with [`Error::Closed`].
+    /// Stops the consumer: a group member commits (with auto-commit) and
+    /// leaves its group, so its partitions go to the others at once. Later
+    /// calls fail with [`Error::Closed`].
     pub fn close(&mut self) {
+        if self.closed {
+            return;
+        }
+        if self.broker.check_open().is_ok() {
+            if self.member.is_some() {
+                self.leave_group();
+            } else if self.config.enable_auto_commit && self.offsets.is_some() {
+                if let Err(e) = self.commit() {
+                    ::log::warn!("auto-commit at close failed: {e}");
+                }
+            }
+        }
         self.closed = true;
         self.assigned.clear();
         self.subscription.clear();
+    }
+}
+
+impl Drop for Consumer {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+fn committed_now(offset: u64, metadata: &str) -> CommittedOffset {
+    CommittedOffset {
+        offset,
+        metadata: metadata.to_owned(),
+        timestamp: crate::log::now_ms(),
     }
 }

@@ -166,6 +166,10 @@ pub enum Error {
         /// The sequence that came.
         received: i64,
     },
+    /// A commit was refused: the member no longer owns a partition it
+    /// commits (a rebalance gave it to another member).
+    #[error("commit failed: {0}")]
+    CommitFailed(String),
     /// A newer producer with the same name (a higher epoch) exists; this one
     /// may no longer write.
     #[error("producer {producer_id} with epoch {epoch} is fenced by epoch {current_epoch}")]
@@ -202,6 +206,7 @@ impl Error {
             Error::BufferFull { .. } => 401,
             Error::OutOfOrderSequence { .. } => 402,
             Error::ProducerFenced { .. } => 403,
+            Error::CommitFailed(_) => 500,
         }
     }
 
@@ -309,6 +314,7 @@ impl Error {
                 epoch: *epoch,
                 current_epoch: *current_epoch,
             },
+            Error::CommitFailed(s) => Error::CommitFailed(s.clone()),
         }
     }
 

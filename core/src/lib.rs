@@ -32,7 +32,9 @@ mod broker;
 mod consumer;
 mod dedup;
 mod error;
+mod group;
 pub mod log;
+mod offsets;
 mod producer;
 #[doc(hidden)]
 pub mod raw;
@@ -42,13 +44,16 @@ pub use assign::{
     assign, assign_consistent_hash, moved, Assignment, AssignmentStrategy, MemberInfo,
     TopicPartition, DEFAULT_VIRTUAL_NODES,
 };
-pub use broker::{Broker, Config, LOCK_FILE};
-pub use consumer::{Consumer, ConsumerConfig, Message, OffsetReset};
+pub use broker::{Broker, Config, GroupInfo, GroupMember, LOCK_FILE};
+pub use consumer::{
+    Consumer, ConsumerConfig, ConsumerStats, ConsumerWaker, Message, OffsetReset, RebalanceListener,
+};
 pub use dedup::{validate_producer_name, DEFAULT_DEDUP_WINDOW, MAX_PRODUCER_NAME_LEN};
 pub use error::{Error, Result};
 pub use log::batch::Header;
 pub use log::compression::Compression;
 pub use log::RecoveryStats;
+pub use offsets::CommittedOffset;
 pub use producer::{
     murmur2, partition_for_key, Acks, BorrowedRecord, DeliveryCallback, Partitioner, Producer,
     ProducerConfig, ProducerInterceptor, ProducerStats, Record, RecordMetadata, Selector,

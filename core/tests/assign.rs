@@ -165,15 +165,14 @@ fn spread(values: impl IntoIterator<Item = usize>) -> usize {
     v.iter().max().unwrap_or(&0) - v.iter().min().unwrap_or(&0)
 }
 
-/// The fewest partitions that must change owner to balance `counts` (what
-/// each member keeps) over `counts.len()` members with identical
-/// subscriptions: the busiest `total % members` may keep one more.
-fn min_moves(mut counts: Vec<usize>) -> usize {
-    let total: usize = counts.iter().sum();
-    let (floor, extra) = (total / counts.len(), total % counts.len());
-    counts.sort_unstable_by(|a, b| b.cmp(a));
-    counts
-        .iter()
+/// The fewest partitions that must change owner to share `total`
+/// partitions over `kept.len()` members with identical subscriptions, when
+/// member `i` already holds `kept[i]` of them: the busiest `total % members`
+/// may keep one more than the others.
+fn min_moves(mut kept: Vec<usize>, total: usize) -> usize {
+    let (floor, extra) = (total / kept.len(), total % kept.len());
+    kept.sort_unstable_by(|a, b| b.cmp(a));
+    kept.iter()
         .enumerate()
         .map(|(i, &c)| c.saturating_sub(floor + usize::from(i < extra)))
         .sum()
@@ -198,8 +197,9 @@ fn changed_owner(before: &Assignment, after: &Assignment) -> Vec<((String, u32),
 }
 
 proptest! {
-    // Failing cases are printed, not saved to a regressions file.
-    #![proptest_config(ProptestConfig { cases: 256, failure_persistence: None, ..ProptestConfig::default() })]
+    // 256 cases (PROPTEST_CASES overrides); failing cases are printed, not
+    // saved to a regressions file.
+    #![proptest_config(ProptestConfig { failure_persistence: None, ..ProptestConfig::default() })]
 
     #[test]
     fn every_partition_has_exactly_one_owner((members, partitions) in group(), raw in previous()) {
@@ -285,11 +285,39 @@ proptest! {
         let after = assign(Sticky, &grown, &partitions, &before);
         let mut kept: Vec<usize> = members.iter().map(|m| count(&before, &m.id)).collect();
         kept.push(0);
-        prop_assert_eq!(moved(&before, &after), min_moves(kept));
+        let total = partitions.values().sum::<u32>() as usize;
+        prop_assert_eq!(moved(&before, &after), min_moves(kept, total));
         for (p, _, to) in changed_owner(&before, &after) {
             prop_assert_eq!(&to, &id, "{:?} moved between old members", p);
         }
         prop_assert!(spread(grown.iter().map(|m| count(&after, &m.id))) <= 1);
+    }
+
+    #[test]
+    fn sticky_moves_the_minimum_from_any_previous(
+        (members, partitions) in homogeneous(),
+        raw in previous(),
+    ) {
+        let prev = make_previous(&members, &raw);
+        let after = assign(Sticky, &members, &partitions, &prev);
+        // Each existing partition's previous owner (smallest id): current
+        // members keep theirs where possible; departed members' must move.
+        let mut owner: BTreeMap<(String, u32), &str> = BTreeMap::new();
+        for (id, ps) in &prev {
+            for (t, p) in ps {
+                if partitions.get(t).is_some_and(|&n| *p < n) {
+                    let o = owner.entry((t.clone(), *p)).or_insert(id);
+                    *o = (*o).min(id.as_str());
+                }
+            }
+        }
+        let kept: Vec<usize> = members
+            .iter()
+            .map(|m| owner.values().filter(|o| **o == m.id).count())
+            .collect();
+        let departed = owner.values().filter(|o| o.starts_with("gone-")).count();
+        let total = partitions.values().sum::<u32>() as usize;
+        prop_assert_eq!(moved(&prev, &after), departed + min_moves(kept, total));
     }
 
     #[test]
