@@ -1288,6 +1288,14 @@ impl Consumer {
             .collect()
     }
 
+    /// Replaces the rebalance listener, returning the previous one.
+    pub fn set_rebalance_listener(
+        &mut self,
+        listener: Option<Box<dyn RebalanceListener>>,
+    ) -> Option<Box<dyn RebalanceListener>> {
+        std::mem::replace(&mut self.listener, listener)
+    }
+
     /// What this consumer did so far.
     pub fn stats(&self) -> ConsumerStats {
         self.stats

@@ -35,6 +35,7 @@ mod error;
 mod group;
 pub mod log;
 mod offsets;
+mod processor;
 mod producer;
 #[doc(hidden)]
 pub mod raw;
@@ -54,6 +55,7 @@ pub use log::batch::Header;
 pub use log::compression::Compression;
 pub use log::RecoveryStats;
 pub use offsets::CommittedOffset;
+pub use processor::{ProcessingMode, Processor, ProcessorConfig, ProcessorStats, ProcessorStop};
 pub use producer::{
     murmur2, partition_for_key, Acks, BorrowedRecord, DeliveryCallback, Partitioner, Producer,
     ProducerConfig, ProducerInterceptor, ProducerStats, Record, RecordMetadata, Selector,

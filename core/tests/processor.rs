@@ -1,0 +1,151 @@
+//! The processor: orderly and concurrent handling on worker threads, and
+//! commits that never pass a message not yet processed.
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use common::cfg;
+use mqlite::{
+    Broker, ConsumerConfig, ProcessingMode, Processor, ProcessorConfig, ProducerConfig, Record,
+    TopicConfig,
+};
+
+fn setup(partitions: u32, per_partition: u64) -> (tempfile::TempDir, Broker) {
+    let tmp = tempfile::tempdir().unwrap();
+    let mq = Broker::open(tmp.path(), cfg()).unwrap();
+    mq.create_topic("t", TopicConfig::new(partitions)).unwrap();
+    let p = mq.producer(ProducerConfig::default()).unwrap();
+    for i in 0..per_partition {
+        for part in 0..partitions {
+            p.send(
+                Record::new("t")
+                    .partition(part)
+                    .value(i.to_le_bytes().to_vec()),
+            )
+            .unwrap();
+        }
+    }
+    (tmp, mq)
+}
+
+fn processor(mq: &Broker, mode: ProcessingMode) -> Processor {
+    let mut c = mq
+        .consumer(
+            ConsumerConfig::group("g")
+                .enable_auto_commit(false)
+                .max_poll_records(64),
+        )
+        .unwrap();
+    c.subscribe(&["t"]).unwrap();
+    Processor::new(
+        c,
+        ProcessorConfig {
+            threads: 3,
+            mode,
+            commit_interval_ms: 5,
+            max_in_flight: 100,
+            retry_backoff_ms: 5,
+            max_retries: None,
+        },
+    )
+    .unwrap()
+}
+
+fn committed(mq: &Broker, partition: u32) -> u64 {
+    mq.describe_group("g")
+        .unwrap()
+        .committed
+        .iter()
+        .find(|(t, p, _)| t == "t" && *p == partition)
+        .map_or(0, |(_, _, c)| c.offset)
+}
+
+#[test]
+fn orderly_keeps_each_partition_in_order() {
+    let (_tmp, mq) = setup(4, 300);
+    let mut proc = processor(&mq, ProcessingMode::Orderly);
+    let stop = proc.stopper();
+    let seen: Mutex<HashMap<u32, Vec<u64>>> = Mutex::new(HashMap::new());
+    let count = AtomicU64::new(0);
+    let stats = proc
+        .run(|m| {
+            seen.lock()
+                .unwrap()
+                .entry(m.partition())
+                .or_default()
+                .push(m.offset());
+            if count.fetch_add(1, Ordering::SeqCst) + 1 == 1200 {
+                stop.stop();
+            }
+            true
+        })
+        .unwrap();
+    assert_eq!(stats.processed, 1200);
+    for (p, offsets) in seen.into_inner().unwrap() {
+        assert_eq!(offsets, (0..300).collect::<Vec<_>>(), "partition {p}");
+    }
+    for p in 0..4 {
+        assert_eq!(committed(&mq, p), 300);
+    }
+}
+
+/// A message that keeps failing holds the committed offset of its
+/// partition back, while the others go on; once it succeeds, everything is
+/// committed.
+#[test]
+fn concurrent_commits_stop_at_the_first_unprocessed_message() {
+    let (_tmp, mq) = setup(2, 200);
+    let mut proc = processor(&mq, ProcessingMode::Concurrently);
+    let stop = proc.stopper();
+    let failures = AtomicU64::new(0);
+    let released = AtomicBool::new(false);
+    let done = AtomicU64::new(0);
+    let max_seen_while_stuck = AtomicU64::new(0);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            while !released.load(Ordering::SeqCst) {
+                let c = committed(&mq, 0);
+                max_seen_while_stuck.fetch_max(c, Ordering::SeqCst);
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        });
+        let stats = proc
+            .run(|m| {
+                if m.partition() == 0 && m.offset() == 50 {
+                    // Fail until everything else of the partition is done.
+                    if failures.fetch_add(1, Ordering::SeqCst) < 20 {
+                        return false;
+                    }
+                    released.store(true, Ordering::SeqCst);
+                }
+                if done.fetch_add(1, Ordering::SeqCst) + 1 == 400 {
+                    stop.stop();
+                }
+                true
+            })
+            .unwrap();
+        assert_eq!(stats.processed, 400);
+        assert!(stats.retries >= 20);
+    });
+    let stuck = max_seen_while_stuck.load(Ordering::SeqCst);
+    assert!(stuck > 0, "commits went on while the message was stuck");
+    assert!(
+        stuck <= 50,
+        "committed past a message not yet processed: {}",
+        max_seen_while_stuck.load(Ordering::SeqCst)
+    );
+    assert_eq!(committed(&mq, 0), 200);
+    assert_eq!(committed(&mq, 1), 200);
+}
+
+#[test]
+fn a_processor_needs_a_group() {
+    let (_tmp, mq) = setup(1, 1);
+    let c = mq.consumer(ConsumerConfig::default()).unwrap();
+    assert!(Processor::new(c, ProcessorConfig::default()).is_err());
+    assert!("bogus".parse::<ProcessingMode>().is_err());
+}
