@@ -209,6 +209,10 @@ impl Broker {
             closed: AtomicBool::new(false),
             janitor: Mutex::new(None),
         });
+        inner.groups.load_all(&inner.dir, inner.config.file_mode)?;
+        for t in inner.topic_names() {
+            inner.refresh_retention_floors(&t);
+        }
         BrokerInner::start_janitor(&inner);
         Ok(Broker { inner })
     }
@@ -400,6 +404,27 @@ impl BrokerInner {
     pub(crate) fn group(&self, name: &str) -> Result<Arc<Group>> {
         self.check_open()?;
         self.groups.get(&self.dir, name, self.config.file_mode)
+    }
+
+    /// Recomputes, for each partition of `topic` (if it respects groups),
+    /// the lowest offset any group committed: time retention keeps what
+    /// lies past it. Groups that never committed for a partition do not
+    /// hold it back.
+    pub(crate) fn refresh_retention_floors(&self, topic: &str) {
+        let Ok(t) = self.topic(topic) else { return };
+        if !t.respects_groups() {
+            return;
+        }
+        let groups = self.groups.all();
+        for (i, log) in t.partitions().iter().enumerate() {
+            let floor = groups
+                .iter()
+                .filter_map(|g| g.committed(topic, i as u32))
+                .map(|c| c.offset)
+                .min()
+                .unwrap_or(u64::MAX);
+            log.set_retention_floor(floor);
+        }
     }
 
     /// Partition count of topic `name`, if it exists.

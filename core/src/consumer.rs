@@ -1220,6 +1220,11 @@ impl Consumer {
         }
         group.commit(self.member.as_ref().map(|m| m.id.as_str()), offsets)?;
         self.stats.commits += 1;
+        let mut topics: Vec<&str> = offsets.iter().map(|(t, _, _)| t.as_str()).collect();
+        topics.dedup();
+        for t in topics {
+            self.broker.refresh_retention_floors(t);
+        }
         Ok(())
     }
 

@@ -341,6 +341,28 @@ pub(crate) struct Groups {
 }
 
 impl Groups {
+    /// Opens every group that has committed offsets in `dir`.
+    pub(crate) fn load_all(&self, dir: &Path, mode: u32) -> Result<()> {
+        let gdir = dir.join("groups");
+        let Ok(entries) = std::fs::read_dir(&gdir) else {
+            return Ok(());
+        };
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if let Some(g) = name.strip_suffix(".offsets") {
+                if crate::offsets::validate_group_name("group", g).is_ok() {
+                    self.get(dir, g, mode)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Every group opened so far.
+    pub(crate) fn all(&self) -> Vec<Arc<Group>> {
+        lock(&self.map).values().cloned().collect()
+    }
+
     /// The group `name` (opened on first use), or the offsets of a
     /// broadcast consumer stored under `name`.
     pub(crate) fn get(&self, dir: &Path, name: &str, mode: u32) -> Result<Arc<Group>> {

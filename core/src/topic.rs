@@ -41,6 +41,10 @@ pub struct TopicConfig {
     /// producer gave (Kafka's `message.timestamp.type=LogAppendTime`);
     /// default false (create time).
     pub log_append_time: bool,
+    /// Time retention (`retention_ms`) keeps the segments that some consumer
+    /// group has not committed past; `retention_bytes` stays a hard cap that
+    /// deletes them anyway. Default false.
+    pub retention_respects_groups: bool,
 }
 
 impl Default for TopicConfig {
@@ -53,6 +57,7 @@ impl Default for TopicConfig {
             max_message_bytes: 1 << 20,
             index_interval_bytes: 4096,
             log_append_time: false,
+            retention_respects_groups: false,
         }
     }
 }
@@ -90,6 +95,12 @@ impl TopicConfig {
     /// Sets `max_message_bytes`.
     pub fn max_message_bytes(mut self, bytes: u32) -> Self {
         self.max_message_bytes = bytes;
+        self
+    }
+
+    /// Sets `retention_respects_groups`.
+    pub fn retention_respects_groups(mut self, on: bool) -> Self {
+        self.retention_respects_groups = on;
         self
     }
 
@@ -429,6 +440,14 @@ impl Topic {
             config,
             partitions,
         }
+    }
+
+    /// Whether time retention waits for consumer groups' commits.
+    pub(crate) fn respects_groups(&self) -> bool {
+        self.config
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .retention_respects_groups
     }
 
     /// Whether the topic was deleted.

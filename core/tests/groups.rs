@@ -398,3 +398,57 @@ fn retention_past_a_position_is_counted_as_skipped() {
     assert_eq!(c.stats().skipped, start - 1);
     assert!(c.stats().polls >= 2);
 }
+
+/// Time retention keeps what a group has not committed past; the size
+/// limit is a hard cap that wins; the floor survives a reopen.
+#[test]
+fn retention_can_wait_for_groups() {
+    let tmp = tempfile::tempdir().unwrap();
+    let topic = |bytes: Option<u64>| {
+        let mut c = TopicConfig::new(1)
+            .segment_bytes(4096)
+            .retention_ms(1)
+            .retention_respects_groups(true);
+        c.retention_bytes = bytes;
+        c
+    };
+    {
+        let mq = Broker::open(tmp.path(), cfg()).unwrap();
+        mq.create_topic("t", topic(None)).unwrap();
+        mq.create_topic("capped", topic(Some(3 * 4096))).unwrap();
+        for t in ["t", "capped"] {
+            let mut c = mq
+                .consumer(ConsumerConfig::group("slow").enable_auto_commit(false))
+                .unwrap();
+            c.assign(&[(t, 0)]).unwrap();
+            produce(&mq, t, 1, 10);
+            c.commit_offsets(&[(t, 0, 5, "")]).unwrap();
+            produce(&mq, t, 1, 1000);
+        }
+        std::thread::sleep(Duration::from_millis(5));
+        mq.enforce_retention().unwrap();
+        let start = mq.topic("t").unwrap().partitions[0].start_offset;
+        assert!(start <= 5, "deleted past the group's commit: start {start}");
+        let capped = mq.topic("capped").unwrap().partitions[0].start_offset;
+        assert!(capped > 5, "the size cap wins: start {capped}");
+    }
+    let mq = Broker::open(tmp.path(), cfg()).unwrap();
+    std::thread::sleep(Duration::from_millis(5));
+    mq.enforce_retention().unwrap();
+    assert!(
+        mq.topic("t").unwrap().partitions[0].start_offset <= 5,
+        "after a reopen too"
+    );
+    let mut c = mq
+        .consumer(ConsumerConfig::group("slow").enable_auto_commit(false))
+        .unwrap();
+    c.assign(&[("t", 0)]).unwrap();
+    c.commit_offsets(&[("t", 0, 900, "")]).unwrap();
+    std::thread::sleep(Duration::from_millis(5));
+    mq.enforce_retention().unwrap();
+    let start = mq.topic("t").unwrap().partitions[0].start_offset;
+    assert!(
+        start > 5 && start <= 900,
+        "follows the commit: start {start}"
+    );
+}

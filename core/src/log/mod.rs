@@ -233,6 +233,9 @@ pub(crate) struct PartitionLog {
     arrival_cv: Condvar,
     poisoned: AtomicBool,
     flushes: AtomicU64,
+    /// The lowest offset committed by any group (`u64::MAX`: no limit):
+    /// time retention does not delete past it.
+    retention_floor: AtomicU64,
     prepare: Mutex<Option<JoinHandle<Result<PreparedSegment>>>>,
     recovery: RecoveryStats,
 }
@@ -344,6 +347,7 @@ impl PartitionLog {
             arrival_cv: Condvar::new(),
             poisoned: AtomicBool::new(false),
             flushes: AtomicU64::new(0),
+            retention_floor: AtomicU64::new(u64::MAX),
             prepare: Mutex::new(None),
             recovery,
             config,
@@ -370,6 +374,12 @@ impl PartitionLog {
     #[inline]
     pub(crate) fn end_offset(&self) -> u64 {
         self.end_offset.load(Ordering::Acquire)
+    }
+
+    /// Sets the lowest offset committed by any group (see
+    /// `retention_respects_groups`).
+    pub(crate) fn set_retention_floor(&self, offset: u64) {
+        self.retention_floor.store(offset, Ordering::Release);
     }
 
     /// Number of flushes to disk done since open (one serves many
@@ -691,10 +701,16 @@ impl PartitionLog {
             while n + 1 < segs.len() && segs[n].is_sealed() {
                 let s = &segs[n];
                 let by_size = bytes.is_some_and(|b| size - s.size() >= b);
-                let by_time = ms.is_some_and(|ms| {
-                    s.max_timestamp() != i64::MIN
-                        && now.saturating_sub(s.max_timestamp()) > ms as i64
-                });
+                // With `retention_respects_groups`, time retention keeps a
+                // segment until every group committed past it; the size
+                // limit is a hard cap and wins.
+                let floor = self.retention_floor.load(Ordering::Acquire);
+                let committed_past = segs[n + 1].base() <= floor;
+                let by_time = committed_past
+                    && ms.is_some_and(|ms| {
+                        s.max_timestamp() != i64::MIN
+                            && now.saturating_sub(s.max_timestamp()) > ms as i64
+                    });
                 if !by_size && !by_time {
                     break;
                 }
