@@ -1,0 +1,146 @@
+//! A consuming process killed with `-9`: the next member of its group
+//! resumes at the committed offsets. Every message is consumed at least
+//! once, and only messages after the last commit are delivered again.
+
+mod common;
+
+use std::collections::{HashMap, HashSet};
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::cfg;
+use mqlite::{Broker, ConsumerConfig, ProducerConfig, Record, TopicConfig};
+
+const CHILD_DIR: &str = "MQLITE_GROUP_CHILD_DIR";
+const PARTITIONS: u32 = 3;
+const PER_PARTITION: u64 = 400;
+
+/// The child: consumes in group `g`, prints `GOT p o` for each message it
+/// processes and `COMMITTED p o` after each commit (every 25 messages).
+#[test]
+fn consume_child() {
+    let Ok(dir) = std::env::var(CHILD_DIR) else {
+        return;
+    };
+    let mq = Broker::open(&dir, cfg()).unwrap();
+    let mut c = mq
+        .consumer(
+            ConsumerConfig::group("g")
+                .enable_auto_commit(false)
+                .max_poll_records(7),
+        )
+        .unwrap();
+    c.subscribe(&["t"]).unwrap();
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "READY").unwrap();
+    let mut since_commit = 0;
+    loop {
+        let got = c.poll(Duration::from_millis(100)).unwrap();
+        if got.is_empty() {
+            // Caught up: commit and stop.
+            since_commit = usize::MAX;
+        }
+        for m in &got {
+            writeln!(out, "GOT {} {}", m.partition(), m.offset()).unwrap();
+            since_commit += 1;
+        }
+        out.flush().unwrap();
+        if since_commit >= 25 {
+            c.commit().unwrap();
+            for (t, p) in c.assignment() {
+                if let Some(o) = c.committed(&t, p).unwrap() {
+                    writeln!(out, "COMMITTED {p} {}", o.offset).unwrap();
+                }
+            }
+            out.flush().unwrap();
+            if got.is_empty() {
+                return;
+            }
+            since_commit = 0;
+        }
+    }
+}
+
+fn run_child(exe: &Path, dir: &Path, stop_after: usize) -> Vec<String> {
+    let mut child = Command::new(exe)
+        .args([
+            "--exact",
+            "consume_child",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD_DIR, dir)
+        .stdout(Stdio::piped())
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = Vec::new();
+    let mut got = 0;
+    for line in BufReader::new(child.stdout.take().unwrap()).lines() {
+        let line = line.unwrap();
+        if line.starts_with("GOT ") {
+            got += 1;
+        }
+        lines.push(line);
+        if got >= stop_after {
+            break;
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    lines
+}
+
+#[test]
+fn a_killed_consumer_resumes_at_its_commits() {
+    let tmp = tempfile::tempdir().unwrap();
+    {
+        let mq = Broker::open(tmp.path(), cfg()).unwrap();
+        mq.create_topic("t", TopicConfig::new(PARTITIONS)).unwrap();
+        let p = mq.producer(ProducerConfig::default()).unwrap();
+        for i in 0..PER_PARTITION {
+            for part in 0..PARTITIONS {
+                p.send(
+                    Record::new("t")
+                        .partition(part)
+                        .value(i.to_le_bytes().to_vec()),
+                )
+                .unwrap();
+            }
+        }
+    }
+    let exe = std::env::current_exe().unwrap();
+    let mut seen: HashSet<(u32, u64)> = HashSet::new();
+    let mut committed: HashMap<u32, u64> = HashMap::new();
+    let total = (PARTITIONS as u64 * PER_PARTITION) as usize;
+    for cycle in 0..40 {
+        if seen.len() == total {
+            break;
+        }
+        let before = committed.clone();
+        let lines = run_child(&exe, tmp.path(), 60 + cycle * 37 % 200);
+        for l in &lines {
+            let mut it = l.split(' ');
+            match (it.next(), it.next(), it.next()) {
+                (Some("GOT"), Some(p), Some(o)) => {
+                    let (p, o): (u32, u64) = (p.parse().unwrap(), o.parse().unwrap());
+                    if !seen.insert((p, o)) {
+                        // Delivered again: only what was not committed.
+                        let c = before.get(&p).copied().unwrap_or(0);
+                        assert!(
+                            o >= c,
+                            "offset {o} of {p} re-delivered after a commit of {c}"
+                        );
+                    }
+                }
+                (Some("COMMITTED"), Some(p), Some(o)) => {
+                    committed.insert(p.parse().unwrap(), o.parse().unwrap());
+                }
+                _ => {}
+            }
+        }
+    }
+    assert_eq!(seen.len(), total, "every message consumed at least once");
+}
