@@ -333,6 +333,119 @@ fn consume(n: u64, size: usize) -> f64 {
     secs
 }
 
+/// `n` messages of two partitions read by a group of two consumers, each
+/// on its own thread.
+fn consume_group(n: u64, size: usize) -> f64 {
+    let dir = fresh_dir("group");
+    let mq = Broker::open(&dir, Config::default().prefault(false)).expect("open");
+    mq.create_topic("t", TopicConfig::new(2).segment_bytes(SEGMENT))
+        .expect("create");
+    let value = vec![7u8; size];
+    for p in 0..2u32 {
+        let log = partition_log(&mq, "t", p).expect("log");
+        log.prefault();
+        for _ in 0..n / 2 {
+            log.append(&[record(&value)]).expect("append");
+        }
+    }
+    let config = ConsumerConfig::group("bench")
+        .enable_auto_commit(false)
+        .max_poll_records(1000);
+    let mut members: Vec<_> = (0..2)
+        .map(|_| {
+            let mut c = mq.consumer(config.clone()).expect("consumer");
+            c.subscribe(&["t"]).expect("subscribe");
+            c
+        })
+        .collect();
+    // Settle the assignment: one partition each.
+    for _ in 0..2 {
+        for c in &mut members {
+            c.poll(Duration::ZERO).expect("poll");
+            c.seek_to_beginning("t", c.assignment()[0].1).expect("seek");
+        }
+    }
+    let secs = time(|| {
+        std::thread::scope(|s| {
+            for c in &mut members {
+                s.spawn(move || {
+                    let mut got = 0u64;
+                    let mut bytes = 0usize;
+                    while got < n / 2 {
+                        for m in c.poll(Duration::from_millis(100)).expect("poll") {
+                            bytes += m.value().map_or(0, |v| v.len());
+                            got += 1;
+                        }
+                    }
+                    black_box(bytes);
+                });
+            }
+        });
+    });
+    drop(members);
+    close(mq, &dir);
+    secs
+}
+
+/// Produce-to-consume latency in one process: a producer thread sends at
+/// `rate` messages/s (`acks=1`), a consumer thread parked in `poll` takes
+/// each; returns the latencies (ns) of `n` messages, sorted.
+fn latencies(n: u64, rate: u64) -> Vec<u64> {
+    let dir = fresh_dir("latency");
+    let mq = Broker::open(&dir, Config::default().prefault(false)).expect("open");
+    mq.create_topic("t", TopicConfig::new(1).segment_bytes(SEGMENT))
+        .expect("create");
+    partition_log(&mq, "t", 0).expect("log").prefault();
+    let producer = mq.producer(ProducerConfig::default()).expect("producer");
+    let mut consumer = mq
+        .consumer(ConsumerConfig::default().max_poll_records(1000))
+        .expect("consumer");
+    consumer.assign(&[("t", 0)]).expect("assign");
+    let start = Instant::now();
+    let mut out = Vec::with_capacity(n as usize);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let gap = Duration::from_nanos(1_000_000_000 / rate);
+            for i in 0..n {
+                let due = start + gap * i as u32;
+                loop {
+                    let now = Instant::now();
+                    if now >= due {
+                        break;
+                    }
+                    if due - now > Duration::from_micros(200) {
+                        std::thread::sleep(due - now - Duration::from_micros(100));
+                    } else {
+                        std::thread::yield_now();
+                    }
+                }
+                let sent = start.elapsed().as_nanos() as u64;
+                producer
+                    .send_borrowed(&BorrowedRecord {
+                        topic: "t",
+                        partition: Some(0),
+                        value: Some(&sent.to_le_bytes()),
+                        ..BorrowedRecord::default()
+                    })
+                    .expect("send");
+            }
+        });
+        while (out.len() as u64) < n {
+            for m in consumer.poll(Duration::from_millis(100)).expect("poll") {
+                let now = start.elapsed().as_nanos() as u64;
+                let v = m.value().expect("value");
+                let sent = u64::from_le_bytes(v[..8].try_into().expect("8 bytes"));
+                out.push(now.saturating_sub(sent));
+            }
+        }
+    });
+    drop(consumer);
+    drop(producer);
+    close(mq, &dir);
+    out.sort_unstable();
+    out
+}
+
 /// `n` sends with `acks=all` split over `threads` threads (one partition):
 /// concurrent senders share flushes (group commit).
 fn produce_durable(n: u64, size: usize, threads: u64) -> f64 {
@@ -402,6 +515,10 @@ fn open_time(segments: u64) -> f64 {
     );
     let _ = std::fs::remove_dir_all(&dir);
     secs
+}
+
+fn filter_matches(name: &str) -> bool {
+    std::env::var("MQLITE_BENCH_FILTER").map_or(true, |f| name.contains(f.as_str()))
 }
 
 fn main() {
@@ -486,6 +603,9 @@ fn main() {
             });
         }
         bench("Consumer::poll", n, &|| consume(n, size));
+        bench("Consumer::poll, group of 2 (2 partitions)", n, &|| {
+            consume_group(n, size)
+        });
         let d = scaled(4000);
         bench("Producer::send acks=all, 1 thread", d, &|| {
             produce_durable(d, size, 1)
@@ -497,6 +617,28 @@ fn main() {
         bench("Producer::send_async acks=all", a, &|| {
             produce_with(a, size, 1, SendMode::Async, cfg().acks(Acks::All))
         });
+    }
+    if filter_matches("latency") {
+        // The producer thread paces itself on the clock, yielding while it
+        // waits (the consumer parks in `poll`, woken by each append).
+        let rate = 100_000;
+        let n = scaled(200_000);
+        let l = latencies(n, rate);
+        let pct = |q: f64| l[((l.len() as f64 * q) as usize).min(l.len() - 1)] as f64 / 1e3;
+        eprintln!(
+            "  produce-to-consume latency at {rate}/s: p50 {:.1} us, p99 {:.1} us, p99.9 {:.1} us",
+            pct(0.5),
+            pct(0.99),
+            pct(0.999)
+        );
+        println!();
+        println!(
+            "Produce-to-consume latency (acks=1, one process, {n} messages at {rate}/s): p50 {:.1} us, p99 {:.1} us, p99.9 {:.1} us, max {:.1} us",
+            pct(0.5),
+            pct(0.99),
+            pct(0.999),
+            *l.last().expect("some") as f64 / 1e3
+        );
     }
     if std::env::var("MQLITE_BENCH_FILTER").is_err() {
         let small = open_time(1);
