@@ -169,7 +169,31 @@ typedef enum mql_status {
      * this one may no longer write. Free it.
      */
     MQL_PRODUCER_FENCED = 403,
+    /**
+     * A commit was refused: this group member no longer owns a partition
+     * it commits (a rebalance gave it to another member). Nothing was
+     * committed.
+     */
+    MQL_COMMIT_FAILED = 500,
 } mql_status;
+
+/**
+ * What happened to the partitions a rebalance callback is told about.
+ *
+ */
+typedef enum mql_rebalance_event {
+    /**
+     * The consumer now owns the partitions; their positions start at the
+     * group's committed offsets (else the reset policy applies).
+     */
+    MQL_REBALANCE_ASSIGN = 1,
+    /**
+     * The consumer is about to give the partitions up: they go to another
+     * member once the callback returns. Commit here (`mql_commit`) to
+     * hand over exactly what was processed.
+     */
+    MQL_REBALANCE_REVOKE = 2,
+} mql_rebalance_event;
 
 /**
  * Where a consumer starts when it has no valid position (Kafka's
@@ -216,6 +240,15 @@ typedef struct mql_consumer mql_consumer;
 typedef struct mql_consumer_config mql_consumer_config;
 
 /**
+ * A snapshot of a consumer group (`mql_describe_group`): its members in
+ * this process, what each owns, and the group's committed offsets. Read
+ * it with the `mql_group_info_*` accessors; release it with
+ * `mql_group_info_free`. Every string it returns stays valid until then.
+ * Immutable: safe to read from several threads at once.
+ */
+typedef struct mql_group_info mql_group_info;
+
+/**
  * One consumed record. Made by `mql_poll`, released by
  * `mql_message_free`. Key and value are read in place from the memory map
  * (no copy): the message keeps its segment mapped while it lives, even if
@@ -240,6 +273,14 @@ typedef struct mql_producer_config mql_producer_config;
  * Configuration of a topic, for `mql_topic_create`.
  */
 typedef struct mql_topic_config mql_topic_config;
+
+/**
+ * Wakes a consumer blocked in `mql_poll` from another thread. Made by
+ * `mql_consumer_waker`, released by `mql_waker_free`. Safe to use from
+ * several threads at once, and after its consumer was freed (it then
+ * does nothing).
+ */
+typedef struct mql_waker mql_waker;
 
 /**
  * One record header, borrowed from the caller for the duration of the call.
@@ -504,6 +545,129 @@ typedef struct mql_producer_stats {
      */
     double average_batch_bytes;
 } mql_producer_stats;
+
+/**
+ * A topic and one of its partitions.
+ */
+typedef struct mql_topic_partition {
+    /**
+     * The topic, NUL-terminated.
+     */
+    const char *topic;
+    /**
+     * The partition.
+     */
+    uint32_t partition;
+} mql_topic_partition;
+
+/**
+ * A partition and a time, for `mql_offsets_for_times`.
+ */
+typedef struct mql_partition_timestamp {
+    /**
+     * The topic, NUL-terminated.
+     */
+    const char *topic;
+    /**
+     * The partition.
+     */
+    uint32_t partition;
+    /**
+     * Milliseconds since the Unix epoch.
+     */
+    int64_t timestamp;
+} mql_partition_timestamp;
+
+/**
+ * What a consumer did so far (`mql_consumer_get_stats`).
+ */
+typedef struct mql_consumer_stats {
+    /**
+     * Messages `mql_poll` handed out.
+     */
+    uint64_t records;
+    /**
+     * Bytes of keys and values of those messages.
+     */
+    uint64_t bytes;
+    /**
+     * Fetches from the engine: calls to `mql_poll` that found no message
+     * fetched earlier and waiting to be handed out.
+     */
+    uint64_t polls;
+    /**
+     * Group rebalances this consumer took part in.
+     */
+    uint64_t rebalances;
+    /**
+     * Messages skipped because retention deleted them before they were
+     * read (the reset policy moved the position past them).
+     */
+    uint64_t skipped;
+    /**
+     * Commits made (manual and automatic).
+     */
+    uint64_t commits;
+} mql_consumer_stats;
+
+/**
+ * A rebalance callback (Kafka's `ConsumerRebalanceListener`): `event` says
+ * whether `consumer` now owns the `n` partitions of `partitions`
+ * (`MQL_REBALANCE_ASSIGN`) or is about to give them up
+ * (`MQL_REBALANCE_REVOKE`). A member that gives partitions up is always
+ * told (revoke) before the member that gets them (assign).
+ *
+ * Runs on the consumer's own thread, inside `mql_poll`, `mql_subscribe*`,
+ * `mql_assign`, `mql_unsubscribe`, `mql_consumer_close` or
+ * `mql_consumer_free` on that consumer. It may call on `consumer`:
+ * `mql_commit`, `mql_commit_offsets`, `mql_committed`, `mql_position`,
+ * `mql_seek*`, `mql_offsets_for_times`, `mql_assignment`, `mql_lag`,
+ * `mql_consumer_get_stats`, `mql_consumer_member_id`,
+ * `mql_consumer_waker` and `mql_consumer_set_rebalance_callback`; the
+ * other consumer functions fail there with `MQL_INVALID_ARGUMENT`
+ * (`mql_consumer_free` does nothing). `partitions` and the topic strings
+ * are valid during the call (the strings until the consumer is freed).
+ *
+ * With auto-commit on, the engine commits the positions of revoked
+ * partitions right after the revoke callback returns (what `mql_commit`
+ * there would commit): offsets the callback committed with
+ * `mql_commit_offsets` are then overwritten. Turn auto-commit off to
+ * commit offsets of your own choosing on revoke.
+ */
+typedef void (*mql_rebalance_callback)(void *user_data,
+                                       struct mql_consumer *consumer,
+                                       enum mql_rebalance_event event,
+                                       const struct mql_topic_partition *partitions,
+                                       size_t n);
+
+/**
+ * A committed offset of a partition: the next offset the group reads
+ * there (the last processed plus one), with optional metadata.
+ */
+typedef struct mql_committed_offset {
+    /**
+     * The topic, NUL-terminated.
+     */
+    const char *topic;
+    /**
+     * The partition.
+     */
+    uint32_t partition;
+    /**
+     * The next offset to read.
+     */
+    uint64_t offset;
+    /**
+     * Free-form text stored with the offset, NUL-terminated UTF-8; NULL
+     * for none (in results: never NULL, maybe empty).
+     */
+    const char *metadata;
+    /**
+     * When it was committed (ms since the Unix epoch). Set in results;
+     * ignored by `mql_commit_offsets` (the commit time is used).
+     */
+    int64_t timestamp;
+} mql_committed_offset;
 
 #ifdef __cplusplus
 extern "C" {
@@ -933,7 +1097,9 @@ enum mql_status mql_producer_config_add_interceptor(struct mql_producer_config *
 
 /**
  * Makes a consumer config with the defaults (`MQL_OFFSET_RESET_EARLIEST`,
- * at most 500 records fetched per internal poll).
+ * at most 500 records fetched per internal poll, client id `"consumer"`,
+ * strategy `"averagely"`, auto-commit on every 5000 ms, max poll interval
+ * 300,000 ms, broadcast off).
  *
  * Ownership: on `MQL_OK`, `*out` is a new config owned by the caller;
  * release it with `mql_consumer_config_free` (`mql_consumer_new` copies
@@ -982,6 +1148,124 @@ enum mql_status mql_consumer_config_set_auto_offset_reset(struct mql_consumer_co
  */
 enum mql_status mql_consumer_config_set_max_poll_records(struct mql_consumer_config *config,
                                                          size_t n);
+
+/**
+ * This consumer's name (default `"consumer"`): the start of its member id
+ * in a group (`<client_id>-<number>`) and, in broadcast mode, the name its
+ * offsets are stored under (`<group_id>.<client_id>`). 1 to 249
+ * characters of `[A-Za-z0-9._-]`, not `.` or `..` (`MQL_INVALID_ARGUMENT`
+ * otherwise).
+ *
+ * Ownership: borrows `config` and `client_id` for the call (the name is
+ * copied).
+ *
+ * # Safety
+ * `config` is NULL or a live consumer config not used by another thread
+ * meanwhile; `client_id` is NULL or a NUL-terminated string.
+ */
+enum mql_status mql_consumer_config_set_client_id(struct mql_consumer_config *config,
+                                                  const char *client_id);
+
+/**
+ * How a group shares partitions among its members: `"averagely"` (the
+ * default; also `"range"`: each member a contiguous range per topic),
+ * `"round_robin"` (also `"by_circle"`), `"consistent_hash"`, `"sticky"`
+ * (moves as few partitions as possible) or `"by_config"` (each member gets
+ * the partitions it asks for with `mql_consumer_config_add_wanted_partition`).
+ * ASCII case is ignored and `-` reads as `_`; other names give
+ * `MQL_INVALID_ARGUMENT`. Every member of a group must use the same
+ * strategy (`mql_subscribe` fails with `MQL_INVALID_ARGUMENT` otherwise).
+ *
+ * Ownership: borrows `config` and `strategy` for the call.
+ *
+ * # Safety
+ * `config` is NULL or a live consumer config not used by another thread
+ * meanwhile; `strategy` is NULL or a NUL-terminated string.
+ */
+enum mql_status mql_consumer_config_set_assignment_strategy(struct mql_consumer_config *config,
+                                                            const char *strategy);
+
+/**
+ * Adds partition `partition` of `topic` to the partitions this member asks
+ * for under the `"by_config"` strategy (ignored by the others). A
+ * partition wanted by several members goes to the one with the smallest
+ * member id; partitions nobody wants are read by nobody. Adding one twice
+ * is harmless. The topic is not checked here (a partition of a topic the
+ * member does not subscribe to, or that does not exist, is never
+ * assigned).
+ *
+ * Ownership: borrows `config` and `topic` for the call (the name is
+ * copied).
+ *
+ * # Safety
+ * `config` is NULL or a live consumer config not used by another thread
+ * meanwhile; `topic` is NULL or a NUL-terminated string.
+ */
+enum mql_status mql_consumer_config_add_wanted_partition(struct mql_consumer_config *config,
+                                                         const char *topic,
+                                                         uint32_t partition);
+
+/**
+ * Whether a group consumer commits automatically (default true): the
+ * position of every partition it reads, every `auto_commit_interval_ms`
+ * (checked when `mql_poll` fetches from the engine), before a partition is
+ * revoked in a rebalance, and at `mql_consumer_close` /
+ * `mql_consumer_free`. The position counts exactly the messages `mql_poll`
+ * handed out: messages fetched but not yet handed out are not committed.
+ *
+ * Ownership: borrows `config` for the call; the caller still owns it.
+ *
+ * # Safety
+ * `config` is NULL or a live consumer config not used by another thread
+ * meanwhile.
+ */
+enum mql_status mql_consumer_config_set_enable_auto_commit(struct mql_consumer_config *config,
+                                                           bool on);
+
+/**
+ * Interval of automatic commits in milliseconds (default 5000; 0 commits
+ * at every fetch from the engine).
+ *
+ * Ownership: borrows `config` for the call; the caller still owns it.
+ *
+ * # Safety
+ * `config` is NULL or a live consumer config not used by another thread
+ * meanwhile.
+ */
+enum mql_status mql_consumer_config_set_auto_commit_interval_ms(struct mql_consumer_config *config,
+                                                                uint64_t interval_ms);
+
+/**
+ * A group member that does not fetch from the engine for this many
+ * milliseconds (default 300,000; at least 1, else `MQL_INVALID_ARGUMENT`)
+ * is removed from its group and its partitions go to the others (it joins
+ * again at its next `mql_poll`). `mql_poll` fetches when it has handed out
+ * every message of the previous fetch (at most `max_poll_records`), so
+ * this bounds the time to process one fetch.
+ *
+ * Ownership: borrows `config` for the call; the caller still owns it.
+ *
+ * # Safety
+ * `config` is NULL or a live consumer config not used by another thread
+ * meanwhile.
+ */
+enum mql_status mql_consumer_config_set_max_poll_interval_ms(struct mql_consumer_config *config,
+                                                             uint64_t interval_ms);
+
+/**
+ * Broadcast mode (RocketMQ's broadcasting; default false): every consumer
+ * of the group reads every partition of its subscription, with committed
+ * offsets of its own, stored under `<group_id>.<client_id>` (give each
+ * consumer its own client id). Needs a group id: `mql_consumer_new` fails
+ * with `MQL_INVALID_ARGUMENT` without one.
+ *
+ * Ownership: borrows `config` for the call; the caller still owns it.
+ *
+ * # Safety
+ * `config` is NULL or a live consumer config not used by another thread
+ * meanwhile.
+ */
+enum mql_status mql_consumer_config_set_broadcast(struct mql_consumer_config *config, bool on);
 
 /**
  * Opens (creating if needed) the data directory at `path`, takes its
@@ -1374,9 +1658,13 @@ enum mql_status mql_producer_id(struct mql_producer *producer, int64_t *out);
 enum mql_status mql_producer_epoch(struct mql_producer *producer, int16_t *out);
 
 /**
- * Makes a consumer. `group_id` may be NULL for a standalone consumer;
- * `config` may be NULL for the defaults (it is copied). It reads nothing
- * until `mql_subscribe` or `mql_assign`.
+ * Makes a consumer. `group_id` may be NULL for a standalone consumer (it
+ * cannot commit); `config` may be NULL for the defaults (it is copied).
+ * It reads nothing until `mql_subscribe` or `mql_assign`.
+ *
+ * Errors: `MQL_INVALID_ARGUMENT` (a group id or client id breaking the
+ * naming rules, broadcast mode without a group id), `MQL_CLOSED`, I/O
+ * errors (reading the group's committed offsets).
  *
  * Ownership: on `MQL_OK`, `*out` is a new consumer owned by the caller;
  * release it with `mql_consumer_free` (before or after `mql_close` of its
@@ -1393,10 +1681,14 @@ enum mql_status mql_consumer_new(struct mql_broker *broker,
                                  struct mql_consumer **out);
 
 /**
- * Stops and releases a consumer. NULL does nothing. Messages it returned
- * stay valid until they are freed.
+ * Closes (like `mql_consumer_close`) and releases a consumer. NULL does
+ * nothing. Messages it returned stay valid until they are freed.
  *
- * Ownership: takes back the consumer the caller owned; do not use it afterwards.
+ * Not allowed from the consumer's own rebalance callback: the call then
+ * does nothing (the last error says so).
+ *
+ * Ownership: takes back the consumer the caller owned; do not use it
+ * afterwards.
  *
  * # Safety
  * `consumer` is NULL or a live consumer from `mql_consumer_new`, not used
@@ -1405,21 +1697,46 @@ enum mql_status mql_consumer_new(struct mql_broker *broker,
 void mql_consumer_free(struct mql_consumer *consumer);
 
 /**
+ * Closes a consumer: a group member commits (with auto-commit; exactly
+ * the messages `mql_poll` handed out) and leaves its group, running its
+ * rebalance callback's revoke, so its partitions go to the other members
+ * at once. Later calls fail with `MQL_CLOSED`; closing again does nothing.
+ * The handle must still be released with `mql_consumer_free`.
+ *
+ * Errors: `MQL_INVALID_ARGUMENT` from the consumer's own rebalance
+ * callback.
+ *
+ * Ownership: borrows `consumer` for the call; nothing to free.
+ *
+ * # Safety
+ * `consumer` is NULL or a live consumer.
+ */
+enum mql_status mql_consumer_close(struct mql_consumer *consumer);
+
+/**
  * Adds `topic` to the consumer's subscription: it reads every partition of
  * the subscribed topics, including partitions added later. A manual
- * assignment (`mql_assign`) is replaced by the subscription. Subscribing
- * to a topic twice is harmless.
+ * assignment (`mql_assign`) or pattern subscription is replaced.
+ * Subscribing to a topic twice is harmless.
  *
- * Errors: `MQL_UNKNOWN_TOPIC` (nothing changes then), `MQL_CLOSED`.
+ * With a group id (and not in broadcast mode) the consumer joins the
+ * group: its members share the partitions, and the share changes as
+ * members come and go (see `mql_consumer_set_rebalance_callback`). A
+ * member that changes its subscription leaves and joins again (revoking
+ * what it owned, with a commit when auto-commit is on).
  *
- * Ownership: borrows every argument for the call (the consumer copies the names it keeps); nothing to free.
+ * Errors: `MQL_UNKNOWN_TOPIC` (nothing changes then),
+ * `MQL_INVALID_ARGUMENT` (the group uses another assignment strategy, or
+ * from a rebalance callback), `MQL_CLOSED`.
+ *
+ * Ownership: borrows every argument for the call (the consumer copies the
+ * names it keeps); nothing to free.
  *
  * # Safety
  * `consumer` is NULL or a live consumer; `topic` is NULL or a
  * NUL-terminated string.
  */
-enum mql_status mql_subscribe(struct mql_consumer *consumer,
-                              const char *topic);
+enum mql_status mql_subscribe(struct mql_consumer *consumer, const char *topic);
 
 /**
  * Adds the `n` topics of the array `topics` to the subscription, all or
@@ -1427,9 +1744,11 @@ enum mql_status mql_subscribe(struct mql_consumer *consumer,
  * then be NULL).
  *
  * Errors: `MQL_UNKNOWN_TOPIC` (nothing changes then), `MQL_CLOSED`,
- * `MQL_NULL_ARGUMENT` (also for a NULL element).
+ * `MQL_NULL_ARGUMENT` (also for a NULL element), `MQL_INVALID_ARGUMENT`
+ * (as for `mql_subscribe`).
  *
- * Ownership: borrows every argument for the call (the consumer copies the names it keeps); nothing to free.
+ * Ownership: borrows every argument for the call (the consumer copies the
+ * names it keeps); nothing to free.
  *
  * # Safety
  * `consumer` is NULL or a live consumer; `topics` is NULL or points to `n`
@@ -1440,28 +1759,50 @@ enum mql_status mql_subscribe_many(struct mql_consumer *consumer,
                                    size_t n);
 
 /**
+ * Subscribes to every topic whose whole name matches the regular
+ * expression `pattern` (Rust `regex` syntax, anchored at both ends), now
+ * and as matching topics are created (noticed at the start of each fetch
+ * from the engine). Replaces any earlier subscription or assignment; with
+ * a group id (not broadcast) the consumer joins the group as with
+ * `mql_subscribe`.
+ *
+ * Errors: `MQL_INVALID_ARGUMENT` (an invalid expression: nothing changes
+ * then; from a rebalance callback), `MQL_CLOSED`.
+ *
+ * Ownership: borrows every argument for the call; nothing to free.
+ *
+ * # Safety
+ * `consumer` is NULL or a live consumer; `pattern` is NULL or a
+ * NUL-terminated string.
+ */
+enum mql_status mql_subscribe_pattern(struct mql_consumer *consumer, const char *pattern);
+
+/**
  * Adds partition `partition` of `topic` to the consumer's manual
- * assignment (replacing a subscription made with `mql_subscribe`). A
- * partition kept across calls keeps its position.
+ * assignment (replacing a subscription; a group member leaves its group).
+ * A partition kept across calls keeps its position. A consumer with a
+ * group id starts a newly assigned partition at the group's committed
+ * offset, if any.
  *
  * Errors: `MQL_UNKNOWN_TOPIC`, `MQL_UNKNOWN_PARTITION` (nothing changes
- * then), `MQL_CLOSED`.
+ * then), `MQL_CLOSED`, `MQL_INVALID_ARGUMENT` (from a rebalance callback).
  *
- * Ownership: borrows every argument for the call (the consumer copies the names it keeps); nothing to free.
+ * Ownership: borrows every argument for the call (the consumer copies the
+ * names it keeps); nothing to free.
  *
  * # Safety
  * `consumer` is NULL or a live consumer; `topic` is NULL or a
  * NUL-terminated string.
  */
-enum mql_status mql_assign(struct mql_consumer *consumer,
-                           const char *topic,
-                           uint32_t partition);
+enum mql_status mql_assign(struct mql_consumer *consumer, const char *topic, uint32_t partition);
 
 /**
  * Drops the consumer's whole subscription and assignment; it reads nothing
- * until the next `mql_subscribe` or `mql_assign`.
+ * until the next `mql_subscribe` or `mql_assign`. A group member leaves
+ * its group (revoking, and committing with auto-commit, first).
  *
- * Errors: `MQL_CLOSED`.
+ * Errors: `MQL_CLOSED`, `MQL_INVALID_ARGUMENT` (from a rebalance
+ * callback).
  *
  * Ownership: borrows `consumer` for the call; nothing to free.
  *
@@ -1471,8 +1812,31 @@ enum mql_status mql_assign(struct mql_consumer *consumer,
 enum mql_status mql_unsubscribe(struct mql_consumer *consumer);
 
 /**
+ * The partitions the consumer reads now (for a group member: the ones it
+ * owns). Writes the first `min(n, capacity)` of them to `partitions` and
+ * their number `n` to `*count`; call with `partitions` NULL and
+ * `capacity` 0 to get the count only. The topic names are owned by the
+ * consumer and stay valid until it is freed.
+ *
+ * Errors: `MQL_CLOSED`; `MQL_NULL_ARGUMENT` for a NULL `partitions` with
+ * a nonzero `capacity`. Allowed from a rebalance callback.
+ *
+ * Ownership: borrows every argument for the call; nothing to free.
+ *
+ * # Safety
+ * `consumer` is NULL or a live consumer; `partitions` is NULL or valid for
+ * writing `capacity` elements; `count` is NULL or valid for writing a
+ * `size_t`.
+ */
+enum mql_status mql_assignment(struct mql_consumer *consumer,
+                               struct mql_topic_partition *partitions,
+                               size_t capacity,
+                               size_t *count);
+
+/**
  * Sets the next offset `mql_poll` returns from an assigned partition (one
- * of a subscribed topic, or one added with `mql_assign`).
+ * of a subscribed topic, or one added with `mql_assign`). Allowed from a
+ * rebalance callback (e.g. on assign).
  *
  * Errors: `MQL_OFFSET_OUT_OF_RANGE` (the offset is not between the first
  * retained offset and the end, inclusive), `MQL_INVALID_ARGUMENT` (the
@@ -1490,8 +1854,43 @@ enum mql_status mql_seek(struct mql_consumer *consumer,
                          uint64_t offset);
 
 /**
+ * Moves an assigned partition to its first retained offset, like
+ * `mql_seek`.
+ *
+ * Errors: `MQL_INVALID_ARGUMENT` (the partition is not assigned),
+ * `MQL_UNKNOWN_TOPIC`, `MQL_UNKNOWN_PARTITION`, `MQL_CLOSED`.
+ *
+ * Ownership: borrows every argument for the call; nothing to free.
+ *
+ * # Safety
+ * `consumer` is NULL or a live consumer; `topic` is NULL or a
+ * NUL-terminated string.
+ */
+enum mql_status mql_seek_to_beginning(struct mql_consumer *consumer,
+                                      const char *topic,
+                                      uint32_t partition);
+
+/**
+ * Moves an assigned partition to its end (only records written from now
+ * on), like `mql_seek`.
+ *
+ * Errors: `MQL_INVALID_ARGUMENT` (the partition is not assigned),
+ * `MQL_UNKNOWN_TOPIC`, `MQL_UNKNOWN_PARTITION`, `MQL_CLOSED`.
+ *
+ * Ownership: borrows every argument for the call; nothing to free.
+ *
+ * # Safety
+ * `consumer` is NULL or a live consumer; `topic` is NULL or a
+ * NUL-terminated string.
+ */
+enum mql_status mql_seek_to_end(struct mql_consumer *consumer,
+                                const char *topic,
+                                uint32_t partition);
+
+/**
  * The offset of the next message `mql_poll` will return from an assigned
- * partition, into `*out`.
+ * partition, into `*out`. Messages fetched from the engine but not yet
+ * handed out are not counted as read. Allowed from a rebalance callback.
  *
  * Errors: `MQL_INVALID_ARGUMENT` (the partition is not assigned),
  * `MQL_OFFSET_OUT_OF_RANGE` (no valid position and the reset policy is
@@ -1509,17 +1908,46 @@ enum mql_status mql_position(struct mql_consumer *consumer,
                              uint64_t *out);
 
 /**
+ * For each of the `n` entries of `query`, the earliest offset of its
+ * partition whose timestamp is at or after its `timestamp`, into
+ * `offsets[i]`; `MQL_OFFSET_UNKNOWN` when every record is older. Any
+ * partition may be asked, assigned or not. With `n` 0 both arrays may be
+ * NULL. Allowed from a rebalance callback.
+ *
+ * Errors: `MQL_UNKNOWN_TOPIC`, `MQL_UNKNOWN_PARTITION`, `MQL_CLOSED`
+ * (`offsets` is then untouched).
+ *
+ * Ownership: borrows every argument for the call; nothing to free.
+ *
+ * # Safety
+ * `consumer` is NULL or a live consumer; `query` is NULL or points to `n`
+ * entries whose topics are NULL or NUL-terminated strings; `offsets` is
+ * NULL or valid for writing `n` `uint64_t`s.
+ */
+enum mql_status mql_offsets_for_times(struct mql_consumer *consumer,
+                                      const struct mql_partition_timestamp *query,
+                                      size_t n,
+                                      uint64_t *offsets);
+
+/**
  * Returns the next message in `*out`, waiting up to `timeout_ms`
  * milliseconds for one to arrive (0: do not wait; negative: wait as long
  * as it takes). Messages come in offset order per partition, fairly across
  * partitions.
  *
- * Returns `MQL_TIMEOUT`, with `*out` untouched, when nothing arrived in
- * time.
+ * The consumer fetches up to `max_poll_records` messages from the engine
+ * at once and hands them out one per call; a group member takes part in
+ * rebalances (running its rebalance callback), auto-commits and counts as
+ * alive only when it fetches, i.e. when every message of the previous
+ * fetch was handed out.
  *
- * Errors: `MQL_INVALID_ARGUMENT` (nothing subscribed or assigned),
- * `MQL_OFFSET_OUT_OF_RANGE` (with `MQL_OFFSET_RESET_ERROR`), `MQL_CLOSED`,
- * `MQL_CORRUPT`, I/O errors.
+ * Returns `MQL_TIMEOUT`, with `*out` untouched, when nothing arrived in
+ * time, or at once when `mql_waker_wakeup` was called during the wait or
+ * before it (the error text then says "woken up").
+ *
+ * Errors: `MQL_INVALID_ARGUMENT` (nothing subscribed or assigned; from a
+ * rebalance callback), `MQL_OFFSET_OUT_OF_RANGE` (with
+ * `MQL_OFFSET_RESET_ERROR`), `MQL_CLOSED`, `MQL_CORRUPT`, I/O errors.
  *
  * Ownership: on `MQL_OK`, `*out` is a new message owned by the caller;
  * release it with `mql_message_free`.
@@ -1531,6 +1959,325 @@ enum mql_status mql_position(struct mql_consumer *consumer,
 enum mql_status mql_poll(struct mql_consumer *consumer,
                          int32_t timeout_ms,
                          struct mql_message **out);
+
+/**
+ * A waker for this consumer: `mql_waker_wakeup` on it, from any thread,
+ * makes a `mql_poll` blocked on this consumer return `MQL_TIMEOUT` at
+ * once (or the next one, if none is waiting). Allowed from a rebalance
+ * callback.
+ *
+ * Ownership: on `MQL_OK`, `*out` is a new waker owned by the caller;
+ * release it with `mql_waker_free` (before or after the consumer).
+ *
+ * # Safety
+ * `consumer` is NULL or a live consumer; `out` is NULL or valid for
+ * writing a pointer.
+ */
+enum mql_status mql_consumer_waker(struct mql_consumer *consumer, struct mql_waker **out);
+
+/**
+ * Wakes the consumer's `mql_poll`: the one blocked now, or else the next
+ * one, returns `MQL_TIMEOUT` at once (a wakeup while `mql_poll` still has
+ * fetched messages to hand out takes effect at the next fetch). Safe to
+ * call from any thread, also while the consumer's thread is inside
+ * `mql_poll`, and after the consumer was freed (then it does nothing).
+ *
+ * Errors: `MQL_NULL_ARGUMENT`.
+ *
+ * Ownership: borrows `waker` for the call; nothing to free.
+ *
+ * # Safety
+ * `waker` is NULL or a live waker.
+ */
+enum mql_status mql_waker_wakeup(const struct mql_waker *waker);
+
+/**
+ * Releases a waker. NULL does nothing.
+ *
+ * Ownership: takes back the waker the caller owned; do not use it
+ * afterwards (no other thread may be using it).
+ *
+ * # Safety
+ * `waker` is NULL or a live waker from `mql_consumer_waker`, not used
+ * again.
+ */
+void mql_waker_free(struct mql_waker *waker);
+
+/**
+ * What the consumer did so far, into `*out`. Allowed from a rebalance
+ * callback.
+ *
+ * Ownership: borrows `consumer` for the call; the results are plain
+ * values; nothing to free.
+ *
+ * # Safety
+ * `consumer` is NULL or a live consumer; `out` is NULL or valid for
+ * writing an `mql_consumer_stats`.
+ */
+enum mql_status mql_consumer_get_stats(struct mql_consumer *consumer,
+                                       struct mql_consumer_stats *out);
+
+/**
+ * Sets the consumer's rebalance callback (see `mql_rebalance_callback`),
+ * replacing the one set before; NULL `callback` removes it. Takes effect
+ * at once, also for a subscription made earlier. Only group members
+ * (`mql_subscribe*` with a group id, not in broadcast mode) have
+ * rebalances.
+ *
+ * Threads and lifetime: the callback runs on the consumer's own thread;
+ * `user_data` must stay valid until the callback is replaced or the
+ * consumer is freed.
+ *
+ * Ownership: borrows `consumer` for the call; `user_data` stays the
+ * caller's.
+ *
+ * # Safety
+ * `consumer` is NULL or a live consumer; `callback` is NULL or a function
+ * with the `mql_rebalance_callback` contract.
+ */
+enum mql_status mql_consumer_set_rebalance_callback(struct mql_consumer *consumer,
+                                                    mql_rebalance_callback callback,
+                                                    void *user_data);
+
+/**
+ * Commits, for every partition the consumer reads, the offset after the
+ * last message `mql_poll` handed out (messages fetched from the engine but
+ * not handed out yet are not committed). Returns once the offsets are on
+ * disk (they survive a crash and power loss). Allowed from a rebalance
+ * callback (in a revoke: the partitions are still owned then).
+ *
+ * Errors: `MQL_INVALID_ARGUMENT` (the consumer has no group id),
+ * `MQL_COMMIT_FAILED` (a rebalance took a partition away; nothing was
+ * committed), `MQL_CLOSED`, I/O errors.
+ *
+ * Ownership: borrows `consumer` for the call; nothing to free.
+ *
+ * # Safety
+ * `consumer` is NULL or a live consumer.
+ */
+enum mql_status mql_commit(struct mql_consumer *consumer);
+
+/**
+ * Commits the `n` given offsets (all or nothing): each entry's `offset` is
+ * the next offset to read in its partition (the last processed plus one),
+ * stored with its `metadata` (NULL for none). With `n` 0 nothing is
+ * committed (`offsets` may then be NULL). Returns once they are on disk.
+ * Allowed from a rebalance callback.
+ *
+ * Errors: `MQL_INVALID_ARGUMENT` (no group id), `MQL_COMMIT_FAILED` (a
+ * group member committing a partition it does not own; nothing was
+ * committed), `MQL_UNKNOWN_TOPIC`, `MQL_UNKNOWN_PARTITION`,
+ * `MQL_CLOSED`, `MQL_NULL_ARGUMENT` (also for a NULL topic), I/O errors.
+ *
+ * Ownership: borrows every argument for the call; nothing to free.
+ *
+ * # Safety
+ * `consumer` is NULL or a live consumer; `offsets` is NULL or points to
+ * `n` entries whose strings are NULL or NUL-terminated.
+ */
+enum mql_status mql_commit_offsets(struct mql_consumer *consumer,
+                                   const struct mql_committed_offset *offsets,
+                                   size_t n);
+
+/**
+ * The group's committed offset of a partition (any partition, owned by
+ * this consumer or not): the offset into `*offset`, `MQL_OFFSET_UNKNOWN`
+ * when nothing is committed. Its metadata is copied into `metadata`
+ * (`metadata_len` bytes, like `snprintf`: cut short to `metadata_len - 1`
+ * bytes and always NUL-terminated when `metadata_len` > 0; `metadata` may
+ * be NULL when `metadata_len` is 0), and its full length in bytes, without
+ * the NUL, into `*metadata_len_out` (when not NULL): the text was cut
+ * short when that is at least `metadata_len`. No commit gives an empty
+ * metadata. Allowed from a rebalance callback.
+ *
+ * Errors: `MQL_INVALID_ARGUMENT` (no group id), `MQL_CLOSED`; nothing is
+ * written then.
+ *
+ * Ownership: borrows every argument for the call; nothing to free.
+ *
+ * # Safety
+ * `consumer` is NULL or a live consumer; `topic` is NULL or a
+ * NUL-terminated string; `offset` is NULL or valid for writing a
+ * `uint64_t`; `metadata` is NULL or valid for writing `metadata_len`
+ * bytes; `metadata_len_out` is NULL or valid for writing a `size_t`.
+ */
+enum mql_status mql_committed(struct mql_consumer *consumer,
+                              const char *topic,
+                              uint32_t partition,
+                              uint64_t *offset,
+                              char *metadata,
+                              size_t metadata_len,
+                              size_t *metadata_len_out);
+
+/**
+ * How far the consumer is behind in an assigned partition, into `*out`:
+ * the partition's end offset minus the group's committed offset, or minus
+ * the consumer's position (`mql_position`) when nothing is committed (or
+ * the consumer has no group id). Allowed from a rebalance callback.
+ *
+ * Errors: `MQL_INVALID_ARGUMENT` (the partition is not assigned),
+ * `MQL_CLOSED`.
+ *
+ * Ownership: borrows every argument for the call; the result is a plain
+ * value; nothing to free.
+ *
+ * # Safety
+ * `consumer` is NULL or a live consumer; `topic` is NULL or a
+ * NUL-terminated string; `out` is NULL or valid for writing a `uint64_t`.
+ */
+enum mql_status mql_lag(struct mql_consumer *consumer,
+                        const char *topic,
+                        uint32_t partition,
+                        uint64_t *out);
+
+/**
+ * The consumer's member id in its group (`<client_id>-<number>`), copied
+ * into `buf` like `mql_committed` copies metadata (`buf` may be NULL when
+ * `buf_len` is 0; `*len_out`, when not NULL, gets the full length). Empty
+ * when the consumer is not a group member (no group id, broadcast mode,
+ * not subscribed, manual assignment, or closed). Allowed from a
+ * rebalance callback.
+ *
+ * Ownership: borrows every argument for the call; nothing to free.
+ *
+ * # Safety
+ * `consumer` is NULL or a live consumer; `buf` is NULL or valid for
+ * writing `buf_len` bytes; `len_out` is NULL or valid for writing a
+ * `size_t`.
+ */
+enum mql_status mql_consumer_member_id(struct mql_consumer *consumer,
+                                       char *buf,
+                                       size_t buf_len,
+                                       size_t *len_out);
+
+/**
+ * Describes consumer group `group`: its members in this process (ordered
+ * by id; broadcast consumers are not members), the partitions each owns
+ * now, and the group's committed offsets (for a broadcast consumer's own
+ * offsets, describe `<group_id>.<client_id>`). A group nobody used is
+ * empty.
+ *
+ * Errors: `MQL_INVALID_ARGUMENT` (a name breaking the naming rules),
+ * `MQL_CLOSED`, I/O errors (reading its committed offsets).
+ *
+ * Ownership: on `MQL_OK`, `*out` is a new group info owned by the caller;
+ * release it with `mql_group_info_free`.
+ *
+ * # Safety
+ * `broker` is NULL or a live broker; `group` is NULL or a NUL-terminated
+ * string; `out` is NULL or valid for writing a pointer.
+ */
+enum mql_status mql_describe_group(struct mql_broker *broker,
+                                   const char *group,
+                                   struct mql_group_info **out);
+
+/**
+ * Releases a group info. NULL does nothing.
+ *
+ * Ownership: takes back the group info the caller owned; every string its
+ * accessors returned dies with it.
+ *
+ * # Safety
+ * `info` is NULL or a live group info from `mql_describe_group`, not used
+ * again.
+ */
+void mql_group_info_free(struct mql_group_info *info);
+
+/**
+ * The group's name; NULL if `info` is NULL.
+ *
+ * Ownership: owned by the group info, valid until `mql_group_info_free`.
+ *
+ * # Safety
+ * `info` is NULL or a live group info.
+ */
+const char *mql_group_info_name(const struct mql_group_info *info);
+
+/**
+ * The group's generation: incremented at every rebalance in this process;
+ * 0 if `info` is NULL.
+ *
+ * Ownership: returns a plain value; nothing to free.
+ *
+ * # Safety
+ * `info` is NULL or a live group info.
+ */
+uint64_t mql_group_info_generation(const struct mql_group_info *info);
+
+/**
+ * Number of members; 0 if `info` is NULL.
+ *
+ * Ownership: returns a plain value; nothing to free.
+ *
+ * # Safety
+ * `info` is NULL or a live group info.
+ */
+size_t mql_group_info_member_count(const struct mql_group_info *info);
+
+/**
+ * Member `index` (0-based, ordered by id): its id into `*id` and the
+ * number of partitions it owns into `*partition_count`.
+ *
+ * Errors: `MQL_INVALID_ARGUMENT` when `index` is not below
+ * `mql_group_info_member_count`.
+ *
+ * Ownership: the id is owned by the group info, valid until
+ * `mql_group_info_free`.
+ *
+ * # Safety
+ * `info` is NULL or a live group info; `id` and `partition_count` are NULL
+ * or valid for writes of their types.
+ */
+enum mql_status mql_group_info_member(const struct mql_group_info *info,
+                                      size_t index,
+                                      const char **id,
+                                      size_t *partition_count);
+
+/**
+ * Partition `index` (0-based, ordered by topic then partition) of those
+ * member `member` owns, into `*out`.
+ *
+ * Errors: `MQL_INVALID_ARGUMENT` when an index is out of range.
+ *
+ * Ownership: the topic string is owned by the group info, valid until
+ * `mql_group_info_free`.
+ *
+ * # Safety
+ * `info` is NULL or a live group info; `out` is NULL or valid for writing
+ * an `mql_topic_partition`.
+ */
+enum mql_status mql_group_info_member_partition(const struct mql_group_info *info,
+                                                size_t member_index,
+                                                size_t index,
+                                                struct mql_topic_partition *out);
+
+/**
+ * Number of committed offsets of the group; 0 if `info` is NULL.
+ *
+ * Ownership: returns a plain value; nothing to free.
+ *
+ * # Safety
+ * `info` is NULL or a live group info.
+ */
+size_t mql_group_info_committed_count(const struct mql_group_info *info);
+
+/**
+ * Committed offset `index` (0-based, ordered by topic then partition) into
+ * `*out`, with its metadata and commit time.
+ *
+ * Errors: `MQL_INVALID_ARGUMENT` when `index` is not below
+ * `mql_group_info_committed_count`.
+ *
+ * Ownership: the strings in `*out` are owned by the group info, valid
+ * until `mql_group_info_free`.
+ *
+ * # Safety
+ * `info` is NULL or a live group info; `out` is NULL or valid for writing
+ * an `mql_committed_offset`.
+ */
+enum mql_status mql_group_info_committed(const struct mql_group_info *info,
+                                         size_t index,
+                                         struct mql_committed_offset *out);
 
 /**
  * The message's topic, NUL-terminated; NULL if `message` is NULL.

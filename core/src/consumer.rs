@@ -479,18 +479,8 @@ impl Consumer {
         }
         self.leave_group();
         self.subscription.clear();
+        self.pattern = None;
         self.assigned = next;
-        for a in &mut self.assigned {
-            if a.position.is_none() {
-                if let Some(c) = self
-                    .offsets
-                    .as_ref()
-                    .and_then(|g| g.committed(a.topic.name(), a.log.partition()))
-                {
-                    a.position = Some(c.offset);
-                }
-            }
-        }
         Ok(())
     }
 
@@ -498,9 +488,15 @@ impl Consumer {
         match self.assigned.iter().position(|a| Arc::ptr_eq(&a.log, &log)) {
             Some(i) => self.assigned.swap_remove(i),
             None => Assigned {
+                // A partition read anew starts at this consumer's (or its
+                // group's) committed offset, if any.
+                position: self
+                    .offsets
+                    .as_ref()
+                    .and_then(|g| g.committed(topic.name(), log.partition()))
+                    .map(|c| c.offset),
                 topic,
                 log,
-                position: None,
                 cursor: None,
                 next_base: None,
                 decoded: None,
@@ -567,6 +563,7 @@ impl Consumer {
         self.leave_group();
         self.assigned.clear();
         self.subscription.clear();
+        self.pattern = None;
         if listener.is_some() {
             self.listener = listener;
         }
@@ -653,10 +650,8 @@ impl Consumer {
     /// Runs the revoke listener and auto-commit for `partitions`, then
     /// drops them from the assignment and releases them to the group.
     fn revoke(&mut self, partitions: &[(String, u32)]) {
-        if let Some(mut l) = self.listener.take() {
-            l.on_revoke(self, partitions);
-            self.listener = Some(l);
-        }
+        // As Kafka: auto-commit first, then the listener (whose own commit,
+        // if any, is the last word).
         if self.config.enable_auto_commit {
             let offsets: Vec<(String, u32, CommittedOffset)> = self
                 .assigned
@@ -677,6 +672,10 @@ impl Consumer {
             if let Err(e) = self.commit_raw(&offsets) {
                 ::log::warn!("auto-commit before a rebalance failed: {e}");
             }
+        }
+        if let Some(mut l) = self.listener.take() {
+            l.on_revoke(self, partitions);
+            self.listener = Some(l);
         }
         self.assigned.retain(|a| {
             !partitions

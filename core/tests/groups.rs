@@ -285,6 +285,25 @@ fn broadcast_consumers_each_read_everything_with_own_offsets() {
     cs[0].commit().unwrap();
     assert_eq!(cs[0].committed("t", 1).unwrap().unwrap().offset, 5);
     assert_eq!(cs[1].committed("t", 1).unwrap(), None, "offsets of its own");
+    // A broadcast consumer of the same name resumes at its own commits.
+    drop(cs.remove(0));
+    let mut again = mq
+        .consumer(
+            ConsumerConfig::group("b")
+                .broadcast(true)
+                .client_id("node-0")
+                .max_poll_records(100),
+        )
+        .unwrap();
+    again.subscribe(&["t"]).unwrap();
+    assert!(
+        again.poll(Duration::ZERO).unwrap().is_empty(),
+        "all committed"
+    );
+    // And a pattern subscription is replaced by a later plain one.
+    again.subscribe_pattern("nothing-.*", None).unwrap();
+    again.subscribe(&["t"]).unwrap();
+    assert_eq!(again.assignment().len(), 3);
     assert!(mq
         .consumer(ConsumerConfig::default().broadcast(true))
         .is_err());

@@ -36,7 +36,7 @@ impl UserData {
 
     /// The pointer. (A method, so that closures capture the whole
     /// `UserData`, which is `Send`, rather than its raw-pointer field.)
-    fn get(self) -> *mut c_void {
+    pub(crate) fn get(self) -> *mut c_void {
         self.0
     }
 }
@@ -126,7 +126,7 @@ pub struct mql_interceptor {
 
 /// Runs `f`, stopping any panic from unwinding further (into the engine's
 /// callback machinery, or towards C): a panic yields `fallback`.
-fn contained<R>(fallback: R, f: impl FnOnce() -> R) -> R {
+pub(crate) fn contained<R>(fallback: R, f: impl FnOnce() -> R) -> R {
     catch_unwind(AssertUnwindSafe(f)).unwrap_or(fallback)
 }
 

@@ -6,8 +6,8 @@ use std::ffi::{c_char, c_int, c_void};
 use std::sync::Arc;
 
 use mqlite::{
-    Acks, Compression, Config, ConsumerConfig, OffsetReset, Partitioner, ProducerConfig,
-    TopicConfig,
+    Acks, AssignmentStrategy, Compression, Config, ConsumerConfig, OffsetReset, Partitioner,
+    ProducerConfig, TopicConfig,
 };
 
 use crate::callback::{mql_interceptor, mql_partition_selector, selector, CInterceptor, UserData};
@@ -688,7 +688,9 @@ pub struct mql_consumer_config {
 }
 
 /// Makes a consumer config with the defaults (`MQL_OFFSET_RESET_EARLIEST`,
-/// at most 500 records fetched per internal poll).
+/// at most 500 records fetched per internal poll, client id `"consumer"`,
+/// strategy `"averagely"`, auto-commit on every 5000 ms, max poll interval
+/// 300,000 ms, broadcast off).
 ///
 /// Ownership: on `MQL_OK`, `*out` is a new config owned by the caller;
 /// release it with `mql_consumer_config_free` (`mql_consumer_new` copies
@@ -775,6 +777,199 @@ pub unsafe extern "C" fn mql_consumer_config_set_max_poll_records(
             return Err(Failure::invalid("max_poll_records must be at least 1"));
         }
         c.inner.max_poll_records = n;
+        Ok(())
+    })
+}
+
+/// This consumer's name (default `"consumer"`): the start of its member id
+/// in a group (`<client_id>-<number>`) and, in broadcast mode, the name its
+/// offsets are stored under (`<group_id>.<client_id>`). 1 to 249
+/// characters of `[A-Za-z0-9._-]`, not `.` or `..` (`MQL_INVALID_ARGUMENT`
+/// otherwise).
+///
+/// Ownership: borrows `config` and `client_id` for the call (the name is
+/// copied).
+///
+/// # Safety
+/// `config` is NULL or a live consumer config not used by another thread
+/// meanwhile; `client_id` is NULL or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn mql_consumer_config_set_client_id(
+    config: *mut mql_consumer_config,
+    client_id: *const c_char,
+) -> mql_status {
+    guard(|| {
+        // SAFETY: forwarded caller contract (for both).
+        let c = unsafe { arg_mut(config, "config") }?;
+        // SAFETY: as above.
+        let id = unsafe { arg_str(client_id, "client_id") }?;
+        mqlite::validate_topic_name(id).map_err(|e| match e {
+            mqlite::Error::InvalidTopicName { reason, .. } => {
+                Failure::invalid(format!("client_id {id:?}: {reason}"))
+            }
+            other => Failure::from(other),
+        })?;
+        c.inner.client_id = id.to_owned();
+        Ok(())
+    })
+}
+
+/// How a group shares partitions among its members: `"averagely"` (the
+/// default; also `"range"`: each member a contiguous range per topic),
+/// `"round_robin"` (also `"by_circle"`), `"consistent_hash"`, `"sticky"`
+/// (moves as few partitions as possible) or `"by_config"` (each member gets
+/// the partitions it asks for with `mql_consumer_config_add_wanted_partition`).
+/// ASCII case is ignored and `-` reads as `_`; other names give
+/// `MQL_INVALID_ARGUMENT`. Every member of a group must use the same
+/// strategy (`mql_subscribe` fails with `MQL_INVALID_ARGUMENT` otherwise).
+///
+/// Ownership: borrows `config` and `strategy` for the call.
+///
+/// # Safety
+/// `config` is NULL or a live consumer config not used by another thread
+/// meanwhile; `strategy` is NULL or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn mql_consumer_config_set_assignment_strategy(
+    config: *mut mql_consumer_config,
+    strategy: *const c_char,
+) -> mql_status {
+    guard(|| {
+        // SAFETY: forwarded caller contract (for both).
+        let c = unsafe { arg_mut(config, "config") }?;
+        // SAFETY: as above.
+        let name = unsafe { arg_str(strategy, "strategy") }?;
+        c.inner.assignment_strategy = name.parse::<AssignmentStrategy>()?;
+        Ok(())
+    })
+}
+
+/// Adds partition `partition` of `topic` to the partitions this member asks
+/// for under the `"by_config"` strategy (ignored by the others). A
+/// partition wanted by several members goes to the one with the smallest
+/// member id; partitions nobody wants are read by nobody. Adding one twice
+/// is harmless. The topic is not checked here (a partition of a topic the
+/// member does not subscribe to, or that does not exist, is never
+/// assigned).
+///
+/// Ownership: borrows `config` and `topic` for the call (the name is
+/// copied).
+///
+/// # Safety
+/// `config` is NULL or a live consumer config not used by another thread
+/// meanwhile; `topic` is NULL or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn mql_consumer_config_add_wanted_partition(
+    config: *mut mql_consumer_config,
+    topic: *const c_char,
+    partition: u32,
+) -> mql_status {
+    guard(|| {
+        // SAFETY: forwarded caller contract (for both).
+        let c = unsafe { arg_mut(config, "config") }?;
+        // SAFETY: as above.
+        let topic = unsafe { arg_str(topic, "topic") }?;
+        let wanted = &mut c.inner.wanted_partitions;
+        if !wanted.iter().any(|(t, p)| t == topic && *p == partition) {
+            wanted.push((topic.to_owned(), partition));
+        }
+        Ok(())
+    })
+}
+
+/// Whether a group consumer commits automatically (default true): the
+/// position of every partition it reads, every `auto_commit_interval_ms`
+/// (checked when `mql_poll` fetches from the engine), before a partition is
+/// revoked in a rebalance, and at `mql_consumer_close` /
+/// `mql_consumer_free`. The position counts exactly the messages `mql_poll`
+/// handed out: messages fetched but not yet handed out are not committed.
+///
+/// Ownership: borrows `config` for the call; the caller still owns it.
+///
+/// # Safety
+/// `config` is NULL or a live consumer config not used by another thread
+/// meanwhile.
+#[no_mangle]
+pub unsafe extern "C" fn mql_consumer_config_set_enable_auto_commit(
+    config: *mut mql_consumer_config,
+    on: bool,
+) -> mql_status {
+    guard(|| {
+        // SAFETY: forwarded caller contract.
+        let c = unsafe { arg_mut(config, "config") }?;
+        c.inner.enable_auto_commit = on;
+        Ok(())
+    })
+}
+
+/// Interval of automatic commits in milliseconds (default 5000; 0 commits
+/// at every fetch from the engine).
+///
+/// Ownership: borrows `config` for the call; the caller still owns it.
+///
+/// # Safety
+/// `config` is NULL or a live consumer config not used by another thread
+/// meanwhile.
+#[no_mangle]
+pub unsafe extern "C" fn mql_consumer_config_set_auto_commit_interval_ms(
+    config: *mut mql_consumer_config,
+    interval_ms: u64,
+) -> mql_status {
+    guard(|| {
+        // SAFETY: forwarded caller contract.
+        let c = unsafe { arg_mut(config, "config") }?;
+        c.inner.auto_commit_interval_ms = interval_ms;
+        Ok(())
+    })
+}
+
+/// A group member that does not fetch from the engine for this many
+/// milliseconds (default 300,000; at least 1, else `MQL_INVALID_ARGUMENT`)
+/// is removed from its group and its partitions go to the others (it joins
+/// again at its next `mql_poll`). `mql_poll` fetches when it has handed out
+/// every message of the previous fetch (at most `max_poll_records`), so
+/// this bounds the time to process one fetch.
+///
+/// Ownership: borrows `config` for the call; the caller still owns it.
+///
+/// # Safety
+/// `config` is NULL or a live consumer config not used by another thread
+/// meanwhile.
+#[no_mangle]
+pub unsafe extern "C" fn mql_consumer_config_set_max_poll_interval_ms(
+    config: *mut mql_consumer_config,
+    interval_ms: u64,
+) -> mql_status {
+    guard(|| {
+        // SAFETY: forwarded caller contract.
+        let c = unsafe { arg_mut(config, "config") }?;
+        if interval_ms == 0 {
+            return Err(Failure::invalid("max_poll_interval_ms must be at least 1"));
+        }
+        c.inner.max_poll_interval_ms = interval_ms;
+        Ok(())
+    })
+}
+
+/// Broadcast mode (RocketMQ's broadcasting; default false): every consumer
+/// of the group reads every partition of its subscription, with committed
+/// offsets of its own, stored under `<group_id>.<client_id>` (give each
+/// consumer its own client id). Needs a group id: `mql_consumer_new` fails
+/// with `MQL_INVALID_ARGUMENT` without one.
+///
+/// Ownership: borrows `config` for the call; the caller still owns it.
+///
+/// # Safety
+/// `config` is NULL or a live consumer config not used by another thread
+/// meanwhile.
+#[no_mangle]
+pub unsafe extern "C" fn mql_consumer_config_set_broadcast(
+    config: *mut mql_consumer_config,
+    on: bool,
+) -> mql_status {
+    guard(|| {
+        // SAFETY: forwarded caller contract.
+        let c = unsafe { arg_mut(config, "config") }?;
+        c.inner.broadcast = on;
         Ok(())
     })
 }

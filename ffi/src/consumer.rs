@@ -1,69 +1,417 @@
-//! Consumers: subscription, manual assignment, positions and polling.
+//! Consumers: subscription, manual assignment, positions, polling and
+//! wakeups. (Commits, rebalance callbacks and group descriptions are in
+//! `group.rs`.)
+//!
+//! # Buffering and commits
+//!
+//! The engine's `poll` returns a batch (up to `max_poll_records`); `mql_poll`
+//! hands it out one message at a time from a buffer, and fetches again only
+//! once the buffer is empty. The engine's position of a partition counts
+//! every fetched message as consumed, so with messages still buffered it is
+//! ahead of what C has seen. Two rules keep every commit at exactly "the
+//! last message handed out to C, plus one":
+//!
+//! 1. `mql_commit` with messages buffered commits explicit offsets: per
+//!    assigned partition, the offset of its first buffered message, or the
+//!    engine's position when none is buffered (`commit_offsets`). With an
+//!    empty buffer it is the engine's own `commit`. The buffer stays, so
+//!    committing after every message costs no re-fetch.
+//! 2. Before any call that lets the engine commit on its own while messages
+//!    are buffered (leaving the group in `mql_subscribe*`, `mql_assign`,
+//!    `mql_unsubscribe`, `mql_consumer_close`, `mql_consumer_free`: revoke
+//!    callbacks and auto-commit), the consumer *rewinds*: it seeks every
+//!    partition with buffered messages back to the first of them and drops
+//!    the buffer, so the engine's positions equal what C has seen. Inside
+//!    the engine's `poll` (auto-commit, rebalances) the buffer is always
+//!    empty, since `mql_poll` only fetches then.
+//!
+//! Polling the engine for one message at a time would be as correct but
+//! pays the whole poll path (group sync, auto-commit check, fair rotation
+//! over partitions) per message; rewinding only happens on rare calls.
+//!
+//! A rebalance therefore never happens while messages of a revoked
+//! partition are buffered: every message handed out after a revoke was
+//! fetched after it.
+//!
+//! # Calls from a rebalance callback
+//!
+//! The engine runs the rebalance listener inside `poll`, `subscribe` and
+//! `close`, lending it `&mut Consumer` (the very consumer the outer call is
+//! using). The glue stores that pointer in [`mql_consumer::lent`] for the
+//! duration of the C callback; a call the callback makes on the same handle
+//! uses the lent consumer instead of the handle's state (which the outer
+//! call holds mutably and which is never touched meanwhile). Calls that
+//! would need that state or could re-enter the engine's rebalance machinery
+//! (`mql_poll`, `mql_subscribe*`, `mql_assign`, `mql_unsubscribe`,
+//! `mql_consumer_close`, `mql_consumer_free`) are refused there with
+//! `MQL_INVALID_ARGUMENT`. The buffer is empty whenever a callback runs
+//! (rules above), so the engine's positions, and its `commit`, are exact
+//! there.
 
-use std::collections::VecDeque;
-use std::ffi::c_char;
-use std::time::Duration;
+use std::cell::{Cell, RefCell, UnsafeCell};
+use std::collections::{HashMap, VecDeque};
+use std::ffi::{c_char, CString};
+use std::ptr::NonNull;
+use std::time::{Duration, Instant};
 
-use mqlite::{Consumer, ConsumerConfig, Message};
+use mqlite::{Consumer, ConsumerConfig, ConsumerWaker, Message};
 
 use crate::broker::mql_broker;
 use crate::config::mql_consumer_config;
-use crate::error::{guard, guard_value, mql_status, Failure, FfiResult};
+use crate::error::{c_text, guard, guard_value, mql_status, record_failure, Failure, FfiResult};
+use crate::group::{CListener, RebalanceCallback};
 use crate::message::mql_message;
+use crate::producer::MQL_OFFSET_UNKNOWN;
 use crate::util::{
-    arg_mut, arg_ref, arg_slice, arg_str, free_handle, into_handle, opt_ref, opt_str, Out,
+    arg_ref, arg_slice, arg_str, free_handle, into_handle, opt_ref, opt_str, Out, OutArray,
 };
 
 /// Reads records from subscribed topics or assigned partitions. Made by
 /// `mql_consumer_new`, released by `mql_consumer_free`. Use it from one
 /// thread at a time (it may move between threads).
 pub struct mql_consumer {
-    inner: Consumer,
-    /// Subscribed topics (the engine's subscribe takes the whole list).
-    topics: Vec<String>,
-    /// Manually assigned partitions (likewise for assign).
-    partitions: Vec<(String, u32)>,
+    /// What ordinary calls use (see [`mql_consumer::normal`]).
+    state: UnsafeCell<State>,
+    /// While a rebalance callback runs: the consumer the engine lent to the
+    /// listener (see the module docs).
+    lent: Cell<Lending>,
+    /// The C rebalance callback, read by the listener glue at each event.
+    pub(crate) rebalance: Cell<Option<RebalanceCallback>>,
+    /// NUL-terminated topic names handed to C. Entries are never removed
+    /// and a `CString`'s bytes never move, so the pointers stay valid until
+    /// the consumer is freed.
+    names: RefCell<HashMap<Box<str>, CString>>,
+    /// Wakes the engine's `poll` (for `mql_consumer_waker`).
+    waker: ConsumerWaker,
+    /// Messages fetched from the engine and dropped from the buffer without
+    /// being handed out (by a seek, a rewind or a close), and the bytes of
+    /// their keys and values: the engine's statistics count what it
+    /// fetched, and a dropped message may be fetched again.
+    dropped: Cell<(u64, u64)>,
+}
+
+/// The state of ordinary calls.
+pub(crate) struct State {
+    pub(crate) inner: Consumer,
+    /// What the consumer reads (the engine's subscribe and assign take
+    /// whole lists).
+    sub: Subscription,
     /// Messages fetched from the engine but not yet handed out by
     /// `mql_poll`, in order.
-    buffer: VecDeque<Message>,
+    pub(crate) buffer: VecDeque<Message>,
+}
+
+enum Subscription {
+    None,
+    Topics(Vec<String>),
+    Pattern,
+    Partitions(Vec<(String, u32)>),
+}
+
+/// Whether the engine lent its consumer to a rebalance listener.
+#[derive(Clone, Copy)]
+pub(crate) enum Lending {
+    /// No rebalance callback runs.
+    Idle,
+    /// A rebalance callback runs; calls it makes use this consumer.
+    Lent(NonNull<Consumer>),
+    /// A call made from a rebalance callback is using the lent consumer.
+    InUse,
+}
+
+// SAFETY: the pointer exists only while a rebalance callback runs, which
+// is inside a call on the consumer on the current thread; a handle is
+// never used by two threads at once (documented contract), so the pointer
+// is never used from another thread. Moving the handle between threads
+// between calls moves no live pointer.
+unsafe impl Send for Lending {}
+
+/// Calls into a consumer: an ordinary one (the whole state), or one from a
+/// rebalance callback (the engine's consumer only; the buffer is empty).
+pub(crate) enum Access<'a> {
+    Normal(&'a mut State),
+    Callback(&'a mut Consumer),
+}
+
+impl Access<'_> {
+    pub(crate) fn consumer(&mut self) -> &mut Consumer {
+        match self {
+            Access::Normal(s) => &mut s.inner,
+            Access::Callback(c) => c,
+        }
+    }
+
+    /// The offset of the first buffered message of `topic`/`partition`.
+    pub(crate) fn first_buffered(&self, topic: &str, partition: u32) -> Option<u64> {
+        match self {
+            Access::Normal(s) => s.first_buffered(topic, partition),
+            Access::Callback(_) => None,
+        }
+    }
+}
+
+/// Puts a value back into a cell when dropped (also on a panic).
+struct Restore<'a, T: Copy>(&'a Cell<T>, T);
+
+impl<T: Copy> Drop for Restore<'_, T> {
+    #[inline]
+    fn drop(&mut self) {
+        self.0.set(self.1);
+    }
 }
 
 impl mql_consumer {
-    /// Drops buffered messages of partitions no longer assigned.
-    fn prune_buffer(&mut self) {
-        if self.buffer.is_empty() {
-            return;
+    /// Runs `f` for a call allowed everywhere, including from a rebalance
+    /// callback.
+    pub(crate) fn any<R>(
+        &self,
+        what: &str,
+        f: impl FnOnce(Access<'_>) -> FfiResult<R>,
+    ) -> FfiResult<R> {
+        match self.lent.get() {
+            Lending::Idle => self.normal(what, |s| f(Access::Normal(s))),
+            Lending::InUse => Err(busy(what)),
+            Lending::Lent(p) => {
+                // While `f` runs the pointer is marked in use, so that a
+                // nested call (none is expected: `f` calls no C code)
+                // would be refused rather than make a second `&mut`.
+                self.lent.set(Lending::InUse);
+                let _back = Restore(&self.lent, Lending::Lent(p));
+                // SAFETY: `p` was made from the `&mut Consumer` the engine
+                // passed to the listener, which is still running (it is
+                // lent only for the duration of the C callback); neither
+                // the engine nor the outer call uses the consumer until the
+                // callback returns, and no other reference made from `p`
+                // is live (it is marked in use above).
+                let c = unsafe { &mut *p.as_ptr() };
+                f(Access::Callback(c))
+            }
         }
-        let assigned = self.inner.assignment();
+    }
+
+    /// Runs `f` for an ordinary call, with the whole state; refused inside
+    /// a rebalance callback.
+    #[inline]
+    pub(crate) fn normal<R>(
+        &self,
+        what: &str,
+        f: impl FnOnce(&mut State) -> FfiResult<R>,
+    ) -> FfiResult<R> {
+        match self.lent.get() {
+            Lending::Idle => {}
+            Lending::Lent(_) => {
+                return Err(Failure::invalid(format!(
+                    "{what} may not be called from a rebalance callback"
+                )))
+            }
+            Lending::InUse => return Err(busy(what)),
+        }
+        // SAFETY: no other reference to the state exists: calls come from
+        // one thread at a time (documented contract), and the only calls
+        // that can start while another runs are those of a rebalance
+        // callback (the one way C code runs inside a call on a consumer),
+        // during which `lent` is not `Idle`, so they never get here. The
+        // reference lives only while `f` runs.
+        let state = unsafe { &mut *self.state.get() };
+        f(state)
+    }
+
+    /// Lends `consumer` to calls from a rebalance callback until the
+    /// returned guard is dropped.
+    pub(crate) fn lend<'a>(&'a self, consumer: &mut Consumer) -> impl Drop + 'a {
+        let before = self.lent.replace(Lending::Lent(NonNull::from(consumer)));
+        Restore(&self.lent, before)
+    }
+
+    /// `topic` as a NUL-terminated string owned by the consumer, valid
+    /// until it is freed.
+    pub(crate) fn name_ptr(&self, topic: &str) -> *const c_char {
+        let mut names = self.names.borrow_mut();
+        if let Some(c) = names.get(topic) {
+            return c.as_ptr();
+        }
+        let c = c_text(topic.to_owned());
+        let p = c.as_ptr();
+        names.insert(topic.into(), c);
+        p
+    }
+}
+
+fn busy(what: &str) -> Failure {
+    Failure::invalid(format!(
+        "{what} was called on a consumer already inside another call"
+    ))
+}
+
+impl State {
+    pub(crate) fn first_buffered(&self, topic: &str, partition: u32) -> Option<u64> {
+        self.buffer
+            .iter()
+            .find(|m| m.partition() == partition && m.topic() == topic)
+            .map(Message::offset)
+    }
+
+    /// Drops the buffered messages for which `drop` holds, counting them
+    /// in `dropped`.
+    fn drop_buffered(&mut self, dropped: &Cell<(u64, u64)>, drop: impl Fn(&Message) -> bool) {
+        let (mut records, mut bytes) = dropped.get();
         self.buffer.retain(|m| {
-            assigned
-                .iter()
-                .any(|(t, p)| t == m.topic() && *p == m.partition())
+            if drop(m) {
+                records += 1;
+                bytes += message_bytes(m);
+                false
+            } else {
+                true
+            }
+        });
+        dropped.set((records, bytes));
+    }
+
+    /// Drops the buffered messages of one partition (after a seek).
+    pub(crate) fn drop_partition(
+        &mut self,
+        dropped: &Cell<(u64, u64)>,
+        topic: &str,
+        partition: u32,
+    ) {
+        self.drop_buffered(dropped, |m| {
+            m.partition() == partition && m.topic() == topic
         });
     }
 
-    fn subscribe_more(&mut self, more: &[&str]) -> FfiResult {
+    /// Seeks every partition with buffered messages back to the first of
+    /// them and drops the buffer: the engine's positions then count only
+    /// what C has seen (see the module docs).
+    pub(crate) fn rewind(&mut self, dropped: &Cell<(u64, u64)>) {
+        while let Some(m) = self.buffer.front() {
+            let (topic, partition, offset) = (m.topic().to_owned(), m.partition(), m.offset());
+            // A failure means the consumer was closed (it commits nothing
+            // any more) or retention removed those records (no reader can
+            // get them again): nothing better to do either way.
+            let _ = self.inner.seek(&topic, partition, offset);
+            self.drop_partition(dropped, &topic, partition);
+        }
+    }
+
+    /// Whether subscriptions join a group that shares partitions.
+    fn clustering(&self) -> bool {
+        let config = self.inner.config();
+        config.group_id.is_some() && !config.broadcast
+    }
+
+    /// Works around a gap of the engine for consumers outside a group's
+    /// sharing (standalone or broadcast), after a successful `subscribe` or
+    /// `assign` (`redo`): it keeps an earlier pattern subscription, which
+    /// then overrides the new topics or partitions, so that is dropped
+    /// (`unsubscribe`) and the call repeated.
+    fn drop_old_pattern(
+        &mut self,
+        redo: impl Fn(&mut Consumer) -> mqlite::Result<()>,
+    ) -> FfiResult {
+        if self.clustering() || !matches!(self.sub, Subscription::Pattern) {
+            return Ok(());
+        }
+        self.inner.unsubscribe();
+        Ok(redo(&mut self.inner)?)
+    }
+
+    /// Moves a broadcast consumer's subscribed partitions to its committed
+    /// offsets (where they are still retained): the engine starts them at
+    /// the reset policy.
+    fn resume_broadcast(&mut self) {
+        if !self.inner.config().broadcast {
+            return;
+        }
+        for (t, p) in self.inner.assignment() {
+            if let Ok(Some(c)) = self.inner.committed(&t, p) {
+                // Out of range (retention removed it): the reset policy
+                // applies, as for any position that is gone.
+                let _ = self.inner.seek(&t, p, c.offset);
+            }
+        }
+    }
+
+    fn subscribe_more(&mut self, dropped: &Cell<(u64, u64)>, more: &[&str]) -> FfiResult {
         if more.is_empty() {
             return Ok(());
         }
-        let mut topics: Vec<&str> = self.topics.iter().map(String::as_str).collect();
-        for t in more {
-            if !topics.contains(t) {
-                topics.push(t);
+        let mut topics: Vec<String> = match &self.sub {
+            Subscription::Topics(t) => t.clone(),
+            _ => Vec::new(),
+        };
+        for &t in more {
+            if !topics.iter().any(|s| s == t) {
+                topics.push(t.to_owned());
             }
         }
+        self.rewind(dropped);
         // The engine changes nothing when it fails (e.g. an unknown topic).
-        self.inner.subscribe(&topics)?;
-        self.topics = topics.into_iter().map(str::to_owned).collect();
-        self.partitions.clear();
-        self.prune_buffer();
+        let names: Vec<&str> = topics.iter().map(String::as_str).collect();
+        self.inner.subscribe(&names)?;
+        self.drop_old_pattern(|c| c.subscribe(&names))?;
+        self.sub = Subscription::Topics(topics);
+        self.resume_broadcast();
         Ok(())
     }
 }
 
-/// Makes a consumer. `group_id` may be NULL for a standalone consumer;
-/// `config` may be NULL for the defaults (it is copied). It reads nothing
-/// until `mql_subscribe` or `mql_assign`.
+/// A topic and one of its partitions.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct mql_topic_partition {
+    /// The topic, NUL-terminated.
+    pub topic: *const c_char,
+    /// The partition.
+    pub partition: u32,
+}
+
+/// A partition and a time, for `mql_offsets_for_times`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct mql_partition_timestamp {
+    /// The topic, NUL-terminated.
+    pub topic: *const c_char,
+    /// The partition.
+    pub partition: u32,
+    /// Milliseconds since the Unix epoch.
+    pub timestamp: i64,
+}
+
+/// What a consumer did so far (`mql_consumer_get_stats`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct mql_consumer_stats {
+    /// Messages `mql_poll` handed out.
+    pub records: u64,
+    /// Bytes of keys and values of those messages.
+    pub bytes: u64,
+    /// Fetches from the engine: calls to `mql_poll` that found no message
+    /// fetched earlier and waiting to be handed out.
+    pub polls: u64,
+    /// Group rebalances this consumer took part in.
+    pub rebalances: u64,
+    /// Messages skipped because retention deleted them before they were
+    /// read (the reset policy moved the position past them).
+    pub skipped: u64,
+    /// Commits made (manual and automatic).
+    pub commits: u64,
+}
+
+/// Wakes a consumer blocked in `mql_poll` from another thread. Made by
+/// `mql_consumer_waker`, released by `mql_waker_free`. Safe to use from
+/// several threads at once, and after its consumer was freed (it then
+/// does nothing).
+pub struct mql_waker {
+    inner: ConsumerWaker,
+}
+
+/// Makes a consumer. `group_id` may be NULL for a standalone consumer (it
+/// cannot commit); `config` may be NULL for the defaults (it is copied).
+/// It reads nothing until `mql_subscribe` or `mql_assign`.
+///
+/// Errors: `MQL_INVALID_ARGUMENT` (a group id or client id breaking the
+/// naming rules, broadcast mode without a group id), `MQL_CLOSED`, I/O
+/// errors (reading the group's committed offsets).
 ///
 /// Ownership: on `MQL_OK`, `*out` is a new consumer owned by the caller;
 /// release it with `mql_consumer_free` (before or after `mql_close` of its
@@ -92,21 +440,46 @@ pub unsafe extern "C" fn mql_consumer_new(
         config.group_id = group_id.map(str::to_owned);
         let inner = b.inner.consumer(config)?;
         let handle = mql_consumer {
-            inner,
-            topics: Vec::new(),
-            partitions: Vec::new(),
-            buffer: VecDeque::new(),
+            waker: inner.waker(),
+            state: UnsafeCell::new(State {
+                inner,
+                sub: Subscription::None,
+                buffer: VecDeque::new(),
+            }),
+            lent: Cell::new(Lending::Idle),
+            rebalance: Cell::new(None),
+            names: RefCell::new(HashMap::new()),
+            dropped: Cell::new((0, 0)),
         };
+        let raw = into_handle(handle);
+        // The engine's listener for every subscription: it calls the C
+        // callback set at the time of each rebalance, if any.
+        let handle = NonNull::new(raw).expect("Box::into_raw is never NULL");
+        let listener = Box::new(CListener::new(handle));
+        // SAFETY: as above; nothing else uses the handle yet.
+        let set = unsafe { &*raw }.normal("mql_consumer_new", |c| {
+            c.inner.set_rebalance_listener(Some(listener));
+            Ok(())
+        });
+        if let Err(f) = set {
+            // SAFETY: `raw` came from into_handle and is not used again.
+            unsafe { free_handle(raw) };
+            return Err(f);
+        }
         // SAFETY: `out` is valid for writes by the caller's contract.
-        unsafe { out.write(into_handle(handle)) };
+        unsafe { out.write(raw) };
         Ok(())
     })
 }
 
-/// Stops and releases a consumer. NULL does nothing. Messages it returned
-/// stay valid until they are freed.
+/// Closes (like `mql_consumer_close`) and releases a consumer. NULL does
+/// nothing. Messages it returned stay valid until they are freed.
 ///
-/// Ownership: takes back the consumer the caller owned; do not use it afterwards.
+/// Not allowed from the consumer's own rebalance callback: the call then
+/// does nothing (the last error says so).
+///
+/// Ownership: takes back the consumer the caller owned; do not use it
+/// afterwards.
 ///
 /// # Safety
 /// `consumer` is NULL or a live consumer from `mql_consumer_new`, not used
@@ -114,23 +487,70 @@ pub unsafe extern "C" fn mql_consumer_new(
 #[no_mangle]
 pub unsafe extern "C" fn mql_consumer_free(consumer: *mut mql_consumer) {
     guard_value((), || {
-        // SAFETY: forwarded caller contract.
-        if let Ok(c) = unsafe { arg_mut(consumer, "consumer") } {
-            c.inner.close();
+        if consumer.is_null() {
+            return;
         }
         // SAFETY: forwarded caller contract.
-        unsafe { free_handle(consumer) }
+        let closed = unsafe { arg_ref(consumer, "consumer") }.and_then(|h| {
+            h.normal("mql_consumer_free", |c| {
+                c.rewind(&h.dropped);
+                c.inner.close();
+                Ok(())
+            })
+        });
+        match closed {
+            // SAFETY: forwarded caller contract; no call on it is running
+            // (`normal` refused the one way a call could be: from its
+            // rebalance callback), and `h` is not used any more.
+            Ok(()) => unsafe { free_handle(consumer) },
+            Err(f) => record_failure(f),
+        }
+    })
+}
+
+/// Closes a consumer: a group member commits (with auto-commit; exactly
+/// the messages `mql_poll` handed out) and leaves its group, running its
+/// rebalance callback's revoke, so its partitions go to the other members
+/// at once. Later calls fail with `MQL_CLOSED`; closing again does nothing.
+/// The handle must still be released with `mql_consumer_free`.
+///
+/// Errors: `MQL_INVALID_ARGUMENT` from the consumer's own rebalance
+/// callback.
+///
+/// Ownership: borrows `consumer` for the call; nothing to free.
+///
+/// # Safety
+/// `consumer` is NULL or a live consumer.
+#[no_mangle]
+pub unsafe extern "C" fn mql_consumer_close(consumer: *mut mql_consumer) -> mql_status {
+    guard(|| {
+        // SAFETY: forwarded caller contract.
+        let h = unsafe { arg_ref(consumer, "consumer") }?;
+        h.normal("mql_consumer_close", |c| {
+            c.rewind(&h.dropped);
+            c.inner.close();
+            Ok(())
+        })
     })
 }
 
 /// Adds `topic` to the consumer's subscription: it reads every partition of
 /// the subscribed topics, including partitions added later. A manual
-/// assignment (`mql_assign`) is replaced by the subscription. Subscribing
-/// to a topic twice is harmless.
+/// assignment (`mql_assign`) or pattern subscription is replaced.
+/// Subscribing to a topic twice is harmless.
 ///
-/// Errors: `MQL_UNKNOWN_TOPIC` (nothing changes then), `MQL_CLOSED`.
+/// With a group id (and not in broadcast mode) the consumer joins the
+/// group: its members share the partitions, and the share changes as
+/// members come and go (see `mql_consumer_set_rebalance_callback`). A
+/// member that changes its subscription leaves and joins again (revoking
+/// what it owned, with a commit when auto-commit is on).
 ///
-/// Ownership: borrows every argument for the call (the consumer copies the names it keeps); nothing to free.
+/// Errors: `MQL_UNKNOWN_TOPIC` (nothing changes then),
+/// `MQL_INVALID_ARGUMENT` (the group uses another assignment strategy, or
+/// from a rebalance callback), `MQL_CLOSED`.
+///
+/// Ownership: borrows every argument for the call (the consumer copies the
+/// names it keeps); nothing to free.
 ///
 /// # Safety
 /// `consumer` is NULL or a live consumer; `topic` is NULL or a
@@ -142,10 +562,10 @@ pub unsafe extern "C" fn mql_subscribe(
 ) -> mql_status {
     guard(|| {
         // SAFETY: forwarded caller contract (for both).
-        let c = unsafe { arg_mut(consumer, "consumer") }?;
+        let h = unsafe { arg_ref(consumer, "consumer") }?;
         // SAFETY: as above.
         let topic = unsafe { arg_str(topic, "topic") }?;
-        c.subscribe_more(&[topic])
+        h.normal("mql_subscribe", |c| c.subscribe_more(&h.dropped, &[topic]))
     })
 }
 
@@ -154,9 +574,11 @@ pub unsafe extern "C" fn mql_subscribe(
 /// then be NULL).
 ///
 /// Errors: `MQL_UNKNOWN_TOPIC` (nothing changes then), `MQL_CLOSED`,
-/// `MQL_NULL_ARGUMENT` (also for a NULL element).
+/// `MQL_NULL_ARGUMENT` (also for a NULL element), `MQL_INVALID_ARGUMENT`
+/// (as for `mql_subscribe`).
 ///
-/// Ownership: borrows every argument for the call (the consumer copies the names it keeps); nothing to free.
+/// Ownership: borrows every argument for the call (the consumer copies the
+/// names it keeps); nothing to free.
 ///
 /// # Safety
 /// `consumer` is NULL or a live consumer; `topics` is NULL or points to `n`
@@ -169,7 +591,7 @@ pub unsafe extern "C" fn mql_subscribe_many(
 ) -> mql_status {
     guard(|| {
         // SAFETY: forwarded caller contract (for both).
-        let c = unsafe { arg_mut(consumer, "consumer") }?;
+        let h = unsafe { arg_ref(consumer, "consumer") }?;
         // SAFETY: as above.
         let raw = unsafe { arg_slice(topics, n, "topics") }?;
         let mut names = Vec::with_capacity(raw.len());
@@ -177,18 +599,61 @@ pub unsafe extern "C" fn mql_subscribe_many(
             // SAFETY: as above.
             names.push(unsafe { arg_str(t, &format!("topics[{i}]")) }?);
         }
-        c.subscribe_more(&names)
+        h.normal("mql_subscribe_many", |c| {
+            c.subscribe_more(&h.dropped, &names)
+        })
+    })
+}
+
+/// Subscribes to every topic whose whole name matches the regular
+/// expression `pattern` (Rust `regex` syntax, anchored at both ends), now
+/// and as matching topics are created (noticed at the start of each fetch
+/// from the engine). Replaces any earlier subscription or assignment; with
+/// a group id (not broadcast) the consumer joins the group as with
+/// `mql_subscribe`.
+///
+/// Errors: `MQL_INVALID_ARGUMENT` (an invalid expression: nothing changes
+/// then; from a rebalance callback), `MQL_CLOSED`.
+///
+/// Ownership: borrows every argument for the call; nothing to free.
+///
+/// # Safety
+/// `consumer` is NULL or a live consumer; `pattern` is NULL or a
+/// NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn mql_subscribe_pattern(
+    consumer: *mut mql_consumer,
+    pattern: *const c_char,
+) -> mql_status {
+    guard(|| {
+        // SAFETY: forwarded caller contract (for both).
+        let h = unsafe { arg_ref(consumer, "consumer") }?;
+        // SAFETY: as above.
+        let pattern = unsafe { arg_str(pattern, "pattern") }?;
+        h.normal("mql_subscribe_pattern", |c| {
+            if c.inner.is_closed() {
+                return Err(mqlite::Error::Closed("consumer").into());
+            }
+            c.rewind(&h.dropped);
+            c.inner.subscribe_pattern(pattern, None)?;
+            c.sub = Subscription::Pattern;
+            c.resume_broadcast();
+            Ok(())
+        })
     })
 }
 
 /// Adds partition `partition` of `topic` to the consumer's manual
-/// assignment (replacing a subscription made with `mql_subscribe`). A
-/// partition kept across calls keeps its position.
+/// assignment (replacing a subscription; a group member leaves its group).
+/// A partition kept across calls keeps its position. A consumer with a
+/// group id starts a newly assigned partition at the group's committed
+/// offset, if any.
 ///
 /// Errors: `MQL_UNKNOWN_TOPIC`, `MQL_UNKNOWN_PARTITION` (nothing changes
-/// then), `MQL_CLOSED`.
+/// then), `MQL_CLOSED`, `MQL_INVALID_ARGUMENT` (from a rebalance callback).
 ///
-/// Ownership: borrows every argument for the call (the consumer copies the names it keeps); nothing to free.
+/// Ownership: borrows every argument for the call (the consumer copies the
+/// names it keeps); nothing to free.
 ///
 /// # Safety
 /// `consumer` is NULL or a live consumer; `topic` is NULL or a
@@ -201,26 +666,33 @@ pub unsafe extern "C" fn mql_assign(
 ) -> mql_status {
     guard(|| {
         // SAFETY: forwarded caller contract (for both).
-        let c = unsafe { arg_mut(consumer, "consumer") }?;
+        let h = unsafe { arg_ref(consumer, "consumer") }?;
         // SAFETY: as above.
         let topic = unsafe { arg_str(topic, "topic") }?;
-        let mut list: Vec<(&str, u32)> =
-            c.partitions.iter().map(|(t, p)| (t.as_str(), *p)).collect();
-        if !list.contains(&(topic, partition)) {
-            list.push((topic, partition));
-        }
-        c.inner.assign(&list)?;
-        c.partitions = list.into_iter().map(|(t, p)| (t.to_owned(), p)).collect();
-        c.topics.clear();
-        c.prune_buffer();
-        Ok(())
+        h.normal("mql_assign", |c| {
+            let mut list: Vec<(String, u32)> = match &c.sub {
+                Subscription::Partitions(l) => l.clone(),
+                _ => Vec::new(),
+            };
+            if !list.iter().any(|(t, p)| t == topic && *p == partition) {
+                list.push((topic.to_owned(), partition));
+            }
+            c.rewind(&h.dropped);
+            let pairs: Vec<(&str, u32)> = list.iter().map(|(t, p)| (t.as_str(), *p)).collect();
+            c.inner.assign(&pairs)?;
+            c.drop_old_pattern(|c| c.assign(&pairs))?;
+            c.sub = Subscription::Partitions(list);
+            Ok(())
+        })
     })
 }
 
 /// Drops the consumer's whole subscription and assignment; it reads nothing
-/// until the next `mql_subscribe` or `mql_assign`.
+/// until the next `mql_subscribe` or `mql_assign`. A group member leaves
+/// its group (revoking, and committing with auto-commit, first).
 ///
-/// Errors: `MQL_CLOSED`.
+/// Errors: `MQL_CLOSED`, `MQL_INVALID_ARGUMENT` (from a rebalance
+/// callback).
 ///
 /// Ownership: borrows `consumer` for the call; nothing to free.
 ///
@@ -230,17 +702,79 @@ pub unsafe extern "C" fn mql_assign(
 pub unsafe extern "C" fn mql_unsubscribe(consumer: *mut mql_consumer) -> mql_status {
     guard(|| {
         // SAFETY: forwarded caller contract.
-        let c = unsafe { arg_mut(consumer, "consumer") }?;
-        c.inner.assign(&[])?;
-        c.topics.clear();
-        c.partitions.clear();
-        c.buffer.clear();
+        let h = unsafe { arg_ref(consumer, "consumer") }?;
+        h.normal("mql_unsubscribe", |c| {
+            if c.inner.is_closed() {
+                return Err(mqlite::Error::Closed("consumer").into());
+            }
+            c.rewind(&h.dropped);
+            c.inner.unsubscribe();
+            c.sub = Subscription::None;
+            Ok(())
+        })
+    })
+}
+
+/// The partitions the consumer reads now (for a group member: the ones it
+/// owns). Writes the first `min(n, capacity)` of them to `partitions` and
+/// their number `n` to `*count`; call with `partitions` NULL and
+/// `capacity` 0 to get the count only. The topic names are owned by the
+/// consumer and stay valid until it is freed.
+///
+/// Errors: `MQL_CLOSED`; `MQL_NULL_ARGUMENT` for a NULL `partitions` with
+/// a nonzero `capacity`. Allowed from a rebalance callback.
+///
+/// Ownership: borrows every argument for the call; nothing to free.
+///
+/// # Safety
+/// `consumer` is NULL or a live consumer; `partitions` is NULL or valid for
+/// writing `capacity` elements; `count` is NULL or valid for writing a
+/// `size_t`.
+#[no_mangle]
+pub unsafe extern "C" fn mql_assignment(
+    consumer: *mut mql_consumer,
+    partitions: *mut mql_topic_partition,
+    capacity: usize,
+    count: *mut usize,
+) -> mql_status {
+    guard(|| {
+        // SAFETY: forwarded caller contract.
+        let h = unsafe { arg_ref(consumer, "consumer") }?;
+        if partitions.is_null() && capacity > 0 {
+            return Err(Failure::null("partitions"));
+        }
+        let count = Out::new(count, "count")?;
+        let assigned = h.any("mql_assignment", |mut a| {
+            let c = a.consumer();
+            if c.is_closed() {
+                return Err(mqlite::Error::Closed("consumer").into());
+            }
+            Ok(c.assignment())
+        })?;
+        let n = assigned.len().min(capacity);
+        let out = OutArray::optional(partitions, n, "partitions")?;
+        let list: Vec<mql_topic_partition> = assigned[..n]
+            .iter()
+            .map(|(t, p)| mql_topic_partition {
+                topic: h.name_ptr(t),
+                partition: *p,
+            })
+            .collect();
+        // SAFETY: both are valid for writes by the caller's contract
+        // (`partitions` for `capacity` >= n elements).
+        unsafe {
+            if let Some(out) = out {
+                out.write(&list);
+            }
+            count.write(assigned.len());
+        }
         Ok(())
     })
 }
 
 /// Sets the next offset `mql_poll` returns from an assigned partition (one
-/// of a subscribed topic, or one added with `mql_assign`).
+/// of a subscribed topic, or one added with `mql_assign`). Allowed from a
+/// rebalance callback (e.g. on assign).
 ///
 /// Errors: `MQL_OFFSET_OUT_OF_RANGE` (the offset is not between the first
 /// retained offset and the end, inclusive), `MQL_INVALID_ARGUMENT` (the
@@ -258,20 +792,101 @@ pub unsafe extern "C" fn mql_seek(
     partition: u32,
     offset: u64,
 ) -> mql_status {
+    // SAFETY: forwarded caller contract.
+    guard(|| unsafe {
+        seek_with(consumer, topic, partition, "mql_seek", |c, t, p| {
+            c.seek(t, p, offset)
+        })
+    })
+}
+
+/// Moves an assigned partition to its first retained offset, like
+/// `mql_seek`.
+///
+/// Errors: `MQL_INVALID_ARGUMENT` (the partition is not assigned),
+/// `MQL_UNKNOWN_TOPIC`, `MQL_UNKNOWN_PARTITION`, `MQL_CLOSED`.
+///
+/// Ownership: borrows every argument for the call; nothing to free.
+///
+/// # Safety
+/// `consumer` is NULL or a live consumer; `topic` is NULL or a
+/// NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn mql_seek_to_beginning(
+    consumer: *mut mql_consumer,
+    topic: *const c_char,
+    partition: u32,
+) -> mql_status {
     guard(|| {
-        // SAFETY: forwarded caller contract (for both).
-        let c = unsafe { arg_mut(consumer, "consumer") }?;
-        // SAFETY: as above.
-        let topic = unsafe { arg_str(topic, "topic") }?;
-        c.inner.seek(topic, partition, offset)?;
-        c.buffer
-            .retain(|m| !(m.partition() == partition && m.topic() == topic));
+        // SAFETY: forwarded caller contract.
+        unsafe {
+            seek_with(
+                consumer,
+                topic,
+                partition,
+                "mql_seek_to_beginning",
+                |c, t, p| c.seek_to_beginning(t, p),
+            )
+        }
+    })
+}
+
+/// Moves an assigned partition to its end (only records written from now
+/// on), like `mql_seek`.
+///
+/// Errors: `MQL_INVALID_ARGUMENT` (the partition is not assigned),
+/// `MQL_UNKNOWN_TOPIC`, `MQL_UNKNOWN_PARTITION`, `MQL_CLOSED`.
+///
+/// Ownership: borrows every argument for the call; nothing to free.
+///
+/// # Safety
+/// `consumer` is NULL or a live consumer; `topic` is NULL or a
+/// NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn mql_seek_to_end(
+    consumer: *mut mql_consumer,
+    topic: *const c_char,
+    partition: u32,
+) -> mql_status {
+    guard(|| {
+        // SAFETY: forwarded caller contract.
+        unsafe {
+            seek_with(consumer, topic, partition, "mql_seek_to_end", |c, t, p| {
+                c.seek_to_end(t, p)
+            })
+        }
+    })
+}
+
+/// The body of the seek functions: `seek` on the engine's consumer, then
+/// drops the partition's buffered messages.
+///
+/// # Safety
+/// `consumer` is NULL or a live consumer; `topic` is NULL or a
+/// NUL-terminated string.
+unsafe fn seek_with(
+    consumer: *mut mql_consumer,
+    topic: *const c_char,
+    partition: u32,
+    what: &str,
+    seek: impl FnOnce(&mut Consumer, &str, u32) -> mqlite::Result<()>,
+) -> FfiResult {
+    // SAFETY: forwarded caller contract (for both).
+    let h = unsafe { arg_ref(consumer, "consumer") }?;
+    // SAFETY: as above.
+    let topic = unsafe { arg_str(topic, "topic") }?;
+    h.any(what, |mut a| {
+        seek(a.consumer(), topic, partition)?;
+        if let Access::Normal(c) = a {
+            c.drop_partition(&h.dropped, topic, partition);
+        }
         Ok(())
     })
 }
 
 /// The offset of the next message `mql_poll` will return from an assigned
-/// partition, into `*out`.
+/// partition, into `*out`. Messages fetched from the engine but not yet
+/// handed out are not counted as read. Allowed from a rebalance callback.
 ///
 /// Errors: `MQL_INVALID_ARGUMENT` (the partition is not assigned),
 /// `MQL_OFFSET_OUT_OF_RANGE` (no valid position and the reset policy is
@@ -291,19 +906,70 @@ pub unsafe extern "C" fn mql_position(
 ) -> mql_status {
     guard(|| {
         // SAFETY: forwarded caller contract (for all three).
-        let c = unsafe { arg_mut(consumer, "consumer") }?;
+        let h = unsafe { arg_ref(consumer, "consumer") }?;
         // SAFETY: as above.
         let topic = unsafe { arg_str(topic, "topic") }?;
         let out = Out::new(out, "out")?;
-        let engine = c.inner.position(topic, partition)?;
-        // Fetched but not yet handed out: still ahead of the application.
-        let position = c
-            .buffer
-            .iter()
-            .find(|m| m.partition() == partition && m.topic() == topic)
-            .map_or(engine, Message::offset);
+        let position = h.any("mql_position", |mut a| {
+            let engine = a.consumer().position(topic, partition)?;
+            // Fetched but not yet handed out: still ahead of the application.
+            Ok(a.first_buffered(topic, partition).unwrap_or(engine))
+        })?;
         // SAFETY: `out` is valid for writes by the caller's contract.
         unsafe { out.write(position) };
+        Ok(())
+    })
+}
+
+/// For each of the `n` entries of `query`, the earliest offset of its
+/// partition whose timestamp is at or after its `timestamp`, into
+/// `offsets[i]`; `MQL_OFFSET_UNKNOWN` when every record is older. Any
+/// partition may be asked, assigned or not. With `n` 0 both arrays may be
+/// NULL. Allowed from a rebalance callback.
+///
+/// Errors: `MQL_UNKNOWN_TOPIC`, `MQL_UNKNOWN_PARTITION`, `MQL_CLOSED`
+/// (`offsets` is then untouched).
+///
+/// Ownership: borrows every argument for the call; nothing to free.
+///
+/// # Safety
+/// `consumer` is NULL or a live consumer; `query` is NULL or points to `n`
+/// entries whose topics are NULL or NUL-terminated strings; `offsets` is
+/// NULL or valid for writing `n` `uint64_t`s.
+#[no_mangle]
+pub unsafe extern "C" fn mql_offsets_for_times(
+    consumer: *mut mql_consumer,
+    query: *const mql_partition_timestamp,
+    n: usize,
+    offsets: *mut u64,
+) -> mql_status {
+    guard(|| {
+        // SAFETY: forwarded caller contract (for all three).
+        let h = unsafe { arg_ref(consumer, "consumer") }?;
+        // SAFETY: as above.
+        let raw = unsafe { arg_slice(query, n, "query") }?;
+        if offsets.is_null() && n > 0 {
+            return Err(Failure::null("offsets"));
+        }
+        let out = OutArray::optional(offsets, n, "offsets")?;
+        let mut q = Vec::with_capacity(n);
+        for (i, e) in raw.iter().enumerate() {
+            // SAFETY: as above.
+            let t = unsafe { arg_str(e.topic, &format!("query[{i}].topic")) }?;
+            q.push((t, e.partition, e.timestamp));
+        }
+        let found = h.any("mql_offsets_for_times", |mut a| {
+            Ok(a.consumer().offsets_for_times(&q)?)
+        })?;
+        let found: Vec<u64> = found
+            .into_iter()
+            .map(|o| o.unwrap_or(MQL_OFFSET_UNKNOWN))
+            .collect();
+        if let Some(out) = out {
+            // SAFETY: valid for writing `n` elements by the caller's
+            // contract; `found` has one per query entry.
+            unsafe { out.write(&found) };
+        }
         Ok(())
     })
 }
@@ -313,12 +979,19 @@ pub unsafe extern "C" fn mql_position(
 /// as it takes). Messages come in offset order per partition, fairly across
 /// partitions.
 ///
-/// Returns `MQL_TIMEOUT`, with `*out` untouched, when nothing arrived in
-/// time.
+/// The consumer fetches up to `max_poll_records` messages from the engine
+/// at once and hands them out one per call; a group member takes part in
+/// rebalances (running its rebalance callback), auto-commits and counts as
+/// alive only when it fetches, i.e. when every message of the previous
+/// fetch was handed out.
 ///
-/// Errors: `MQL_INVALID_ARGUMENT` (nothing subscribed or assigned),
-/// `MQL_OFFSET_OUT_OF_RANGE` (with `MQL_OFFSET_RESET_ERROR`), `MQL_CLOSED`,
-/// `MQL_CORRUPT`, I/O errors.
+/// Returns `MQL_TIMEOUT`, with `*out` untouched, when nothing arrived in
+/// time, or at once when `mql_waker_wakeup` was called during the wait or
+/// before it (the error text then says "woken up").
+///
+/// Errors: `MQL_INVALID_ARGUMENT` (nothing subscribed or assigned; from a
+/// rebalance callback), `MQL_OFFSET_OUT_OF_RANGE` (with
+/// `MQL_OFFSET_RESET_ERROR`), `MQL_CLOSED`, `MQL_CORRUPT`, I/O errors.
 ///
 /// Ownership: on `MQL_OK`, `*out` is a new message owned by the caller;
 /// release it with `mql_message_free`.
@@ -334,40 +1007,170 @@ pub unsafe extern "C" fn mql_poll(
 ) -> mql_status {
     guard(|| {
         // SAFETY: forwarded caller contract (for both).
-        let c = unsafe { arg_mut(consumer, "consumer") }?;
+        let h = unsafe { arg_ref(consumer, "consumer") }?;
         let out = Out::new(out, "out")?;
-        if c.inner.is_closed() {
-            // Messages fetched before the close are not handed out.
-            c.buffer.clear();
-            return Err(mqlite::Error::Closed("consumer").into());
-        }
-        if c.buffer.is_empty() {
-            if c.topics.is_empty() && c.partitions.is_empty() {
-                return Err(Failure::invalid(
-                    "the consumer has no subscription or assignment (call mql_subscribe or mql_assign first)",
-                ));
+        h.normal("mql_poll", |c| {
+            if c.inner.is_closed() {
+                // Messages fetched before the close are not handed out.
+                c.drop_buffered(&h.dropped, |_| true);
+                return Err(mqlite::Error::Closed("consumer").into());
             }
-            let fetched = if timeout_ms < 0 {
-                loop {
-                    let v = c.inner.poll(Duration::from_secs(3600))?;
-                    if !v.is_empty() {
-                        break v;
-                    }
+            if c.buffer.is_empty() {
+                if let Subscription::None = c.sub {
+                    return Err(Failure::invalid(
+                        "the consumer has no subscription or assignment (call mql_subscribe or mql_assign first)",
+                    ));
                 }
-            } else {
-                c.inner.poll(Duration::from_millis(timeout_ms as u64))?
-            };
-            if fetched.is_empty() {
-                return Err(mqlite::Error::Timeout(timeout_ms as u64).into());
+                let fetched = fetch(&mut c.inner, timeout_ms)?;
+                c.buffer.extend(fetched);
             }
-            c.buffer.extend(fetched);
+            let m = c
+                .buffer
+                .pop_front()
+                .ok_or_else(|| Failure::invalid("no message"))?;
+            // SAFETY: `out` is valid for writes by the caller's contract.
+            unsafe { out.write(into_handle(mql_message::new(m))) };
+            Ok(())
+        })
+    })
+}
+
+/// The bytes of a message's key and value.
+fn message_bytes(m: &Message) -> u64 {
+    (m.key().map_or(0, <[u8]>::len) + m.value().map_or(0, <[u8]>::len)) as u64
+}
+
+/// One fetch from the engine: a non-empty batch, or `MQL_TIMEOUT`.
+fn fetch(inner: &mut Consumer, timeout_ms: i32) -> FfiResult<Vec<Message>> {
+    // The engine's poll returns nothing both when the time is up and when
+    // it was woken; before the deadline it can only have been woken.
+    let woken = || {
+        Failure::new(
+            mql_status::MQL_TIMEOUT,
+            "woken up by mql_waker_wakeup before anything arrived",
+        )
+    };
+    let wait = if timeout_ms < 0 {
+        Duration::from_secs(3600)
+    } else {
+        Duration::from_millis(timeout_ms as u64)
+    };
+    loop {
+        let start = Instant::now();
+        let v = inner.poll(wait)?;
+        if !v.is_empty() {
+            return Ok(v);
         }
-        let m = c
-            .buffer
-            .pop_front()
-            .ok_or_else(|| Failure::invalid("no message"))?;
+        if start.elapsed() < wait {
+            return Err(woken());
+        }
+        if timeout_ms >= 0 {
+            return Err(mqlite::Error::Timeout(timeout_ms as u64).into());
+        }
+    }
+}
+
+/// A waker for this consumer: `mql_waker_wakeup` on it, from any thread,
+/// makes a `mql_poll` blocked on this consumer return `MQL_TIMEOUT` at
+/// once (or the next one, if none is waiting). Allowed from a rebalance
+/// callback.
+///
+/// Ownership: on `MQL_OK`, `*out` is a new waker owned by the caller;
+/// release it with `mql_waker_free` (before or after the consumer).
+///
+/// # Safety
+/// `consumer` is NULL or a live consumer; `out` is NULL or valid for
+/// writing a pointer.
+#[no_mangle]
+pub unsafe extern "C" fn mql_consumer_waker(
+    consumer: *mut mql_consumer,
+    out: *mut *mut mql_waker,
+) -> mql_status {
+    guard(|| {
+        // SAFETY: forwarded caller contract.
+        let h = unsafe { arg_ref(consumer, "consumer") }?;
+        let out = Out::new(out, "out")?;
+        let inner = h.waker.clone();
         // SAFETY: `out` is valid for writes by the caller's contract.
-        unsafe { out.write(into_handle(mql_message::new(m))) };
+        unsafe { out.write(into_handle(mql_waker { inner })) };
+        Ok(())
+    })
+}
+
+/// Wakes the consumer's `mql_poll`: the one blocked now, or else the next
+/// one, returns `MQL_TIMEOUT` at once (a wakeup while `mql_poll` still has
+/// fetched messages to hand out takes effect at the next fetch). Safe to
+/// call from any thread, also while the consumer's thread is inside
+/// `mql_poll`, and after the consumer was freed (then it does nothing).
+///
+/// Errors: `MQL_NULL_ARGUMENT`.
+///
+/// Ownership: borrows `waker` for the call; nothing to free.
+///
+/// # Safety
+/// `waker` is NULL or a live waker.
+#[no_mangle]
+pub unsafe extern "C" fn mql_waker_wakeup(waker: *const mql_waker) -> mql_status {
+    guard(|| {
+        // SAFETY: forwarded caller contract.
+        let w = unsafe { arg_ref(waker, "waker") }?;
+        w.inner.wakeup();
+        Ok(())
+    })
+}
+
+/// Releases a waker. NULL does nothing.
+///
+/// Ownership: takes back the waker the caller owned; do not use it
+/// afterwards (no other thread may be using it).
+///
+/// # Safety
+/// `waker` is NULL or a live waker from `mql_consumer_waker`, not used
+/// again.
+#[no_mangle]
+pub unsafe extern "C" fn mql_waker_free(waker: *mut mql_waker) {
+    // SAFETY: forwarded caller contract.
+    guard_value((), || unsafe { free_handle(waker) })
+}
+
+/// What the consumer did so far, into `*out`. Allowed from a rebalance
+/// callback.
+///
+/// Ownership: borrows `consumer` for the call; the results are plain
+/// values; nothing to free.
+///
+/// # Safety
+/// `consumer` is NULL or a live consumer; `out` is NULL or valid for
+/// writing an `mql_consumer_stats`.
+#[no_mangle]
+pub unsafe extern "C" fn mql_consumer_get_stats(
+    consumer: *mut mql_consumer,
+    out: *mut mql_consumer_stats,
+) -> mql_status {
+    guard(|| {
+        // SAFETY: forwarded caller contract.
+        let h = unsafe { arg_ref(consumer, "consumer") }?;
+        let out = Out::new(out, "out")?;
+        let stats = h.any("mql_consumer_get_stats", |mut a| {
+            let s = a.consumer().stats();
+            // The engine counted what it fetched: not what is still
+            // buffered, nor what was dropped unseen.
+            let (mut records, mut bytes) = h.dropped.get();
+            if let Access::Normal(c) = a {
+                records += c.buffer.len() as u64;
+                bytes += c.buffer.iter().map(message_bytes).sum::<u64>();
+            }
+            Ok(mql_consumer_stats {
+                records: s.records.saturating_sub(records),
+                bytes: s.bytes.saturating_sub(bytes),
+                polls: s.polls,
+                rebalances: s.rebalances,
+                skipped: s.skipped,
+                commits: s.commits,
+            })
+        })?;
+        // SAFETY: `out` is valid for writes by the caller's contract.
+        unsafe { out.write(stats) };
         Ok(())
     })
 }

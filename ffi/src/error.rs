@@ -72,12 +72,16 @@ pub enum mql_status {
     /// A newer producer with the same name exists (it has a higher epoch);
     /// this one may no longer write. Free it.
     MQL_PRODUCER_FENCED = 403,
+    /// A commit was refused: this group member no longer owns a partition
+    /// it commits (a rebalance gave it to another member). Nothing was
+    /// committed.
+    MQL_COMMIT_FAILED = 500,
 }
 
 use mql_status::*;
 
 /// Every status, for lookups by number.
-const ALL: [mql_status; 23] = [
+const ALL: [mql_status; 24] = [
     MQL_OK,
     MQL_IO,
     MQL_DISK_FULL,
@@ -101,6 +105,7 @@ const ALL: [mql_status; 23] = [
     MQL_BUFFER_FULL,
     MQL_OUT_OF_ORDER_SEQUENCE,
     MQL_PRODUCER_FENCED,
+    MQL_COMMIT_FAILED,
 ];
 
 impl mql_status {
@@ -145,6 +150,7 @@ impl mql_status {
             MQL_BUFFER_FULL => c"MQL_BUFFER_FULL",
             MQL_OUT_OF_ORDER_SEQUENCE => c"MQL_OUT_OF_ORDER_SEQUENCE",
             MQL_PRODUCER_FENCED => c"MQL_PRODUCER_FENCED",
+            MQL_COMMIT_FAILED => c"MQL_COMMIT_FAILED",
         }
     }
 }
@@ -218,6 +224,12 @@ pub(crate) fn c_text(message: String) -> CString {
             .collect();
         CString::new(bytes).unwrap_or_default()
     })
+}
+
+/// Records a failure as this thread's last error, for functions that
+/// return no status (a refused `_free`).
+pub(crate) fn record_failure(f: Failure) {
+    set_last_error(f.status, f.message);
 }
 
 fn set_last_error(status: mql_status, message: String) {
@@ -406,6 +418,7 @@ mod tests {
                 epoch: 0,
                 current_epoch: 1,
             },
+            Error::CommitFailed("t/0 is not owned".into()),
         ];
         for e in errors {
             let code = e.code();

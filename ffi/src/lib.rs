@@ -24,9 +24,11 @@
 //!   it means). Strings are NUL-terminated UTF-8 (`MQL_INVALID_UTF8`
 //!   otherwise); data buffers are a pointer followed by a `size_t` length.
 //! - **Threads.** A broker and a producer may be used from several threads
-//!   at once, and so may a message (it is immutable). A consumer may be used
-//!   from one thread at a time (it may move between threads). Config objects
-//!   are plain values: do not change one while another thread uses it.
+//!   at once, and so may a message or a group info (they are immutable) and
+//!   a consumer's waker (`mql_waker_wakeup` is how another thread ends a
+//!   blocked `mql_poll`). A consumer may be used from one thread at a time
+//!   (it may move between threads). Config objects are plain values: do not
+//!   change one while another thread uses it.
 //! - **Callbacks** (delivery reports of `mql_produce`, partition selectors,
 //!   interceptors) are plain C function pointers with a `void *user_data`
 //!   the library hands back. They may run on another thread than the one
@@ -35,6 +37,14 @@
 //!   caller makes `user_data` safe for that and keeps it alive as long as
 //!   the doc comment says. Pointers a callback receives are valid during
 //!   the call only. No callback may free the producer that runs it.
+//!   A consumer's rebalance callback is the exception: it runs on the
+//!   consumer's own thread, inside a call on that consumer, and may call a
+//!   documented subset of the consumer functions on it (`mql_commit` among
+//!   them; see `mql_rebalance_callback`).
+//! - **Commits** count exactly the messages `mql_poll` handed out: the
+//!   consumer fetches batches from the engine and hands them out one by
+//!   one, but messages fetched and not handed out yet are never committed,
+//!   by `mql_commit` or automatically.
 //! - **Panics** never cross into C: an internal panic is reported as
 //!   `MQL_PANIC`. Free the handle involved; it may be in a bad state.
 #![warn(missing_docs)]
@@ -56,6 +66,8 @@ mod callback;
 
 mod consumer;
 
+mod group;
+
 mod message;
 
 mod util;
@@ -65,6 +77,7 @@ pub use callback::*;
 pub use config::*;
 pub use consumer::*;
 pub use error::*;
+pub use group::*;
 pub use message::*;
 pub use producer::*;
 
@@ -98,5 +111,7 @@ const _: () = {
     shared::<mql_broker>();
     shared::<mql_producer>();
     shared::<mql_message>();
+    shared::<mql_waker>();
+    shared::<mql_group_info>();
     movable::<mql_consumer>();
 };

@@ -247,3 +247,104 @@ pub(crate) unsafe fn free_handle<T>(p: *mut T) {
         drop(unsafe { Box::from_raw(p) });
     }
 }
+
+/// A checked text out-parameter: a caller's buffer `(buf, buf_len)` and an
+/// optional length out-parameter, filled like `snprintf`. `buf` may be NULL
+/// only with `buf_len == 0` (the caller wants the length only).
+pub(crate) struct TextOut {
+    buf: *mut c_char,
+    buf_len: usize,
+    len_out: Option<Out<usize>>,
+}
+
+impl TextOut {
+    /// Checks the parameters: `MQL_NULL_ARGUMENT` for a NULL `buf` with a
+    /// length, `MQL_INVALID_ARGUMENT` for a misaligned `len_out` or a
+    /// length too large.
+    pub(crate) fn new(
+        buf: *mut c_char,
+        buf_len: usize,
+        len_out: *mut usize,
+        name: &str,
+    ) -> FfiResult<TextOut> {
+        if buf.is_null() && buf_len > 0 {
+            return Err(Failure::null(name));
+        }
+        if buf_len > isize::MAX as usize {
+            return Err(Failure::invalid(format!(
+                "argument `{name}`: length {buf_len} is too large"
+            )));
+        }
+        let len_out = Out::optional(len_out, &format!("{name}_len"))?;
+        Ok(TextOut {
+            buf,
+            buf_len,
+            len_out,
+        })
+    }
+
+    /// Copies as much of `text` as fits in front of a NUL (all of it when
+    /// `buf_len > text.len()`; nothing, not even the NUL, when `buf_len`
+    /// is 0) and stores `text.len()` (without the NUL) in the length
+    /// out-parameter: the text was cut short when that is at least
+    /// `buf_len`.
+    ///
+    /// # Safety
+    /// `buf` is NULL or valid for writes of `buf_len` bytes, not
+    /// overlapping `text`; the length out-parameter is valid for writes.
+    pub(crate) unsafe fn write(self, text: &[u8]) {
+        if self.buf_len > 0 {
+            let n = text.len().min(self.buf_len - 1);
+            // SAFETY: `buf` is non-NULL (checked in `new` since buf_len > 0)
+            // and valid for `buf_len` bytes by the caller's contract; n + 1
+            // <= buf_len; u8 and c_char need no alignment; no overlap.
+            unsafe {
+                std::ptr::copy_nonoverlapping(text.as_ptr(), self.buf.cast::<u8>(), n);
+                self.buf.add(n).write(0);
+            }
+        }
+        if let Some(out) = self.len_out {
+            // SAFETY: valid for writes by the caller's contract.
+            unsafe { out.write(text.len()) };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text_out(buf: &mut [u8], text: &str) -> usize {
+        let mut len = usize::MAX;
+        let out = TextOut::new(buf.as_mut_ptr().cast(), buf.len(), &mut len, "buf").unwrap();
+        // SAFETY: `buf` and `len` are valid for writes.
+        unsafe { out.write(text.as_bytes()) };
+        len
+    }
+
+    #[test]
+    fn text_out_copies_like_snprintf() {
+        let mut buf = [b'x'; 8];
+        assert_eq!(text_out(&mut buf, "abc"), 3);
+        assert_eq!(&buf[..4], b"abc\0");
+        assert_eq!(text_out(&mut buf, "abcdefghij"), 10);
+        assert_eq!(&buf, b"abcdefg\0");
+        let mut one = [b'x'; 1];
+        assert_eq!(text_out(&mut one, "abc"), 3);
+        assert_eq!(one, [0]);
+        assert_eq!(text_out(&mut [], "abc"), 3);
+        // A NULL buffer needs length 0.
+        let mut len = 0;
+        assert!(TextOut::new(std::ptr::null_mut(), 0, &mut len, "buf").is_ok());
+        let e = TextOut::new(std::ptr::null_mut(), 4, &mut len, "buf")
+            .err()
+            .unwrap();
+        assert_eq!(e.status, mql_status::MQL_NULL_ARGUMENT);
+        // The length out-parameter is optional.
+        let mut buf = [b'x'; 4];
+        let out = TextOut::new(buf.as_mut_ptr().cast(), 4, std::ptr::null_mut(), "buf").unwrap();
+        // SAFETY: `buf` is valid for writes.
+        unsafe { out.write(b"hi") };
+        assert_eq!(&buf[..3], b"hi\0");
+    }
+}

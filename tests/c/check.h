@@ -133,4 +133,30 @@ static inline int value_at(mql_broker *mq, const char *topic, uint32_t partition
     return ok;
 }
 
+/* Sends `value` to topic/partition and returns its offset. */
+static inline uint64_t send_to(mql_producer *p, const char *topic, uint32_t partition, const char *value) {
+    mql_record rec = MQL_RECORD_INIT;
+    rec.topic = topic;
+    rec.partition = partition;
+    rec.value = value;
+    rec.value_len = strlen(value);
+    mql_metadata md;
+    CHECK_OK(mql_send_record(p, &rec, &md));
+    CHECK(md.partition == partition);
+    return md.offset;
+}
+
+/* Sends `n` records to every one of the `partitions` partitions of `topic`. */
+static inline void fill(mql_broker *mq, const char *topic, uint32_t partitions, int n) {
+    mql_producer *p;
+    CHECK_OK(mql_producer_new(mq, NULL, &p));
+    char value[64];
+    for (int i = 0; i < n; i++)
+        for (uint32_t part = 0; part < partitions; part++) {
+            snprintf(value, sizeof value, "%u:%d", part, i);
+            send_to(p, topic, part, value);
+        }
+    mql_producer_free(p);
+}
+
 #endif

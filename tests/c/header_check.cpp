@@ -41,6 +41,7 @@ int main(int argc, char **argv) {
     static_assert(sizeof(mql_status) == sizeof(int), "a C enum");
     static_assert(MQL_PRODUCER_FENCED == 403, "codes are stable");
     static_assert(MQL_OFFSET_UNKNOWN == UINT64_MAX, "unknown offset");
+    static_assert(MQL_COMMIT_FAILED == 500, "codes are stable");
 
     Broker mq(std::string(argv[1]) + "/data");
     mql_topic_config *tc = nullptr;
@@ -78,7 +79,15 @@ int main(int argc, char **argv) {
 
     mql_consumer *c = nullptr;
     CHECK(mql_consumer_new(mq.raw, "cpp-group", nullptr, &c) == MQL_OK);
+    // A rebalance callback from a captureless lambda.
+    size_t assigned = 0;
+    mql_rebalance_callback rb = [](void *ud, mql_consumer *, mql_rebalance_event ev,
+                                   const mql_topic_partition *, size_t n) {
+        if (ev == MQL_REBALANCE_ASSIGN) *static_cast<size_t *>(ud) += n;
+    };
+    CHECK(mql_consumer_set_rebalance_callback(c, rb, &assigned) == MQL_OK);
     CHECK(mql_subscribe(c, "cpp") == MQL_OK);
+    CHECK(assigned == 2);
     mql_message *m = nullptr;
     for (int i = 0; i < 2; i++) {  // the blocking send, then the asynchronous one
         CHECK(mql_poll(c, 1000, &m) == MQL_OK);
@@ -90,6 +99,10 @@ int main(int argc, char **argv) {
         mql_message_free(m);
     }
     CHECK(mql_poll(c, 0, &m) == MQL_TIMEOUT);
+    CHECK(mql_commit(c) == MQL_OK);
+    uint64_t committed = 0;
+    CHECK(mql_committed(c, "cpp", md.partition, &committed, nullptr, 0, nullptr) == MQL_OK);
+    CHECK(committed == 2);
     mql_consumer_free(c);
 
     CHECK(mql_topic_create(mq.raw, "cpp", nullptr) == MQL_TOPIC_EXISTS);
