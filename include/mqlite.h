@@ -859,6 +859,20 @@ enum mql_status mql_topic_config_set_max_message_bytes(struct mql_topic_config *
 enum mql_status mql_topic_config_set_log_append_time(struct mql_topic_config *config, bool on);
 
 /**
+ * Makes time retention (`retention_ms`) keep the segments some consumer
+ * group has not committed past; `retention_bytes` stays a hard cap.
+ * Default false.
+ *
+ * Ownership: borrows `config` for the call; the caller still owns it.
+ *
+ * # Safety
+ * `config` is NULL or a live topic config not used by another thread
+ * meanwhile.
+ */
+enum mql_status mql_topic_config_set_retention_respects_groups(struct mql_topic_config *config,
+                                                               bool on);
+
+/**
  * Makes a producer config with the defaults: acks 1, idempotent, no name,
  * linger_ms 0, batch_size 16384 bytes, buffer_memory 32 MiB, max_block_ms
  * 60000, compression "none", partitioner "sticky", dedup_window 5

@@ -272,6 +272,28 @@ pub unsafe extern "C" fn mql_topic_config_set_log_append_time(
     })
 }
 
+/// Makes time retention (`retention_ms`) keep the segments some consumer
+/// group has not committed past; `retention_bytes` stays a hard cap.
+/// Default false.
+///
+/// Ownership: borrows `config` for the call; the caller still owns it.
+///
+/// # Safety
+/// `config` is NULL or a live topic config not used by another thread
+/// meanwhile.
+#[no_mangle]
+pub unsafe extern "C" fn mql_topic_config_set_retention_respects_groups(
+    config: *mut mql_topic_config,
+    on: bool,
+) -> mql_status {
+    guard(|| {
+        // SAFETY: forwarded caller contract.
+        let c = unsafe { arg_mut(config, "config") }?;
+        c.inner.retention_respects_groups = on;
+        Ok(())
+    })
+}
+
 fn unlimited_or(v: i64, what: &str) -> Result<Option<u64>, Failure> {
     match v {
         -1 => Ok(None),

@@ -68,6 +68,7 @@ int main(int argc, char **argv) {
     CHECK_NULL(mql_topic_config_set_retention_bytes(NULL, 1000));
     CHECK_NULL(mql_topic_config_set_max_message_bytes(NULL, 1000));
     CHECK_NULL(mql_topic_config_set_log_append_time(NULL, true));
+    CHECK_NULL(mql_topic_config_set_retention_respects_groups(NULL, true));
     CHECK_OK(mql_topic_config_new(1, &tc));
     CHECK_OK(mql_topic_config_set_segment_bytes(tc, 1 << 20));
     CHECK_NULL(mql_topic_create(NULL, "t", tc));
