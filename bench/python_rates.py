@@ -131,6 +131,35 @@ def iterate(mq):
     return time.perf_counter() - t
 
 
+def iterate_group(mq):
+    """Two members of a group, one partition each, iterated in turn."""
+    mq.create_topic("g2", partitions=2, segment_bytes=512 << 20)
+    p = mq.producer(acks=1)
+    for i in range(N - N % 2):
+        p.send("g2", message(i), partition=i % 2)
+    members = [mq.consumer("bench", client_id=f"c{i}", enable_auto_commit=True) for i in range(2)]
+    t = time.perf_counter()
+    for c in members:
+        c.subscribe(["g2"])
+    got = [0, 0]
+    while not all(len(c.assignment()) == 1 for c in members):  # the first member hands one over
+        for i, c in enumerate(members):
+            if c.poll(0) is not None:
+                got[i] += 1
+    for i, c in enumerate(members):
+        if got[i] < N // 2:
+            for msg in c:
+                len(msg.value)
+                got[i] += 1
+                if got[i] == N // 2:
+                    break
+    for c in members:
+        c.close()  # commits
+    secs = time.perf_counter() - t
+    assert got == [N // 2, N // 2], got
+    return secs
+
+
 def main():
     b = f"batches of {BATCH}"
     rows = [
@@ -150,6 +179,7 @@ def main():
         ("put1k", N_1K, f"mqlite Producer.send_batch, acks=all, 1 KiB, {b}", send_batch(N_1K, message_1k, "all")),
         ("get", N, "collections.deque.popleft", deque_get),
         ("get", N, "mqlite: iterate a Consumer, reading .value", lambda: with_topic(iterate)),
+        ("get", N, "mqlite: iterate two Consumers of a group, one partition each", lambda: with_topic(iterate_group)),
     ]
     rows = rows_to_run(rows)
     base = {}

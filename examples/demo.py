@@ -6,12 +6,13 @@
 
 Without --verify: opens DATA_DIR, creates topic "orders" (4 partitions),
 produces 10,000 orders and reads them all back with a consumer in group
-"billing", printing counts per partition, time taken and rates.
+"billing", printing counts per partition, time taken and rates; the group's
+committed offsets are printed from Broker.describe_group().
 
 With --verify: reopens DATA_DIR and checks topic "c-events", written by the C
 demo (1000 messages keyed "c-<i>" with values "hello from C <i>"), and that
-"orders" still holds its 10,000 messages. Exits non-zero if anything is
-missing or wrong.
+"orders" still holds its 10,000 messages and group "billing" committed all of
+them. Exits non-zero if anything is missing or wrong.
 """
 
 from __future__ import annotations
@@ -52,6 +53,8 @@ def produce_and_consume(data_dir: str) -> int:
         if ORDERS in mq.topics():
             mq.delete_topic(ORDERS)
         mq.create_topic(ORDERS, partitions=4)
+        # Committed offsets outlive a deleted topic: start the group over.
+        mq.consumer("billing").commit([(ORDERS, p, 0) for p in range(4)])
 
         # produce() queues each order and returns at once; on_delivery hears
         # how it went (served by flush() on this thread). Batches of each
@@ -103,6 +106,9 @@ def produce_and_consume(data_dir: str) -> int:
         print(f"consumed {received} orders in {consumed * 1000:.1f} ms ({rate(received, consumed)}), group 'billing'")
         for p in sorted(per_partition):
             print(f"  partition {p}: {per_partition[p]} orders")
+        # Closing the consumer committed what it read (auto-commit).
+        committed = mq.describe_group("billing").committed
+        print("  committed: " + ", ".join(f"{t}/{p} at {o}" for (t, p), (o, _) in sorted(committed.items())))
         if received != ORDER_COUNT:
             print(f"error: expected {ORDER_COUNT} orders, got {received}", file=sys.stderr)
             return 1
@@ -156,6 +162,10 @@ def verify(data_dir: str) -> int:
             orders = sum(p.end_offset - p.start_offset for p in mq.topic(ORDERS).partitions)
             if orders != ORDER_COUNT:
                 problems.append(f"topic {ORDERS!r} holds {orders} messages, expected {ORDER_COUNT}")
+            committed = sum(o for (t, _), (o, _) in mq.describe_group("billing").committed.items() if t == ORDERS)
+            print(f"group 'billing' committed {committed} of {ORDER_COUNT} orders")
+            if committed != ORDER_COUNT:
+                problems.append(f"group 'billing' committed {committed} orders, expected {ORDER_COUNT}")
         else:
             problems.append(f"topic {ORDERS!r} is missing")
 

@@ -266,6 +266,13 @@ impl Broker {
             .ok_or_else(|| Error::UnknownTopic(name.to_owned()))?;
         topic.mark_deleted();
         self.inner.topics_changed();
+        // Committed offsets of the topic go with it (as in Kafka), so a
+        // topic created again under the name starts afresh.
+        for g in self.inner.groups.all() {
+            if let Err(e) = g.remove_topic(name) {
+                ::log::warn!("forgetting offsets of {name} in group {}: {e}", g.name());
+            }
+        }
         let _ = topic.close();
         // Move aside first (atomic), then remove.
         let trash = self.inner.dir.join("trash");

@@ -470,6 +470,9 @@ impl Consumer {
             let log = topic.partition(p)?;
             wanted.push((topic, log));
         }
+        // A group member leaves first, revoking (and committing) all it
+        // owned, the partitions it keeps reading included.
+        self.leave_group();
         let mut next = Vec::with_capacity(wanted.len());
         for (topic, log) in wanted {
             if next.iter().any(|a: &Assigned| Arc::ptr_eq(&a.log, &log)) {
@@ -477,7 +480,6 @@ impl Consumer {
             }
             next.push(self.keep_or_new(topic, log));
         }
-        self.leave_group();
         self.subscription.clear();
         self.pattern = None;
         self.assigned = next;
@@ -1187,13 +1189,16 @@ impl Consumer {
             .iter()
             .map(|&(t, p, o, m)| (t.to_owned(), p, committed_now(o, m)))
             .collect();
-        for (t, p, _) in &offsets {
-            let count = self.broker.topic(t)?.partitions().len() as u32;
-            if *p >= count {
-                return Err(Error::UnknownPartition {
+        for (t, p, c) in &offsets {
+            let topic = self.broker.topic(t)?;
+            let log = topic.partition(*p)?;
+            if c.offset > log.end_offset() {
+                return Err(Error::OffsetOutOfRange {
                     topic: t.clone(),
                     partition: *p,
-                    count,
+                    offset: c.offset,
+                    start: log.start_offset(),
+                    end: log.end_offset(),
                 });
             }
         }

@@ -303,6 +303,11 @@ impl Group {
         (st.generation, owned.into_iter().collect())
     }
 
+    /// Forgets the committed offsets of a deleted topic.
+    pub(crate) fn remove_topic(&self, topic: &str) -> Result<()> {
+        lock(&self.offsets).remove_topic(topic)
+    }
+
     /// Every committed offset of the group.
     pub(crate) fn all_committed(&self) -> Vec<(String, u32, CommittedOffset)> {
         lock(&self.offsets).all()

@@ -101,6 +101,15 @@ impl OffsetStore {
             .collect()
     }
 
+    /// Forgets every committed offset of `topic` (it was deleted).
+    pub(crate) fn remove_topic(&mut self, topic: &str) -> Result<()> {
+        if self.file.offsets.remove(topic).is_none() {
+            return Ok(());
+        }
+        let bytes = serde_json::to_vec_pretty(&self.file).expect("offsets serialise");
+        write_atomic(&self.path, &bytes, self.mode, true)
+    }
+
     /// Commits `offsets` (all or nothing) and returns once they are on disk.
     pub(crate) fn commit(&mut self, offsets: &[(String, u32, CommittedOffset)]) -> Result<()> {
         if offsets.is_empty() {

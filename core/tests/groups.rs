@@ -471,3 +471,21 @@ fn retention_can_wait_for_groups() {
         "follows the commit: start {start}"
     );
 }
+
+#[test]
+fn deleting_a_topic_forgets_its_offsets_and_commits_are_bounded() {
+    let (_tmp, mq) = setup(1, 10);
+    let mut c = member(&mq, "g");
+    assert!(matches!(
+        c.commit_offsets(&[("t", 0, 11, "")]),
+        Err(Error::OffsetOutOfRange { .. })
+    ));
+    c.commit_offsets(&[("t", 0, 10, "")]).unwrap();
+    c.close();
+    mq.delete_topic("t").unwrap();
+    mq.create_topic("t", TopicConfig::new(1)).unwrap();
+    produce(&mq, "t", 1, 3);
+    assert!(mq.describe_group("g").unwrap().committed.is_empty());
+    let mut c = member(&mq, "g");
+    assert_eq!(c.poll(Duration::ZERO).unwrap().len(), 3, "starts afresh");
+}

@@ -13,6 +13,14 @@ produce and consume in your own process::
         consumer = mq.consumer("billing")
         consumer.subscribe(["orders"])
         msg = consumer.poll(timeout=1.0)
+        consumer.commit()
+
+Consumers with the same ``group_id`` share the partitions of the topics they
+subscribe to (a consumer group, as in Kafka): each partition is read by one
+member at a time, and partitions move between members in ``poll()`` as
+members come and go, with optional ``on_assign`` / ``on_revoke`` callbacks.
+Committed offsets are durable; ``Broker.describe_group()`` shows who owns
+what.
 
 Errors are subclasses of :class:`mqlite.Error`, whose ``code`` attribute is
 the engine's stable numeric error code (shared with the C API); each class
@@ -38,6 +46,7 @@ also has its code as a class attribute. One class per error kind::
     +-- BufferFull (401)
     +-- OutOfOrderSequence (402)
     +-- ProducerFenced (403)
+    +-- CommitFailed (500)
 
 A re-sent ``sequence`` is not an error: ``send()`` returns metadata with
 ``duplicate=True`` (and the original offset), and ``on_delivery`` gets it
@@ -57,10 +66,13 @@ from ._mqlite import (
     Broker,
     BufferFull,
     Closed,
+    CommitFailed,
     Consumer,
+    ConsumerStats,
     Corrupt,
     DiskFull,
     Error,
+    GroupInfo,
     InvalidArgument,
     InvalidConfig,
     InvalidTopicName,
@@ -93,10 +105,13 @@ __all__ = [
     "Broker",
     "BufferFull",
     "Closed",
+    "CommitFailed",
     "Consumer",
+    "ConsumerStats",
     "Corrupt",
     "DiskFull",
     "Error",
+    "GroupInfo",
     "InvalidArgument",
     "InvalidConfig",
     "InvalidTopicName",

@@ -2,10 +2,11 @@
 
 use std::path::PathBuf;
 
+use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyInt, PyString, PyTuple};
+use pyo3::types::{PyBool, PyDict, PyInt, PyString, PyTuple};
 
-use crate::consumer::Consumer;
+use crate::consumer::{topic_partitions, Consumer, NewConsumer};
 use crate::errors::{closed, invalid_argument, IntoPy};
 use crate::producer::{Options, Producer};
 use crate::util::{arg_u32, config_u32, config_u64};
@@ -394,40 +395,188 @@ impl Broker {
     /// Makes a consumer.
     ///
     /// Args:
-    ///     group_id: Consumer group name, or None for a standalone consumer.
+    ///     group_id: Consumer group name (the topic-name rules), or None for
+    ///         a standalone consumer, which cannot commit.
+    ///     client_id: This consumer's name: the start of its member id, and
+    ///         with `broadcast` the name its offsets are kept under.
+    ///     assignment_strategy: How a group shares partitions: "averagely"
+    ///         (default; alias "range"), "round_robin" ("by_circle"),
+    ///         "consistent_hash", "sticky" or "by_config"
+    ///         (`wanted_partitions`). Every member of a group must use the
+    ///         same one.
     ///     auto_offset_reset: Where to start without a valid position:
     ///         "earliest" (default), "latest", or "error" (raise
     ///         `mqlite.OffsetOutOfRange`).
+    ///     enable_auto_commit: Commit what was handed out every
+    ///         `auto_commit_interval_ms` (inside polls), after `on_revoke`
+    ///         and at `close()` (default on; needs a `group_id`).
+    ///     auto_commit_interval_ms: Interval of automatic commits (default
+    ///         5000).
+    ///     max_poll_interval_ms: A member that does not poll for this long
+    ///         is removed from its group and its partitions go to the
+    ///         others (default 300000).
+    ///     broadcast: Every consumer of the group reads every partition,
+    ///         with offsets of its own, kept under `<group_id>.<client_id>`
+    ///         (RocketMQ's broadcasting; needs a `group_id`).
     ///     max_poll_records: Most messages fetched from the engine at once
     ///         (default 500).
+    ///     wanted_partitions: With `assignment_strategy="by_config"`, the
+    ///         (topic, partition) pairs this member asks for.
+    ///     on_commit: Called as `on_commit(err, offsets)` after each
+    ///         `Consumer.commit()` (see there); not for automatic commits.
     ///
     /// Returns:
     ///     Consumer: A new consumer with nothing assigned.
     ///
     /// Raises:
-    ///     mqlite.InvalidArgument: A value is out of range.
+    ///     mqlite.InvalidArgument: A value is out of range or unknown (a bad
+    ///         name, strategy, reset, interval; `broadcast` without a
+    ///         `group_id`; `wanted_partitions` without "by_config").
     ///     mqlite.Closed: The broker is closed.
-    #[pyo3(signature = (group_id = None, *, auto_offset_reset = "earliest", max_poll_records = 500))]
+    ///     TypeError: An argument has the wrong type.
+    #[pyo3(
+        signature = (
+            group_id = None,
+            *,
+            client_id = "consumer",
+            assignment_strategy = "averagely",
+            auto_offset_reset = "earliest",
+            enable_auto_commit = true,
+            auto_commit_interval_ms = 5000,
+            max_poll_interval_ms = 300_000,
+            broadcast = false,
+            max_poll_records = 500,
+            wanted_partitions = None,
+            on_commit = None
+        ),
+        text_signature = "($self, group_id=None, *, client_id='consumer', assignment_strategy='averagely', \
+                          auto_offset_reset='earliest', enable_auto_commit=True, auto_commit_interval_ms=5000, \
+                          max_poll_interval_ms=300000, broadcast=False, max_poll_records=500, \
+                          wanted_partitions=None, on_commit=None)"
+    )]
+    #[allow(clippy::too_many_arguments)] // one per argument of the Python signature
     fn consumer(
         slf: &Bound<'_, Self>,
         group_id: Option<String>,
+        client_id: &str,
+        assignment_strategy: &str,
         auto_offset_reset: &str,
+        enable_auto_commit: bool,
+        auto_commit_interval_ms: i64,
+        max_poll_interval_ms: i64,
+        broadcast: bool,
         max_poll_records: i64,
+        wanted_partitions: Option<&Bound<'_, PyAny>>,
+        on_commit: Option<Bound<'_, PyAny>>,
     ) -> PyResult<Consumer> {
         let py = slf.py();
         let reset: mqlite::OffsetReset = auto_offset_reset.parse().py_err(py)?;
+        let strategy: mqlite::AssignmentStrategy = assignment_strategy.parse().py_err(py)?;
         if !(1..=1_000_000).contains(&max_poll_records) {
             return Err(invalid_argument(
                 py,
                 format!("max_poll_records must be 1 to 1000000, got {max_poll_records}"),
             ));
         }
+        let interval = u64::try_from(auto_commit_interval_ms).map_err(|_| {
+            invalid_argument(
+                py,
+                format!(
+                    "auto_commit_interval_ms must not be negative, got {auto_commit_interval_ms}"
+                ),
+            )
+        })?;
+        let max_poll_interval = u64::try_from(max_poll_interval_ms)
+            .ok()
+            .filter(|&v| v > 0)
+            .ok_or_else(|| {
+                invalid_argument(
+                    py,
+                    format!("max_poll_interval_ms must be positive, got {max_poll_interval_ms}"),
+                )
+            })?;
+        let wanted = match wanted_partitions {
+            Some(w) if !w.is_none() => {
+                if strategy != mqlite::AssignmentStrategy::ByConfig {
+                    return Err(invalid_argument(
+                        py,
+                        "wanted_partitions needs assignment_strategy=\"by_config\"",
+                    ));
+                }
+                topic_partitions(py, "wanted_partitions", w)?
+            }
+            _ => Vec::new(),
+        };
+        let on_commit = match on_commit {
+            Some(f) if f.is_none() => None,
+            Some(f) if f.is_callable() => Some(f.unbind()),
+            Some(f) => {
+                return Err(PyTypeError::new_err(format!(
+                    "on_commit must be callable or None, not {}",
+                    f.get_type().name()?
+                )))
+            }
+            None => None,
+        };
+        let auto_commit = (enable_auto_commit && group_id.is_some())
+            .then(|| std::time::Duration::from_millis(interval));
         let mut config = mqlite::ConsumerConfig::default()
+            .client_id(client_id)
+            .assignment_strategy(strategy)
             .auto_offset_reset(reset)
-            .max_poll_records(max_poll_records as usize);
+            .max_poll_records(max_poll_records as usize)
+            .wanted_partitions(wanted)
+            // The binding commits itself (consumer.rs): what was handed out.
+            .enable_auto_commit(false)
+            .auto_commit_interval_ms(interval)
+            .max_poll_interval_ms(max_poll_interval)
+            .broadcast(broadcast);
         config.group_id = group_id;
-        let inner = slf.get().inner.consumer(config).py_err(py)?;
-        Ok(Consumer::new(inner, slf.clone().unbind()))
+        let broker = &slf.get().inner;
+        let inner = broker.consumer(config).py_err(py)?;
+        let spare = broker
+            .consumer(mqlite::ConsumerConfig::default())
+            .py_err(py)?;
+        Ok(Consumer::new(
+            NewConsumer {
+                inner,
+                spare,
+                auto_commit,
+                on_commit,
+            },
+            slf.clone().unbind(),
+        ))
+    }
+
+    /// Describes a consumer group: its members in this process, with the
+    /// partitions each owns now, and its committed offsets.
+    ///
+    /// Args:
+    ///     name: The group.
+    ///
+    /// Returns:
+    ///     GroupInfo: A snapshot taken now.
+    ///
+    /// Raises:
+    ///     mqlite.InvalidArgument: `name` is not a valid group name.
+    ///     mqlite.Closed: The broker is closed.
+    fn describe_group(&self, py: Python<'_>, name: &str) -> PyResult<GroupInfo> {
+        self.check_open(py)?;
+        let g = self.inner.describe_group(name).py_err(py)?;
+        Ok(GroupInfo {
+            name: g.name,
+            generation: g.generation,
+            members: g
+                .members
+                .into_iter()
+                .map(|m| (m.id, m.partitions))
+                .collect(),
+            committed: g
+                .committed
+                .into_iter()
+                .map(|(t, p, c)| (t, p, c.offset, c.metadata))
+                .collect(),
+        })
     }
 
     /// Flushes every partition to disk (releases the GIL while it waits).
@@ -612,4 +761,53 @@ impl TopicInfo {
 
 fn opt(v: Option<u64>) -> String {
     v.map_or_else(|| "None".to_owned(), |v| v.to_string())
+}
+
+/// A consumer group as `Broker.describe_group()` sees it.
+///
+/// Attributes:
+///     name (str): The group.
+///     generation (int): Incremented at every rebalance in this process.
+///     members (list[tuple[str, list[tuple[str, int]]]]): Each member's id
+///         and the (topic, partition) pairs it owns now, by member id.
+///     committed (dict[tuple[str, int], tuple[int, str]]): The committed
+///         (offset, metadata) by (topic, partition).
+#[pyclass(frozen, module = "mqlite")]
+pub struct GroupInfo {
+    #[pyo3(get)]
+    name: String,
+    #[pyo3(get)]
+    generation: u64,
+    members: Vec<(String, Vec<(String, u32)>)>,
+    committed: Vec<(String, u32, u64, String)>,
+}
+
+#[pymethods]
+impl GroupInfo {
+    /// list[tuple[str, list[tuple[str, int]]]]: (member id, partitions) pairs.
+    #[getter]
+    fn members(&self) -> Vec<(String, Vec<(String, u32)>)> {
+        self.members.clone()
+    }
+
+    /// dict[tuple[str, int], tuple[int, str]]: (offset, metadata) by
+    /// (topic, partition).
+    #[getter]
+    fn committed<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        for (t, p, o, m) in &self.committed {
+            d.set_item((t, *p), (*o, m))?;
+        }
+        Ok(d)
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "GroupInfo(name='{}', generation={}, members={}, committed={})",
+            self.name,
+            self.generation,
+            self.members.len(),
+            self.committed.len()
+        )
+    }
 }

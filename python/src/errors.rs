@@ -128,6 +128,13 @@ create_exception!(
     "A newer producer of the same name exists; this one may no longer write (code 403). Attributes: producer_id, epoch, current_epoch."
 );
 
+create_exception!(
+    mqlite,
+    CommitFailed,
+    Error,
+    "A commit was refused: a partition is not owned by this group member, because a rebalance gave it to another (code 500)."
+);
+
 /// Builds an exception of class `T` with `message` and the `code` attribute.
 fn make<T: PyTypeInfo>(py: Python<'_>, message: String, code: i32) -> PyErr {
     let err = PyErr::new::<T, _>(message);
@@ -210,6 +217,7 @@ pub fn to_py(py: Python<'_>, e: mqlite::Error) -> PyErr {
                 ("current_epoch", i64::from(current_epoch)),
             ],
         ),
+        E::CommitFailed(_) => make::<CommitFailed>(py, msg, code),
         // A kind added to the core later: the root class, with its code.
         #[allow(unreachable_patterns)]
         _ => make::<Error>(py, msg, code),
@@ -315,6 +323,7 @@ fn samples() -> Vec<mqlite::Error> {
             epoch: 0,
             current_epoch: 0,
         },
+        E::CommitFailed(s()),
     ]
 }
 

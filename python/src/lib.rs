@@ -33,6 +33,8 @@ fn _mqlite(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<callbacks::ProducerRecord>()?;
     m.add_class::<consumer::Consumer>()?;
     m.add_class::<consumer::Message>()?;
+    m.add_class::<consumer::ConsumerStats>()?;
+    m.add_class::<broker::GroupInfo>()?;
     m.add_function(wrap_pyfunction!(producer::murmur2, m)?)?;
     m.add_function(wrap_pyfunction!(producer::partition_for_key, m)?)?;
     errors::register(m)?;
