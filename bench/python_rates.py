@@ -13,12 +13,19 @@ like the deque rows. The send_batch rows send lists built before the clock
 starts, in calls of BATCH values: what they measure is the call, not the
 building of the values (which alone runs at about the deque.append rate).
 produce rows include the final flush().
+
+Then the produce-to-consume latency: a producer thread sends LAT_RATE
+messages/s (acks=1) for LAT_SECS seconds, each value carrying
+time.perf_counter_ns() at its send; the main thread iterates a consumer and
+records the delay at which each message arrives. Both threads share the GIL,
+which dominates the figures. Printed as p50, p99 and p99.9 in µs.
 """
 
 import collections
 import statistics
 import sys
 import tempfile
+import threading
 import time
 
 import mqlite
@@ -160,6 +167,48 @@ def iterate_group(mq):
     return secs
 
 
+LAT_RATE = 20_000
+LAT_SECS = 2.0
+
+
+def latency(mq):
+    """Delays in ns from send to arrival in a consumer iterating the topic."""
+    total = int(LAT_RATE * LAT_SECS)
+    c = mq.consumer(auto_offset_reset="latest")
+    c.assign([("t", 0)])
+    c.seek_to_end("t", 0)
+
+    def producer():
+        p = mq.producer(acks=1)
+        start = time.perf_counter()
+        for i in range(total):
+            ahead = start + i / LAT_RATE - time.perf_counter()
+            if ahead > 0:
+                time.sleep(ahead)
+            p.send("t", time.perf_counter_ns().to_bytes(8, "little") + PAD)
+
+    t = threading.Thread(target=producer)
+    delays = []
+    t.start()
+    for msg in c:
+        delays.append(time.perf_counter_ns() - int.from_bytes(msg.value[:8], "little"))
+        if len(delays) == total:
+            break
+    t.join()
+    c.close()
+    return delays
+
+
+def print_latency():
+    delays = sorted(with_topic(latency))
+    pick = lambda q: delays[min(len(delays) - 1, int(q * len(delays)))] / 1e3  # noqa: E731
+    print()
+    print(f"produce-to-consume latency, {LAT_RATE:,} msgs/s for {LAT_SECS:g} s, one producer thread (acks=1), one consumer")
+    print("| p50 | p99 | p99.9 | max |")
+    print("|---:|---:|---:|---:|")
+    print(f"| {pick(0.5):.0f} µs | {pick(0.99):.0f} µs | {pick(0.999):.0f} µs | {delays[-1] / 1e3:.0f} µs |")
+
+
 def main():
     b = f"batches of {BATCH}"
     rows = [
@@ -194,6 +243,8 @@ def main():
         ratio = rate / base[kind]
         ratio_shown = f"{ratio:.2f}" if ratio >= 0.01 else f"{ratio:.4f}"
         print(f"| {name} | {shown} | {ratio_shown} |", flush=True)
+    if len(sys.argv) <= 2 or sys.argv[2] in "produce-to-consume latency":
+        print_latency()
 
 
 if __name__ == "__main__":

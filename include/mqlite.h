@@ -34,6 +34,14 @@
  */
 #define MQL_RECORD_INIT { NULL, MQL_PARTITION_ANY, NULL, 0, NULL, 0, NULL, 0, MQL_TIMESTAMP_NOW, -1, false }
 
+/**
+ * Initialiser for an mql_processor_config with the defaults: 4 threads,
+ * orderly, commits every 1000 ms, at most 10,000 messages in flight, retries
+ * after 100 ms, forever (max_retries -1).
+ * Usage: mql_processor_config pc = MQL_PROCESSOR_CONFIG_INIT; pc.threads = 2;
+ */
+#define MQL_PROCESSOR_CONFIG_INIT { 4, MQL_PROCESSING_MODE_ORDERLY, 1000, 10000, 100, -1 }
+
 
 /**
  * `mql_record.partition` value: let the producer choose. A record with a
@@ -216,6 +224,24 @@ typedef enum mql_offset_reset {
 } mql_offset_reset;
 
 /**
+ * How a processor hands messages to its worker threads
+ * (`mql_processor_config.mode`).
+ *
+ */
+typedef enum mql_processing_mode {
+    /**
+     * Every partition goes to one worker: its messages are handled one at
+     * a time, in offset order (the default). A failed message holds its
+     * partition back until it succeeds (or is given up on).
+     */
+    MQL_PROCESSING_MODE_ORDERLY = 0,
+    /**
+     * Any worker takes any message as soon as it is free.
+     */
+    MQL_PROCESSING_MODE_CONCURRENTLY = 1,
+} mql_processing_mode;
+
+/**
  * An open data directory (the engine's `Broker`). Made by `mql_open`,
  * closed and released by `mql_close`. Safe to use from several threads at
  * once.
@@ -258,6 +284,14 @@ typedef struct mql_group_info mql_group_info;
 typedef struct mql_message mql_message;
 
 /**
+ * Runs a handler over a consumer's messages on worker threads. Made by
+ * `mql_processor_new`, released by `mql_processor_free` (which gives the
+ * consumer back). Use it from one thread at a time, like its consumer;
+ * only `mql_processor_stopper` may be called from any thread.
+ */
+typedef struct mql_processor mql_processor;
+
+/**
  * Sends records to the topics of one data directory. Made by
  * `mql_producer_new`, released by `mql_producer_free`. Safe to use from
  * several threads at once.
@@ -268,6 +302,14 @@ typedef struct mql_producer mql_producer;
  * Settings of a producer, for `mql_producer_new`.
  */
 typedef struct mql_producer_config mql_producer_config;
+
+/**
+ * Stops a processor's run from any thread, also from inside its handler.
+ * Made by `mql_processor_stopper`, released by `mql_stopper_free`. Safe to
+ * use from several threads at once, and after its processor was freed
+ * (it then does nothing).
+ */
+typedef struct mql_stopper mql_stopper;
 
 /**
  * Configuration of a topic, for `mql_topic_create`.
@@ -668,6 +710,81 @@ typedef struct mql_committed_offset {
      */
     int64_t timestamp;
 } mql_committed_offset;
+
+/**
+ * Settings of a processor, for `mql_processor_new`. A plain value:
+ * initialise it with `MQL_PROCESSOR_CONFIG_INIT` (the defaults) and change
+ * fields.
+ */
+typedef struct mql_processor_config {
+    /**
+     * Worker threads running the handler (default 4; at least 1).
+     */
+    uint32_t threads;
+    /**
+     * An `mql_processing_mode` (default `MQL_PROCESSING_MODE_ORDERLY`).
+     */
+    int mode;
+    /**
+     * How often processed offsets are committed, in milliseconds (default
+     * 1000; at least 1). They are also committed before a partition is
+     * revoked and when a run ends.
+     */
+    uint64_t commit_interval_ms;
+    /**
+     * Most messages handed to workers and not yet processed (default
+     * 10,000; at least 1).
+     */
+    uint64_t max_in_flight;
+    /**
+     * Wait before retrying a message whose handler returned false, in
+     * milliseconds (default 100).
+     */
+    uint64_t retry_backoff_ms;
+    /**
+     * Give up on a message after this many retries (it then counts in
+     * `failed` and as processed, so its offset gets committed); -1 (the
+     * default) retries forever, so nothing is ever skipped. At most
+     * `UINT32_MAX`.
+     */
+    int64_t max_retries;
+} mql_processor_config;
+
+/**
+ * A message handler: handles `message` and returns true when it is
+ * processed, false to have it retried after `retry_backoff_ms`.
+ *
+ * Runs on the processor's worker threads, several at once (in orderly
+ * mode, one at a time per partition): `user_data` must be safe to use that
+ * way. `message` is borrowed for the call: read it with the
+ * `mql_message_*` accessors, do not free it, and do not keep it or the
+ * pointers they return after the call. The handler may call
+ * `mql_stopper_stop`; it must not call functions on the processor's
+ * consumer or on the processor (other than `mql_processor_stopper`).
+ */
+typedef bool (*mql_message_handler)(void *user_data, const struct mql_message *message);
+
+/**
+ * What a run of a processor did (`mql_processor_run`).
+ */
+typedef struct mql_processor_stats {
+    /**
+     * Messages the handler processed (returned true for).
+     */
+    uint64_t processed;
+    /**
+     * Handler failures (false returned) that were retried.
+     */
+    uint64_t retries;
+    /**
+     * Messages given up on after `max_retries` retries.
+     */
+    uint64_t failed;
+    /**
+     * Commits of processed offsets.
+     */
+    uint64_t commits;
+} mql_processor_stats;
 
 #ifdef __cplusplus
 extern "C" {
@@ -2292,6 +2409,137 @@ size_t mql_group_info_committed_count(const struct mql_group_info *info);
 enum mql_status mql_group_info_committed(const struct mql_group_info *info,
                                          size_t index,
                                          struct mql_committed_offset *out);
+
+/**
+ * Makes a processor over `consumer`, which needs a group id (the processor
+ * commits what it processed) and a subscription or assignment. `config`
+ * may be NULL for the defaults (it is copied).
+ *
+ * The consumer is lent to the processor until `mql_processor_free`:
+ * messages it fetched but did not hand out yet are given back to the
+ * engine (nothing is skipped), and calls on it fail with
+ * `MQL_INVALID_ARGUMENT` meanwhile (it cannot be freed either). Its
+ * rebalance callback still runs, during `mql_processor_run`, after the
+ * processor committed what it processed of the revoked partitions; do not
+ * call `mql_commit` from it then (it would commit what was fetched, not
+ * what was processed).
+ *
+ * Turn the consumer's auto-commit off (`mql_consumer_config_set_enable_auto_commit`):
+ * the engine's auto-commit counts fetched messages, so with it on a
+ * commit may run ahead of what the handler processed until the
+ * processor's next commit.
+ *
+ * Errors: `MQL_INVALID_ARGUMENT` (no group id, no subscription or
+ * assignment, already lent to a processor, an invalid config, from a
+ * rebalance callback), `MQL_CLOSED`.
+ *
+ * Ownership: on `MQL_OK`, `*out` is a new processor owned by the caller;
+ * release it with `mql_processor_free` (before `mql_consumer_free`).
+ *
+ * # Safety
+ * `consumer` is NULL or a live consumer; `config` is NULL or valid for
+ * reading an `mql_processor_config`; `out` is NULL or valid for writing a
+ * pointer.
+ */
+enum mql_status mql_processor_new(struct mql_consumer *consumer,
+                                  const struct mql_processor_config *config,
+                                  struct mql_processor **out);
+
+/**
+ * Polls the consumer and runs `handler` over its messages on the worker
+ * threads until stopped (`mql_stopper_stop`), blocking the calling
+ * thread, which polls, dispatches and commits. Per partition, the
+ * committed offset is the first offset not yet processed: committed every
+ * `commit_interval_ms`, before a partition is revoked (once its messages
+ * in flight are done) and at the end of the run, after the workers
+ * finished what they held. `user_data` is handed to every call of
+ * `handler` and must stay valid until this returns. A processor may run
+ * again after a run ends.
+ *
+ * On `MQL_OK`, writes what the run did to `*stats` (NULL: not wanted).
+ *
+ * Errors: `MQL_NULL_ARGUMENT` (`processor`, `handler`),
+ * `MQL_INVALID_ARGUMENT` (already running), errors of polling
+ * (`MQL_CLOSED`, `MQL_CORRUPT`, I/O errors) or of the final commit
+ * (`MQL_COMMIT_FAILED`); the workers finish what they hold first.
+ *
+ * Ownership: borrows every argument for the call; the results are plain
+ * values; nothing to free.
+ *
+ * # Safety
+ * `processor` is NULL or a live processor; `handler` is NULL or a function
+ * with the `mql_message_handler` contract; `stats` is NULL or valid for
+ * writing an `mql_processor_stats`.
+ */
+enum mql_status mql_processor_run(struct mql_processor *processor,
+                                  mql_message_handler handler,
+                                  void *user_data,
+                                  struct mql_processor_stats *stats);
+
+/**
+ * A stopper for this processor: `mql_stopper_stop` on it, from any thread
+ * or from the handler, ends the processor's `mql_processor_run`. May be
+ * called from any thread, also while the processor runs.
+ *
+ * Ownership: on `MQL_OK`, `*out` is a new stopper owned by the caller;
+ * release it with `mql_stopper_free` (before or after the processor).
+ *
+ * # Safety
+ * `processor` is NULL or a live processor; `out` is NULL or valid for
+ * writing a pointer.
+ */
+enum mql_status mql_processor_stopper(const struct mql_processor *processor,
+                                      struct mql_stopper **out);
+
+/**
+ * Asks the processor's run to stop: it dispatches nothing more, lets the
+ * workers finish the messages they hold (including their retries),
+ * commits what was processed and returns. Safe to call from any thread,
+ * also from the handler, several times, and after the processor was
+ * freed (it then does nothing).
+ *
+ * A stop applies to the run going on: `mql_processor_run` forgets any
+ * stop asked before it started. To stop a run started on another thread
+ * right away, make sure it started (e.g. once the handler was called).
+ *
+ * Errors: `MQL_NULL_ARGUMENT`.
+ *
+ * Ownership: borrows `stopper` for the call; nothing to free.
+ *
+ * # Safety
+ * `stopper` is NULL or a live stopper.
+ */
+enum mql_status mql_stopper_stop(const struct mql_stopper *stopper);
+
+/**
+ * Releases a stopper. NULL does nothing.
+ *
+ * Ownership: takes back the stopper the caller owned; do not use it
+ * afterwards (no other thread may be using it).
+ *
+ * # Safety
+ * `stopper` is NULL or a live stopper from `mql_processor_stopper`, not
+ * used again.
+ */
+void mql_stopper_free(struct mql_stopper *stopper);
+
+/**
+ * Releases a processor and gives its consumer back: calls on the consumer
+ * work again, reading on from where the processor stopped (after the
+ * messages it dispatched). NULL does nothing.
+ *
+ * Not allowed while the processor runs (e.g. from the consumer's
+ * rebalance callback): the call then does nothing (the last error says
+ * so).
+ *
+ * Ownership: takes back the processor the caller owned; do not use it
+ * afterwards. The consumer stays the caller's.
+ *
+ * # Safety
+ * `processor` is NULL or a live processor from `mql_processor_new`, not
+ * used again, whose consumer was not freed.
+ */
+void mql_processor_free(struct mql_processor *processor);
 
 /**
  * The message's topic, NUL-terminated; NULL if `message` is NULL.

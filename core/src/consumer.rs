@@ -188,6 +188,11 @@ struct WakeState {
 }
 
 impl ConsumerWaker {
+    /// Forgets a wake-up not yet consumed by a `poll`.
+    pub(crate) fn clear(&self) {
+        self.inner.flag.store(false, Ordering::SeqCst);
+    }
+
     /// Makes the current or next `poll` return at once.
     pub fn wakeup(&self) {
         self.inner.flag.store(true, Ordering::SeqCst);
@@ -1295,6 +1300,12 @@ impl Consumer {
             .iter()
             .map(|&(t, p, ts)| self.broker.topic(t)?.partition(p)?.offset_for_timestamp(ts))
             .collect()
+    }
+
+    /// Turns automatic commits on or off (the processor turns them off
+    /// while it runs: it commits what was processed, not what was fetched).
+    pub(crate) fn set_auto_commit(&mut self, on: bool) -> bool {
+        std::mem::replace(&mut self.config.enable_auto_commit, on)
     }
 
     /// Replaces the rebalance listener, returning the previous one.

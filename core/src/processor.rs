@@ -101,7 +101,9 @@ pub struct ProcessorStop {
 
 impl ProcessorStop {
     /// Asks the processor to stop: it dispatches nothing more, lets the
-    /// workers finish what they hold, commits and returns.
+    /// workers finish what they hold (a message whose handler fails is left
+    /// for later instead of being retried), commits what was processed and
+    /// returns.
     pub fn stop(&self) {
         self.flag.store(true, Ordering::SeqCst);
         self.waker.wakeup();
@@ -278,9 +280,9 @@ impl Processor {
                 "a processor commits what it processed: the consumer needs a group_id".into(),
             ));
         }
-        if config.threads == 0 || config.max_in_flight == 0 {
+        if config.threads == 0 || config.max_in_flight == 0 || config.commit_interval_ms == 0 {
             return Err(Error::InvalidArgument(
-                "a processor needs at least one thread and max_in_flight of at least 1".into(),
+                "a processor needs at least one thread, max_in_flight of at least 1 and a commit_interval_ms of at least 1".into(),
             ));
         }
         let stop = ProcessorStop {
@@ -315,7 +317,9 @@ impl Processor {
     where
         F: Fn(&Message) -> bool + Send + Sync,
     {
-        self.stop.flag.store(false, Ordering::SeqCst);
+        // The consumer's own auto-commit would commit what was fetched, not
+        // what was processed: off while the processor runs.
+        let auto_commit = self.consumer.set_auto_commit(false);
         let (done_tx, done_rx) = mpsc::channel::<Done>();
         let shared = Arc::new(Shared {
             tracker: Mutex::new(Tracker::default()),
@@ -339,8 +343,9 @@ impl Processor {
                 let done_tx = done_tx.clone();
                 let (handler, processed, retries, failed, config) =
                     (&handler, &processed, &retries, &failed, &config);
+                let stopping = Arc::clone(&self.stop.flag);
                 s.spawn(move || {
-                    for m in rx {
+                    'messages: for m in rx {
                         let mut tries = 0u32;
                         loop {
                             let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -360,6 +365,12 @@ impl Processor {
                                 );
                                 failed.fetch_add(1, Ordering::Relaxed);
                                 break;
+                            }
+                            if stopping.load(Ordering::SeqCst) {
+                                // Stopping: leave it unprocessed (never
+                                // reported done, so never committed); the
+                                // next run or member gets it again.
+                                continue 'messages;
                             }
                             tries += 1;
                             retries.fetch_add(1, Ordering::Relaxed);
@@ -389,9 +400,13 @@ impl Processor {
             .cloned()
             .collect();
         let final_commit = shared.commit(&mut self.consumer, &keys);
-        // Put the user's listener back.
+        // Put the user's listener and settings back; a stop is used up (and
+        // so is the wake-up it gave the consumer).
         let user = user.lock().unwrap_or_else(|p| p.into_inner()).take();
         self.consumer.set_rebalance_listener(user);
+        self.consumer.set_auto_commit(auto_commit);
+        self.stop.flag.store(false, Ordering::SeqCst);
+        self.stop.waker.clear();
         result?;
         final_commit?;
         Ok(ProcessorStats {

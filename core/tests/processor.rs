@@ -149,3 +149,24 @@ fn a_processor_needs_a_group() {
     assert!(Processor::new(c, ProcessorConfig::default()).is_err());
     assert!("bogus".parse::<ProcessingMode>().is_err());
 }
+
+/// Stopping while a message keeps failing returns, without committing it.
+#[test]
+fn stop_gives_up_on_a_failing_message_without_committing_it() {
+    let (_tmp, mq) = setup(1, 20);
+    let mut proc = processor(&mq, ProcessingMode::Concurrently);
+    let stop = proc.stopper();
+    let ok = AtomicU64::new(0);
+    let stats = proc
+        .run(|m| {
+            if m.offset() == 7 {
+                stop.stop();
+                return false;
+            }
+            ok.fetch_add(1, Ordering::SeqCst);
+            true
+        })
+        .unwrap();
+    assert_eq!(stats.failed, 0);
+    assert!(committed(&mq, 0) <= 7, "never past the unprocessed message");
+}

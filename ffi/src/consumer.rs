@@ -70,8 +70,10 @@ use crate::util::{
 /// `mql_consumer_new`, released by `mql_consumer_free`. Use it from one
 /// thread at a time (it may move between threads).
 pub struct mql_consumer {
-    /// What ordinary calls use (see [`mql_consumer::normal`]).
-    state: UnsafeCell<State>,
+    /// What ordinary calls use (see [`mql_consumer::normal`]); `None`
+    /// while the engine's consumer is lent to a processor
+    /// (`mql_processor_new` to `mql_processor_free`).
+    state: UnsafeCell<Option<State>>,
     /// While a rebalance callback runs: the consumer the engine lent to the
     /// listener (see the module docs).
     lent: Cell<Lending>,
@@ -87,7 +89,7 @@ pub struct mql_consumer {
     /// being handed out (by a seek, a rewind or a close), and the bytes of
     /// their keys and values: the engine's statistics count what it
     /// fetched, and a dropped message may be fetched again.
-    dropped: Cell<(u64, u64)>,
+    pub(crate) dropped: Cell<(u64, u64)>,
 }
 
 /// The state of ordinary calls.
@@ -101,7 +103,7 @@ pub(crate) struct State {
     pub(crate) buffer: VecDeque<Message>,
 }
 
-enum Subscription {
+pub(crate) enum Subscription {
     None,
     Topics(Vec<String>),
     Pattern,
@@ -190,12 +192,27 @@ impl mql_consumer {
     }
 
     /// Runs `f` for an ordinary call, with the whole state; refused inside
-    /// a rebalance callback.
+    /// a rebalance callback and while the consumer is lent to a processor.
     #[inline]
     pub(crate) fn normal<R>(
         &self,
         what: &str,
         f: impl FnOnce(&mut State) -> FfiResult<R>,
+    ) -> FfiResult<R> {
+        self.slot(what, |slot| match slot {
+            Some(state) => f(state),
+            None => Err(Failure::invalid(format!(
+                "{what}: the consumer is lent to a processor (free the processor with mql_processor_free to get it back)"
+            ))),
+        })
+    }
+
+    /// Runs `f` with the state slot (empty while lent to a processor);
+    /// refused inside a rebalance callback.
+    pub(crate) fn slot<R>(
+        &self,
+        what: &str,
+        f: impl FnOnce(&mut Option<State>) -> FfiResult<R>,
     ) -> FfiResult<R> {
         match self.lent.get() {
             Lending::Idle => {}
@@ -209,9 +226,10 @@ impl mql_consumer {
         // SAFETY: no other reference to the state exists: calls come from
         // one thread at a time (documented contract), and the only calls
         // that can start while another runs are those of a rebalance
-        // callback (the one way C code runs inside a call on a consumer),
-        // during which `lent` is not `Idle`, so they never get here. The
-        // reference lives only while `f` runs.
+        // callback (the one way C code runs inside a call on a consumer, or
+        // inside `mql_processor_run` of a processor it is lent to, on the
+        // same thread), during which `lent` is not `Idle`, so they never
+        // get here. The reference lives only while `f` runs.
         let state = unsafe { &mut *self.state.get() };
         f(state)
     }
@@ -244,6 +262,29 @@ fn busy(what: &str) -> Failure {
 }
 
 impl State {
+    /// Takes the state apart for a processor: rewinds (so that nothing
+    /// fetched but not handed out is skipped) and returns the engine's
+    /// consumer with what stays behind.
+    pub(crate) fn lend_out(mut self, dropped: &Cell<(u64, u64)>) -> (Consumer, Subscription) {
+        self.rewind(dropped);
+        (self.inner, self.sub)
+    }
+
+    /// The state again, from what [`State::lend_out`] returned, with
+    /// messages fetched meanwhile and not handed out yet.
+    pub(crate) fn give_back(inner: Consumer, sub: Subscription, fetched: Vec<Message>) -> State {
+        State {
+            inner,
+            sub,
+            buffer: fetched.into(),
+        }
+    }
+
+    /// Whether the consumer has a subscription or assignment.
+    pub(crate) fn subscribed(&self) -> bool {
+        !matches!(self.sub, Subscription::None)
+    }
+
     pub(crate) fn first_buffered(&self, topic: &str, partition: u32) -> Option<u64> {
         self.buffer
             .iter()
@@ -441,11 +482,11 @@ pub unsafe extern "C" fn mql_consumer_new(
         let inner = b.inner.consumer(config)?;
         let handle = mql_consumer {
             waker: inner.waker(),
-            state: UnsafeCell::new(State {
+            state: UnsafeCell::new(Some(State {
                 inner,
                 sub: Subscription::None,
                 buffer: VecDeque::new(),
-            }),
+            })),
             lent: Cell::new(Lending::Idle),
             rebalance: Cell::new(None),
             names: RefCell::new(HashMap::new()),

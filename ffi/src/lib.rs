@@ -26,8 +26,10 @@
 //! - **Threads.** A broker and a producer may be used from several threads
 //!   at once, and so may a message or a group info (they are immutable) and
 //!   a consumer's waker (`mql_waker_wakeup` is how another thread ends a
-//!   blocked `mql_poll`). A consumer may be used from one thread at a time
-//!   (it may move between threads). Config objects are plain values: do not
+//!   blocked `mql_poll`) and a processor's stopper (`mql_stopper_stop`). A
+//!   consumer, and a processor, may be used from one thread at a time (they
+//!   may move between threads); a consumer lent to a processor
+//!   (`mql_processor_new` to `mql_processor_free`) refuses calls. Config objects are plain values: do not
 //!   change one while another thread uses it.
 //! - **Callbacks** (delivery reports of `mql_produce`, partition selectors,
 //!   interceptors) are plain C function pointers with a `void *user_data`
@@ -40,7 +42,8 @@
 //!   A consumer's rebalance callback is the exception: it runs on the
 //!   consumer's own thread, inside a call on that consumer, and may call a
 //!   documented subset of the consumer functions on it (`mql_commit` among
-//!   them; see `mql_rebalance_callback`).
+//!   them; see `mql_rebalance_callback`). A processor's message handler
+//!   (`mql_message_handler`) runs on its worker threads, several at once.
 //! - **Commits** count exactly the messages `mql_poll` handed out: the
 //!   consumer fetches batches from the engine and hands them out one by
 //!   one, but messages fetched and not handed out yet are never committed,
@@ -68,6 +71,8 @@ mod consumer;
 
 mod group;
 
+mod processor;
+
 mod message;
 
 mod util;
@@ -79,6 +84,7 @@ pub use consumer::*;
 pub use error::*;
 pub use group::*;
 pub use message::*;
+pub use processor::*;
 pub use producer::*;
 
 use std::ffi::{c_char, CStr};
@@ -114,4 +120,8 @@ const _: () = {
     shared::<mql_waker>();
     shared::<mql_group_info>();
     movable::<mql_consumer>();
+    movable::<mqlite::Processor>();
+    movable::<mql_processor>();
+    shared::<mqlite::ProcessorStop>();
+    shared::<mql_stopper>();
 };

@@ -140,6 +140,8 @@ class TopicInfo:
     @property
     def log_append_time(self) -> bool: ...
     @property
+    def retention_respects_groups(self) -> bool: ...
+    @property
     def partitions(self) -> list[PartitionInfo]: ...
 
 @final
@@ -370,6 +372,37 @@ class Consumer:
     ) -> bool: ...
 
 @final
+class ProcessorStats:
+    @property
+    def processed(self) -> int: ...
+    @property
+    def retries(self) -> int: ...
+    @property
+    def failed(self) -> int: ...
+    @property
+    def commits(self) -> int: ...
+
+@final
+class Processor:
+    def __init__(
+        self,
+        consumer: Consumer,
+        threads: int = 4,
+        *,
+        mode: str = "orderly",
+        commit_interval_ms: int = 1000,
+        max_in_flight: int = 10000,
+        retry_backoff_ms: int = 100,
+        max_retries: Optional[int] = None,
+    ) -> None: ...
+    def run(self, handler: Callable[[Message], object]) -> ProcessorStats: ...
+    def stop(self) -> None: ...
+    @property
+    def running(self) -> bool: ...
+    @property
+    def consumer(self) -> Consumer: ...
+
+@final
 class Broker:
     def __new__(
         cls,
@@ -393,6 +426,7 @@ class Broker:
         retention_bytes: Optional[int] = None,
         max_message_bytes: Optional[int] = None,
         log_append_time: bool = False,
+        retention_respects_groups: bool = False,
     ) -> None: ...
     def delete_topic(self, name: str) -> None: ...
     def add_partitions(self, name: str, partitions: int) -> None: ...

@@ -145,13 +145,16 @@ impl Broker {
     ///     log_append_time: Stamp records with the time they are appended
     ///         instead of the producer's timestamp (Kafka's LogAppendTime);
     ///         default False.
+    ///     retention_respects_groups: Time retention (`retention_ms`) keeps
+    ///         a segment until every consumer group committed past it
+    ///         (`retention_bytes` stays a hard cap); default False.
     ///
     /// Raises:
     ///     mqlite.InvalidTopicName: The name breaks a naming rule.
     ///     mqlite.InvalidConfig: A value is out of range.
     ///     mqlite.TopicExists: A topic of that name exists.
     ///     mqlite.Closed: The broker is closed.
-    #[pyo3(signature = (name, partitions = 1, *, segment_bytes = None, retention_ms = None, retention_bytes = None, max_message_bytes = None, log_append_time = false))]
+    #[pyo3(signature = (name, partitions = 1, *, segment_bytes = None, retention_ms = None, retention_bytes = None, max_message_bytes = None, log_append_time = false, retention_respects_groups = false))]
     #[allow(clippy::too_many_arguments)] // one per argument of the Python signature
     fn create_topic(
         &self,
@@ -163,6 +166,7 @@ impl Broker {
         retention_bytes: Option<i64>,
         max_message_bytes: Option<i64>,
         log_append_time: bool,
+        retention_respects_groups: bool,
     ) -> PyResult<()> {
         self.check_open(py)?;
         let mut config = mqlite::TopicConfig::new(config_u32(py, "partitions", partitions)?);
@@ -178,7 +182,9 @@ impl Broker {
         if let Some(v) = max_message_bytes {
             config = config.max_message_bytes(config_u32(py, "max_message_bytes", v)?);
         }
-        config = config.log_append_time(log_append_time);
+        config = config
+            .log_append_time(log_append_time)
+            .retention_respects_groups(retention_respects_groups);
         py.detach(|| self.inner.create_topic(name, config))
             .py_err(py)
     }
@@ -687,6 +693,8 @@ impl PartitionInfo {
 ///     max_message_bytes (int): Largest encoded record accepted.
 ///     index_interval_bytes (int): Bytes of log between two index entries.
 ///     log_append_time (bool): Records are stamped with their append time.
+///     retention_respects_groups (bool): Time retention keeps segments
+///         consumer groups have not committed past.
 ///     partitions (list[PartitionInfo]): One entry per partition, in order.
 #[pyclass(frozen, module = "mqlite")]
 pub struct TopicInfo {
@@ -704,6 +712,8 @@ pub struct TopicInfo {
     index_interval_bytes: u32,
     #[pyo3(get)]
     log_append_time: bool,
+    #[pyo3(get)]
+    retention_respects_groups: bool,
     partitions: Vec<PartitionInfo>,
 }
 
@@ -717,6 +727,7 @@ impl From<mqlite::TopicInfo> for TopicInfo {
             max_message_bytes: t.config.max_message_bytes,
             index_interval_bytes: t.config.index_interval_bytes,
             log_append_time: t.config.log_append_time,
+            retention_respects_groups: t.config.retention_respects_groups,
             partitions: t
                 .partitions
                 .into_iter()

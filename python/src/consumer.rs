@@ -636,6 +636,9 @@ pub struct Consumer {
     clustering: bool,
     /// Commits automatically (`group_id` and `enable_auto_commit`).
     auto_commit: bool,
+    /// An `mqlite.Processor` holds the engine consumer (`processor.rs`):
+    /// `state.consumer` is an idle stand-in and calls raise.
+    processing: AtomicBool,
 }
 
 impl Drop for Consumer {
@@ -693,7 +696,62 @@ impl Consumer {
             woken: AtomicBool::new(false),
             counters: Counters::default(),
             broker,
+            processing: AtomicBool::new(false),
         }
+    }
+
+    /// The error of a call made while a processor runs.
+    fn busy() -> PyErr {
+        PyRuntimeError::new_err(
+            "the consumer is in use by a running mqlite.Processor: \
+             use it again once Processor.run() has returned",
+        )
+    }
+
+    /// Whether the consumer has a `group_id`.
+    pub(crate) fn has_group(&self) -> bool {
+        self.group_id.is_some()
+    }
+
+    /// Wraps a message for Python.
+    pub(crate) fn message(inner: mqlite::Message) -> Message {
+        Message { inner }
+    }
+
+    /// Takes the engine consumer out for a processor: puts buffered
+    /// messages back (nothing is skipped), leaves an idle stand-in, and
+    /// makes calls raise until [`Consumer::give_back`].
+    pub(crate) fn take_engine(&self, py: Python<'_>) -> PyResult<mqlite::Consumer> {
+        if self.lent_here() {
+            return Err(PyRuntimeError::new_err(
+                "a processor cannot run inside on_assign or on_revoke",
+            ));
+        }
+        let mut st = self.open_state(py)?;
+        let stand_in = self
+            .broker
+            .get()
+            .inner
+            .consumer(mqlite::ConsumerConfig::default())
+            .py_err(py)?;
+        st.unbuffer();
+        let real = std::mem::replace(&mut st.consumer, stand_in);
+        self.processing.store(true, Ordering::Release);
+        Ok(real)
+    }
+
+    /// Puts back the engine consumer taken by [`Consumer::take_engine`].
+    pub(crate) fn give_back(&self, py: Python<'_>, consumer: mqlite::Consumer) {
+        let mut st = self.lock(py);
+        let stand_in = std::mem::replace(&mut st.consumer, consumer);
+        st.last_fetch = Instant::now();
+        self.processing.store(false, Ordering::Release);
+        // A `close()` made in a rebalance callback meanwhile.
+        if self.closed.load(Ordering::Acquire) {
+            self.shut_down(py, &mut st);
+        }
+        drop(st);
+        drop(stand_in);
     }
 
     /// Locks the state. When another thread holds it (perhaps waiting in
@@ -729,6 +787,9 @@ impl Consumer {
             }
             return Err(closed(py, "consumer"));
         }
+        if self.processing.load(Ordering::Acquire) {
+            return Err(Self::busy());
+        }
         self.broker.get().check_open(py)?;
         Ok(st)
     }
@@ -763,6 +824,9 @@ impl Consumer {
                     )),
                 };
             }
+        }
+        if self.processing.load(Ordering::Acquire) {
+            return Err(Self::busy());
         }
         if open {
             self.open_state(py).map(Access::Outer)
@@ -891,6 +955,7 @@ impl Consumer {
                 let settle = || {
                     self.closed.load(Ordering::Acquire)
                         || self.shared.failed.load(Ordering::Acquire)
+                        || self.processing.load(Ordering::Acquire)
                 };
                 if settle() {
                     return (Ok(None), None);
@@ -916,6 +981,9 @@ impl Consumer {
             });
             if let Some(e) = auto_err {
                 warn(py, "auto-commit failed", &e);
+            }
+            if self.processing.load(Ordering::Acquire) {
+                return Err(Self::busy());
             }
             if self.closed.load(Ordering::Acquire) || self.shared.failed.load(Ordering::Acquire) {
                 let mut st = self.lock(py);
@@ -1783,6 +1851,9 @@ impl Consumer {
     ///     Exception: What an `on_revoke` callback raised (the consumer is
     ///         closed anyway).
     fn close(&self, py: Python<'_>) -> PyResult<()> {
+        if self.processing.load(Ordering::Acquire) && !self.lent_here() {
+            return Err(Self::busy());
+        }
         self.closed.store(true, Ordering::Release);
         self.waker.wakeup();
         if self.lent_here() {

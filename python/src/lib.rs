@@ -14,6 +14,7 @@ mod broker;
 mod callbacks;
 mod consumer;
 mod errors;
+mod processor;
 mod producer;
 mod util;
 
@@ -35,6 +36,8 @@ fn _mqlite(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<consumer::Message>()?;
     m.add_class::<consumer::ConsumerStats>()?;
     m.add_class::<broker::GroupInfo>()?;
+    m.add_class::<processor::Processor>()?;
+    m.add_class::<processor::ProcessorStats>()?;
     m.add_function(wrap_pyfunction!(producer::murmur2, m)?)?;
     m.add_function(wrap_pyfunction!(producer::partition_for_key, m)?)?;
     errors::register(m)?;

@@ -54,6 +54,8 @@ int main(int argc, char **argv) {
     CHECK(mql_producer_new(mq.raw, nullptr, &p) == MQL_OK);
     mql_header h = {"lang", 4, "c++", 3};
     mql_record rec = MQL_RECORD_INIT;
+    mql_processor_config pc = MQL_PROCESSOR_CONFIG_INIT;
+    CHECK(pc.threads == 4 && pc.mode == MQL_PROCESSING_MODE_ORDERLY && pc.max_retries == -1);
     rec.topic = "cpp";
     rec.key = "k";
     rec.key_len = 1;

@@ -57,3 +57,25 @@ def test_no_retention_keeps_everything(mq: mqlite.Broker) -> None:
     assert mq.enforce_retention() == 0
     info = mq.topic("t").partitions[0]
     assert info.start_offset == 0 and info.segments > 3
+
+
+def test_retention_respects_groups(mq: mqlite.Broker) -> None:
+    mq.create_topic("t", segment_bytes=4096, retention_ms=1, retention_respects_groups=True)
+    assert mq.topic("t").retention_respects_groups is True
+    mq.create_topic("plain")
+    assert mq.topic("plain").retention_respects_groups is False
+
+    p = mq.producer()
+    for _ in range(10):
+        p.send("t", b"x" * 100)
+    c = mq.consumer(group_id="g", enable_auto_commit=False, auto_offset_reset="earliest")
+    c.subscribe("t")
+    c.commit(offsets=[("t", 0, 5)])
+    for _ in range(300):  # many segments, all older than retention_ms soon
+        p.send("t", b"x" * 100)
+    time.sleep(0.05)
+    mq.enforce_retention()
+    info = mq.topic("t").partitions[0]
+    assert info.segments > 3
+    assert info.start_offset <= 5
+    c.close()
