@@ -660,22 +660,7 @@ impl Consumer {
         // As Kafka: auto-commit first, then the listener (whose own commit,
         // if any, is the last word).
         if self.config.enable_auto_commit {
-            let offsets: Vec<(String, u32, CommittedOffset)> = self
-                .assigned
-                .iter()
-                .filter(|a| {
-                    partitions
-                        .iter()
-                        .any(|(t, p)| **a.topic.name() == **t && a.log.partition() == *p)
-                })
-                .filter_map(|a| {
-                    Some((
-                        a.topic.name().to_string(),
-                        a.log.partition(),
-                        committed_now(a.position?, ""),
-                    ))
-                })
-                .collect();
+            let offsets = self.positions(Some(partitions));
             if let Err(e) = self.commit_raw(&offsets) {
                 ::log::warn!("auto-commit before a rebalance failed: {e}");
             }
@@ -1172,9 +1157,21 @@ impl Consumer {
     /// errors.
     pub fn commit(&mut self) -> Result<()> {
         self.check_open()?;
-        let offsets: Vec<(String, u32, CommittedOffset)> = self
-            .assigned
+        let offsets = self.positions(None);
+        self.commit_raw(&offsets)
+    }
+
+    /// The positions of the partitions read (of `only` those, if given), as
+    /// offsets to commit.
+    fn positions(&self, only: Option<&[(String, u32)]>) -> Vec<(String, u32, CommittedOffset)> {
+        self.assigned
             .iter()
+            .filter(|a| {
+                only.is_none_or(|ps| {
+                    ps.iter()
+                        .any(|(t, p)| **a.topic.name() == **t && a.log.partition() == *p)
+                })
+            })
             .filter_map(|a| {
                 Some((
                     a.topic.name().to_string(),
@@ -1182,8 +1179,7 @@ impl Consumer {
                     committed_now(a.position?, ""),
                 ))
             })
-            .collect();
-        self.commit_raw(&offsets)
+            .collect()
     }
 
     /// Commits the given `(topic, partition, offset, metadata)` entries:

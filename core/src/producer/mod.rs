@@ -606,8 +606,8 @@ impl Inner {
         Ok((a, len))
     }
 
-    /// The blocking send of one record.
-    fn send_now(&self, r: &BorrowedRecord<'_>) -> Result<RecordMetadata> {
+    /// Checks a record about to be sent and stamps its timestamp.
+    fn prepare<'a>(&self, r: &BorrowedRecord<'a>) -> Result<(RecordRef<'a>, i64)> {
         self.check_usable()?;
         self.check_sequence(r)?;
         let timestamp = r.timestamp.unwrap_or_else(now_ms);
@@ -617,6 +617,12 @@ impl Inner {
             headers: r.headers,
             timestamp,
         };
+        Ok((rec, timestamp))
+    }
+
+    /// The blocking send of one record.
+    fn send_now(&self, r: &BorrowedRecord<'_>) -> Result<RecordMetadata> {
+        let (rec, timestamp) = self.prepare(r)?;
         let route = self.route(r, || batch::encoded_record_len(&rec, timestamp, 0))?;
         let log = route.log();
         let (appended, len) = if r.sequence.is_some() || self.pending.load(Ordering::Acquire) > 0 {
@@ -869,15 +875,7 @@ impl Inner {
         r: &BorrowedRecord<'_>,
         cb: Option<DeliveryCallback>,
     ) -> Result<RecordMetadata> {
-        self.check_usable()?;
-        self.check_sequence(r)?;
-        let timestamp = r.timestamp.unwrap_or_else(now_ms);
-        let rec = RecordRef {
-            key: r.key,
-            value: r.value,
-            headers: r.headers,
-            timestamp,
-        };
+        let (rec, timestamp) = self.prepare(r)?;
         let single = batch::batch_len(std::slice::from_ref(&rec));
         let route = self.route(r, || single)?;
         let log = route.log();
