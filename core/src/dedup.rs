@@ -440,11 +440,12 @@ impl ProducerTable {
         s.named |= idem.named;
         let last = first_seq + count as i64 - 1;
         let app = idem.sequence.is_some();
-        if app {
-            s.last_app_seq = s.last_app_seq.max(last);
-        } else {
+        if !app {
+            // Partition-assigned sequences are never re-sent: no window.
             s.last_seq = s.last_seq.max(last);
+            return;
         }
+        s.last_app_seq = s.last_app_seq.max(last);
         s.remember(
             WindowEntry {
                 first_seq,
