@@ -208,6 +208,11 @@ struct FlushState {
     in_progress: bool,
     /// A leader is waiting for appends before it flushes.
     collecting: bool,
+    /// Callers waiting for the flush in progress: `(target, thread)`. They
+    /// are unparked when it ends and check `flushed_fast` without the lock,
+    /// so a flush serving many senders does not hand the lock from one to
+    /// the next.
+    parked: Vec<(u64, std::thread::Thread)>,
     /// Records the last flush covered: the next leader waits (briefly)
     /// until as many new ones are appended before it flushes.
     last_covered: u64,
@@ -228,7 +233,8 @@ pub(crate) struct PartitionLog {
     end_offset: AtomicU64,
     waiters: Waiters,
     flush_state: Mutex<FlushState>,
-    flushed_cv: Condvar,
+    /// `FlushState::flushed`, readable without the lock.
+    flushed_fast: AtomicU64,
     /// Wakes a flush leader collecting callers.
     arrival_cv: Condvar,
     poisoned: AtomicBool,
@@ -343,7 +349,7 @@ impl PartitionLog {
                 flushed: next_offset,
                 ..FlushState::default()
             }),
-            flushed_cv: Condvar::new(),
+            flushed_fast: AtomicU64::new(next_offset),
             arrival_cv: Condvar::new(),
             poisoned: AtomicBool::new(false),
             flushes: AtomicU64::new(0),
@@ -737,6 +743,9 @@ impl PartitionLog {
     /// one flush per round. A lone sender never waits (its own record is
     /// all the last flush covered).
     pub(crate) fn flush_to(&self, target: u64) -> Result<()> {
+        if self.flushed_fast.load(Ordering::Acquire) >= target {
+            return Ok(());
+        }
         let mut st = lock(&self.flush_state);
         if st.collecting && self.end_offset().saturating_sub(st.flushed) >= st.last_covered {
             // The leader waits for this: wake it (only then, to spare the
@@ -751,7 +760,13 @@ impl PartitionLog {
                 return Err(self.poisoned_error());
             }
             if st.in_progress {
-                st = self.flushed_cv.wait(st).unwrap_or_else(|p| p.into_inner());
+                st.parked.push((target, std::thread::current()));
+                drop(st);
+                std::thread::park();
+                if self.flushed_fast.load(Ordering::Acquire) >= target {
+                    return Ok(());
+                }
+                st = lock(&self.flush_state);
                 continue;
             }
             st.in_progress = true;
@@ -778,17 +793,24 @@ impl PartitionLog {
             st = lock(&self.flush_state);
             st.in_progress = false;
             st.last_flush = started.elapsed();
-            self.flushed_cv.notify_all();
-            match res {
+            let res = match res {
                 Ok(end) => {
                     st.last_covered = end.saturating_sub(before).max(1);
                     st.flushed = st.flushed.max(end);
+                    self.flushed_fast.store(st.flushed, Ordering::Release);
+                    Ok(())
                 }
                 Err(e) => {
                     self.poisoned.store(true, Ordering::Release);
-                    return Err(e);
+                    Err(e)
                 }
+            };
+            // Everyone waiting looks again: the served return at once, the
+            // others take the lock (one of them leads the next flush).
+            for (_, t) in std::mem::take(&mut st.parked) {
+                t.unpark();
             }
+            res?;
         }
     }
 
