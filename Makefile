@@ -56,6 +56,10 @@ demo: ext ffi
 	cc -std=c11 -Wall -Werror -Iinclude examples/demo.c -o target/demo/demo -L$(PROFILE_DIR) -lmqlite -Wl,-rpath,$(abspath $(PROFILE_DIR))
 	target/demo/demo $(DEMO_DIR)
 	$(VPY) examples/demo.py $(DEMO_DIR) --verify
+	$(CARGO) build --release -q -p mqlite-cli
+	@echo "--- mqlite topics / group describe billing (the mqlite CLI) ---"
+	$(PROFILE_DIR)/mqlite --dir $(DEMO_DIR) topics
+	$(PROFILE_DIR)/mqlite --dir $(DEMO_DIR) group describe billing
 
 bench: ext
 	$(CARGO) bench -p mqlite --bench log
