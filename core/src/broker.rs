@@ -81,8 +81,9 @@ pub(crate) struct BrokerInner {
     closed: AtomicBool,
     janitor: Mutex<Option<(JoinHandle<()>, Stop)>>,
     registry: Registry,
-    /// Bumped whenever a topic is deleted or grows and at close, so that
-    /// caches of topic lookups (the producers') know to look again.
+    /// Bumped whenever a topic is created, deleted or grows and at close,
+    /// so that caches of topic lookups (producers', pattern subscriptions')
+    /// know to look again.
     topics_version: AtomicU64,
     groups: Groups,
 }
@@ -249,6 +250,7 @@ impl Broker {
             .write()
             .unwrap_or_else(|p| p.into_inner())
             .insert(name.to_owned(), Arc::new(topic));
+        self.inner.topics_changed();
         Ok(())
     }
 

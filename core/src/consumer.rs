@@ -325,6 +325,14 @@ impl Message {
         self.value.map(|(s, e)| self.data.bytes(s, e))
     }
 
+    /// Bytes of key and value, from their ranges (without touching the
+    /// data).
+    #[inline]
+    fn payload_len(&self) -> u64 {
+        let len = |r: Option<(u32, u32)>| r.map_or(0, |(s, e)| (e - s) as u64);
+        len(self.key) + len(self.value)
+    }
+
     /// Number of headers.
     pub fn header_count(&self) -> usize {
         self.header_count as usize
@@ -387,6 +395,8 @@ pub struct Consumer {
     member: Option<Membership>,
     /// A pattern subscription outside a group.
     pattern: Option<regex::Regex>,
+    /// The broker's topics version when a pattern was last matched.
+    pattern_version: Option<u64>,
     /// Where commits go: the group, or this broadcast consumer's own store.
     offsets: Option<Arc<Group>>,
     listener: Option<Box<dyn RebalanceListener>>,
@@ -439,6 +449,7 @@ impl Consumer {
             closed: false,
             member: None,
             pattern: None,
+            pattern_version: None,
             offsets,
             listener: None,
             last_auto_commit: Instant::now(),
@@ -487,6 +498,7 @@ impl Consumer {
         }
         self.subscription.clear();
         self.pattern = None;
+        self.pattern_version = None;
         self.assigned = next;
         Ok(())
     }
@@ -571,6 +583,7 @@ impl Consumer {
         self.assigned.clear();
         self.subscription.clear();
         self.pattern = None;
+        self.pattern_version = None;
         if listener.is_some() {
             self.listener = listener;
         }
@@ -590,32 +603,25 @@ impl Consumer {
             self.group_sync()?;
         } else {
             self.subscription = subs;
-            if let Some(re) = pattern {
-                self.member = None;
-                self.subscription = self
-                    .broker
-                    .topic_names()
-                    .iter()
-                    .filter(|n| re.is_match(n))
-                    .filter_map(|n| self.broker.topic(n).ok())
-                    .collect();
-                self.pattern = Some(re);
-            }
+            self.pattern = pattern;
+            self.pattern_version = None;
             self.refresh_subscription();
         }
         Ok(())
     }
 
+    /// The names of every topic whose name `re` matches.
+    fn matching_topics(&self, re: &regex::Regex) -> Vec<String> {
+        let mut names = self.broker.topic_names();
+        names.retain(|n| re.is_match(n));
+        names
+    }
+
     fn member_spec(&self, topics: &[String], pattern: Option<&regex::Regex>) -> MemberSpec {
-        let mut topics = topics.to_vec();
-        if let Some(re) = pattern {
-            topics = self
-                .broker
-                .topic_names()
-                .into_iter()
-                .filter(|n| re.is_match(n))
-                .collect();
-        }
+        let topics = match pattern {
+            Some(re) => self.matching_topics(re),
+            None => topics.to_vec(),
+        };
         MemberSpec {
             topics,
             strategy: self.config.assignment_strategy,
@@ -632,6 +638,7 @@ impl Consumer {
         self.subscription.clear();
         self.assigned.clear();
         self.pattern = None;
+        self.pattern_version = None;
     }
 
     /// Leaves the group, if a member: revokes everything (listener, and a
@@ -700,13 +707,14 @@ impl Consumer {
             self.member = Some(Membership { id, ..m });
             return self.group_sync();
         }
-        if let Some(re) = &m.pattern {
-            let matching: Vec<String> = self
-                .broker
-                .topic_names()
-                .into_iter()
-                .filter(|n| re.is_match(n))
-                .collect();
+        let version = self.broker.topics_version();
+        if let Some(re) = m
+            .pattern
+            .as_ref()
+            .filter(|_| self.pattern_version != Some(version))
+        {
+            self.pattern_version = Some(version);
+            let matching = self.matching_topics(re);
             if matching != m.topics {
                 let spec = self.member_spec(&matching, None);
                 let broker = Arc::clone(&self.broker);
@@ -765,17 +773,20 @@ impl Consumer {
 
     /// Brings the assignment in line with the subscribed topics' partitions.
     fn refresh_subscription(&mut self) {
-        if let Some(re) = &self.pattern {
-            let known = self.subscription.len();
-            let names = self.broker.topic_names();
-            let matching = names.iter().filter(|n| re.is_match(n)).count();
-            if matching != known {
-                self.subscription = names
-                    .iter()
-                    .filter(|n| re.is_match(n))
-                    .filter_map(|n| self.broker.topic(n).ok())
-                    .collect();
-            }
+        // A pattern is matched again only when topics were created,
+        // deleted or grew since the last time.
+        let version = self.broker.topics_version();
+        if let Some(re) = self
+            .pattern
+            .as_ref()
+            .filter(|_| self.pattern_version != Some(version))
+        {
+            self.pattern_version = Some(version);
+            self.subscription = self
+                .matching_topics(re)
+                .iter()
+                .filter_map(|n| self.broker.topic(n).ok())
+                .collect();
         }
         if self.member.is_some() {
             return;
@@ -1121,10 +1132,7 @@ impl Consumer {
             self.group_sync()?;
         }
         self.stats.records += out.len() as u64;
-        for m in &out {
-            self.stats.bytes +=
-                (m.key().map_or(0, <[u8]>::len) + m.value().map_or(0, <[u8]>::len)) as u64;
-        }
+        self.stats.bytes += out.iter().map(Message::payload_len).sum::<u64>();
         Ok(out)
     }
 

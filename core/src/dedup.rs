@@ -14,14 +14,13 @@
 //!   segment's headers.
 
 use std::collections::{HashMap, VecDeque};
-use std::fs::File;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI16, Ordering};
 use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 
+use crate::atomic_file::write_atomic;
 use crate::error::{Error, IoContext, Result};
 use crate::log::batch::{BatchHeader, ATTR_APP_SEQUENCE, ATTR_NAMED_PRODUCER};
 
@@ -96,35 +95,6 @@ pub(crate) struct Registry {
     path: PathBuf,
     mode: u32,
     state: Mutex<RegistryState>,
-}
-
-/// Writes `bytes` to `path` atomically: temp file, fsync, rename, fsync of
-/// the directory.
-pub(crate) fn write_atomic(path: &Path, bytes: &[u8], mode: u32, sync: bool) -> Result<()> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let tmp = path.with_extension("tmp");
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(mode)
-        .open(&tmp)
-        .ctx(|| format!("creating {}", tmp.display()))?;
-    f.write_all(bytes)
-        .ctx(|| format!("writing {}", tmp.display()))?;
-    if sync {
-        f.sync_data().ctx(|| format!("syncing {}", tmp.display()))?;
-    }
-    drop(f);
-    std::fs::rename(&tmp, path).ctx(|| format!("renaming {}", tmp.display()))?;
-    if sync {
-        if let Some(dir) = path.parent() {
-            File::open(dir)
-                .and_then(|d| d.sync_all())
-                .ctx(|| format!("syncing {}", dir.display()))?;
-        }
-    }
-    Ok(())
 }
 
 impl Registry {

@@ -68,7 +68,7 @@ pub(crate) struct Group {
 
 /// What a member must do to match the group's target.
 #[derive(Debug, Default)]
-pub(crate) struct Sync {
+pub(crate) struct Handover {
     /// The generation this answer belongs to.
     pub generation: u64,
     /// Owned partitions that are no longer the member's: revoke them, then
@@ -202,7 +202,7 @@ impl Group {
         id: &str,
         counts: Counts<'_>,
         waiter: Option<&Arc<Waiter>>,
-    ) -> Result<Sync> {
+    ) -> Result<Handover> {
         let mut st = lock(&self.state);
         let now = Instant::now();
         match st.members.get_mut(id) {
@@ -253,7 +253,7 @@ impl Group {
                 acquired.push(tp);
             }
         }
-        Ok(Sync {
+        Ok(Handover {
             generation: st.generation,
             revoke,
             acquired,

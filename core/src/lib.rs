@@ -28,6 +28,7 @@
 #![warn(missing_docs)]
 
 mod assign;
+mod atomic_file;
 mod broker;
 mod consumer;
 mod dedup;

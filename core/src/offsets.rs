@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::dedup::write_atomic;
+use crate::atomic_file::write_atomic;
 use crate::error::{Error, Result};
 
 /// A committed offset: the next offset the group will read, and optional

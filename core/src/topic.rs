@@ -6,6 +6,7 @@ use std::sync::{Arc, RwLock};
 
 use serde::{Deserialize, Serialize};
 
+use crate::atomic_file::write_atomic;
 use crate::error::{Error, IoContext, Result};
 use crate::log::{batch, LogConfig, PartitionLog, RecoveryStats};
 
@@ -230,20 +231,6 @@ pub(crate) struct Topic {
     deleted: AtomicBool,
 }
 
-fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    use std::io::Write;
-    let tmp = path.with_extension("json.tmp");
-    let mut f = std::fs::File::create(&tmp).ctx(|| format!("creating {}", tmp.display()))?;
-    f.write_all(bytes)
-        .and_then(|_| f.sync_all())
-        .ctx(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, path).ctx(|| format!("renaming {}", tmp.display()))?;
-    let dir = path.parent().expect("file in a directory");
-    std::fs::File::open(dir)
-        .and_then(|d| d.sync_all())
-        .ctx(|| format!("syncing {}", dir.display()))
-}
-
 impl Topic {
     fn log_config(config: &TopicConfig, options: TopicOptions) -> LogConfig {
         LogConfig {
@@ -265,7 +252,12 @@ impl Topic {
             config: config.clone(),
         };
         let json = serde_json::to_vec_pretty(&file).expect("topic config serializes");
-        write_atomic(&self.dir.join(TOPIC_FILE), &json)
+        write_atomic(
+            &self.dir.join(TOPIC_FILE),
+            &json,
+            self.options.file_mode,
+            true,
+        )
     }
 
     fn open_partitions(

@@ -663,12 +663,11 @@ impl Inner {
     /// lock, which orders every write of this producer's sequences.
     fn append_sequenced(
         &self,
-        st: &mut AccState,
+        _held: &mut AccState,
         log: &PartitionLog,
         records: &[RecordRef<'_>],
         seq: i64,
     ) -> Result<(Appended, usize)> {
-        let _ = st;
         let id = self.identity.as_ref().map_or(-1, |i| i.id);
         let last = log.producer_last_seq(id, self.is_named())?;
         if seq <= last {
