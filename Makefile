@@ -13,10 +13,11 @@ DEMO_DIR := demo-data
 all: ext ffi
 
 # A local virtualenv with the build and test tools.
-$(VENV)/.ready:
-	$(PYTHON) -m venv $(VENV)
+# Reinstalled when a requirements file changes.
+$(VENV)/.ready: tests/python/requirements.txt bench/requirements.txt
+	test -x $(VPY) || $(PYTHON) -m venv $(VENV)
 	$(VPY) -m pip install -q --upgrade pip
-	$(VPY) -m pip install -q "maturin>=1.9,<2" "pytest>=7"
+	$(VPY) -m pip install -q "maturin>=1.9,<2" -r tests/python/requirements.txt -r bench/requirements.txt
 	touch $@
 
 venv: $(VENV)/.ready

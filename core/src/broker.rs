@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, RwLock, Weak};
@@ -122,13 +123,14 @@ fn topics_dir(dir: &Path) -> PathBuf {
     dir.join("topics")
 }
 
-fn take_lock(dir: &Path) -> Result<File> {
+fn take_lock(dir: &Path, mode: u32) -> Result<File> {
     let path = dir.join(LOCK_FILE);
     let mut f = OpenOptions::new()
         .read(true)
         .write(true)
         .create(true)
         .truncate(false)
+        .mode(mode)
         .open(&path)
         .ctx(|| format!("opening {}", path.display()))?;
     match f.try_lock() {
@@ -168,10 +170,10 @@ impl Broker {
     /// holds the directory; I/O and corruption errors from recovery.
     pub fn open(path: impl AsRef<Path>, config: Config) -> Result<Broker> {
         let dir = path.as_ref().to_owned();
-        std::fs::create_dir_all(&dir).ctx(|| format!("creating {}", dir.display()))?;
-        let lock = take_lock(&dir)?;
+        crate::private_dir::create_dir_all(&dir, config.file_mode)?;
+        let lock = take_lock(&dir, config.file_mode)?;
         let tdir = topics_dir(&dir);
-        std::fs::create_dir_all(&tdir).ctx(|| format!("creating {}", tdir.display()))?;
+        crate::private_dir::create_dir_all(&tdir, config.file_mode)?;
         let trash = dir.join("trash");
         if trash.exists() {
             let _ = std::fs::remove_dir_all(&trash);

@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex};
 use serde::{Deserialize, Serialize};
 
 use crate::atomic_file::write_atomic;
-use crate::error::{Error, IoContext, Result};
+use crate::error::{Error, Result};
 use crate::log::batch::{BatchHeader, ATTR_APP_SEQUENCE, ATTR_NAMED_PRODUCER};
 
 /// Default number of batches per producer and partition remembered for
@@ -46,6 +46,9 @@ pub fn validate_producer_name(name: &str) -> Result<()> {
     }
     if name.len() > MAX_PRODUCER_NAME_LEN {
         return bad("is longer than 249 characters");
+    }
+    if name == "." || name == ".." {
+        return bad("'.' and '..' are not allowed");
     }
     if !name
         .bytes()
@@ -101,18 +104,17 @@ impl Registry {
     /// Opens (or starts) the registry under `<dir>/producers/`.
     pub(crate) fn open(dir: &Path, mode: u32) -> Result<Registry> {
         let pdir = dir.join("producers");
-        std::fs::create_dir_all(&pdir).ctx(|| format!("creating {}", pdir.display()))?;
+        crate::private_dir::create_dir_all(&pdir, mode)?;
         let path = pdir.join("registry.json");
-        let file = match std::fs::read(&path) {
-            Ok(bytes) => {
+        let file = match crate::atomic_file::read_small(&path)? {
+            Some(bytes) => {
                 serde_json::from_slice::<RegistryFile>(&bytes).map_err(|e| Error::Corrupt {
                     path: path.clone(),
                     position: e.column() as u64,
                     reason: format!("producer registry is not valid: {e}"),
                 })?
             }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => RegistryFile::default(),
-            Err(e) => return Err(Error::io(format!("reading {}", path.display()), e)),
+            None => RegistryFile::default(),
         };
         if file.next_id < 0
             || file
@@ -503,7 +505,7 @@ pub(crate) fn save_snapshot(
 /// start of the log).
 pub(crate) fn load_snapshot(dir: &Path) -> Option<(ProducerTable, u64)> {
     let path = dir.join(SNAPSHOT_FILE);
-    let bytes = std::fs::read(&path).ok()?;
+    let bytes = crate::atomic_file::read_small(&path).ok()??;
     match serde_json::from_slice::<SnapshotFile>(&bytes) {
         Ok(f) if f.version == 1 => {
             let mut table = ProducerTable::default();

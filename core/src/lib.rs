@@ -33,9 +33,12 @@ mod broker;
 mod consumer;
 mod dedup;
 mod error;
+#[doc(hidden)]
+pub mod faults;
 mod group;
 pub mod log;
 mod offsets;
+mod private_dir;
 mod processor;
 mod producer;
 #[doc(hidden)]

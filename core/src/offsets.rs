@@ -58,11 +58,10 @@ impl OffsetStore {
     /// Opens the offsets of `name` under `<dir>/groups/`.
     pub(crate) fn open(dir: &Path, name: &str, mode: u32) -> Result<OffsetStore> {
         let gdir = dir.join("groups");
-        std::fs::create_dir_all(&gdir)
-            .map_err(|e| Error::io(format!("creating {}", gdir.display()), e))?;
+        crate::private_dir::create_dir_all(&gdir, mode)?;
         let path = gdir.join(format!("{name}.offsets"));
-        let file = match std::fs::read(&path) {
-            Ok(bytes) => {
+        let file = match crate::atomic_file::read_small(&path)? {
+            Some(bytes) => {
                 let f: OffsetsFile =
                     serde_json::from_slice(&bytes).map_err(|e| Error::Corrupt {
                         path: path.clone(),
@@ -78,11 +77,10 @@ impl OffsetStore {
                 }
                 f
             }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => OffsetsFile {
+            None => OffsetsFile {
                 version: VERSION,
                 offsets: BTreeMap::new(),
             },
-            Err(e) => return Err(Error::io(format!("reading {}", path.display()), e)),
         };
         Ok(OffsetStore { path, mode, file })
     }

@@ -288,7 +288,7 @@ impl Topic {
         config: TopicConfig,
         options: TopicOptions,
     ) -> Result<Topic> {
-        std::fs::create_dir_all(&dir).ctx(|| format!("creating {}", dir.display()))?;
+        crate::private_dir::create_dir_all(&dir, options.file_mode)?;
         let name: Arc<str> = name.into();
         let partitions =
             Topic::open_partitions(&name, &dir, &config, options, 0..config.partitions)?;
@@ -307,10 +307,8 @@ impl Topic {
     /// Opens an existing topic directory. `Ok(None)` for an unfinished one.
     pub(crate) fn open(dir: PathBuf, options: TopicOptions) -> Result<Option<Topic>> {
         let path = dir.join(TOPIC_FILE);
-        let bytes = match std::fs::read(&path) {
-            Ok(b) => b,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(Error::io(format!("reading {}", path.display()), e)),
+        let Some(bytes) = crate::atomic_file::read_small(&path)? else {
+            return Ok(None);
         };
         let file: TopicFile = serde_json::from_slice(&bytes).map_err(|e| Error::Corrupt {
             path: path.clone(),

@@ -53,7 +53,35 @@ A re-sent ``sequence`` is not an error: ``send()`` returns metadata with
 with ``err`` None. A sequence that skips ahead (a gap) raises
 ``OutOfOrderSequence`` only with ``strict_sequences=True``.
 
-Arguments of the wrong type raise ``TypeError``.
+Arguments of the wrong type raise ``TypeError``; integers too large for
+their argument raise ``OverflowError``; a ``str`` that cannot be UTF-8 (a
+lone surrogate) raises ``UnicodeEncodeError`` (a ``ValueError``); negative
+or out-of-range values raise ``mqlite.InvalidArgument`` (or its subclass
+``InvalidConfig``).
+
+Threads: brokers, producers and consumers may be shared between threads.
+Calls that wait release the GIL; a consumer serialises its calls.
+
+Closing: after ``close()`` (of the object, or of the broker it came from)
+every method raises ``mqlite.Closed``, except ``close()`` itself (closing
+twice is fine), ``stats()`` (a final snapshot), ``Consumer.wakeup()`` and
+``Processor.stop()`` (which do nothing then); iterating over a closed
+consumer ends the loop, and ``with`` on a closed object raises.
+
+``os.fork()``: a broker belongs to the process that opened it, and so do
+the producers, consumers and processors made from it. Only the forking
+thread survives in the child: the engine's background threads do not, and a
+lock one of them held at that instant would stay locked. So in the child
+these objects report ``closed`` and every method raises ``mqlite.Closed``
+(the message names both processes), even ``stats()``; ``close()``,
+``Consumer.wakeup()`` and ``Processor.stop()`` do nothing, and
+garbage-collecting the objects leaves the parent's broker untouched.
+Messages received before the fork stay readable. The child may open a
+broker of its own: on another directory, or on the parent's once the parent
+has closed it (until then ``mqlite.Locked``). The parent is not affected,
+and its ``close()`` releases the directory even while children live. With
+``multiprocessing``, the "spawn" and "forkserver" start methods sidestep
+all this: each worker opens its own broker.
 """
 
 from __future__ import annotations
@@ -172,7 +200,8 @@ def open(  # noqa: A001 - shadows the builtin on purpose, like gzip.open
     Raises:
         mqlite.Locked: Another handle, in this process or another, holds the
             directory; the message names the holder.
-        mqlite.InvalidArgument: ``file_mode`` or the interval is out of range.
+        mqlite.InvalidArgument: ``path`` is empty or holds a NUL byte, or
+            ``file_mode`` or the interval is out of range.
         mqlite.IoError: The directory cannot be created or read.
         mqlite.Corrupt: A topic's metadata is unreadable.
     """

@@ -31,6 +31,8 @@ __all__ = [
     "OutOfOrderSequence",
     "PartitionInfo",
     "Poisoned",
+    "Processor",
+    "ProcessorStats",
     "Producer",
     "ProducerFenced",
     "ProducerRecord",
@@ -384,8 +386,8 @@ class ProcessorStats:
 
 @final
 class Processor:
-    def __init__(
-        self,
+    def __new__(
+        cls,
         consumer: Consumer,
         threads: int = 4,
         *,
@@ -394,7 +396,7 @@ class Processor:
         max_in_flight: int = 10000,
         retry_backoff_ms: int = 100,
         max_retries: Optional[int] = None,
-    ) -> None: ...
+    ) -> Self: ...
     def run(self, handler: Callable[[Message], object]) -> ProcessorStats: ...
     def stop(self) -> None: ...
     @property

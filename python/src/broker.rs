@@ -1,5 +1,6 @@
 //! `mqlite.Broker` and the topic descriptions it returns.
 
+use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 
 use pyo3::exceptions::PyTypeError;
@@ -7,7 +8,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyInt, PyString, PyTuple};
 
 use crate::consumer::{topic_partitions, Consumer, NewConsumer};
-use crate::errors::{closed, invalid_argument, IntoPy};
+use crate::errors::{closed, forked, invalid_argument, IntoPy};
+use crate::fork::{self, Local};
 use crate::producer::{Options, Producer};
 use crate::util::{arg_u32, config_u32, config_u64};
 
@@ -30,22 +32,55 @@ use crate::util::{arg_u32, config_u32, config_u64};
 /// Raises:
 ///     mqlite.Locked: Another handle, in this process or another, holds the
 ///         directory; the message names the holder.
-///     mqlite.InvalidArgument: `file_mode` or the interval is out of range.
+///     mqlite.InvalidArgument: `path` is empty or holds a NUL byte, or
+///         `file_mode` or the interval is out of range.
 ///     mqlite.IoError: The directory cannot be created or read.
 ///     mqlite.Corrupt: A topic's metadata is unreadable.
+///
+/// A broker belongs to the process that opened it. In a child forked with
+/// `os.fork()`, the broker and everything made from it report `closed`,
+/// their methods raise `mqlite.Closed` (`close()` does nothing), and the
+/// child may open brokers of its own: on another directory, or on this one
+/// once the parent has closed it.
 #[pyclass(frozen, module = "mqlite")]
 pub struct Broker {
-    pub(crate) inner: mqlite::Broker,
+    /// Leaked instead of closed in a forked child (`fork.rs`).
+    pub(crate) inner: Local<mqlite::Broker>,
     path: String,
+    /// The directory lock's entry in `fork::LOCKS`.
+    lock_token: Option<u64>,
 }
 
 impl Broker {
-    /// Fails with `mqlite.Closed` once closed.
+    /// Fails with `mqlite.Closed` once closed, or in a forked child.
+    #[inline]
     pub(crate) fn check_open(&self, py: Python<'_>) -> PyResult<()> {
-        if self.inner.is_closed() {
+        if self.inner.forked() {
+            Err(self.forked_error(py, "broker"))
+        } else if self.inner.is_closed() {
             Err(closed(py, "broker"))
         } else {
             Ok(())
+        }
+    }
+
+    /// The error of a `what` of this broker used in a forked child.
+    pub(crate) fn forked_error(&self, py: Python<'_>, what: &'static str) -> PyErr {
+        forked(py, what, self.inner.owner().pid())
+    }
+
+    /// Whether closed, or unusable in a forked child.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.inner.forked() || self.inner.is_closed()
+    }
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        // The GIL is held (tp_dealloc). The engine's broker closes right
+        // after this, as its field is dropped (not in a forked child).
+        if let Some(t) = self.lock_token {
+            fork::unregister_lock(t);
         }
     }
 }
@@ -89,6 +124,15 @@ impl Broker {
         file_mode: i64,
         retention_check_interval_ms: i64,
     ) -> PyResult<Self> {
+        if path.as_os_str().is_empty() {
+            return Err(invalid_argument(py, "path must not be empty"));
+        }
+        if path.as_os_str().as_bytes().contains(&0) {
+            return Err(invalid_argument(
+                py,
+                format!("path must not contain NUL bytes, got {path:?}"),
+            ));
+        }
         if !(0..=0o7777).contains(&file_mode) {
             return Err(invalid_argument(
                 py,
@@ -111,8 +155,9 @@ impl Broker {
             .detach(|| mqlite::Broker::open(&path, config))
             .py_err(py)?;
         Ok(Broker {
+            lock_token: fork::register_lock(&path),
             path: path.to_string_lossy().into_owned(),
-            inner,
+            inner: Local::new(inner),
         })
     }
 
@@ -122,10 +167,11 @@ impl Broker {
         &self.path
     }
 
-    /// bool: Whether `close()` was called.
+    /// bool: Whether `close()` was called (always True in a process forked
+    /// from the one that opened the broker).
     #[getter]
     fn closed(&self) -> bool {
-        self.inner.is_closed()
+        self.is_closed()
     }
 
     /// Creates a topic.
@@ -200,6 +246,7 @@ impl Broker {
     ///     mqlite.UnknownTopic: No topic of that name.
     ///     mqlite.Closed: The broker is closed.
     fn delete_topic(&self, py: Python<'_>, name: &str) -> PyResult<()> {
+        self.check_open(py)?;
         py.detach(|| self.inner.delete_topic(name)).py_err(py)
     }
 
@@ -218,6 +265,7 @@ impl Broker {
     ///     mqlite.InvalidConfig: `partitions` is over 100,000.
     ///     mqlite.Closed: The broker is closed.
     fn add_partitions(&self, py: Python<'_>, name: &str, partitions: i64) -> PyResult<()> {
+        self.check_open(py)?;
         let partitions = config_u32(py, "partitions", partitions)?;
         py.detach(|| self.inner.add_partitions(name, partitions))
             .py_err(py)
@@ -247,6 +295,7 @@ impl Broker {
     ///     mqlite.UnknownTopic: No topic of that name.
     ///     mqlite.Closed: The broker is closed.
     fn topic(&self, py: Python<'_>, name: &str) -> PyResult<TopicInfo> {
+        self.check_open(py)?;
         let info = self.inner.topic(name).py_err(py)?;
         Ok(TopicInfo::from(info))
     }
@@ -272,6 +321,7 @@ impl Broker {
         partition: i64,
         timestamp_ms: i64,
     ) -> PyResult<Option<u64>> {
+        self.check_open(py)?;
         let partition = arg_u32(py, "partition", partition)?;
         self.inner
             .offset_for_timestamp(topic, partition, timestamp_ms)
@@ -375,6 +425,7 @@ impl Broker {
         interceptors: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Producer> {
         let py = slf.py();
+        slf.get().check_open(py)?;
         let acks = match acks {
             Some(a) => parse_acks(py, a)?,
             None => mqlite::Acks::One,
@@ -476,6 +527,7 @@ impl Broker {
         on_commit: Option<Bound<'_, PyAny>>,
     ) -> PyResult<Consumer> {
         let py = slf.py();
+        slf.get().check_open(py)?;
         let reset: mqlite::OffsetReset = auto_offset_reset.parse().py_err(py)?;
         let strategy: mqlite::AssignmentStrategy = assignment_strategy.parse().py_err(py)?;
         if !(1..=1_000_000).contains(&max_poll_records) {
@@ -591,6 +643,7 @@ impl Broker {
     ///     mqlite.IoError: A flush failed (the partition is then poisoned).
     ///     mqlite.Closed: The broker is closed.
     fn flush(&self, py: Python<'_>) -> PyResult<()> {
+        self.check_open(py)?;
         py.detach(|| self.inner.flush()).py_err(py)
     }
 
@@ -602,22 +655,33 @@ impl Broker {
     /// Raises:
     ///     mqlite.Closed: The broker is closed.
     fn enforce_retention(&self, py: Python<'_>) -> PyResult<usize> {
+        self.check_open(py)?;
         py.detach(|| self.inner.enforce_retention()).py_err(py)
     }
 
     /// Flushes everything, stops background work and releases the lock.
     ///
     /// Producers and consumers made from this broker raise `mqlite.Closed`
-    /// afterwards. Closing twice is fine.
+    /// afterwards. Closing twice is fine. In a process forked from the one
+    /// that opened the broker this does nothing: the broker is the
+    /// parent's.
     ///
     /// Raises:
     ///     mqlite.IoError: A final flush failed (the broker is closed anyway).
     fn close(&self, py: Python<'_>) -> PyResult<()> {
-        py.detach(|| self.inner.close()).py_err(py)
+        if self.inner.forked() {
+            return Ok(());
+        }
+        let res = py.detach(|| self.inner.close());
+        if let Some(t) = self.lock_token {
+            fork::unregister_lock(t);
+        }
+        res.py_err(py)
     }
 
-    fn __enter__(slf: Py<Self>) -> Py<Self> {
-        slf
+    fn __enter__(slf: Bound<'_, Self>) -> PyResult<Bound<'_, Self>> {
+        slf.get().check_open(slf.py())?;
+        Ok(slf)
     }
 
     #[pyo3(signature = (*_exc))]
@@ -627,11 +691,7 @@ impl Broker {
     }
 
     fn __repr__(&self) -> String {
-        let state = if self.inner.is_closed() {
-            "closed"
-        } else {
-            "open"
-        };
+        let state = if self.is_closed() { "closed" } else { "open" };
         format!("<mqlite.Broker path={:?} {state}>", self.path)
     }
 }
@@ -652,14 +712,23 @@ impl Broker {
 #[pyclass(frozen, get_all, module = "mqlite")]
 #[derive(Clone)]
 pub struct PartitionInfo {
+    /// int: Partition number.
     partition: u32,
+    /// int: First retained offset.
     start_offset: u64,
+    /// int: Offset the next record will get.
     end_offset: u64,
+    /// int: Bytes of log on disk.
     size_bytes: u64,
+    /// int: Number of segment files.
     segments: usize,
+    /// int: Bytes recovery removed from the tail on open.
     truncated_bytes: u64,
+    /// int: Batches recovery removed on open.
     dropped_batches: u64,
+    /// int: Torn tails (partial last writes) recovery cut.
     torn_tails: u64,
+    /// int: Damaged places followed by more data that recovery cut.
     corruptions: u64,
 }
 
@@ -698,20 +767,28 @@ impl PartitionInfo {
 ///     partitions (list[PartitionInfo]): One entry per partition, in order.
 #[pyclass(frozen, module = "mqlite")]
 pub struct TopicInfo {
+    /// str: The topic name.
     #[pyo3(get)]
     name: String,
+    /// int: Size of each segment file.
     #[pyo3(get)]
     segment_bytes: u64,
+    /// int | None: Time-based retention, or None.
     #[pyo3(get)]
     retention_ms: Option<u64>,
+    /// int | None: Size-based retention per partition, or None.
     #[pyo3(get)]
     retention_bytes: Option<u64>,
+    /// int: Largest encoded record accepted.
     #[pyo3(get)]
     max_message_bytes: u32,
+    /// int: Bytes of log between two index entries.
     #[pyo3(get)]
     index_interval_bytes: u32,
+    /// bool: Records are stamped with their append time.
     #[pyo3(get)]
     log_append_time: bool,
+    /// bool: Time retention keeps segments consumer groups have not committed past.
     #[pyo3(get)]
     retention_respects_groups: bool,
     partitions: Vec<PartitionInfo>,
@@ -785,8 +862,10 @@ fn opt(v: Option<u64>) -> String {
 ///         (offset, metadata) by (topic, partition).
 #[pyclass(frozen, module = "mqlite")]
 pub struct GroupInfo {
+    /// str: The group.
     #[pyo3(get)]
     name: String,
+    /// int: Incremented at every rebalance in this process.
     #[pyo3(get)]
     generation: u64,
     members: Vec<(String, Vec<(String, u32)>)>,

@@ -423,15 +423,19 @@ pub(crate) fn partitioner(f: Py<PyAny>) -> mqlite::Partitioner {
 ///     sequence (int | None): The application's sequence number, if any.
 #[pyclass(frozen, module = "mqlite")]
 pub struct ProducerRecord {
+    /// str: The topic.
     #[pyo3(get)]
     topic: String,
     value: Option<Py<PyBytes>>,
     key: Option<Py<PyBytes>>,
+    /// int | None: The explicit partition, if any.
     #[pyo3(get)]
     partition: Option<u32>,
     headers: Vec<(String, Py<PyBytes>)>,
+    /// int | None: The create time, if given.
     #[pyo3(get)]
     timestamp: Option<i64>,
+    /// int | None: The application's sequence number, if any.
     #[pyo3(get)]
     sequence: Option<i64>,
 }

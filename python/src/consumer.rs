@@ -79,6 +79,7 @@ use pyo3::types::{PyBytes, PyDict, PyString, PyTuple, PyWeakrefMethods, PyWeakre
 
 use crate::broker::Broker;
 use crate::errors::{closed, invalid_argument, to_py, Closed, IntoPy};
+use crate::fork::Local;
 use crate::util::{arg_u32, arg_u64};
 
 /// A consumed record.
@@ -222,11 +223,17 @@ fn warn(py: Python<'_>, what: &str, e: &mqlite::Error) {
 ///     commits (int): Commits made, manual and automatic.
 #[pyclass(frozen, get_all, module = "mqlite")]
 pub struct ConsumerStats {
+    /// int: Messages handed out to Python (by `poll()`, `consume()` and iteration).
     records: u64,
+    /// int: Bytes of the keys and values of those messages.
     bytes: u64,
+    /// int: Calls of `poll()`, `consume()` and iteration steps.
     polls: u64,
+    /// int: Group rebalances this consumer took part in.
     rebalances: u64,
+    /// int: Messages retention deleted before they were read.
     skipped: u64,
+    /// int: Commits made, manual and automatic.
     commits: u64,
 }
 
@@ -623,8 +630,10 @@ impl mqlite::RebalanceListener for Listener {
 /// blocked `poll()` at once.
 #[pyclass(frozen, weakref, module = "mqlite")]
 pub struct Consumer {
-    state: Mutex<State>,
-    shared: Arc<Shared>,
+    /// Leaked instead of closed in a forked child (`fork.rs`), like
+    /// `shared`, which holds an engine consumer too (the spare).
+    state: Local<Mutex<State>>,
+    shared: Local<Arc<Shared>>,
     closed: AtomicBool,
     /// `wakeup()` was called and no poll returned None for it yet.
     woken: AtomicBool,
@@ -643,6 +652,10 @@ pub struct Consumer {
 
 impl Drop for Consumer {
     fn drop(&mut self) {
+        if self.state.forked() {
+            // The parent's: touch nothing (its locks may be held forever).
+            return;
+        }
         // No callback runs for a consumer being destroyed.
         let _dropped = self.shared.clear_callbacks();
         let broker_open = !self.broker.get().inner.is_closed();
@@ -673,15 +686,15 @@ impl Consumer {
             group_id,
             clustering,
             auto_commit: n.auto_commit.is_some(),
-            state: Mutex::new(State {
+            state: Local::new(Mutex::new(State {
                 consumer: n.inner,
                 buffer: VecDeque::new(),
                 last_fetch: now,
                 auto_commit: n.auto_commit,
                 last_auto_commit: now,
                 shut: false,
-            }),
-            shared: Arc::new(Shared {
+            })),
+            shared: Local::new(Arc::new(Shared {
                 lending: AtomicBool::new(false),
                 slot: Mutex::new(Slot {
                     spare: Some(n.spare),
@@ -691,7 +704,7 @@ impl Consumer {
                 error: Mutex::new(None),
                 callbacks: Mutex::new(Vec::new()),
                 on_commit: Mutex::new(n.on_commit),
-            }),
+            })),
             closed: AtomicBool::new(false),
             woken: AtomicBool::new(false),
             counters: Counters::default(),
@@ -706,6 +719,34 @@ impl Consumer {
             "the consumer is in use by a running mqlite.Processor: \
              use it again once Processor.run() has returned",
         )
+    }
+
+    /// Fails with `mqlite.Closed` in a process forked from the one that
+    /// made the consumer: checked before anything takes a lock.
+    #[inline]
+    pub(crate) fn check_forked(&self, py: Python<'_>) -> PyResult<()> {
+        if self.state.forked() {
+            Err(self.broker.get().forked_error(py, "consumer"))
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Whether this is a process forked from the one that made the
+    /// consumer.
+    #[inline]
+    pub(crate) fn forked(&self) -> bool {
+        self.state.forked()
+    }
+
+    /// Fails with `mqlite.Closed` once the consumer or its broker is closed
+    /// (without taking a lock).
+    pub(crate) fn check_not_closed(&self, py: Python<'_>) -> PyResult<()> {
+        self.check_forked(py)?;
+        if self.closed.load(Ordering::Acquire) {
+            return Err(closed(py, "consumer"));
+        }
+        self.broker.get().check_open(py)
     }
 
     /// Whether the consumer has a `group_id`.
@@ -779,6 +820,7 @@ impl Consumer {
     /// Locks the state and checks the consumer is open. A `close()` made in
     /// a callback is completed here.
     fn open_state<'a>(&'a self, py: Python<'_>) -> PyResult<MutexGuard<'a, State>> {
+        self.check_forked(py)?;
         let mut st = self.lock(py);
         if self.closed.load(Ordering::Acquire) {
             self.shut_down(py, &mut st);
@@ -807,6 +849,7 @@ impl Consumer {
     /// The engine consumer: lent to this thread's callback, or through the
     /// state mutex (checking the consumer is open if `open`).
     fn access_with(&self, py: Python<'_>, open: bool) -> PyResult<Access<'_>> {
+        self.check_forked(py)?;
         if self.shared.lending.load(Ordering::Acquire) {
             let mut slot = lock(&self.shared.slot);
             if let Some(l) = slot
@@ -869,7 +912,7 @@ impl Consumer {
     }
 
     fn is_closed(&self) -> bool {
-        self.closed.load(Ordering::Acquire) || self.broker.get().inner.is_closed()
+        self.closed.load(Ordering::Acquire) || self.broker.get().is_closed()
     }
 
     /// Pops the next buffered message, or puts the buffer back when a
@@ -1213,6 +1256,7 @@ impl Consumer {
     ///     TypeError: `partitions` is not a list of pairs.
     ///     RuntimeError: Called inside `on_assign` or `on_revoke`.
     fn assign(&self, py: Python<'_>, partitions: &Bound<'_, PyAny>) -> PyResult<()> {
+        self.check_forked(py)?;
         let parts = topic_partitions(py, "assign()", partitions)?;
         if self.lent_here() {
             return Err(PyRuntimeError::new_err(
@@ -1285,6 +1329,7 @@ impl Consumer {
         on_assign: Option<Bound<'_, PyAny>>,
         on_revoke: Option<Bound<'_, PyAny>>,
     ) -> PyResult<()> {
+        slf.get().check_forked(slf.py())?;
         let py = slf.py();
         let this = slf.get();
         if this.lent_here() {
@@ -1353,6 +1398,7 @@ impl Consumer {
     ///     mqlite.Closed: The consumer or its broker is closed.
     ///     RuntimeError: Called inside `on_assign` or `on_revoke`.
     fn unsubscribe(&self, py: Python<'_>) -> PyResult<()> {
+        self.check_forked(py)?;
         self.with_unbuffered(py, "unsubscribe", |c| {
             c.unsubscribe();
             Ok(())
@@ -1367,6 +1413,7 @@ impl Consumer {
     /// Raises:
     ///     mqlite.Closed: The consumer is closed.
     fn assignment(&self, py: Python<'_>) -> PyResult<Vec<(String, u32)>> {
+        self.check_forked(py)?;
         Ok(self.access(py)?.consumer().assignment())
     }
 
@@ -1384,6 +1431,7 @@ impl Consumer {
     ///         `offset` is negative.
     ///     mqlite.Closed: The consumer or its broker is closed.
     fn seek(&self, py: Python<'_>, topic: &str, partition: i64, offset: i64) -> PyResult<()> {
+        self.check_forked(py)?;
         let partition = arg_u32(py, "partition", partition)?;
         let offset = arg_u64(py, "offset", offset)?;
         let mut acc = self.access(py)?;
@@ -1405,6 +1453,7 @@ impl Consumer {
     ///     mqlite.InvalidArgument: The partition is not assigned.
     ///     mqlite.Closed: The consumer or its broker is closed.
     fn seek_to_beginning(&self, py: Python<'_>, topic: &str, partition: i64) -> PyResult<()> {
+        self.check_forked(py)?;
         let partition = arg_u32(py, "partition", partition)?;
         let mut acc = self.access(py)?;
         if let Some(st) = acc.state() {
@@ -1428,6 +1477,7 @@ impl Consumer {
     ///     mqlite.InvalidArgument: The partition is not assigned.
     ///     mqlite.Closed: The consumer or its broker is closed.
     fn seek_to_end(&self, py: Python<'_>, topic: &str, partition: i64) -> PyResult<()> {
+        self.check_forked(py)?;
         let partition = arg_u32(py, "partition", partition)?;
         let mut acc = self.access(py)?;
         if let Some(st) = acc.state() {
@@ -1451,6 +1501,7 @@ impl Consumer {
     ///         `auto_offset_reset="error"`.
     ///     mqlite.Closed: The consumer or its broker is closed.
     fn position(&self, py: Python<'_>, topic: &str, partition: i64) -> PyResult<u64> {
+        self.check_forked(py)?;
         let partition = arg_u32(py, "partition", partition)?;
         let mut acc = self.access(py)?;
         if let Some(o) = acc
@@ -1483,6 +1534,7 @@ impl Consumer {
         py: Python<'_>,
         partitions: &Bound<'_, PyAny>,
     ) -> PyResult<Vec<Option<u64>>> {
+        self.check_forked(py)?;
         let q = time_queries(py, partitions)?;
         let refs: Vec<(&str, u32, i64)> =
             q.iter().map(|(t, p, ts)| (t.as_str(), *p, *ts)).collect();
@@ -1538,6 +1590,7 @@ impl Consumer {
         offsets: Option<&Bound<'_, PyAny>>,
         asynchronous: bool,
     ) -> PyResult<Option<Vec<(String, u32, u64)>>> {
+        self.check_forked(py)?;
         let explicit = match offsets {
             Some(o) if !o.is_none() => Some(commit_offsets_arg(py, o)?),
             _ => None,
@@ -1638,6 +1691,7 @@ impl Consumer {
         py: Python<'py>,
         partitions: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyDict>> {
+        self.check_forked(py)?;
         let wanted = match partitions {
             Some(p) if !p.is_none() => {
                 let v = topic_partitions(py, "committed()", p)?;
@@ -1673,6 +1727,7 @@ impl Consumer {
     /// Raises:
     ///     mqlite.Closed: The consumer or its broker is closed.
     fn lag<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        self.check_forked(py)?;
         let mut acc = self.access(py)?;
         let lags = acc.consumer().lag().py_err(py)?;
         let out = PyDict::new(py);
@@ -1696,7 +1751,12 @@ impl Consumer {
     ///
     /// Returns:
     ///     ConsumerStats: A snapshot.
+    ///
+    /// Raises:
+    ///     mqlite.Closed: In a process forked from the one that made the
+    ///         consumer.
     fn stats(&self, py: Python<'_>) -> PyResult<ConsumerStats> {
+        self.check_forked(py)?;
         let s = self.access_with(py, false)?.consumer().stats();
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
         Ok(ConsumerStats {
@@ -1713,6 +1773,9 @@ impl Consumer {
     /// (`<client_id>-<number>`), while it is a member; else None.
     #[getter]
     fn member_id(&self, py: Python<'_>) -> PyResult<Option<String>> {
+        if self.is_closed() {
+            return Ok(None);
+        }
         Ok(self
             .access_with(py, false)?
             .consumer()
@@ -1724,7 +1787,13 @@ impl Consumer {
     /// thread return at once: None (an empty list; iteration stops). If no
     /// poll is waiting, the next one that would wait returns at once
     /// instead. Safe to call from any thread, and from signal handlers.
+    /// Does nothing once the consumer is closed, or in a forked child.
     fn wakeup(&self) {
+        if self.is_closed() {
+            // Polls raise now anyway; in a forked child no poll can be
+            // waiting on the parent's consumer.
+            return;
+        }
         self.woken.store(true, Ordering::Release);
         self.waker.wakeup();
     }
@@ -1749,6 +1818,7 @@ impl Consumer {
     ///     Exception: What an `on_assign` or `on_revoke` callback raised.
     #[pyo3(signature = (timeout = None))]
     fn poll(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<Message>> {
+        self.check_forked(py)?;
         let timeout = crate::util::timeout(py, timeout)?;
         self.counters.polls.fetch_add(1, Ordering::Relaxed);
         Ok(self
@@ -1783,6 +1853,7 @@ impl Consumer {
         num_messages: i64,
         timeout: Option<f64>,
     ) -> PyResult<Vec<Message>> {
+        self.check_forked(py)?;
         if !(1..=1_000_000).contains(&num_messages) {
             return Err(invalid_argument(
                 py,
@@ -1830,6 +1901,7 @@ impl Consumer {
     }
 
     fn __next__(&self, py: Python<'_>) -> PyResult<Option<Message>> {
+        self.check_forked(py)?;
         if self.is_closed() {
             return Ok(None);
         }
@@ -1846,11 +1918,16 @@ impl Consumer {
     /// `on_revoke`), so its partitions go to the other members at once.
     /// Later calls raise `mqlite.Closed` and iteration ends. A `poll()`
     /// waiting in another thread returns at once. Closing twice is fine.
+    /// In a process forked from the one that made the consumer this does
+    /// nothing.
     ///
     /// Raises:
     ///     Exception: What an `on_revoke` callback raised (the consumer is
     ///         closed anyway).
     fn close(&self, py: Python<'_>) -> PyResult<()> {
+        if self.state.forked() {
+            return Ok(());
+        }
         if self.processing.load(Ordering::Acquire) && !self.lent_here() {
             return Err(Self::busy());
         }
@@ -1868,7 +1945,8 @@ impl Consumer {
         }
     }
 
-    /// bool: Whether the consumer, or the broker it came from, is closed.
+    /// bool: Whether the consumer, or the broker it came from, is closed
+    /// (always True in a forked child).
     #[getter]
     fn closed(&self) -> bool {
         self.is_closed()
@@ -1880,8 +1958,9 @@ impl Consumer {
         self.group_id.as_deref()
     }
 
-    fn __enter__(slf: Py<Self>) -> Py<Self> {
-        slf
+    fn __enter__(slf: Bound<'_, Self>) -> PyResult<Bound<'_, Self>> {
+        slf.get().check_not_closed(slf.py())?;
+        Ok(slf)
     }
 
     #[pyo3(signature = (*_exc))]
@@ -1916,6 +1995,9 @@ impl Consumer {
     }
 
     fn __clear__(&self) {
+        if self.state.forked() {
+            return;
+        }
         let _dropped = self.shared.clear_callbacks();
     }
 }

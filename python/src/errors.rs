@@ -252,6 +252,23 @@ pub fn closed(py: Python<'_>, what: &'static str) -> PyErr {
     to_py(py, mqlite::Error::Closed(what))
 }
 
+/// The `Closed` error (code 5) of a `what` ("broker", "producer",
+/// "consumer") used in a process forked from the one that made it (see
+/// `fork.rs`).
+pub fn forked(py: Python<'_>, what: &'static str, owner_pid: u32) -> PyErr {
+    let code = mqlite::Error::Closed(what).code();
+    make::<Closed>(
+        py,
+        format!(
+            "this {what} belongs to process {owner_pid}; this process ({}) was forked from it, \
+             and a {what} made before os.fork() cannot be used in the child: open a new broker \
+             in the child instead",
+            std::process::id()
+        ),
+        code,
+    )
+}
+
 /// One instance of every core error kind, for reading its stable code.
 fn samples() -> Vec<mqlite::Error> {
     use mqlite::Error as E;

@@ -8,12 +8,16 @@
 //!
 //! The engine's threads never call Python: delivery reports and interceptor
 //! acknowledgements are queued and run by Python threads (`callbacks.rs`).
+//!
+//! Objects belong to the process that made them: in a child forked with
+//! `os.fork()` they raise `mqlite.Closed` (`fork.rs`).
 #![forbid(unsafe_code)]
 
 mod broker;
 mod callbacks;
 mod consumer;
 mod errors;
+mod fork;
 mod processor;
 mod producer;
 mod util;
@@ -41,5 +45,6 @@ fn _mqlite(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(producer::murmur2, m)?)?;
     m.add_function(wrap_pyfunction!(producer::partition_for_key, m)?)?;
     errors::register(m)?;
+    fork::install(m)?;
     Ok(())
 }

@@ -48,9 +48,13 @@ const TICK: Duration = Duration::from_millis(100);
 ///     commits (int): Commits of processed offsets.
 #[pyclass(frozen, get_all, module = "mqlite")]
 pub struct ProcessorStats {
+    /// int: Messages the handler processed.
     processed: u64,
+    /// int: Handler failures that were retried.
     retries: u64,
+    /// int: Messages given up on after `max_retries`.
     failed: u64,
+    /// int: Commits of processed offsets.
     commits: u64,
 }
 
@@ -89,6 +93,7 @@ impl ProcessorStats {
 /// Raises:
 ///     mqlite.InvalidArgument: No `group_id`, an unknown `mode`, or a
 ///         value out of range.
+///     mqlite.Closed: The consumer or its broker is closed.
 #[pyclass(frozen, module = "mqlite")]
 pub struct Processor {
     consumer: Py<Consumer>,
@@ -163,6 +168,7 @@ impl Processor {
         retry_backoff_ms: i64,
         max_retries: Option<i64>,
     ) -> PyResult<Self> {
+        consumer.get().check_not_closed(py)?;
         if !consumer.get().has_group() {
             return Err(invalid_argument(
                 py,
@@ -226,6 +232,8 @@ impl Processor {
         if !handler.bind(py).is_callable() {
             return Err(PyTypeError::new_err("handler must be callable"));
         }
+        // Before the running flag: in a forked child it may be stuck set.
+        self.consumer.get().check_forked(py)?;
         if self.running.swap(true, Ordering::SeqCst) {
             return Err(PyRuntimeError::new_err("the processor is already running"));
         }
@@ -240,9 +248,12 @@ impl Processor {
     /// uncommitted instead of being retried), what was processed is
     /// committed and `run()` returns. May
     /// be called from any thread, the handler included. Called before
-    /// `run()`, it makes the next `run()` return at once.
+    /// `run()`, it makes the next `run()` return at once. In a process
+    /// forked from the one that made the processor this does nothing.
     fn stop(&self) {
-        self.request_stop();
+        if !self.consumer.get().forked() {
+            self.request_stop();
+        }
     }
 
     /// bool: Whether `run()` is running.

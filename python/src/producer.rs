@@ -13,6 +13,7 @@ use pyo3::types::{PyByteArray, PyBytes, PyDict, PyInt, PyList, PyString, PyTuple
 use crate::broker::Broker;
 use crate::callbacks::{self, Delivery, Event, PyInterceptor};
 use crate::errors::{closed, invalid_argument, to_py, IntoPy};
+use crate::fork::Local;
 use crate::util::{arg_u32, arg_u64};
 
 /// Longest wait without the GIL before checking for signals (Ctrl-C).
@@ -128,12 +129,17 @@ pub(crate) fn headers(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<mqlite::He
 #[pyclass(frozen, module = "mqlite")]
 pub struct RecordMetadata {
     topic: Arc<str>,
+    /// int: The partition.
     #[pyo3(get)]
     partition: u32,
+    /// int | None: The record's offset; None when unknown (`acks=0`, or a duplicate older than the
+    /// `dedup_window`).
     #[pyo3(get)]
     offset: Option<u64>,
+    /// int: The record's timestamp, ms since the Unix epoch.
     #[pyo3(get)]
     timestamp: i64,
+    /// bool: The record's sequence was already written; `offset` is the original's.
     #[pyo3(get)]
     duplicate: bool,
 }
@@ -191,14 +197,23 @@ impl RecordMetadata {
 ///     average_batch_bytes (float): Bytes per batch.
 #[pyclass(frozen, get_all, module = "mqlite")]
 pub struct ProducerStats {
+    /// int: Records written.
     records: u64,
+    /// int: Bytes of batches written (headers included, after compression).
     bytes: u64,
+    /// int: Batches written.
     batches: u64,
+    /// int: Records that failed.
     errors: u64,
+    /// int: Records dropped as duplicates (by sequence).
     duplicates: u64,
+    /// int: Bytes held now: in unsent batches and awaiting `acks="all"` flushes.
     buffered_bytes: u64,
+    /// int: The most bytes ever held at once (at most `buffer_memory`).
     peak_buffered_bytes: u64,
+    /// float: Records per batch.
     average_batch_records: f64,
+    /// float: Bytes per batch.
     average_batch_bytes: f64,
 }
 
@@ -298,7 +313,8 @@ pub(crate) struct Options<'a, 'py> {
 /// threads; they run one at a time, in send order per partition.
 #[pyclass(frozen, module = "mqlite")]
 pub struct Producer {
-    inner: mqlite::Producer,
+    /// Leaked instead of closed in a forked child (`fork.rs`).
+    inner: Local<mqlite::Producer>,
     acks: mqlite::Acks,
     closed: AtomicBool,
     broker: Py<Broker>,
@@ -351,7 +367,7 @@ impl Producer {
         let buffers = o.acks == mqlite::Acks::All || config.linger_ms > 0;
         let inner = broker.get().inner.producer(config).py_err(py)?;
         Ok(Producer {
-            inner,
+            inner: Local::new(inner),
             acks: o.acks,
             closed: AtomicBool::new(false),
             broker: broker.clone().unbind(),
@@ -361,9 +377,18 @@ impl Producer {
         })
     }
 
+    /// Fails with `mqlite.Closed` once the producer or its broker is
+    /// closed, or in a forked child.
+    #[inline]
     fn check_open(&self, py: Python<'_>) -> PyResult<()> {
+        if self.inner.forked() {
+            return Err(self.broker.get().forked_error(py, "producer"));
+        }
         if self.closed.load(Ordering::Acquire) {
             return Err(closed(py, "producer"));
+        }
+        if self.broker.get().inner.is_closed() {
+            return Err(closed(py, "broker"));
         }
         Ok(())
     }
@@ -874,12 +899,19 @@ impl Producer {
         py.detach(|| self.inner.last_sequence()).py_err(py)
     }
 
-    /// Counters of what the producer did so far.
+    /// Counters of what the producer did so far (also once closed).
     ///
     /// Returns:
     ///     ProducerStats: A snapshot taken now.
-    fn stats(&self) -> ProducerStats {
-        ProducerStats::from(self.inner.stats())
+    ///
+    /// Raises:
+    ///     mqlite.Closed: In a process forked from the one that made the
+    ///         producer.
+    fn stats(&self, py: Python<'_>) -> PyResult<ProducerStats> {
+        if self.inner.forked() {
+            return Err(self.broker.get().forked_error(py, "producer"));
+        }
+        Ok(ProducerStats::from(self.inner.stats()))
     }
 
     /// Flushes and closes the producer, running every remaining callback;
@@ -887,7 +919,8 @@ impl Producer {
     ///
     /// Closing twice, or after the broker was closed, is fine. A producer
     /// garbage-collected without `close()` is flushed, but callbacks still
-    /// queued then are dropped without running.
+    /// queued then are dropped without running. In a process forked from
+    /// the one that made the producer this does nothing.
     ///
     /// Raises:
     ///     mqlite.IoError: The final flush failed.
@@ -895,7 +928,7 @@ impl Producer {
     ///         (the other callbacks still ran; the producer is closed
     ///         anyway).
     fn close(&self, py: Python<'_>) -> PyResult<()> {
-        if self.closed.swap(true, Ordering::AcqRel) {
+        if self.inner.forked() || self.closed.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
         let res = match py.detach(|| self.inner.close()) {
@@ -920,10 +953,11 @@ impl Producer {
         }
     }
 
-    /// bool: Whether the producer, or the broker it came from, is closed.
+    /// bool: Whether the producer, or the broker it came from, is closed
+    /// (always True in a forked child).
     #[getter]
     fn closed(&self) -> bool {
-        self.closed.load(Ordering::Acquire) || self.broker.get().inner.is_closed()
+        self.closed.load(Ordering::Acquire) || self.broker.get().is_closed()
     }
 
     /// int | str: The durability level: 0, 1, or "all".
@@ -975,8 +1009,9 @@ impl Producer {
         self.inner.config().partitioner.name()
     }
 
-    fn __enter__(slf: Py<Self>) -> Py<Self> {
-        slf
+    fn __enter__(slf: Bound<'_, Self>) -> PyResult<Bound<'_, Self>> {
+        slf.get().check_open(slf.py())?;
+        Ok(slf)
     }
 
     #[pyo3(signature = (*_exc))]

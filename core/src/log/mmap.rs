@@ -20,6 +20,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use memmap2::{Advice, MmapOptions, MmapRaw};
 
 use crate::error::{Error, IoContext, Result};
+use crate::faults::{self, SyncKind};
 
 /// A file mapped into memory, readable up to an atomically published length.
 #[derive(Debug)]
@@ -53,6 +54,23 @@ fn allocate(file: &File, len: u64) -> std::io::Result<()> {
     }
 }
 
+/// The length of `file`, opened from `path` with `O_NONBLOCK` (so a FIFO
+/// put in a segment's place cannot block the open): anything but a regular
+/// file is corrupt data, never mapped.
+fn regular_file_len(path: &Path, file: &File) -> Result<u64> {
+    let meta = file
+        .metadata()
+        .ctx(|| format!("reading the size of {}", path.display()))?;
+    if !meta.is_file() {
+        return Err(crate::error::Error::Corrupt {
+            path: path.to_owned(),
+            position: 0,
+            reason: "not a regular file".to_owned(),
+        });
+    }
+    Ok(meta.len())
+}
+
 impl MappedFile {
     /// Creates (or truncates) `path`, reserves `capacity` bytes and maps them
     /// writable. Nothing is published.
@@ -75,12 +93,10 @@ impl MappedFile {
         let file = OpenOptions::new()
             .read(true)
             .write(true)
+            .custom_flags(libc::O_NONBLOCK)
             .open(path)
             .ctx(|| format!("opening {}", path.display()))?;
-        let len = file
-            .metadata()
-            .ctx(|| format!("reading the size of {}", path.display()))?
-            .len();
+        let len = regular_file_len(path, &file)?;
         let capacity = capacity.max(len as usize);
         Ok((MappedFile::map_writable(path, file, capacity, 0)?, len))
     }
@@ -109,11 +125,12 @@ impl MappedFile {
 
     /// Opens an existing file read-only, with its whole length published.
     pub(crate) fn open_read_only(path: &Path) -> Result<MappedFile> {
-        let file = File::open(path).ctx(|| format!("opening {}", path.display()))?;
-        let len = file
-            .metadata()
-            .ctx(|| format!("reading the size of {}", path.display()))?
-            .len() as usize;
+        let file = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(path)
+            .ctx(|| format!("opening {}", path.display()))?;
+        let len = regular_file_len(path, &file)? as usize;
         let map = if len == 0 {
             None
         } else {
@@ -230,11 +247,14 @@ impl MappedFile {
         if end <= start {
             return Ok(());
         }
+        let kind = SyncKind::Range { end: end as u64 };
         if let Some(m) = &self.map {
-            m.flush_range(start, end - start)
+            faults::before_sync(&self.path, kind)
+                .and_then(|()| m.flush_range(start, end - start))
                 .ctx(|| format!("flushing {}", self.path.display()))?;
         }
         self.flushed.fetch_max(end, Ordering::AcqRel);
+        faults::after_sync(&self.path, kind);
         Ok(())
     }
 
@@ -257,9 +277,13 @@ impl MappedFile {
     /// fsyncs the file itself (size changes included).
     pub(crate) fn sync_file(&self) -> Result<()> {
         match &self.file {
-            Some(f) => f
-                .sync_all()
-                .ctx(|| format!("syncing {}", self.path.display())),
+            Some(f) => {
+                faults::before_sync(&self.path, SyncKind::File)
+                    .and_then(|()| f.sync_all())
+                    .ctx(|| format!("syncing {}", self.path.display()))?;
+                faults::after_sync(&self.path, SyncKind::File);
+                Ok(())
+            }
             None => Ok(()),
         }
     }
@@ -281,7 +305,10 @@ impl MappedFile {
 
 /// fsyncs a directory, so that created, renamed and removed entries persist.
 pub(crate) fn sync_dir(dir: &Path) -> Result<()> {
-    File::open(dir)
+    faults::before_sync(dir, SyncKind::Dir)
+        .and_then(|()| File::open(dir))
         .and_then(|d| d.sync_all())
-        .map_err(|e| Error::io(format!("syncing directory {}", dir.display()), e))
+        .map_err(|e| Error::io(format!("syncing directory {}", dir.display()), e))?;
+    faults::after_sync(dir, SyncKind::Dir);
+    Ok(())
 }

@@ -2,7 +2,9 @@
 //! retention, group-commit flushing, readers and their wake-ups.
 
 pub mod batch;
+mod checkpoint;
 pub mod compression;
+pub mod follow;
 mod index;
 #[allow(unsafe_code)]
 mod mmap;
@@ -20,6 +22,7 @@ use crate::error::{Error, IoContext, Result};
 use batch::{
     BatchHeader, ProducerFields, RecordRef, SectionInfo, ATTR_APP_SEQUENCE, ATTR_NAMED_PRODUCER,
 };
+use checkpoint::{CheckpointFile, RecoveryPoint};
 pub(crate) use segment::Segment;
 use segment::{PreparedSegment, SegmentSizes, DELETED_SUFFIX, PREPARED_STEM};
 
@@ -199,6 +202,9 @@ struct Writer {
     /// batch headers). Anonymous producers' ids are new in this process, so
     /// their state is all in memory and needs no loading.
     producers_loaded: bool,
+    /// Whether the recovery point was marked unclean (and synced) since
+    /// open: done before the first append.
+    marked_unclean: bool,
 }
 
 #[derive(Debug, Default)]
@@ -244,6 +250,8 @@ pub(crate) struct PartitionLog {
     retention_floor: AtomicU64,
     prepare: Mutex<Option<JoinHandle<Result<PreparedSegment>>>>,
     recovery: RecoveryStats,
+    /// The recovery point file (see checkpoint.rs).
+    checkpoint: CheckpointFile,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -273,7 +281,7 @@ impl PartitionLog {
         dir: &Path,
         config: LogConfig,
     ) -> Result<Self> {
-        std::fs::create_dir_all(dir).ctx(|| format!("creating {}", dir.display()))?;
+        crate::private_dir::create_dir_all(dir, config.file_mode)?;
         let mut bases = Vec::new();
         for entry in std::fs::read_dir(dir).ctx(|| format!("listing {}", dir.display()))? {
             let entry = entry.ctx(|| format!("listing {}", dir.display()))?;
@@ -294,6 +302,17 @@ impl PartitionLog {
         let sizes = config.sizes();
         let mut segments = Vec::with_capacity(bases.len().max(1));
         let mut recovery = RecoveryStats::default();
+        let (checkpoint, point) = CheckpointFile::open(dir, config.file_mode)?;
+        // After an unclean shutdown, every batch from the recovery point on
+        // is checked (see checkpoint.rs): `None` after a clean one.
+        let check_from = match point {
+            Some(p) if p.clean => None,
+            Some(p) => Some(p.offset),
+            None => Some(0),
+        };
+        if let Some(from) = check_from {
+            Self::truncate_at_damaged_sealed(dir, &mut bases, from, &mut recovery)?;
+        }
         let (active, rec) = match bases.split_last() {
             None => {
                 let seg = Segment::create(dir, 0, sizes)?;
@@ -309,14 +328,15 @@ impl PartitionLog {
                     sizes,
                     config.index_interval_bytes,
                     config.max_batch(),
+                    check_from.is_none(),
                 )?;
                 if rec.truncated {
-                    recovery.truncated_bytes = rec.truncated_bytes;
-                    recovery.dropped_batches = rec.dropped_batches;
+                    recovery.truncated_bytes += rec.truncated_bytes;
+                    recovery.dropped_batches += rec.dropped_batches;
                     if rec.torn_tail {
-                        recovery.torn_tails = 1;
+                        recovery.torn_tails += 1;
                     } else {
-                        recovery.corruptions = 1;
+                        recovery.corruptions += 1;
                     }
                 }
                 (seg, rec)
@@ -325,6 +345,24 @@ impl PartitionLog {
         let next_offset = rec.next_offset.max(active.base());
         let active = Arc::new(active);
         segments.push(Arc::clone(&active));
+        if let Some(from) = check_from {
+            // What recovery kept may still be only in the page cache (a
+            // `kill -9` keeps it): make it durable before the recovery
+            // point moves past it.
+            for (i, seg) in segments.iter().enumerate() {
+                let next_base = segments.get(i + 1).map_or(u64::MAX, |s| s.base());
+                if next_base > from {
+                    seg.sync_all_files()?;
+                }
+            }
+            checkpoint.write(
+                RecoveryPoint {
+                    offset: next_offset,
+                    clean: false,
+                },
+                true,
+            )?;
+        }
         let start = segments[0].base();
         Ok(PartitionLog {
             topic,
@@ -341,6 +379,7 @@ impl PartitionLog {
                 next_offset,
                 producers: ProducerTable::default(),
                 producers_loaded: false,
+                marked_unclean: false,
             }),
             start_offset: AtomicU64::new(start),
             end_offset: AtomicU64::new(next_offset),
@@ -356,8 +395,58 @@ impl PartitionLog {
             retention_floor: AtomicU64::new(u64::MAX),
             prepare: Mutex::new(None),
             recovery,
+            checkpoint,
             config,
         })
+    }
+
+    /// Unclean-shutdown recovery of the sealed segments (`bases` but the
+    /// last) that may hold offsets at or after `from`: checks every batch
+    /// (CRC32C, offsets following on, up to the next segment's base). A
+    /// segment that fails (a power loss tore pages it had not flushed) is
+    /// cut back to its valid prefix by making it the active segment again,
+    /// and the segments after it are removed, so the log stays one valid
+    /// prefix of what was appended.
+    fn truncate_at_damaged_sealed(
+        dir: &Path,
+        bases: &mut Vec<u64>,
+        from: u64,
+        recovery: &mut RecoveryStats,
+    ) -> Result<()> {
+        for i in 0..bases.len().saturating_sub(1) {
+            let next = bases[i + 1];
+            if next <= from {
+                continue;
+            }
+            let seg = Segment::open_sealed(dir, bases[i])?;
+            let Err((pos, reason)) = seg.check_chain(next) else {
+                continue;
+            };
+            ::log::warn!(
+                "recovery: sealed segment {} is damaged at byte {pos} ({reason}) after an \
+                 unclean shutdown; the log is cut back there",
+                seg.path().display()
+            );
+            drop(seg);
+            for &later in &bases[i + 1..] {
+                for ext in ["log", "idx", "tix"] {
+                    let path = segment::segment_path(dir, later, ext);
+                    if ext == "log" {
+                        recovery.truncated_bytes += std::fs::metadata(&path).map_or(0, |m| m.len());
+                    }
+                    std::fs::remove_file(&path)
+                        .or_else(|e| match e.kind() {
+                            std::io::ErrorKind::NotFound => Ok(()),
+                            _ => Err(e),
+                        })
+                        .ctx(|| format!("removing {}", path.display()))?;
+                }
+            }
+            bases.truncate(i + 1);
+            mmap::sync_dir(dir)?;
+            break;
+        }
+        Ok(())
     }
 
     /// The topic name.
@@ -478,6 +567,10 @@ impl PartitionLog {
         }
         if self.poisoned.load(Ordering::Acquire) {
             return Err(self.poisoned_error());
+        }
+        if !w.marked_unclean {
+            self.mark_unclean()?;
+            w.marked_unclean = true;
         }
         if let Some(idem) = idem {
             let table = self.producer_table(&mut w, idem.named)?;
@@ -714,8 +807,8 @@ impl PartitionLog {
                 let committed_past = segs[n + 1].base() <= floor;
                 let by_time = committed_past
                     && ms.is_some_and(|ms| {
-                        s.max_timestamp() != i64::MIN
-                            && now.saturating_sub(s.max_timestamp()) > ms as i64
+                        let max_ts = s.checked_max_timestamp();
+                        max_ts != i64::MIN && now.saturating_sub(max_ts) > ms as i64
                     });
                 if !by_size && !by_time {
                     break;
@@ -795,6 +888,14 @@ impl PartitionLog {
             st.last_flush = started.elapsed();
             let res = match res {
                 Ok(end) => {
+                    // Not synced: a lost update only lengthens a recovery.
+                    let _ = self.checkpoint.write(
+                        RecoveryPoint {
+                            offset: end,
+                            clean: false,
+                        },
+                        false,
+                    );
                     st.last_covered = end.saturating_sub(before).max(1);
                     st.flushed = st.flushed.max(end);
                     self.flushed_fast.store(st.flushed, Ordering::Release);
@@ -812,6 +913,17 @@ impl PartitionLog {
             }
             res?;
         }
+    }
+
+    /// Records, durably, that the log is being written to: until the next
+    /// clean close, a crash must be followed by a check from the recovery
+    /// point. Writer only (under the writer lock), before the first append.
+    fn mark_unclean(&self) -> Result<()> {
+        let point = RecoveryPoint {
+            offset: self.flushed_fast.load(Ordering::Acquire),
+            clean: false,
+        };
+        self.checkpoint.write(point, true)
     }
 
     /// Flushes everything published so far; returns the offset it covers.
@@ -846,6 +958,14 @@ impl PartitionLog {
             let mut w = lock(&self.writer);
             if !w.closed && res.is_ok() {
                 self.save_producer_snapshot(&w);
+                // Everything is flushed: the next open need not check.
+                let _ = self.checkpoint.write(
+                    RecoveryPoint {
+                        offset: w.next_offset,
+                        clean: true,
+                    },
+                    false,
+                );
             }
             w.closed = true;
         }
@@ -924,7 +1044,7 @@ impl PartitionLog {
             .unwrap_or_else(|p| p.into_inner())
             .clone();
         for seg in segs {
-            if seg.max_timestamp() < ts {
+            if seg.checked_max_timestamp() < ts {
                 continue;
             }
             let mut pos = seg.find_time(ts);

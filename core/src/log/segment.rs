@@ -2,7 +2,7 @@
 //! indexes. Append, read, recover, seal, delete.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU8, Ordering};
 
 use crate::error::{Error, Result};
 use crate::log::batch::{self, BatchHeader, Check};
@@ -65,7 +65,17 @@ pub(crate) struct Segment {
     deleted: AtomicBool,
     dir_synced: AtomicBool,
     max_timestamp: AtomicI64,
+    /// Whether the time index read from disk was checked against the log:
+    /// [`TIME_UNCHECKED`], [`TIME_TRUSTED`] or [`TIME_DISTRUSTED`].
+    time_state: AtomicU8,
 }
+
+/// The time index came from disk and has not been checked yet.
+const TIME_UNCHECKED: u8 = 0;
+/// The time index was written by this process or checked out.
+const TIME_TRUSTED: u8 = 1;
+/// The time index disagrees with the log: lookups scan from the start.
+const TIME_DISTRUSTED: u8 = 2;
 
 /// A segment created ahead of time under a temporary name, with its pages
 /// faulted in, waiting to become the next active segment.
@@ -115,7 +125,7 @@ impl Segment {
             sizes.index_entries,
             sizes.mode,
         )?;
-        Ok(Segment::assemble(dir, base, log, index, time, false))
+        Ok(Segment::assemble(dir, base, log, index, time, false).trusted())
     }
 
     /// Turns a prepared segment into the active segment starting at `base`.
@@ -124,7 +134,13 @@ impl Segment {
         p.time.file_mut().rename(&segment_path(dir, base, "tix"))?;
         // The log last: a segment is discovered by its .log file.
         p.log.rename(&segment_path(dir, base, "log"))?;
-        Ok(Segment::assemble(dir, base, p.log, p.index, p.time, false))
+        Ok(Segment::assemble(dir, base, p.log, p.index, p.time, false).trusted())
+    }
+
+    /// Marks the time index as this process's own (nothing to check).
+    fn trusted(self) -> Segment {
+        self.time_state.store(TIME_TRUSTED, Ordering::Relaxed);
+        self
     }
 
     fn assemble(
@@ -146,6 +162,7 @@ impl Segment {
             deleted: AtomicBool::new(false),
             dir_synced: AtomicBool::new(sealed),
             max_timestamp: AtomicI64::new(max_ts),
+            time_state: AtomicU8::new(TIME_UNCHECKED),
         }
     }
 
@@ -189,6 +206,7 @@ impl Segment {
         sizes: SegmentSizes,
         interval: usize,
         max_batch: usize,
+        trust_index: bool,
     ) -> Result<(Segment, Recovered)> {
         let (mut log, file_len) =
             MappedFile::open_writable(&segment_path(dir, base, "log"), sizes.log_bytes)?;
@@ -204,7 +222,14 @@ impl Segment {
         let mut time = open_index("tix", TIME_ENTRY)?;
         let limit = (file_len as usize).min(log.capacity());
         let rec = recover(
-            base, &mut log, &mut index, &mut time, limit, interval, max_batch,
+            base,
+            &mut log,
+            &mut index,
+            &mut time,
+            limit,
+            interval,
+            max_batch,
+            trust_index,
         );
         let seg = Segment::assemble(dir, base, log, index, time, false);
         seg.max_timestamp
@@ -239,6 +264,97 @@ impl Segment {
     /// Largest record timestamp known for the segment.
     pub(crate) fn max_timestamp(&self) -> i64 {
         self.max_timestamp.load(Ordering::Relaxed)
+    }
+
+    /// [`Segment::max_timestamp`] once the time index read from disk (where
+    /// it comes from) has been checked against the log: what time retention
+    /// and time lookups must use, so a damaged index can neither expire a
+    /// segment early nor hide its records from a lookup.
+    pub(crate) fn checked_max_timestamp(&self) -> i64 {
+        self.check_time_index();
+        self.max_timestamp()
+    }
+
+    /// Checks, once per process, a time index that came from disk: every
+    /// entry must sit on a batch boundary, name that batch's offset and carry
+    /// the largest timestamp of the batches before it. An index that
+    /// disagrees is not used again (lookups scan the segment) and a sealed
+    /// segment's max timestamp is taken from its batch headers instead.
+    fn check_time_index(&self) {
+        if self.time_state.load(Ordering::Acquire) != TIME_UNCHECKED {
+            return;
+        }
+        let (ok, walked_max, complete) = self.time_index_matches_log();
+        if !ok && self.time.len() > 0 {
+            ::log::warn!(
+                "time index of {} disagrees with the log; time lookups scan the segment",
+                self.path().display()
+            );
+        }
+        if !ok {
+            if self.is_sealed() && complete {
+                self.max_timestamp.store(walked_max, Ordering::Relaxed);
+            } else {
+                self.max_timestamp.fetch_max(walked_max, Ordering::Relaxed);
+            }
+        }
+        let state = if ok { TIME_TRUSTED } else { TIME_DISTRUSTED };
+        let _ = self.time_state.compare_exchange(
+            TIME_UNCHECKED,
+            state,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
+    }
+
+    /// Walks the batch headers (lengths and offsets, no CRC: the reads that
+    /// follow check those) against the time entries present now. Returns
+    /// (entries all match, largest batch timestamp seen, walk reached the
+    /// end of the published data).
+    fn time_index_matches_log(&self) -> (bool, i64, bool) {
+        let n = self.time.len();
+        let end = self.end();
+        let (mut i, mut pos, mut expected, mut max) = (0usize, 0usize, self.base, i64::MIN);
+        let mut ok = true;
+        let complete = loop {
+            while i < n {
+                let e = self.time.time_entry(i);
+                match (e.pos as usize).cmp(&pos) {
+                    std::cmp::Ordering::Greater => break,
+                    std::cmp::Ordering::Less => ok = false,
+                    std::cmp::Ordering::Equal => {
+                        ok &= self.base + e.rel as u64 == expected && e.ts == max;
+                    }
+                }
+                i += 1;
+            }
+            let Some(h) = BatchHeader::parse(self.log.bytes(pos, end)) else {
+                break pos == end || self.log.bytes(pos, end).iter().all(|&b| b == 0);
+            };
+            if h.length == 0 {
+                break true;
+            }
+            let total = h.total_len();
+            if h.base_offset != expected
+                || total < batch::HEADER_LEN
+                || total > end - pos
+                || h.record_count == 0
+            {
+                break false;
+            }
+            max = max.max(h.max_timestamp);
+            expected = h.next_offset();
+            pos += total;
+        };
+        if self.is_sealed() {
+            // Nothing is being committed to a sealed segment: every entry
+            // must have been walked, and its max timestamp (taken from the
+            // last entry) must be the headers' own.
+            ok &= complete && i == n && self.max_timestamp() == max;
+        }
+        // In the active segment, an entry past the walked end is the one
+        // being committed now, or nonsense that `entry_checks_out` rejects.
+        (ok, max, complete)
     }
 
     /// Path of the log file.
@@ -312,6 +428,10 @@ impl Segment {
     /// Position to start scanning from for the first record with a timestamp
     /// at or after `ts`.
     pub(crate) fn find_time(&self, ts: i64) -> usize {
+        self.check_time_index();
+        if self.time_state.load(Ordering::Acquire) == TIME_DISTRUSTED {
+            return 0;
+        }
         match self.time.floor_time(ts) {
             Some(e) if self.entry_checks_out(e.pos as usize, e.rel) => e.pos as usize,
             _ => 0,
@@ -393,6 +513,37 @@ impl Segment {
         self.log.is_flushed() && self.dir_synced.load(Ordering::Acquire)
     }
 
+    /// fsyncs the log and both index files whole (after an unclean
+    /// shutdown, what recovery kept may be only in the page cache).
+    pub(crate) fn sync_all_files(&self) -> Result<()> {
+        self.log.sync_file()?;
+        self.index.file().sync_file()?;
+        self.time.file().sync_file()
+    }
+
+    /// Checks every batch of a sealed segment: valid (CRC32C included),
+    /// offsets following on from the base, and ending exactly at
+    /// `next_base`, where the next segment starts. `Err((position,
+    /// reason))` at the first failure.
+    pub(crate) fn check_chain(
+        &self,
+        next_base: u64,
+    ) -> std::result::Result<(), (usize, &'static str)> {
+        let (mut pos, mut expected) = (0usize, self.base);
+        loop {
+            match self.batch_at(pos) {
+                Ok(Some(h)) if h.base_offset == expected => {
+                    expected = h.next_offset();
+                    pos += h.total_len();
+                }
+                Ok(Some(_)) => return Err((pos, "batch base offset out of sequence")),
+                Ok(None) if expected == next_base => return Ok(()),
+                Ok(None) => return Err((pos, "segment ends before the next one starts")),
+                Err(_) => return Err((pos, "invalid batch")),
+            }
+        }
+    }
+
     /// Faults in the log's pages ahead of the writer (best effort).
     pub(crate) fn populate(&self) {
         self.log.populate();
@@ -428,6 +579,10 @@ impl Drop for Segment {
 }
 
 /// Tail recovery of the active segment (see [`Segment::open_active`]).
+/// Without `trust_index` (after an unclean shutdown: a power loss may have
+/// kept index pages whose log pages it lost) every batch is checked from the
+/// start and the indexes are rebuilt.
+#[allow(clippy::too_many_arguments)]
 fn recover(
     base: u64,
     log: &mut MappedFile,
@@ -436,13 +591,14 @@ fn recover(
     limit: usize,
     interval: usize,
     max_batch: usize,
+    trust_index: bool,
 ) -> Recovered {
     index.recover(limit);
     time.recover(limit);
     // Start from the last offset-index entry that points at a valid batch and
     // has a matching time entry (which carries the max timestamp before it).
     let mut start = (0usize, base, i64::MIN, 0usize);
-    {
+    if trust_index {
         let bytes = &log.all_mut()[..limit];
         for i in (0..index.len()).rev() {
             let e = index.offset_entry(i);

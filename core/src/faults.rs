@@ -1,0 +1,63 @@
+//! Test hooks where data is made durable, for fault-injection tests: a
+//! failed fsync (the partition must be poisoned) and power loss (everything
+//! not yet synced is lost). Not a stable API; no hook is installed unless a
+//! test installs one, and then the cost is one atomic load per sync.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
+
+/// Where a sync happens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SyncKind {
+    /// `msync` of a memory-mapped file's written range (a segment log or
+    /// index); `end` is the byte up to which the file is durable after it.
+    Range {
+        /// End of the synced range.
+        end: u64,
+    },
+    /// `fsync` of a whole file (a sealed segment's size, a metadata file
+    /// before its rename).
+    File,
+    /// `fsync` of a directory (created, renamed and removed entries).
+    Dir,
+}
+
+/// A hook: called with `before = true` just before a sync (an `Err` makes
+/// the sync fail with that error, as if the disk had reported it) and with
+/// `before = false` once it succeeded.
+pub type SyncHook = Arc<dyn Fn(&Path, SyncKind, bool) -> std::io::Result<()> + Send + Sync>;
+
+static HOOKED: AtomicBool = AtomicBool::new(false);
+static HOOK: RwLock<Option<SyncHook>> = RwLock::new(None);
+
+/// Installs `hook` for the whole process (`None` removes it). Hooks see
+/// every broker's syncs: filter by path.
+pub fn set_sync_hook(hook: Option<SyncHook>) {
+    let mut h = HOOK.write().unwrap_or_else(|p| p.into_inner());
+    HOOKED.store(hook.is_some(), Ordering::Release);
+    *h = hook;
+}
+
+fn call(path: &Path, kind: SyncKind, before: bool) -> std::io::Result<()> {
+    if !HOOKED.load(Ordering::Acquire) {
+        return Ok(());
+    }
+    let hook = HOOK.read().unwrap_or_else(|p| p.into_inner()).clone();
+    match hook {
+        Some(h) => h(path, kind, before),
+        None => Ok(()),
+    }
+}
+
+/// Before a sync of `path`: the injected error, if any.
+#[inline]
+pub(crate) fn before_sync(path: &Path, kind: SyncKind) -> std::io::Result<()> {
+    call(path, kind, true)
+}
+
+/// After a successful sync of `path`.
+#[inline]
+pub(crate) fn after_sync(path: &Path, kind: SyncKind) {
+    let _ = call(path, kind, false);
+}

@@ -1,0 +1,478 @@
+//! Simulated power loss, and failed fsyncs.
+//!
+//! `kill -9` keeps the page cache, so it cannot show what `acks=all`
+//! protects against. Here a child process appends with `acks=all` to
+//! partition 0 and `acks=1` to partition 1 while a sync hook
+//! (`mqlite::faults`) records, for every file, how far each completed
+//! `msync` made it durable. The parent kills the child at a random moment,
+//! then models the power loss on the files: every 4 KiB page past a file's
+//! durable end that the child wrote is kept, reverted to what it held before
+//! (zeros: segments and indexes are preallocated), torn (some 512-byte
+//! sectors new, the others old) or filled with garbage. Then it reopens the
+//! directory and checks that every record acknowledged with `acks=all` is
+//! there, that each partition holds an intact prefix of what was sent, and
+//! that reading never returns damaged data.
+//!
+//! Cycles: 30 by default, `MQLITE_POWER_CYCLES=N` for more;
+//! `MQLITE_POWER_SEED` replays a printed seed.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use mqlite::faults::{set_sync_hook, SyncKind};
+use mqlite::{Acks, Broker, Config, ConsumerConfig, Error, ProducerConfig, Record, TopicConfig};
+
+const TOPIC: &str = "power";
+const CHILD_DIR: &str = "MQLITE_POWER_CHILD_DIR";
+const CHILD_CYCLE: &str = "MQLITE_POWER_CHILD_CYCLE";
+const MARKS: &str = "sync-marks.txt";
+const PAGE: usize = 4096;
+const SECTOR: usize = 512;
+
+fn config() -> Config {
+    Config::default()
+        .prefault(false)
+        .retention_check_interval_ms(0)
+}
+
+fn mix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// The value of record `seq`: its sequence number, then bytes derived from
+/// it (so any record read back can be checked).
+fn value_for(seq: u64) -> Vec<u8> {
+    let len = (mix(seq) % 700) as usize;
+    let mut v = seq.to_le_bytes().to_vec();
+    v.extend((0..len).map(|i| mix(seq ^ ((i as u64) << 40)) as u8));
+    v
+}
+
+/// The child side (a no-op in a normal test run): appends alternately to
+/// partition 0 with `acks=all` and to partition 1 with `acks=1`, printing
+/// `ACK <partition> <offset> <seq>` after each send returns, and writes a
+/// line `<path>\t<end>` to the marks file after each completed msync.
+#[test]
+fn power_child() {
+    let Ok(dir) = std::env::var(CHILD_DIR) else {
+        return;
+    };
+    let dir = PathBuf::from(dir);
+    let cycle: u64 = std::env::var(CHILD_CYCLE).unwrap().parse().unwrap();
+    let marks = Mutex::new(
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.parent().unwrap().join(MARKS))
+            .unwrap(),
+    );
+    let data_dir = dir.clone();
+    set_sync_hook(Some(Arc::new(move |path: &Path, kind, before| {
+        if let (SyncKind::Range { end }, false) = (kind, before) {
+            if path.starts_with(&data_dir) {
+                let mut f = marks.lock().unwrap();
+                writeln!(f, "{}\t{end}", path.display())?;
+            }
+        }
+        Ok(())
+    })));
+    let mq = Broker::open(&dir, config()).unwrap();
+    let all = mq
+        .producer(ProducerConfig::default().acks(Acks::All))
+        .unwrap();
+    let one = mq
+        .producer(ProducerConfig::default().acks(Acks::One))
+        .unwrap();
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "READY").unwrap();
+    out.flush().unwrap();
+    let started = Instant::now();
+    for n in 0u64.. {
+        let seq = cycle << 32 | n;
+        let p = (n % 2) as u32;
+        let producer = if p == 0 { &all } else { &one };
+        let md = producer
+            .send(Record::new(TOPIC).partition(p).value(value_for(seq)))
+            .unwrap();
+        writeln!(out, "ACK {p} {} {seq}", md.offset).unwrap();
+        out.flush().unwrap();
+        if started.elapsed() > Duration::from_secs(60) {
+            break;
+        }
+    }
+}
+
+/// Per file, the byte up to which it is durable.
+fn durable_marks(path: &Path) -> HashMap<PathBuf, u64> {
+    let mut m: HashMap<PathBuf, u64> = HashMap::new();
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return m;
+    };
+    for line in text.lines() {
+        if let Some((p, end)) = line.split_once('\t') {
+            if let Ok(end) = end.parse::<u64>() {
+                let e = m.entry(PathBuf::from(p)).or_default();
+                *e = (*e).max(end);
+            }
+        }
+    }
+    m
+}
+
+/// The data files of the partitions and their contents.
+fn data_files(dir: &Path) -> HashMap<PathBuf, Vec<u8>> {
+    let mut out = HashMap::new();
+    for p in 0..2 {
+        let pdir = dir.join("topics").join(TOPIC).join(p.to_string());
+        for e in std::fs::read_dir(&pdir).unwrap().flatten() {
+            let path = e.path();
+            if path
+                .extension()
+                .is_some_and(|x| x == "log" || x == "idx" || x == "tix")
+            {
+                out.insert(path.clone(), std::fs::read(&path).unwrap());
+            }
+        }
+    }
+    out
+}
+
+/// splitmix64.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(1);
+        mix(self.0)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// What power loss does to one file: pages past `durable` that differ from
+/// `before` (what the file held when the child started) are kept, reverted,
+/// torn (per 512-byte sector) or garbled where they changed. Returns how many pages were changed.
+#[allow(clippy::needless_range_loop)] // byte positions matter here
+fn lose_power(path: &Path, before: &[u8], durable: usize, rng: &mut Rng) -> usize {
+    let Ok(mut now) = std::fs::read(path) else {
+        return 0;
+    };
+    let mut changed = 0;
+    let first_page = durable / PAGE * PAGE;
+    let mut page = first_page;
+    while page < now.len() {
+        let end = (page + PAGE).min(now.len());
+        // The old content of a byte past the durable end: what it held
+        // before the child ran (zero where the file was shorter).
+        let old = |i: usize| -> u8 { before.get(i).copied().unwrap_or(0) };
+        let dirty = (page.max(durable)..end).any(|i| now[i] != old(i));
+        if dirty {
+            match rng.below(4) {
+                0 => {} // the page reached the disk
+                1 => {
+                    for i in page.max(durable)..end {
+                        now[i] = old(i);
+                    }
+                    changed += 1;
+                }
+                2 => {
+                    let mut s = page;
+                    while s < end {
+                        let se = (s + SECTOR).min(end);
+                        if rng.below(2) == 0 {
+                            for i in s.max(durable)..se {
+                                now[i] = old(i);
+                            }
+                        }
+                        s = se;
+                    }
+                    changed += 1;
+                }
+                _ => {
+                    // Garbage where the child wrote (a torn sector write);
+                    // bytes it did not touch were already on disk.
+                    for i in page.max(durable)..end {
+                        if now[i] != old(i) {
+                            now[i] = rng.next() as u8;
+                        }
+                    }
+                    changed += 1;
+                }
+            }
+        }
+        page = end;
+    }
+    std::fs::write(path, &now).unwrap();
+    changed
+}
+
+/// Reads partition `p` from the start: the sequence numbers, each record
+/// checked against its value.
+fn read_partition(mq: &Broker, p: u32) -> Result<Vec<u64>, String> {
+    let end = mq.topic(TOPIC).map_err(|e| e.to_string())?.partitions[p as usize].end_offset;
+    let mut c = mq
+        .consumer(ConsumerConfig::default().max_poll_records(10_000))
+        .map_err(|e| e.to_string())?;
+    c.assign(&[(TOPIC, p)]).map_err(|e| e.to_string())?;
+    let mut seqs = Vec::new();
+    while (seqs.len() as u64) < end {
+        let msgs = c.poll(Duration::ZERO).map_err(|e| e.to_string())?;
+        if msgs.is_empty() {
+            return Err(format!("read stopped at {} of {end}", seqs.len()));
+        }
+        for m in msgs {
+            if m.offset() != seqs.len() as u64 {
+                return Err(format!(
+                    "offset {} where {} was expected",
+                    m.offset(),
+                    seqs.len()
+                ));
+            }
+            let v = m.value().unwrap_or_default();
+            let seq = u64::from_le_bytes(v.get(..8).ok_or("short value")?.try_into().unwrap());
+            if v != value_for(seq) {
+                return Err(format!("record {} (seq {seq:#x}) is damaged", m.offset()));
+            }
+            seqs.push(seq);
+        }
+    }
+    Ok(seqs)
+}
+
+#[test]
+fn acks_all_survives_simulated_power_loss() {
+    let cycles: u64 = std::env::var("MQLITE_POWER_CYCLES")
+        .ok()
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(30);
+    let seed: u64 = std::env::var("MQLITE_POWER_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+        });
+    println!("power-loss seed: {seed} (MQLITE_POWER_SEED={seed} replays it)");
+    let mut rng = Rng(seed);
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("data");
+    {
+        let mq = Broker::open(&dir, config()).unwrap();
+        mq.create_topic(
+            TOPIC,
+            TopicConfig::new(2)
+                .segment_bytes(64 * 1024)
+                .index_interval_bytes(512),
+        )
+        .unwrap();
+        mq.close().unwrap();
+    }
+    let exe = std::env::current_exe().unwrap();
+    let mut known: [Vec<u64>; 2] = [Vec::new(), Vec::new()];
+    let (mut acked_all, mut acked_one, mut pages_changed, mut truncations) = (0u64, 0u64, 0, 0u64);
+    let mut violations = Vec::new();
+    for cycle in 0..cycles {
+        let before = data_files(&dir);
+        let _ = std::fs::remove_file(tmp.path().join(MARKS));
+        let mut child = Command::new(&exe)
+            .args(["--exact", "power_child", "--nocapture", "--test-threads=1"])
+            .env(CHILD_DIR, &dir)
+            .env(CHILD_CYCLE, cycle.to_string())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let reader = std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut lines = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+                Ok(l) if l.ends_with("READY") => break,
+                Ok(l) => lines.push(l),
+                Err(_) => panic!("cycle {cycle}: the child never got ready"),
+            }
+        }
+        std::thread::sleep(Duration::from_millis(5 + rng.below(60)));
+        let _ = child.kill();
+        child.wait().unwrap();
+        reader.join().unwrap();
+        lines.extend(rx.try_iter());
+
+        // The power goes out.
+        let marks = durable_marks(&tmp.path().join(MARKS));
+        let after = data_files(&dir);
+        for path in after.keys() {
+            let old = before.get(path).map(Vec::as_slice).unwrap_or_default();
+            // What was durable before the child ran: everything the last
+            // verification's close flushed (every non-zero byte then).
+            let durable_before = old.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
+            let durable = (marks.get(path).copied().unwrap_or(0) as usize).max(durable_before);
+            pages_changed += lose_power(path, old, durable, &mut rng);
+        }
+
+        let acks: Vec<(u32, u64, u64)> = lines
+            .iter()
+            .filter_map(|l| l.strip_prefix("ACK "))
+            .map(|l| {
+                let f: Vec<u64> = l.split(' ').map(|x| x.parse().unwrap()).collect();
+                (f[0] as u32, f[1], f[2])
+            })
+            .collect();
+        let mq = match Broker::open(&dir, config()) {
+            Ok(mq) => mq,
+            Err(e) => {
+                violations.push(format!("cycle {cycle}: reopen failed: {e}"));
+                break;
+            }
+        };
+        let info = mq.topic(TOPIC).unwrap();
+        for p in 0..2u32 {
+            truncations += info.partitions[p as usize].recovery.torn_tails
+                + info.partitions[p as usize].recovery.corruptions;
+            let seqs = match read_partition(&mq, p) {
+                Ok(s) => s,
+                Err(e) => {
+                    violations.push(format!("cycle {cycle}: partition {p}: {e}"));
+                    continue;
+                }
+            };
+            let old = &known[p as usize];
+            if !seqs.starts_with(old) {
+                let at = old.iter().zip(&seqs).take_while(|(a, b)| a == b).count();
+                violations.push(format!(
+                    "cycle {cycle}: partition {p}: records of earlier cycles changed: {} \
+                     before, {} now, first difference at offset {at}: {:?} became {:?}",
+                    old.len(),
+                    seqs.len(),
+                    old.get(at),
+                    seqs.get(at)
+                ));
+            }
+            // This cycle's records on disk: a prefix of what was sent.
+            let new: Vec<u64> = seqs[old.len().min(seqs.len())..].to_vec();
+            let sent: Vec<u64> = (0..)
+                .map(|n: u64| cycle << 32 | (2 * n + u64::from(p)))
+                .take(new.len())
+                .collect();
+            if new != sent {
+                violations.push(format!(
+                    "cycle {cycle}: partition {p}: not a prefix of what was sent"
+                ));
+            }
+            for &(ap, offset, seq) in acks.iter().filter(|a| a.0 == p) {
+                if p == 0 {
+                    acked_all += 1;
+                    if seqs.get(offset as usize) != Some(&seq) {
+                        violations.push(format!(
+                            "cycle {cycle}: acks=all record {seq:#x} at {ap}/{offset} lost"
+                        ));
+                    }
+                } else {
+                    acked_one += 1;
+                }
+            }
+            known[p as usize] = seqs;
+        }
+        mq.close().unwrap();
+    }
+    println!(
+        "power loss: {cycles} cycles, {acked_all} acks=all records checked ({acked_one} acks=1 \
+         records sent), {pages_changed} pages lost/torn/garbled, {truncations} recovery \
+         truncations, {} violations",
+        violations.len()
+    );
+    assert!(
+        violations.is_empty(),
+        "seed {seed}:\n{}",
+        violations.join("\n")
+    );
+    assert!(acked_all > 0, "no acks=all record was ever acknowledged");
+}
+
+/// A failed fsync poisons the partition: the send that needed it fails
+/// with the I/O error, every later append fails with `Poisoned` and writes
+/// nothing, other partitions and reads go on, and a reopen clears it.
+#[test]
+fn failed_fsync_poisons_the_partition() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("data");
+    let mq = Broker::open(&dir, config()).unwrap();
+    mq.create_topic("f", TopicConfig::new(2)).unwrap();
+    let producer = mq
+        .producer(ProducerConfig::default().acks(Acks::All))
+        .unwrap();
+    for i in 0..10 {
+        producer
+            .send(Record::new("f").partition(0).value(format!("ok-{i}")))
+            .unwrap();
+    }
+    let victim = dir.join("topics/f/0");
+    let failing = victim.clone();
+    set_sync_hook(Some(Arc::new(move |path: &Path, _, before| {
+        if before && path.starts_with(&failing) {
+            Err(std::io::Error::from_raw_os_error(libc::EIO))
+        } else {
+            Ok(())
+        }
+    })));
+    let res = producer.send(Record::new("f").partition(0).value("lost"));
+    let after = producer.send(Record::new("f").partition(0).value("refused"));
+    let other = producer.send(Record::new("f").partition(1).value("fine"));
+    set_sync_hook(None);
+    match res {
+        Err(Error::Io { .. }) => {}
+        other => panic!("the send whose fsync failed returned {other:?}"),
+    }
+    assert!(
+        matches!(after, Err(Error::Poisoned { partition: 0, .. })),
+        "{after:?}"
+    );
+    assert_eq!(after.unwrap_err().code(), 202);
+    other.expect("another partition is not poisoned");
+    // Still poisoned after the disk is back: only a reopen clears it.
+    assert!(matches!(
+        producer.send(Record::new("f").partition(0).value("still")),
+        Err(Error::Poisoned { .. })
+    ));
+    // Earlier data stays readable.
+    let mut c = mq.consumer(ConsumerConfig::default()).unwrap();
+    c.assign(&[("f", 0)]).unwrap();
+    let got: Vec<Vec<u8>> = c
+        .poll(Duration::from_millis(100))
+        .unwrap()
+        .iter()
+        .map(|m| m.value().unwrap().to_vec())
+        .collect();
+    assert!(got.len() >= 10, "earlier records unreadable: {}", got.len());
+    assert!(got
+        .iter()
+        .all(|v| v.as_slice() != b"refused" && v.as_slice() != b"still"));
+    drop(c);
+    drop(producer);
+    let _ = mq.close();
+    drop(mq);
+    let mq = Broker::open(&dir, config()).unwrap();
+    let producer = mq
+        .producer(ProducerConfig::default().acks(Acks::All))
+        .unwrap();
+    producer
+        .send(Record::new("f").partition(0).value("after reopen"))
+        .expect("a reopen clears the poison");
+}
