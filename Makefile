@@ -8,7 +8,7 @@ CARGO ?= cargo
 PROFILE_DIR := target/release
 DEMO_DIR := demo-data
 
-.PHONY: all test demo bench venv ext ffi rust-test c-test py-test lint fmt header clean
+.PHONY: all test demo bench soak fuzz venv ext ffi rust-test c-test py-test lint fmt header clean
 
 all: ext ffi
 
@@ -33,8 +33,11 @@ ffi:
 rust-test:
 	$(CARGO) test --workspace
 
+# The C tests in two passes: under valgrind, and built with
+# -fsanitize=address,undefined (LeakSanitizer on). MQLITE_VALGRIND=0 or
+# MQLITE_CTEST_SANITIZE=0 skips one. Needs $(PYTHON) for the generated tests.
 c-test: ffi
-	bash tests/c/run.sh $(PROFILE_DIR)
+	PYTHON=$(PYTHON) bash tests/c/run.sh $(PROFILE_DIR)
 
 py-test: ext
 	$(VPY) -m pytest -q tests/python
@@ -58,13 +61,40 @@ demo: ext ffi
 	target/demo/demo $(DEMO_DIR)
 	$(VPY) examples/demo.py $(DEMO_DIR) --verify
 	$(CARGO) build --release -q -p mqlite-cli
-	@echo "--- mqlite topics / group describe billing (the mqlite CLI) ---"
+	@echo "--- mqlite topics / groups / group describe billing (the mqlite CLI) ---"
 	$(PROFILE_DIR)/mqlite --dir $(DEMO_DIR) topics
+	$(PROFILE_DIR)/mqlite --dir $(DEMO_DIR) groups
 	$(PROFILE_DIR)/mqlite --dir $(DEMO_DIR) group describe billing
 
+# The peer comparison (bench/peers.py, bench/rust-peers) ends in docs/benchmarks.md and .png.
 bench: ext
 	$(CARGO) bench -p mqlite --bench log
 	$(VPY) bench/python_rates.py
+	command -v redis-server >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server; } \
+		|| echo "could not install redis-server: bench/peers.py will skip the Redis rows"
+	$(VPY) bench/peers.py
+	if [ -f bench/rust-peers/Cargo.toml ]; then \
+		$(CARGO) run --release --manifest-path bench/rust-peers/Cargo.toml -- --out target/bench/rust-peers.json; \
+	else echo "bench/rust-peers is not there: no Rust peer figures"; fi
+	$(VPY) bench/report.py
+
+# Long fault-injection runs (not part of `make test`, which runs short
+# versions): kill -9 cycles across durability levels and producer kinds,
+# simulated power loss, and the concurrency stress. CYCLES=N, POWER_CYCLES=N,
+# STRESS_SECS=N size them.
+CYCLES ?= 1000
+POWER_CYCLES ?= 300
+STRESS_SECS ?= 120
+soak:
+	MQLITE_CRASH_CYCLES=$(CYCLES) $(CARGO) run --release -q -p mqlite --example crash_soak
+	MQLITE_POWER_CYCLES=$(POWER_CYCLES) $(CARGO) test --release -q -p mqlite --test power_loss -- --nocapture acks_all
+	MQLITE_STRESS_SECS=$(STRESS_SECS) $(CARGO) test --release -q -p mqlite --test stress -- --nocapture
+
+# Every cargo-fuzz target for FUZZ_SECONDS each (needs a nightly toolchain;
+# see fuzz/run.sh).
+FUZZ_SECONDS ?= 300
+fuzz:
+	bash fuzz/run.sh $(FUZZ_SECONDS)
 
 clean:
 	rm -rf target $(VENV) $(DEMO_DIR)

@@ -5,10 +5,18 @@
  *
  * Conventions: every fallible function returns an mql_status (MQL_OK is 0);
  * results go to trailing out-parameters, written only on MQL_OK; the text of
- * the latest failure on the calling thread is mql_last_error(). Handles are
- * opaque; each kind is released by its own _free function (a broker by
- * mql_close), and _free(NULL) does nothing. A required pointer that is NULL
- * gives MQL_NULL_ARGUMENT; strings are NUL-terminated UTF-8.
+ * the latest failure on the calling thread is mql_last_error() (or, copied
+ * into a buffer of yours and cut short safely, mql_last_error_copy()).
+ * Handles are opaque; each kind is released by its own _free function (a
+ * broker by mql_close), and _free(NULL) does nothing. A required pointer
+ * that is NULL gives MQL_NULL_ARGUMENT; strings are NUL-terminated UTF-8.
+ *
+ * Closing may be repeated and is checked: calls on a closed producer or
+ * consumer, or on one whose broker was closed, fail with MQL_CLOSED (except
+ * those documented to work, such as statistics). Freeing is not: using a
+ * handle or a pointer it returned after its _free (or a broker after
+ * mql_close), or freeing it twice, is undefined behaviour the library
+ * cannot detect.
  *
  * Link with -lmqlite.
  */
@@ -808,6 +816,27 @@ const char *mql_version(void);
  * copy it to keep it longer.
  */
 const char *mql_last_error(void);
+
+/**
+ * Copies the text of the latest failure on the calling thread (what
+ * `mql_last_error()` returns) into `buf`, like `snprintf`: at most
+ * `buf_len - 1` bytes followed by a NUL when `buf_len` > 0, cut short at a
+ * UTF-8 character boundary so that the copy is valid UTF-8. Returns the
+ * length of the whole text in bytes, without the NUL: the copy was cut
+ * short when that is at least `buf_len` (call again with a buffer of the
+ * returned length plus one to get all of it). `buf` may be NULL to ask for
+ * the length only; nothing is written then, whatever `buf_len`.
+ *
+ * Never fails and never changes the last error. Error texts have no fixed
+ * limit (they quote the names and paths they are about), so this is the
+ * way to keep one in a buffer of your own.
+ *
+ * Ownership: borrows `buf` for the call; nothing to free.
+ *
+ * # Safety
+ * `buf` is NULL or valid for writing `buf_len` bytes.
+ */
+size_t mql_last_error_copy(char *buf, size_t buf_len);
 
 /**
  * Status of the latest failure on the calling thread (`MQL_OK` when no call
@@ -1689,7 +1718,9 @@ enum mql_status mql_send_batch(struct mql_producer *producer,
 /**
  * Waits until every record sent so far is done: written, flushed to disk
  * for `acks = -1`, and its callback run. Called from a delivery callback,
- * it does not wait for the callbacks still running.
+ * it does not wait for the callbacks still running. On a producer closed
+ * with `mql_producer_close` it returns `MQL_OK` at once: nothing is
+ * pending then.
  *
  * Errors: `MQL_CLOSED` after `mql_close` of the broker, I/O errors.
  *
@@ -1703,7 +1734,7 @@ enum mql_status mql_producer_flush(struct mql_producer *producer);
 /**
  * Like `mql_producer_flush`, giving up with `MQL_TIMEOUT` after
  * `timeout_ms` milliseconds (the records stay queued and are still
- * delivered later).
+ * delivered later). Like it, `MQL_OK` at once on a closed producer.
  *
  * Errors: `MQL_TIMEOUT`, `MQL_CLOSED` after `mql_close` of the broker, I/O
  * errors.
@@ -2095,7 +2126,7 @@ enum mql_status mql_poll(struct mql_consumer *consumer,
  * A waker for this consumer: `mql_waker_wakeup` on it, from any thread,
  * makes a `mql_poll` blocked on this consumer return `MQL_TIMEOUT` at
  * once (or the next one, if none is waiting). Allowed from a rebalance
- * callback.
+ * callback, and on a closed consumer (whose waker then wakes nothing).
  *
  * Ownership: on `MQL_OK`, `*out` is a new waker owned by the caller;
  * release it with `mql_waker_free` (before or after the consumer).
@@ -2136,7 +2167,7 @@ void mql_waker_free(struct mql_waker *waker);
 
 /**
  * What the consumer did so far, into `*out`. Allowed from a rebalance
- * callback.
+ * callback, and on a closed consumer.
  *
  * Ownership: borrows `consumer` for the call; the results are plain
  * values; nothing to free.
@@ -2153,7 +2184,7 @@ enum mql_status mql_consumer_get_stats(struct mql_consumer *consumer,
  * replacing the one set before; NULL `callback` removes it. Takes effect
  * at once, also for a subscription made earlier. Only group members
  * (`mql_subscribe*` with a group id, not in broadcast mode) have
- * rebalances.
+ * rebalances; setting one on a closed consumer is allowed and harmless.
  *
  * Threads and lifetime: the callback runs on the consumer's own thread;
  * `user_data` must stay valid until the callback is replaced or the
@@ -2493,14 +2524,16 @@ enum mql_status mql_processor_stopper(const struct mql_processor *processor,
 
 /**
  * Asks the processor's run to stop: it dispatches nothing more, lets the
- * workers finish the messages they hold (including their retries),
- * commits what was processed and returns. Safe to call from any thread,
- * also from the handler, several times, and after the processor was
- * freed (it then does nothing).
+ * workers finish the messages they hold (a message whose handler fails
+ * then is not retried: it stays unprocessed and uncommitted, for a later
+ * run or another member), commits what was processed and returns. Safe to
+ * call from any thread, also from the handler, several times, and after
+ * the processor was freed (it then does nothing).
  *
- * A stop applies to the run going on: `mql_processor_run` forgets any
- * stop asked before it started. To stop a run started on another thread
- * right away, make sure it started (e.g. once the handler was called).
+ * A stop is used up by the run it ends. A stop asked while no run is
+ * going on (before the first, or between two) ends the next run at once,
+ * before it polls: so a stop from another thread is never lost, however
+ * it races with the start of the run.
  *
  * Errors: `MQL_NULL_ARGUMENT`.
  *

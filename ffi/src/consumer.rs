@@ -1114,7 +1114,7 @@ fn fetch(inner: &mut Consumer, timeout_ms: i32) -> FfiResult<Vec<Message>> {
 /// A waker for this consumer: `mql_waker_wakeup` on it, from any thread,
 /// makes a `mql_poll` blocked on this consumer return `MQL_TIMEOUT` at
 /// once (or the next one, if none is waiting). Allowed from a rebalance
-/// callback.
+/// callback, and on a closed consumer (whose waker then wakes nothing).
 ///
 /// Ownership: on `MQL_OK`, `*out` is a new waker owned by the caller;
 /// release it with `mql_waker_free` (before or after the consumer).
@@ -1175,7 +1175,7 @@ pub unsafe extern "C" fn mql_waker_free(waker: *mut mql_waker) {
 }
 
 /// What the consumer did so far, into `*out`. Allowed from a rebalance
-/// callback.
+/// callback, and on a closed consumer.
 ///
 /// Ownership: borrows `consumer` for the call; the results are plain
 /// values; nothing to free.

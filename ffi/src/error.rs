@@ -312,6 +312,73 @@ pub extern "C" fn mql_last_error() -> *const c_char {
     })
 }
 
+/// Copies the text of the latest failure on the calling thread (what
+/// `mql_last_error()` returns) into `buf`, like `snprintf`: at most
+/// `buf_len - 1` bytes followed by a NUL when `buf_len` > 0, cut short at a
+/// UTF-8 character boundary so that the copy is valid UTF-8. Returns the
+/// length of the whole text in bytes, without the NUL: the copy was cut
+/// short when that is at least `buf_len` (call again with a buffer of the
+/// returned length plus one to get all of it). `buf` may be NULL to ask for
+/// the length only; nothing is written then, whatever `buf_len`.
+///
+/// Never fails and never changes the last error. Error texts have no fixed
+/// limit (they quote the names and paths they are about), so this is the
+/// way to keep one in a buffer of your own.
+///
+/// Ownership: borrows `buf` for the call; nothing to free.
+///
+/// # Safety
+/// `buf` is NULL or valid for writing `buf_len` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn mql_last_error_copy(buf: *mut c_char, buf_len: usize) -> usize {
+    guard_value(0, || {
+        LAST_ERROR
+            .try_with(|l| match l.try_borrow() {
+                // SAFETY: forwarded caller contract.
+                Ok(l) => unsafe {
+                    copy_text(l.text.as_deref().map_or(b"", CStr::to_bytes), buf, buf_len)
+                },
+                Err(_) => 0,
+            })
+            .unwrap_or(0)
+    })
+}
+
+/// Copies `text` into `(buf, buf_len)` as [`mql_last_error_copy`] says;
+/// returns `text.len()`.
+///
+/// # Safety
+/// `buf` is NULL or valid for writing `buf_len` bytes, not overlapping
+/// `text`.
+unsafe fn copy_text(text: &[u8], buf: *mut c_char, buf_len: usize) -> usize {
+    if !buf.is_null() && buf_len > 0 {
+        let n = utf8_floor(text, buf_len - 1);
+        // SAFETY: `buf` is valid for `buf_len` bytes by the caller's
+        // contract and n + 1 <= buf_len; bytes need no alignment; `text` is
+        // the library's own buffer, which cannot overlap the caller's.
+        unsafe {
+            std::ptr::copy_nonoverlapping(text.as_ptr(), buf.cast::<u8>(), n);
+            buf.add(n).write(0);
+        }
+    }
+    text.len()
+}
+
+/// The largest `n <= max` at which `text` (UTF-8) can be cut without
+/// splitting a character.
+fn utf8_floor(text: &[u8], max: usize) -> usize {
+    if max >= text.len() {
+        return text.len();
+    }
+    let mut n = max;
+    // text[n] is the first byte left out: while it continues a character,
+    // that character started before the cut and is left out too.
+    while n > 0 && text[n] & 0xC0 == 0x80 {
+        n -= 1;
+    }
+    n
+}
+
 /// Status of the latest failure on the calling thread (`MQL_OK` when no call
 /// on this thread has failed yet). Successful calls do not clear it.
 ///
@@ -463,6 +530,53 @@ mod tests {
         assert_eq!(guard(|| Ok(())), MQL_OK);
         // Success leaves the last error alone.
         assert_eq!(mql_last_error_code(), MQL_PANIC);
+    }
+
+    fn last_error_copy(buf_len: usize) -> (usize, Vec<u8>) {
+        let mut buf = vec![b'#'; buf_len];
+        // SAFETY: `buf` is valid for `buf_len` bytes.
+        let full = unsafe { mql_last_error_copy(buf.as_mut_ptr().cast(), buf_len) };
+        (full, buf)
+    }
+
+    #[test]
+    fn last_error_copy_truncates_at_character_boundaries() {
+        // "é" is two bytes and "€" three: 8 bytes in all.
+        let st = guard(|| Err(Failure::invalid("aébc€")));
+        assert_eq!(st, MQL_INVALID_ARGUMENT);
+        let text = "aébc€".as_bytes();
+        // SAFETY: NULL asks for the length only.
+        assert_eq!(unsafe { mql_last_error_copy(std::ptr::null_mut(), 99) }, 8);
+        assert_eq!(last_error_copy(0), (8, vec![]));
+        // buf_len -> how many bytes of the text fit (never half an "é" or
+        // "€"); the rest of the buffer after the NUL is untouched.
+        for (buf_len, kept) in [
+            (1, 0),
+            (2, 1),
+            (3, 1),
+            (4, 3),
+            (5, 4),
+            (6, 5),
+            (7, 5),
+            (8, 5),
+            (9, 8),
+        ] {
+            let (full, buf) = last_error_copy(buf_len);
+            assert_eq!(full, 8);
+            let mut want = text[..kept].to_vec();
+            want.push(0);
+            want.resize(buf_len, b'#');
+            assert_eq!(buf, want, "buf_len {buf_len}");
+        }
+        // Reading it changed nothing.
+        assert_eq!(mql_last_error_code(), MQL_INVALID_ARGUMENT);
+    }
+
+    #[test]
+    fn utf8_floor_never_splits_a_character() {
+        let s = "x€y".as_bytes(); // x, 3 bytes, y
+        let cuts: Vec<usize> = (0..=6).map(|m| utf8_floor(s, m)).collect();
+        assert_eq!(cuts, [0, 1, 1, 1, 4, 5, 5]);
     }
 
     #[test]

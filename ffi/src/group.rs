@@ -155,7 +155,7 @@ impl RebalanceListener for CListener {
 /// replacing the one set before; NULL `callback` removes it. Takes effect
 /// at once, also for a subscription made earlier. Only group members
 /// (`mql_subscribe*` with a group id, not in broadcast mode) have
-/// rebalances.
+/// rebalances; setting one on a closed consumer is allowed and harmless.
 ///
 /// Threads and lifetime: the callback runs on the consumer's own thread;
 /// `user_data` must stay valid until the callback is replaced or the

@@ -16,9 +16,23 @@
 //!   status. Successful calls leave both alone (like `errno`). The text stays
 //!   valid until the next failing call on the same thread (or the thread's
 //!   exit); never free it.
+//!   `mql_last_error_copy()` copies the text into a caller's buffer of any
+//!   size, like `snprintf` (cut short safely, returning the full length):
+//!   texts have no fixed limit, as they quote the names and paths they are
+//!   about.
 //! - **Handles** are opaque pointers. Each kind is released by its own
 //!   `_free` function (a broker by `mql_close`); passing NULL to a `_free`
 //!   function does nothing.
+//! - **Closing versus freeing.** Closing may be repeated and is checked:
+//!   `mql_producer_close` and `mql_consumer_close` may be called again, and
+//!   calls on a closed handle (or on handles whose broker was closed with
+//!   `mql_close`) fail with `MQL_CLOSED`, except those the doc comments name
+//!   (statistics, ids, closing again). Freeing is not checked: using a
+//!   handle, or any pointer its accessors returned, after its `_free` (or a
+//!   broker after `mql_close`), and freeing it twice, are undefined
+//!   behaviour, which the library cannot detect (the memory may already
+//!   belong to something else). Wakers and stoppers, and messages and group
+//!   infos, may outlive the handles they came from.
 //! - **NULL and strings.** A NULL pointer where one is required gives
 //!   `MQL_NULL_ARGUMENT` (the doc comment says where NULL is allowed and what
 //!   it means). Strings are NUL-terminated UTF-8 (`MQL_INVALID_UTF8`

@@ -425,14 +425,16 @@ pub unsafe extern "C" fn mql_processor_stopper(
 }
 
 /// Asks the processor's run to stop: it dispatches nothing more, lets the
-/// workers finish the messages they hold (including their retries),
-/// commits what was processed and returns. Safe to call from any thread,
-/// also from the handler, several times, and after the processor was
-/// freed (it then does nothing).
+/// workers finish the messages they hold (a message whose handler fails
+/// then is not retried: it stays unprocessed and uncommitted, for a later
+/// run or another member), commits what was processed and returns. Safe to
+/// call from any thread, also from the handler, several times, and after
+/// the processor was freed (it then does nothing).
 ///
-/// A stop applies to the run going on: `mql_processor_run` forgets any
-/// stop asked before it started. To stop a run started on another thread
-/// right away, make sure it started (e.g. once the handler was called).
+/// A stop is used up by the run it ends. A stop asked while no run is
+/// going on (before the first, or between two) ends the next run at once,
+/// before it polls: so a stop from another thread is never lost, however
+/// it races with the start of the run.
 ///
 /// Errors: `MQL_NULL_ARGUMENT`.
 ///

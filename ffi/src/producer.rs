@@ -608,7 +608,9 @@ pub unsafe extern "C" fn mql_send_batch(
 
 /// Waits until every record sent so far is done: written, flushed to disk
 /// for `acks = -1`, and its callback run. Called from a delivery callback,
-/// it does not wait for the callbacks still running.
+/// it does not wait for the callbacks still running. On a producer closed
+/// with `mql_producer_close` it returns `MQL_OK` at once: nothing is
+/// pending then.
 ///
 /// Errors: `MQL_CLOSED` after `mql_close` of the broker, I/O errors.
 ///
@@ -628,7 +630,7 @@ pub unsafe extern "C" fn mql_producer_flush(producer: *mut mql_producer) -> mql_
 
 /// Like `mql_producer_flush`, giving up with `MQL_TIMEOUT` after
 /// `timeout_ms` milliseconds (the records stay queued and are still
-/// delivered later).
+/// delivered later). Like it, `MQL_OK` at once on a closed producer.
 ///
 /// Errors: `MQL_TIMEOUT`, `MQL_CLOSED` after `mql_close` of the broker, I/O
 /// errors.
