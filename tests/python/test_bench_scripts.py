@@ -1,0 +1,162 @@
+"""bench/peers.py and bench/report.py run end to end at a tiny N.
+
+Only that they work and write what bench/report.py reads: no figure is
+checked for speed. Redis rows are expected only where redis-server is
+installed; without it the script must say it skips them, in one line.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PEERS = ROOT / "bench" / "peers.py"
+REPORT = ROOT / "bench" / "report.py"
+ROW_KEYS = {"group", "system", "durability", "n", "size", "msgs_per_s", "mb_per_s", "reference"}
+# Whichever system is measured, these groups come out of a run at one size.
+GROUPS = [
+    "produce 64 B, acks=1",
+    "produce 64 B, acks=1, batches of 1000",
+    "produce 64 B, acks=all",
+    "produce 64 B, acks=all, batches of 1000",
+    "consume 64 B",
+]
+PEERS_EXPECTED = ["persist-queue SQLiteQueue", "persist-queue Queue", "litequeue", "diskcache", "queuelib"]
+
+
+def run_peers(tmp_path: Path, *args: str, path_env: str | None = None) -> tuple[dict[str, Any], str]:
+    """Runs peers.py with its scratch space in tmp_path; returns the JSON and stdout."""
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    out = tmp_path / "python-peers.json"
+    env = dict(os.environ, TMPDIR=str(scratch))
+    if path_env is not None:
+        env["PATH"] = path_env
+    cmd = [sys.executable, str(PEERS), "--n", "200", "--sizes", "64", "--runs", "1", "--budget", "0.05"]
+    proc = subprocess.run(
+        [*cmd, "--out", str(out), *args], env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert list(scratch.iterdir()) == [], "peers.py left files in $TMPDIR"
+    return json.loads(out.read_text()), proc.stdout
+
+
+def check_rows(doc: dict[str, Any]) -> None:
+    assert doc["suite"] == "python"
+    assert doc["runs"] == 1
+    assert {"cpu", "cores", "kernel", "python"} <= set(doc["machine"])
+    for row in doc["rows"]:
+        assert ROW_KEYS <= set(row), row
+        assert row["size"] == 64
+        assert 1 <= row["n"] <= 200
+        assert row["msgs_per_s"] > 0
+        assert row["mb_per_s"] == pytest.approx(row["msgs_per_s"] * 64 / 1e6)
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for row in doc["rows"]:
+        groups.setdefault(row["group"], []).append(row)
+    for name, rows in groups.items():
+        refs = [r["system"] for r in rows if r["reference"]]
+        assert len(refs) == 1, (name, refs)
+        assert refs[0].startswith("mqlite"), (name, refs)
+
+
+def test_peers_and_report(tmp_path: Path) -> None:
+    doc, stdout = run_peers(tmp_path)
+    check_rows(doc)
+    assert sorted({r["group"] for r in doc["rows"]}) == sorted(GROUPS)
+    systems = " ".join(r["system"] for r in doc["rows"])
+    for peer in PEERS_EXPECTED + ["mqlite send_batch", "mqlite consumer iteration", "collections.deque"]:
+        assert peer in systems, peer
+    redis_rows = [r for r in doc["rows"] if r["system"].startswith("Redis")]
+    if shutil.which("redis-server"):
+        assert {r["group"] for r in redis_rows} == set(GROUPS), redis_rows
+    else:
+        assert redis_rows == []
+        assert "SKIP Redis" in stdout
+    for r in doc["rows"]:
+        assert (r["n"] < 200) == ("N scaled down" in r.get("note", "")), r
+
+    md = tmp_path / "docs" / "benchmarks.md"
+    proc = subprocess.run(
+        [sys.executable, str(REPORT), "--in", str(tmp_path / "python-peers.json"), "--out", str(md)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    page = md.read_text()
+    for group in GROUPS:
+        assert f"### {group}\n" in page
+    assert "![messages per second, log scale, per group](benchmarks.png)" in page
+    assert "| mqlite from Python ahead of every Python peer in every group |" in page
+    assert "no Rust figures" in page
+    assert "make bench" in page
+    png = (tmp_path / "docs" / "benchmarks.png").read_bytes()
+    assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 10_000
+
+
+def test_without_redis_server(tmp_path: Path) -> None:
+    # A PATH without redis-server: the Redis rows go, with one clear line.
+    doc, stdout = run_peers(tmp_path, "--only", "consume", path_env=str(tmp_path))
+    check_rows(doc)
+    skips = [line for line in stdout.splitlines() if line.startswith("SKIP Redis")]
+    assert len(skips) == 1 and "redis-server is not installed" in skips[0], stdout
+    assert {r["group"] for r in doc["rows"]} == {"consume 64 B"}
+    assert not any(r["system"].startswith("Redis") for r in doc["rows"])
+    assert any("Redis: skipped" in n for n in doc["notes"])
+
+
+def load_peers_module() -> Any:
+    spec = importlib.util.spec_from_file_location("bench_peers", PEERS)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while it loads
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        del sys.modules[spec.name]
+    return module
+
+
+def test_choose_n_scales_slow_rows_by_rate() -> None:
+    peers = load_peers_module()
+
+    def case(rate: float) -> Any:
+        calls: list[int] = []
+
+        def measure(n: int) -> float:
+            calls.append(n)
+            return n / rate  # as if timed: n messages at `rate` per second
+
+        return peers.Case("g", "s", "d", measure), calls
+
+    fast, calls = case(1e7)
+    assert peers.choose_n(fast, 1_000_000, 2.0) == 1_000_000
+    assert calls == [100, 1000, 10_000, 100_000, 1_000_000]
+    slow, calls = case(1234.0)  # 2 s hold 2468 messages: rounded down to 2 digits
+    assert peers.choose_n(slow, 1_000_000, 2.0) == 2400
+    assert calls == [100, 1000]  # 1000 messages took 0.81 s, a quarter of the budget or more
+    crawl, _ = case(10.0)
+    assert peers.choose_n(crawl, 1_000_000, 2.0) == 100  # never fewer than 100
+    assert peers.round_down(987_654) == 980_000
+
+
+def test_report_without_figures(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, str(REPORT), "--in", str(tmp_path / "missing.json"), "--out", str(tmp_path / "b.md")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 1
+    assert "no figures to render" in proc.stderr
+    assert not (tmp_path / "b.md").exists()
