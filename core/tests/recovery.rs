@@ -1,6 +1,8 @@
 //! Recovery on open: the active segment's tail is scanned and cut at the
-//! first bad batch; sealed segments are not scanned, and damage in them is
-//! refused when read instead of delivered.
+//! first bad batch. After a clean close (the damage here is done to closed
+//! directories) sealed segments are not scanned, and damage in them is
+//! refused when read instead of delivered; after an unclean shutdown they
+//! are checked from the recovery point on (tests/power_loss.rs).
 
 mod common;
 

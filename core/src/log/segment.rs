@@ -493,12 +493,17 @@ impl Segment {
         Ok(())
     }
 
-    /// Flushes everything published to disk (log, indexes, directory entry).
+    /// Flushes everything published to disk: the log, its directory entry
+    /// and, once sealed, the indexes. The active segment's indexes are not
+    /// synced: they are hints, every entry is checked against the log before
+    /// use, and after an unclean shutdown recovery rebuilds them from the
+    /// log; syncing them would cost an `acks=all` flush up to two more
+    /// `msync`s.
     pub(crate) fn flush(&self) -> Result<()> {
         self.log.flush()?;
-        self.index.file().flush()?;
-        self.time.file().flush()?;
         if self.is_sealed() {
+            self.index.file().flush()?;
+            self.time.file().flush()?;
             self.log.sync_file()?; // the trimmed size
         }
         if !self.dir_synced.load(Ordering::Acquire) {
