@@ -38,8 +38,16 @@ fn consume_child() {
     let mut since_commit = 0;
     loop {
         let got = c.poll(Duration::from_millis(100)).unwrap();
-        if got.is_empty() {
-            // Caught up: commit and stop.
+        // Caught up (an empty poll alone is not proof: on a loaded machine
+        // the first polls can return before the assignment): commit, stop.
+        let assigned = c.assignment();
+        let caught_up = got.is_empty()
+            && !assigned.is_empty()
+            && assigned.iter().all(|(t, p)| {
+                let end = mq.topic(t).unwrap().partitions[*p as usize].end_offset;
+                c.position(t, *p).unwrap() >= end
+            });
+        if caught_up {
             since_commit = usize::MAX;
         }
         for m in &got {
@@ -55,7 +63,7 @@ fn consume_child() {
                 }
             }
             out.flush().unwrap();
-            if got.is_empty() {
+            if caught_up {
                 return;
             }
             since_commit = 0;

@@ -554,3 +554,56 @@ fn a_topic_can_stamp_log_append_time() {
     let mq = Broker::open(tmp.path(), cfg()).unwrap();
     assert!(mq.topic("t").unwrap().config.log_append_time, "persisted");
 }
+
+/// A blocking send right after asynchronous sends that are still lingering
+/// lands after them: the background thread appending the lingering batch
+/// must not let the blocking send overtake it (tests/stress.rs found that
+/// it could, when the pending count dropped before the batch was written).
+#[test]
+fn a_blocking_send_never_overtakes_a_lingering_batch() {
+    let (_tmp, mq) = setup(1);
+    let p = mq
+        .producer(
+            ProducerConfig::default()
+                .linger_ms(1)
+                .compression(mqlite::Compression::Lz4),
+        )
+        .unwrap();
+    let started = std::time::Instant::now();
+    let mut n = 0u64;
+    let mut round = 0u64;
+    while started.elapsed() < Duration::from_millis(3000) {
+        for _ in 0..40 {
+            p.send_async(
+                Record::new("t")
+                    .partition(0)
+                    .value(n.to_be_bytes().to_vec()),
+                |r| {
+                    r.unwrap();
+                },
+            )
+            .unwrap();
+            n += 1;
+        }
+        // Around the linger time, so the background thread is often busy
+        // appending the batch when the blocking send comes.
+        std::thread::sleep(Duration::from_micros((round * 97) % 2100));
+        round += 1;
+        p.send(
+            Record::new("t")
+                .partition(0)
+                .value(n.to_be_bytes().to_vec()),
+        )
+        .unwrap();
+        n += 1;
+    }
+    p.flush().unwrap();
+    let values: Vec<u64> = read_partition(&mq, "t", 0)
+        .unwrap()
+        .iter()
+        .map(|m| u64::from_be_bytes(m.value.as_deref().unwrap().try_into().unwrap()))
+        .collect();
+    assert_eq!(values.len() as u64, n);
+    let inversions = values.windows(2).filter(|w| w[1] < w[0]).count();
+    assert_eq!(inversions, 0, "records out of send order in {round} rounds");
+}

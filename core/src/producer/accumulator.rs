@@ -95,10 +95,14 @@ impl Inner {
             return;
         };
         let n = b.enc.count as usize;
-        self.pending.fetch_sub(n, Ordering::Release);
         self.chooser.batch_sent(b.log.topic(), b.partition);
         let topic = Arc::clone(b.log.topic());
         let res = self.append_encoded(&b.log, &b.enc, b.first_seq);
+        // Only now (still under the accumulator lock): a blocking send that
+        // sees no pending records skips the lock and appends at once, so
+        // lowering the count before the append let it overtake this batch
+        // (found by tests/stress.rs).
+        self.pending.fetch_sub(n, Ordering::Release);
         let md = |i: usize, p: &Pending, a: &crate::log::Appended| RecordMetadata {
             topic: Arc::clone(&topic),
             partition: b.partition,
