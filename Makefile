@@ -8,7 +8,7 @@ CARGO ?= cargo
 PROFILE_DIR := target/release
 DEMO_DIR := demo-data
 
-.PHONY: all test demo bench soak fuzz venv ext ffi rust-test c-test py-test lint fmt header clean
+.PHONY: all test demo bench bench-smoke soak fuzz venv ext ffi rust-test c-test py-test lint fmt header clean
 
 all: ext ffi
 
@@ -42,11 +42,18 @@ c-test: ffi
 py-test: ext
 	$(VPY) -m pytest -q tests/python
 
-test: rust-test c-test py-test
+# The Rust peer bench at a tiny size, only to prove it runs (no speed is
+# asserted; its own workspace, so `rust-test` does not build the peers).
+bench-smoke:
+	$(CARGO) run --release -q --manifest-path bench/rust-peers/Cargo.toml -- --quick --out target/bench/rust-peers-quick.json
+
+test: rust-test c-test py-test bench-smoke
 	@echo "all tests passed"
 
 lint:
 	$(CARGO) fmt --all -- --check
+	$(CARGO) fmt --manifest-path bench/rust-peers/Cargo.toml -- --check
+	$(CARGO) fmt --manifest-path fuzz/Cargo.toml -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
 # Regenerates include/mqlite.h (the test suite fails while it is stale).
@@ -73,9 +80,7 @@ bench: ext
 	command -v redis-server >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server; } \
 		|| echo "could not install redis-server: bench/peers.py will skip the Redis rows"
 	$(VPY) bench/peers.py
-	if [ -f bench/rust-peers/Cargo.toml ]; then \
-		$(CARGO) run --release --manifest-path bench/rust-peers/Cargo.toml -- --out target/bench/rust-peers.json; \
-	else echo "bench/rust-peers is not there: no Rust peer figures"; fi
+	$(CARGO) run --release --manifest-path bench/rust-peers/Cargo.toml -- --out target/bench/rust-peers.json
 	$(VPY) bench/report.py
 
 # Long fault-injection runs (not part of `make test`, which runs short

@@ -81,6 +81,7 @@ fn run_child(exe: &Path, dir: &Path, stop_after: usize) -> Vec<String> {
         ])
         .env(CHILD_DIR, dir)
         .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(dir.join("child.stderr")).unwrap())
         .stdin(Stdio::null())
         .spawn()
         .unwrap();
@@ -152,5 +153,10 @@ fn a_killed_consumer_resumes_at_its_commits() {
             }
         }
     }
-    assert_eq!(seen.len(), total, "every message consumed at least once");
+    assert_eq!(
+        seen.len(),
+        total,
+        "every message consumed at least once; last child's stderr:\n{}",
+        std::fs::read_to_string(tmp.path().join("child.stderr")).unwrap_or_default()
+    );
 }

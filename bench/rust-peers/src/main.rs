@@ -1,0 +1,406 @@
+//! mqlite's Rust API against the crates a Rust user would pick for a
+//! persistent queue, and against raw baselines, measured in one run.
+//!
+//! ```sh
+//! cd bench/rust-peers
+//! cargo run --release -- --out ../../target/bench/rust-peers.json
+//! cargo run --release -- --quick          # smoke test: tiny N, one run
+//! cargo run --release -- --only fjall     # rows whose "group: system" match
+//! ```
+//!
+//! This crate is a workspace of its own: the top-level `cargo test
+//! --workspace` never builds it or its peers.
+//!
+//! For each message size (`--sizes`, default 100 and 1024 bytes) it fills
+//! four groups of rows; rows of a group are compared with its reference, an
+//! mqlite row, and the ratio is printed beside each row:
+//!
+//! * `produce S B, acks=1`: one message per call, nothing fsynced: mqlite
+//!   `Producer::send` (the reference) and `send_borrowed`, one-record raw log
+//!   appends, `commitlog::append_msg`, `yaque::try_send`, `queue-file::add`
+//!   (`sync_writes` off), `fjall` and `sled` `insert` with big-endian `u64`
+//!   keys, and the raw baselines: memcpy into a `Vec`, memcpy into a fresh
+//!   memmap2-mapped file of the right size.
+//! * `produce S B, acks=1, batches of B`: the same, `--batch` messages per
+//!   call (`send_batch`, the reference; raw log append of a batch;
+//!   commitlog `append` of a `MessageBuf`; `try_send_batch`; `add_n`; fjall
+//!   write batches; sled `apply_batch`).
+//! * `produce S B, acks=all`: fsync before the ack, one sync per batch of
+//!   `--batch`: mqlite `send_batch` with `acks=all` (the reference), `send`
+//!   with `acks=all` from `--threads` threads (group commit), raw log append
+//!   and flush, raw mmap and msync per batch, queue-file `add_n` with
+//!   `sync_writes`, fjall batches committed with `PersistMode::SyncData`.
+//!   yaque and commitlog have no sync call, and sled's `flush` is
+//!   `sync_file_range` on Linux (no fsync): they are left out, with a
+//!   printed note. Fewer messages (`--durable-n`, default N/50).
+//! * `consume S B`: reading back a backlog written beforehand (untimed; the
+//!   store is closed and reopened first), `500` messages per call: mqlite
+//!   `Consumer::poll` (the reference), raw log scan, commitlog `read`, yaque
+//!   `try_recv_batch_up_to` + commit, queue-file `iter` + `remove_n`, fjall
+//!   and sled range scans from a cursor key, and a mapped file. Each reader
+//!   folds every payload byte into a digest checked against what was
+//!   written, so a lost or wrong message fails the row.
+//!
+//! Every run uses fresh temporary directories (under `--tmp`). Figures are
+//! medians of `--runs` runs. A peer predicted (from a pilot run of N/50) to
+//! take longer than `--budget` seconds per run is measured at a smaller N,
+//! said in its row's note. Results go to `--out` in the shared bench format
+//! (suite "rust"). Exits non-zero when any row failed.
+
+#![deny(unsafe_code)]
+
+mod baseline;
+mod mq;
+mod peers;
+mod report;
+mod runner;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Parser;
+use fjall::PersistMode;
+use mqlite::Acks;
+
+use report::Report;
+use runner::{Bench, Ctx, Group, Kind, RunOpts};
+
+/// Command-line flags.
+#[derive(Debug, Parser)]
+#[command(about = "mqlite's Rust API against persistent-queue crates and raw baselines")]
+struct Args {
+    /// Messages per row [default: 1000000; 2000 with --quick].
+    #[arg(long)]
+    n: Option<u64>,
+    /// Payload sizes in bytes, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "100,1024")]
+    sizes: Vec<usize>,
+    /// Runs per row; figures are medians [default: 3; 1 with --quick].
+    #[arg(long)]
+    runs: Option<usize>,
+    /// Write the results as JSON (shared bench format, suite "rust").
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Only rows whose "group: system" contains this text (any case).
+    #[arg(long)]
+    only: Option<String>,
+    /// Smoke test: tiny N and one run unless --n / --runs say otherwise.
+    #[arg(long)]
+    quick: bool,
+    /// Messages per batch in the batched and acks=all rows.
+    #[arg(long, default_value_t = 100)]
+    batch: usize,
+    /// Messages per row of the acks=all groups [default: N/50, at least
+    /// two batches].
+    #[arg(long)]
+    durable_n: Option<u64>,
+    /// Sender threads of the acks=all group-commit row.
+    #[arg(long, default_value_t = 16)]
+    threads: usize,
+    /// Seconds a peer's run may take before its N is scaled down.
+    #[arg(long, default_value_t = 30.0)]
+    budget: f64,
+    /// Directory for the temporary data directories [default: the system's
+    /// temporary directory].
+    #[arg(long)]
+    tmp: Option<PathBuf>,
+}
+
+const NO_FSYNC: &str = "no fsync";
+
+fn groups(size: usize, n: u64, durable_n: u64, batch: usize, threads: usize) -> Vec<Group> {
+    use peers::{commitlog, fjall, queue_file, sled, yaque};
+    use Kind::{Baseline, Mqlite, Peer};
+    let mq_acks1 = "acks=1: in the segment's shared memory map (page cache), no fsync; \
+                    survives a crash of the process";
+    let fjall_buffer =
+        "journal handed to the OS per write (PersistMode::Buffer, fjall's default), no fsync";
+    let sled_cache = "sled's own cache, written to its log by a background flush every 500 ms \
+                      (default): a crash of the process can lose the last 500 ms";
+    let baselines = || {
+        vec![
+            Bench::new(
+                "memcpy into a Vec",
+                "none (process memory)",
+                Baseline,
+                baseline::memcpy,
+            ),
+            Bench::new(
+                "raw memmap2 write",
+                format!("page cache (fresh mapped file), {NO_FSYNC}"),
+                Baseline,
+                |c, n| baseline::mmap_write(c, n, false),
+            ),
+        ]
+    };
+
+    let mut one = vec![
+        Bench::new("mqlite send", mq_acks1, Mqlite, |c, n| {
+            mq::send(c, n, Acks::One)
+        })
+        .reference(),
+        Bench::new("mqlite send_borrowed", mq_acks1, Mqlite, mq::send_borrowed),
+        Bench::new(
+            "mqlite raw log append (1 per call)",
+            mq_acks1,
+            Mqlite,
+            |c, n| mq::raw_append(c, n, 1, false),
+        ),
+        Bench::new(
+            "commitlog append_msg",
+            format!("write(2) per append into the page cache, {NO_FSYNC}"),
+            Peer,
+            commitlog::one,
+        ),
+        Bench::new(
+            "yaque try_send",
+            format!("BufWriter flushed per send (write(2) into the page cache), {NO_FSYNC}"),
+            Peer,
+            yaque::one,
+        ),
+        Bench::new(
+            "queue-file add",
+            format!("sync_writes off: write(2) into the page cache, {NO_FSYNC}"),
+            Peer,
+            queue_file::one,
+        ),
+        Bench::new("fjall insert", fjall_buffer, Peer, fjall::one),
+        Bench::new("sled insert", sled_cache, Peer, sled::one),
+    ];
+    one.extend(baselines());
+
+    let mut batched = vec![
+        Bench::new("mqlite send_batch", mq_acks1, Mqlite, |c, n| {
+            mq::send_batch(c, n, Acks::One)
+        })
+        .reference(),
+        Bench::new(
+            "mqlite raw log append (batch)",
+            mq_acks1,
+            Mqlite,
+            move |c, n| mq::raw_append(c, n, c.batch, false),
+        ),
+        Bench::new(
+            "commitlog append (MessageBuf)",
+            format!("one write(2) per batch into the page cache, {NO_FSYNC}"),
+            Peer,
+            commitlog::batch,
+        ),
+        Bench::new(
+            "yaque try_send_batch",
+            format!("BufWriter flushed per batch into the page cache, {NO_FSYNC}"),
+            Peer,
+            yaque::batch,
+        ),
+        Bench::new(
+            "queue-file add_n",
+            format!("sync_writes off: write(2) into the page cache, {NO_FSYNC}"),
+            Peer,
+            |c, n| queue_file::batch(c, n, false),
+        ),
+        Bench::new(
+            "fjall write batch",
+            "journal handed to the OS per batch (durability PersistMode::Buffer), no fsync",
+            Peer,
+            |c, n| fjall::batch(c, n, PersistMode::Buffer),
+        ),
+        Bench::new("sled apply_batch", sled_cache, Peer, sled::batch),
+    ];
+    batched.extend(baselines());
+
+    let durable = vec![
+        Bench::new(
+            "mqlite send_batch",
+            format!("acks=all: one msync (syncs data like fdatasync) per send_batch of {batch}"),
+            Mqlite,
+            |c, n| mq::send_batch(c, n, Acks::All),
+        )
+        .reference(),
+        Bench::new(
+            &format!("mqlite send, {threads} threads"),
+            format!(
+                "acks=all: each send waits for its flush; {threads} concurrent senders \
+                 share flushes (group commit)"
+            ),
+            Mqlite,
+            mq::send_threads,
+        ),
+        Bench::new(
+            "mqlite raw log append + flush",
+            format!("append of {batch} then flush (msync) per batch"),
+            Mqlite,
+            |c, n| mq::raw_append(c, n, c.batch, true),
+        ),
+        Bench::new(
+            "raw memmap2 write + msync",
+            format!("memcpy then msync of the range written, per batch of {batch}"),
+            Baseline,
+            |c, n| baseline::mmap_write(c, n, true),
+        ),
+        Bench::new(
+            "queue-file add_n, sync_writes",
+            format!("sync_writes on: add_n of {batch} syncs (fdatasync) before returning"),
+            Peer,
+            |c, n| queue_file::batch(c, n, true),
+        ),
+        Bench::new(
+            "fjall write batch, SyncData",
+            format!("batch of {batch} committed with durability PersistMode::SyncData (fdatasync of the journal)"),
+            Peer,
+            |c, n| fjall::batch(c, n, PersistMode::SyncData),
+        ),
+    ];
+
+    let consume = vec![
+        Bench::new(
+            "mqlite poll",
+            "standalone consumer assigned the partition, 500 per poll; zero-copy values; \
+             position in memory (no commit)",
+            Mqlite,
+            mq::poll,
+        )
+        .reference(),
+        Bench::new(
+            "mqlite raw log scan",
+            "log-level scan, every batch's CRC checked, no consumer",
+            Mqlite,
+            mq::raw_scan,
+        ),
+        Bench::new(
+            "commitlog read",
+            "read(offset, ReadLimit) of 500 messages' bytes, copied into a MessageBuf; \
+             position kept by the caller",
+            Peer,
+            commitlog::consume,
+        ),
+        Bench::new(
+            "yaque try_recv_batch_up_to + commit",
+            "500 per call, committed; yaque saves the read position every 250 reads (default)",
+            Peer,
+            yaque::consume,
+        ),
+        Bench::new(
+            "queue-file iter + remove_n",
+            "iter().take(500) then remove_n (header rewritten, no fsync)",
+            Peer,
+            queue_file::consume,
+        ),
+        Bench::new(
+            "fjall range scan",
+            "range from a cursor key, 500 per scan; keys not deleted",
+            Peer,
+            fjall::consume,
+        ),
+        Bench::new(
+            "sled range scan",
+            "range from a cursor key, 500 per scan; keys not deleted",
+            Peer,
+            sled::consume,
+        ),
+        Bench::new(
+            "raw memmap2 read",
+            "reading a mapped file record by record",
+            Baseline,
+            baseline::mmap_read,
+        ),
+    ];
+
+    vec![
+        Group {
+            name: format!("produce {size} B, acks=1"),
+            n,
+            note: None,
+            left_out: Vec::new(),
+            benches: one,
+        },
+        Group {
+            name: format!("produce {size} B, acks=1, batches of {batch}"),
+            n,
+            note: None,
+            left_out: Vec::new(),
+            benches: batched,
+        },
+        Group {
+            name: format!("produce {size} B, acks=all"),
+            n: durable_n,
+            note: Some(format!(
+                "N = {durable_n} in every row of this group (one sync per batch of {batch})"
+            )),
+            left_out: vec![
+                "yaque: its Sender has no sync call (it only flushes its BufWriter to the OS)"
+                    .into(),
+                "commitlog: CommitLog::flush msyncs the index only; the segment file is \
+                 never fsynced (File::flush is a no-op)"
+                    .into(),
+                "sled: Db::flush writes its log with sync_file_range on Linux, which neither \
+                 flushes the disk's cache nor commits metadata (sled fsyncs only from its \
+                 background flusher, every 500 ms)"
+                    .into(),
+            ],
+            benches: durable,
+        },
+        Group {
+            name: format!("consume {size} B"),
+            n,
+            note: None,
+            left_out: Vec::new(),
+            benches: consume,
+        },
+    ]
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let n = args.n.unwrap_or(if args.quick { 2_000 } else { 1_000_000 });
+    let runs = args.runs.unwrap_or(if args.quick { 1 } else { 3 }).max(1);
+    let batch = args.batch.max(1);
+    let durable_n = args
+        .durable_n
+        .unwrap_or(n / 50)
+        .max(2 * batch as u64)
+        .min(n.max(2 * batch as u64));
+    let threads = args.threads.max(1);
+    let tmp = args.tmp.clone().unwrap_or_else(std::env::temp_dir);
+    let opts = RunOpts {
+        runs,
+        only: args.only.clone(),
+        budget: args.budget,
+    };
+
+    let mut report = Report::new(runs);
+    println!(
+        "mqlite Rust peers: N = {n}, sizes {:?}, {runs} run(s) per row (medians), batch {batch}",
+        args.sizes
+    );
+    println!(
+        "machine: {}, {} cores, kernel {}, {}",
+        report.machine.cpu,
+        report.machine.cores,
+        report.machine.kernel,
+        report.machine.rustc.as_deref().unwrap_or("rustc ?")
+    );
+    let mut failures = Vec::new();
+    for &size in &args.sizes {
+        let ctx = Ctx::new(size, batch, threads, tmp.clone());
+        for group in groups(size, n, durable_n, batch, threads) {
+            failures.extend(runner::run_group(&ctx, &group, &opts, &mut report));
+        }
+    }
+
+    if let Some(out) = &args.out {
+        if let Err(e) = report.write(out) {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+        println!("\nwrote {} rows to {}", report.rows.len(), out.display());
+    }
+    if failures.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        eprintln!("\n{} row(s) failed:", failures.len());
+        for f in &failures {
+            eprintln!("  {f}");
+        }
+        ExitCode::FAILURE
+    }
+}

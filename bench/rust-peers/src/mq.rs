@@ -1,0 +1,212 @@
+//! mqlite's rows: the producer (`send`, `send_batch`, threads sharing
+//! `acks=all` flushes), the raw log below it, and the consumer.
+//!
+//! Every row uses the default broker, topic (one partition, 64 MiB
+//! preallocated segments) and producer settings (idempotent), except `acks`.
+
+use std::path::Path;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use mqlite::log::batch::RecordRef;
+use mqlite::raw::partition_log;
+use mqlite::{
+    Acks, BorrowedRecord, Broker, Config, ConsumerConfig, OffsetReset, ProducerConfig, Record,
+    TopicConfig,
+};
+
+use crate::runner::{check, chunks, time, Context, Ctx, Res, Tally, CONSUME_BATCH};
+
+const TOPIC: &str = "t";
+
+fn open(dir: &Path) -> Res<Broker> {
+    Broker::open(dir, Config::default()).ctx("Broker::open")
+}
+
+fn create(dir: &Path) -> Res<Broker> {
+    let mq = open(dir)?;
+    mq.create_topic(TOPIC, TopicConfig::new(1))
+        .ctx("create_topic")?;
+    Ok(mq)
+}
+
+fn borrowed(value: &[u8]) -> BorrowedRecord<'_> {
+    BorrowedRecord {
+        topic: TOPIC,
+        partition: Some(0),
+        value: Some(value),
+        ..BorrowedRecord::default()
+    }
+}
+
+/// `n` calls of `Producer::send`, each with a `Record` built from the
+/// payload (as a caller holding a `&[u8]` writes it).
+pub fn send(ctx: &Ctx, n: u64, acks: Acks) -> Res<f64> {
+    let dir = ctx.dir()?;
+    let mq = create(dir.path())?;
+    let p = mq
+        .producer(ProducerConfig::default().acks(acks))
+        .ctx("producer")?;
+    time(|| {
+        for i in 0..n {
+            p.send(Record::new(TOPIC).partition(0).value(ctx.payload(i)))
+                .ctx("send")?;
+        }
+        Ok(())
+    })
+}
+
+/// `n` calls of `Producer::send_borrowed` (no copy before the append).
+pub fn send_borrowed(ctx: &Ctx, n: u64) -> Res<f64> {
+    let dir = ctx.dir()?;
+    let mq = create(dir.path())?;
+    let p = mq.producer(ProducerConfig::default()).ctx("producer")?;
+    time(|| {
+        for i in 0..n {
+            p.send_borrowed(&borrowed(ctx.payload(i)))
+                .ctx("send_borrowed")?;
+        }
+        Ok(())
+    })
+}
+
+fn send_batches(mq: &Broker, ctx: &Ctx, n: u64, acks: Acks) -> Res<()> {
+    let p = mq
+        .producer(ProducerConfig::default().acks(acks))
+        .ctx("producer")?;
+    for (first, len) in ctx.batches(n) {
+        let recs: Vec<BorrowedRecord<'_>> = (first..first + len as u64)
+            .map(|i| borrowed(ctx.payload(i)))
+            .collect();
+        let md = p.send_batch(&recs).ctx("send_batch")?;
+        check(md.len() == len, || {
+            "send_batch reported too few records".into()
+        })?;
+    }
+    Ok(())
+}
+
+/// `n` records in calls of `Producer::send_batch` of `ctx.batch`.
+pub fn send_batch(ctx: &Ctx, n: u64, acks: Acks) -> Res<f64> {
+    let dir = ctx.dir()?;
+    let mq = create(dir.path())?;
+    time(|| send_batches(&mq, ctx, n, acks))
+}
+
+/// `n` calls of `Producer::send` with `acks=all`, shared by `ctx.threads`
+/// threads on one partition: concurrent senders share each flush.
+pub fn send_threads(ctx: &Ctx, n: u64) -> Res<f64> {
+    let dir = ctx.dir()?;
+    let mq = create(dir.path())?;
+    let p = mq
+        .producer(ProducerConfig::default().acks(Acks::All))
+        .ctx("producer")?;
+    let threads = ctx.threads as u64;
+    time(|| {
+        std::thread::scope(|s| {
+            let handles: Vec<_> = (0..threads)
+                .map(|t| {
+                    let p = &p;
+                    s.spawn(move || -> Res<()> {
+                        for i in (t..n).step_by(threads as usize) {
+                            p.send(Record::new(TOPIC).partition(0).value(ctx.payload(i)))
+                                .ctx("send")?;
+                        }
+                        Ok(())
+                    })
+                })
+                .collect();
+            handles.into_iter().try_for_each(|h| {
+                h.join()
+                    .unwrap_or_else(|_| check(false, || "a sender panicked".into()))
+            })
+        })
+    })
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// `n` records appended straight to the partition log (`mqlite::raw`), `per`
+/// records per batch; with `flush`, the log is flushed after each batch.
+pub fn raw_append(ctx: &Ctx, n: u64, per: usize, flush: bool) -> Res<f64> {
+    let dir = ctx.dir()?;
+    let mq = create(dir.path())?;
+    let log = partition_log(&mq, TOPIC, 0).ctx("partition_log")?;
+    let ts = now_ms();
+    time(|| {
+        let mut recs: Vec<RecordRef<'_>> = Vec::with_capacity(per);
+        for (first, len) in chunks(n, per) {
+            recs.clear();
+            recs.extend((first..first + len as u64).map(|i| RecordRef {
+                key: None,
+                value: Some(ctx.payload(i)),
+                headers: &[],
+                timestamp: ts,
+            }));
+            log.append(&recs).ctx("append")?;
+            if flush {
+                log.flush().ctx("flush")?;
+            }
+        }
+        Ok(())
+    })
+}
+
+/// A data directory holding `n` records written with `send_batch`, closed
+/// and opened again (the consume rows read a backlog from the files).
+fn backlog(ctx: &Ctx, dir: &Path, n: u64) -> Res<Broker> {
+    {
+        let mq = create(dir)?;
+        send_batches(&mq, ctx, n, Acks::One)?;
+    }
+    open(dir)
+}
+
+/// Reads the `n` records back with `Consumer::poll` (a standalone consumer
+/// assigned the partition, `CONSUME_BATCH` records per poll).
+pub fn poll(ctx: &Ctx, n: u64) -> Res<f64> {
+    let dir = ctx.dir()?;
+    let mq = backlog(ctx, dir.path(), n)?;
+    let mut c = mq
+        .consumer(
+            ConsumerConfig::default()
+                .auto_offset_reset(OffsetReset::Earliest)
+                .max_poll_records(CONSUME_BATCH),
+        )
+        .ctx("consumer")?;
+    c.assign(&[(TOPIC, 0)]).ctx("assign")?;
+    let mut tally = Tally::default();
+    let secs = time(|| {
+        let mut idle = 0;
+        while tally.count() < n {
+            let msgs = c.poll(Duration::from_millis(100)).ctx("poll")?;
+            idle = if msgs.is_empty() { idle + 1 } else { 0 };
+            check(idle < 50, || "poll found no more records".into())?;
+            for m in &msgs {
+                tally.add(m.value().unwrap_or_default());
+            }
+        }
+        Ok(())
+    })?;
+    tally.check(ctx, n)?;
+    Ok(secs)
+}
+
+/// Reads the `n` records back with the raw log scan (CRC checked, no
+/// consumer).
+pub fn raw_scan(ctx: &Ctx, n: u64) -> Res<f64> {
+    let dir = ctx.dir()?;
+    let mq = backlog(ctx, dir.path(), n)?;
+    let log = partition_log(&mq, TOPIC, 0).ctx("partition_log")?;
+    let mut tally = Tally::default();
+    let secs = time(|| {
+        log.scan(0, |_, _, v| tally.add(v.unwrap_or_default()))
+            .ctx("scan")?;
+        Ok(())
+    })?;
+    tally.check(ctx, n)?;
+    Ok(secs)
+}
