@@ -12,7 +12,11 @@ fn replay(target: &str, check: fn(&[u8])) -> usize {
         .join("../fuzz/regressions")
         .join(target);
     let mut n = 0;
-    for e in std::fs::read_dir(&dir).expect("regressions dir").flatten() {
+    // A target with no kept input yet has no directory (git keeps none).
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return 0;
+    };
+    for e in entries.flatten() {
         let p = e.path();
         if p.is_file() && p.extension().is_none_or(|x| x != "md") {
             println!("replaying {}", p.display());
