@@ -1112,7 +1112,9 @@ impl Consumer {
         self.group_sync()?;
         self.refresh_subscription();
         let deadline = Instant::now() + timeout;
-        let mut out = Vec::new();
+        // Room for a full poll up front (bounded: a huge max_poll_records
+        // grows as needed): no reallocation while messages are pushed.
+        let mut out = Vec::with_capacity(self.config.max_poll_records.min(4096));
         loop {
             if self.wake.inner.flag.swap(false, Ordering::SeqCst) {
                 break;
