@@ -1040,6 +1040,9 @@ impl Consumer {
         limit: usize,
         out: &mut Vec<Message>,
     ) -> Stop {
+        // Room for this batch's records at once (an empty poll allocates
+        // nothing; a batched log is not regrown record by record).
+        out.reserve((h.record_count as usize).min(limit - *taken));
         for r in records {
             let r = match r {
                 Ok(r) => r,
@@ -1112,9 +1115,7 @@ impl Consumer {
         self.group_sync()?;
         self.refresh_subscription();
         let deadline = Instant::now() + timeout;
-        // Room for a full poll up front (bounded: a huge max_poll_records
-        // grows as needed): no reallocation while messages are pushed.
-        let mut out = Vec::with_capacity(self.config.max_poll_records.min(4096));
+        let mut out = Vec::new();
         loop {
             if self.wake.inner.flag.swap(false, Ordering::SeqCst) {
                 break;

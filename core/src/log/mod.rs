@@ -883,19 +883,23 @@ impl PartitionLog {
             let started = Instant::now();
             let res = self.flush_segments();
             self.flushes.fetch_add(1, Ordering::Relaxed);
+            if let Ok(end) = res {
+                // Outside the lock (waiters take it), still as the only
+                // flusher (so points never go back). Not synced: a lost
+                // update only lengthens a recovery.
+                let _ = self.checkpoint.write(
+                    RecoveryPoint {
+                        offset: end,
+                        clean: false,
+                    },
+                    false,
+                );
+            }
             st = lock(&self.flush_state);
             st.in_progress = false;
             st.last_flush = started.elapsed();
             let res = match res {
                 Ok(end) => {
-                    // Not synced: a lost update only lengthens a recovery.
-                    let _ = self.checkpoint.write(
-                        RecoveryPoint {
-                            offset: end,
-                            clean: false,
-                        },
-                        false,
-                    );
                     st.last_covered = end.saturating_sub(before).max(1);
                     st.flushed = st.flushed.max(end);
                     self.flushed_fast.store(st.flushed, Ordering::Release);
