@@ -8,9 +8,10 @@ use crate::assign::AssignmentStrategy;
 use crate::broker::BrokerInner;
 use crate::error::{Error, Result};
 use crate::group::{Group, MemberSpec};
-use crate::log::batch::{self, BatchHeader, Header};
+use crate::log::batch::{self, BatchHeader};
 use crate::log::compression::MAX_UNCOMPRESSED_LEN;
 use crate::log::{Cursor, PartitionLog, Segment, Waiter};
+use crate::message::{Message, MessageBatch, Rec, Sink, Source, Span};
 use crate::offsets::{validate_group_name, CommittedOffset};
 use crate::topic::Topic;
 
@@ -231,36 +232,6 @@ struct Membership {
     generation: u64,
 }
 
-/// What a message's byte ranges point into.
-#[derive(Clone)]
-enum Backing {
-    /// The segment's memory map (a record of an uncompressed batch).
-    Segment(Arc<Segment>),
-    /// The decompressed records section of a compressed batch, shared by
-    /// every message of that batch. (An `Arc<Vec<u8>>` rather than an
-    /// `Arc<[u8]>`: the decompressed `Vec` is shared as it is, not copied.)
-    Buffer(Arc<Vec<u8>>),
-}
-
-impl Backing {
-    #[inline]
-    fn bytes(&self, start: u32, end: u32) -> &[u8] {
-        match self {
-            Backing::Segment(seg) => seg.bytes(start as usize, end as usize),
-            Backing::Buffer(buf) => &buf[start as usize..end as usize],
-        }
-    }
-}
-
-impl std::fmt::Debug for Backing {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Backing::Segment(seg) => f.debug_tuple("Segment").field(seg).finish(),
-            Backing::Buffer(buf) => write!(f, "Buffer({} bytes)", buf.len()),
-        }
-    }
-}
-
 /// A decompressed batch kept by a partition reader that stopped in its
 /// middle (`max_poll_records`), so the next poll does not decompress it again.
 #[derive(Debug)]
@@ -271,83 +242,8 @@ struct Decoded {
     pos: usize,
     /// The batch's CRC (one more check that it is the same batch).
     crc: u32,
-    records: Arc<Vec<u8>>,
-}
-
-/// A consumed record. Key, value and headers are read in place from the
-/// memory map (for a compressed batch: from the batch's records, decompressed
-/// once and shared by its messages); the message keeps its segment (or that
-/// buffer) alive while it exists, even if retention or topic deletion removes
-/// the file meanwhile.
-#[derive(Debug, Clone)]
-pub struct Message {
-    topic: Arc<str>,
-    partition: u32,
-    offset: u64,
-    timestamp: i64,
-    data: Backing,
-    key: Option<(u32, u32)>,
-    value: Option<(u32, u32)>,
-    headers: (u32, u32),
-    header_count: u32,
-}
-
-impl Message {
-    /// The topic.
-    pub fn topic(&self) -> &str {
-        &self.topic
-    }
-
-    /// The partition.
-    pub fn partition(&self) -> u32 {
-        self.partition
-    }
-
-    /// The offset.
-    pub fn offset(&self) -> u64 {
-        self.offset
-    }
-
-    /// The timestamp (ms since the epoch).
-    pub fn timestamp(&self) -> i64 {
-        self.timestamp
-    }
-
-    /// The key, if any.
-    #[inline]
-    pub fn key(&self) -> Option<&[u8]> {
-        self.key.map(|(s, e)| self.data.bytes(s, e))
-    }
-
-    /// The value, if any (`None` for a tombstone).
-    #[inline]
-    pub fn value(&self) -> Option<&[u8]> {
-        self.value.map(|(s, e)| self.data.bytes(s, e))
-    }
-
-    /// Bytes of key and value, from their ranges (without touching the
-    /// data).
-    #[inline]
-    fn payload_len(&self) -> u64 {
-        let len = |r: Option<(u32, u32)>| r.map_or(0, |(s, e)| (e - s) as u64);
-        len(self.key) + len(self.value)
-    }
-
-    /// Number of headers.
-    pub fn header_count(&self) -> usize {
-        self.header_count as usize
-    }
-
-    /// The headers, decoded, in order.
-    pub fn headers(&self) -> Vec<Header> {
-        if self.header_count == 0 {
-            return Vec::new();
-        }
-        batch::decode_headers(
-            self.data.bytes(self.headers.0, self.headers.1),
-            self.header_count,
-        )
-    }
+    /// Its records section, as the source of its messages.
+    records: Arc<Source>,
 }
 
 /// Why [`Consumer::take_records`] stopped.
@@ -373,6 +269,8 @@ struct Assigned {
     /// The compressed batch at the cursor, decompressed, when the last fetch
     /// stopped in its middle.
     decoded: Option<Decoded>,
+    /// The source of the messages of the segment last read in place.
+    source: Option<Arc<Source>>,
     /// Messages jumped over since the last count because retention deleted
     /// them before they were read.
     skipped: u64,
@@ -519,6 +417,7 @@ impl Consumer {
                 cursor: None,
                 next_base: None,
                 decoded: None,
+                source: None,
                 skipped: 0,
             },
         }
@@ -905,11 +804,11 @@ impl Consumer {
     }
 
     /// Appends up to `limit` messages of partition `a` to `out`.
-    fn fetch(
+    fn fetch<S: Sink>(
         a: &mut Assigned,
         reset: OffsetReset,
         limit: usize,
-        out: &mut Vec<Message>,
+        out: &mut S,
     ) -> Result<()> {
         let mut position = Self::resolve(a, reset)?;
         if position < a.log.start_offset() {
@@ -953,27 +852,32 @@ impl Consumer {
             // `take_records` is monomorphized per backing, so the
             // uncompressed path does no per-record work for compression.
             let stop = if h.attributes & batch::CODEC_MASK == 0 {
-                let seg = &cursor.seg;
+                let src = match &a.source {
+                    Some(src) if src.is_segment(&cursor.seg) => src,
+                    _ => a.source.insert(Arc::new(Source::segment(
+                        log.topic(),
+                        log.partition(),
+                        &cursor.seg,
+                    ))),
+                };
                 Self::take_records(
                     batch::Records::new(bytes, &h),
                     at,
-                    || Backing::Segment(Arc::clone(seg)),
+                    src,
                     &h,
-                    &log,
                     &mut position,
                     &mut taken,
                     limit,
                     out,
                 )
             } else {
-                match Self::decompress(a.decoded.take(), &cursor.seg, at, bytes, &h) {
-                    Ok(buf) => {
+                match Self::decompress(a.decoded.take(), &log, &cursor.seg, at, bytes, &h) {
+                    Ok(src) => {
                         let stop = Self::take_records(
-                            batch::Records::over_section(&buf, h.record_count),
+                            batch::Records::over_section(src.buffer_bytes(), h.record_count),
                             0,
-                            || Backing::Buffer(Arc::clone(&buf)),
+                            &src,
                             &h,
-                            &log,
                             &mut position,
                             &mut taken,
                             limit,
@@ -985,7 +889,7 @@ impl Consumer {
                                 segment: cursor.seg.base(),
                                 pos: at,
                                 crc: h.crc,
-                                records: buf,
+                                records: src,
                             });
                         }
                         stop
@@ -1029,16 +933,15 @@ impl Consumer {
     /// ranges in `backing`.
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
-    fn take_records(
+    fn take_records<S: Sink>(
         records: batch::Records<'_>,
         base: usize,
-        backing: impl Fn() -> Backing,
+        src: &Arc<Source>,
         h: &BatchHeader,
-        log: &PartitionLog,
         position: &mut u64,
         taken: &mut usize,
         limit: usize,
-        out: &mut Vec<Message>,
+        out: &mut S,
     ) -> Stop {
         // Room for this batch's records at once (an empty poll allocates
         // nothing; a batched log is not regrown record by record).
@@ -1055,19 +958,18 @@ impl Consumer {
             if *taken == limit {
                 return Stop::Limit;
             }
-            let abs =
-                |rg: std::ops::Range<usize>| ((base + rg.start) as u32, (base + rg.end) as u32);
-            out.push(Message {
-                topic: Arc::clone(log.topic()),
-                partition: log.partition(),
-                offset,
-                timestamp: h.record_timestamp(r.timestamp_delta),
-                data: backing(),
-                key: r.key.map(abs),
-                value: r.value.map(abs),
-                headers: abs(r.headers),
-                header_count: r.header_count,
-            });
+            out.push(
+                src,
+                Rec {
+                    offset,
+                    timestamp: h.record_timestamp(r.timestamp_delta),
+                    key: Span::opt(base, r.key),
+                    value: Span::opt(base, r.value),
+                    headers: Span::new(base, r.headers),
+                    header_count: r.header_count,
+                    source: 0,
+                },
+            );
             *position = offset + 1;
             *taken += 1;
         }
@@ -1079,18 +981,23 @@ impl Consumer {
     #[cold]
     fn decompress(
         cached: Option<Decoded>,
+        log: &PartitionLog,
         seg: &Segment,
         at: usize,
         bytes: &[u8],
         h: &BatchHeader,
-    ) -> std::result::Result<Arc<Vec<u8>>, &'static str> {
+    ) -> std::result::Result<Arc<Source>, &'static str> {
         if let Some(d) = cached {
             if d.segment == seg.base() && d.pos == at && d.crc == h.crc {
                 return Ok(d.records);
             }
         }
         let section = batch::records_section(bytes, h, MAX_UNCOMPRESSED_LEN)?;
-        Ok(Arc::new(section.into_owned()))
+        Ok(Arc::new(Source::buffer(
+            log.topic(),
+            log.partition(),
+            section.into_owned(),
+        )))
     }
 
     fn has_data(&self) -> bool {
@@ -1109,19 +1016,35 @@ impl Consumer {
     /// [`ConsumerWaker::wakeup`] from another thread makes it return at
     /// once.
     pub fn poll(&mut self, timeout: Duration) -> Result<Vec<Message>> {
+        let mut out = Vec::new();
+        self.poll_into(timeout, &mut out)?;
+        Ok(out)
+    }
+
+    /// [`poll`](Self::poll), returning the messages as one [`MessageBatch`]:
+    /// the same messages, read by reference (or turned into owned
+    /// messages), for less work per message than owned messages cost (see
+    /// the [`MessageBatch`] documentation). Positions, commits, rebalances
+    /// and stats are exactly those of `poll`.
+    pub fn poll_batch(&mut self, timeout: Duration) -> Result<MessageBatch> {
+        let mut out = MessageBatch::default();
+        self.poll_into(timeout, &mut out)?;
+        Ok(out)
+    }
+
+    fn poll_into<S: Sink>(&mut self, timeout: Duration, out: &mut S) -> Result<()> {
         self.check_open()?;
         self.stats.polls += 1;
         self.maybe_auto_commit();
         self.group_sync()?;
         self.refresh_subscription();
         let deadline = Instant::now() + timeout;
-        let mut out = Vec::new();
         loop {
             if self.wake.inner.flag.swap(false, Ordering::SeqCst) {
                 break;
             }
-            self.fetch_all(&mut out)?;
-            if !out.is_empty() || Instant::now() >= deadline {
+            self.fetch_all(out)?;
+            if out.len() != 0 || Instant::now() >= deadline {
                 break;
             }
             let mut until = deadline;
@@ -1135,8 +1058,8 @@ impl Consumer {
             self.group_sync()?;
         }
         self.stats.records += out.len() as u64;
-        self.stats.bytes += out.iter().map(Message::payload_len).sum::<u64>();
-        Ok(out)
+        self.stats.bytes += out.payload_bytes();
+        Ok(())
     }
 
     fn maybe_auto_commit(&mut self) {
@@ -1333,7 +1256,7 @@ impl Consumer {
         self.member.as_ref().map(|m| m.id.as_str())
     }
 
-    fn fetch_all(&mut self, out: &mut Vec<Message>) -> Result<()> {
+    fn fetch_all<S: Sink>(&mut self, out: &mut S) -> Result<()> {
         let n = self.assigned.len();
         if n == 0 {
             return Ok(());
@@ -1352,7 +1275,7 @@ impl Consumer {
             let res = Self::fetch(a, reset, share.min(left), out);
             self.stats.skipped += std::mem::take(&mut a.skipped);
             if let Err(e) = res {
-                if out.is_empty() {
+                if out.len() == 0 {
                     return Err(e);
                 }
                 break; // deliver what was read; the error comes back next poll

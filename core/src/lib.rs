@@ -37,6 +37,7 @@ mod error;
 pub mod faults;
 mod group;
 pub mod log;
+mod message;
 mod offsets;
 mod private_dir;
 mod processor;
@@ -51,13 +52,14 @@ pub use assign::{
 };
 pub use broker::{Broker, Config, GroupInfo, GroupMember, LOCK_FILE};
 pub use consumer::{
-    Consumer, ConsumerConfig, ConsumerStats, ConsumerWaker, Message, OffsetReset, RebalanceListener,
+    Consumer, ConsumerConfig, ConsumerStats, ConsumerWaker, OffsetReset, RebalanceListener,
 };
 pub use dedup::{validate_producer_name, DEFAULT_DEDUP_WINDOW, MAX_PRODUCER_NAME_LEN};
 pub use error::{Error, Result};
 pub use log::batch::Header;
 pub use log::compression::Compression;
 pub use log::RecoveryStats;
+pub use message::{Message, MessageBatch, MessageIter, MessageRef};
 pub use offsets::CommittedOffset;
 pub use processor::{ProcessingMode, Processor, ProcessorConfig, ProcessorStats, ProcessorStop};
 pub use producer::{

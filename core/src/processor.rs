@@ -19,8 +19,9 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::consumer::{Consumer, ConsumerWaker, Message, RebalanceListener};
+use crate::consumer::{Consumer, ConsumerWaker, RebalanceListener};
 use crate::error::{Error, Result};
+use crate::message::Message;
 
 /// How a [`Processor`] hands messages to its workers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

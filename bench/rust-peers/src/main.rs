@@ -35,7 +35,8 @@
 //!   printed note. Fewer messages (`--durable-n`, default N/50).
 //! * `consume S B`: reading back a backlog written beforehand (untimed; the
 //!   store is closed and reopened first), `500` messages per call: mqlite
-//!   `Consumer::poll` (the reference), raw log scan, commitlog `read`, yaque
+//!   `Consumer::poll_batch` (the reference), `Consumer::poll` (owned
+//!   messages), raw log scan, commitlog `read`, yaque
 //!   `try_recv_batch_up_to` + commit, queue-file `iter` + `remove_n`, fjall
 //!   and sled range scans from a cursor key, and a mapped file. Each reader
 //!   folds every payload byte into a digest checked against what was
@@ -253,13 +254,19 @@ fn groups(size: usize, n: u64, durable_n: u64, batch: usize, threads: usize) -> 
 
     let consume = vec![
         Bench::new(
-            "mqlite poll",
-            "standalone consumer assigned the partition, 500 per poll; zero-copy values; \
-             position in memory (no commit)",
+            "mqlite poll_batch",
+            "standalone consumer assigned the partition, 500 per poll, read by reference \
+             from one MessageBatch; zero-copy values; position in memory (no commit)",
             Mqlite,
-            mq::poll,
+            mq::poll_batch,
         )
         .reference(),
+        Bench::new(
+            "mqlite poll",
+            "the same, as owned Messages (a reference count each)",
+            Mqlite,
+            mq::poll,
+        ),
         Bench::new(
             "mqlite raw log scan",
             "log-level scan, every batch's CRC checked, no consumer",

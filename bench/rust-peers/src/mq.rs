@@ -10,8 +10,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use mqlite::log::batch::RecordRef;
 use mqlite::raw::partition_log;
 use mqlite::{
-    Acks, BorrowedRecord, Broker, Config, ConsumerConfig, OffsetReset, ProducerConfig, Record,
-    TopicConfig,
+    Acks, BorrowedRecord, Broker, Config, Consumer, ConsumerConfig, OffsetReset, ProducerConfig,
+    Record, TopicConfig,
 };
 
 use crate::runner::{check, chunks, time, Context, Ctx, Res, Tally, CONSUME_BATCH};
@@ -165,11 +165,10 @@ fn backlog(ctx: &Ctx, dir: &Path, n: u64) -> Res<Broker> {
     open(dir)
 }
 
-/// Reads the `n` records back with `Consumer::poll` (a standalone consumer
-/// assigned the partition, `CONSUME_BATCH` records per poll).
-pub fn poll(ctx: &Ctx, n: u64) -> Res<f64> {
-    let dir = ctx.dir()?;
-    let mq = backlog(ctx, dir.path(), n)?;
+/// A standalone consumer of the backlog's partition, `CONSUME_BATCH`
+/// records per poll, and that backlog.
+fn backlog_consumer(ctx: &Ctx, dir: &Path, n: u64) -> Res<(Broker, Consumer)> {
+    let mq = backlog(ctx, dir, n)?;
     let mut c = mq
         .consumer(
             ConsumerConfig::default()
@@ -178,6 +177,13 @@ pub fn poll(ctx: &Ctx, n: u64) -> Res<f64> {
         )
         .ctx("consumer")?;
     c.assign(&[(TOPIC, 0)]).ctx("assign")?;
+    Ok((mq, c))
+}
+
+/// Reads the `n` records back with `Consumer::poll` (owned messages).
+pub fn poll(ctx: &Ctx, n: u64) -> Res<f64> {
+    let dir = ctx.dir()?;
+    let (_mq, mut c) = backlog_consumer(ctx, dir.path(), n)?;
     let mut tally = Tally::default();
     let secs = time(|| {
         let mut idle = 0;
@@ -186,6 +192,28 @@ pub fn poll(ctx: &Ctx, n: u64) -> Res<f64> {
             idle = if msgs.is_empty() { idle + 1 } else { 0 };
             check(idle < 50, || "poll found no more records".into())?;
             for m in &msgs {
+                tally.add(m.value().unwrap_or_default());
+            }
+        }
+        Ok(())
+    })?;
+    tally.check(ctx, n)?;
+    Ok(secs)
+}
+
+/// Reads the `n` records back with `Consumer::poll_batch` (the messages of
+/// a poll read by reference from one `MessageBatch`).
+pub fn poll_batch(ctx: &Ctx, n: u64) -> Res<f64> {
+    let dir = ctx.dir()?;
+    let (_mq, mut c) = backlog_consumer(ctx, dir.path(), n)?;
+    let mut tally = Tally::default();
+    let secs = time(|| {
+        let mut idle = 0;
+        while tally.count() < n {
+            let batch = c.poll_batch(Duration::from_millis(100)).ctx("poll_batch")?;
+            idle = if batch.is_empty() { idle + 1 } else { 0 };
+            check(idle < 50, || "poll_batch found no more records".into())?;
+            for m in &batch {
                 tally.add(m.value().unwrap_or_default());
             }
         }

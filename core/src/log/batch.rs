@@ -705,6 +705,7 @@ impl<'a> Records<'a> {
     }
 }
 
+#[inline]
 fn get_opt(buf: &[u8], pos: &mut usize) -> Option<Option<Range<usize>>> {
     let n = get_varint(buf, pos)?;
     if n < 0 {
@@ -719,6 +720,7 @@ fn get_opt(buf: &[u8], pos: &mut usize) -> Option<Option<Range<usize>>> {
     Some(Some(start..end))
 }
 
+#[inline(always)]
 fn parse_record(buf: &[u8], pos: &mut usize) -> Option<RecordView> {
     let len = usize::try_from(get_varint(buf, pos)?).ok()?;
     let end = pos.checked_add(len)?;
@@ -733,10 +735,8 @@ fn parse_record(buf: &[u8], pos: &mut usize) -> Option<RecordView> {
     let value = get_opt(rec, &mut p)?;
     let header_count = u32::try_from(get_varint(rec, &mut p)?).ok()?;
     let hstart = p;
-    for _ in 0..header_count {
-        let k = get_opt(rec, &mut p)??;
-        std::str::from_utf8(&rec[k]).ok()?;
-        get_opt(rec, &mut p)?;
+    if header_count != 0 {
+        p = skip_headers(rec, p, header_count)?;
     }
     if p != end {
         return None;
@@ -752,9 +752,22 @@ fn parse_record(buf: &[u8], pos: &mut usize) -> Option<RecordView> {
     })
 }
 
+/// Checks `count` encoded headers from `p` on (names must be UTF-8) and
+/// returns the position after them. Out of line: most records have none.
+#[inline(never)]
+fn skip_headers(rec: &[u8], mut p: usize, count: u32) -> Option<usize> {
+    for _ in 0..count {
+        let k = get_opt(rec, &mut p)??;
+        std::str::from_utf8(&rec[k]).ok()?;
+        get_opt(rec, &mut p)?;
+    }
+    Some(p)
+}
+
 impl Iterator for Records<'_> {
     type Item = Result<RecordView, &'static str>;
 
+    #[inline]
     fn next(&mut self) -> Option<Self::Item> {
         if self.left == 0 {
             return None;

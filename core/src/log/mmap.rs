@@ -239,6 +239,19 @@ impl MappedFile {
         }
     }
 
+    /// Asks the kernel to map the pages of `[start, end)` (published bytes)
+    /// for reading now, in one call rather than a page fault per few pages.
+    /// Best effort: errors (an old kernel) are ignored.
+    pub(crate) fn populate_read(&self, start: usize, end: usize) {
+        let end = end.min(self.published());
+        if let (Some(m), true) = (&self.map, start < end) {
+            #[cfg(target_os = "linux")]
+            let _ = m.advise_range(Advice::PopulateRead, start, end - start);
+            #[cfg(not(target_os = "linux"))]
+            let _ = m.advise_range(Advice::WillNeed, start, end - start);
+        }
+    }
+
     /// Writes published bytes not yet flushed to disk and waits for them
     /// (msync, which on Linux also syncs the data like fdatasync).
     pub(crate) fn flush(&self) -> Result<()> {

@@ -1008,7 +1008,7 @@ impl PartitionLog {
             Arc::clone(&segs[i])
         };
         let pos = seg.find(offset)?;
-        Ok(Cursor { seg, pos })
+        Ok(Cursor { seg, pos, ahead: 0 })
     }
 
     /// The next batch at the cursor, moving on to the next segment at the end
@@ -1017,6 +1017,9 @@ impl PartitionLog {
     pub(crate) fn next_batch(&self, c: &mut Cursor) -> Result<Option<(usize, BatchHeader)>> {
         loop {
             let sealed = c.seg.is_sealed();
+            if c.pos + READ_AHEAD / 2 > c.ahead {
+                c.read_ahead();
+            }
             if let Some(h) = c.seg.batch_at(c.pos)? {
                 let at = c.pos;
                 c.pos += h.total_len();
@@ -1033,6 +1036,7 @@ impl PartitionLog {
                 Some(s) => {
                     c.seg = s;
                     c.pos = 0;
+                    c.ahead = 0;
                 }
                 None => return Ok(None),
             }
@@ -1111,4 +1115,28 @@ pub(crate) struct Cursor {
     pub seg: Arc<Segment>,
     /// Byte position of the next batch in it.
     pub pos: usize,
+    /// End of the bytes of `seg` already mapped for reading ahead of `pos`
+    /// ([`Cursor::read_ahead`]).
+    pub ahead: usize,
+}
+
+/// Bytes a reader maps ahead of itself in one call: reading a log the
+/// process did not write (after a reopen) otherwise takes a page fault per
+/// few pages; one `MADV_POPULATE_READ` per window maps them in bulk.
+const READ_AHEAD: usize = 1 << 20;
+
+impl Cursor {
+    /// Maps the next [`READ_AHEAD`] published bytes from `pos` (or from
+    /// where the last call stopped) for reading. Near the end of the
+    /// published data (less than an eighth of a window left) it does
+    /// nothing: that tail was just written, by this process or another,
+    /// and a syscall per batch there would cost more than it saves.
+    fn read_ahead(&mut self) {
+        let from = self.ahead.max(self.pos);
+        let end = (from + READ_AHEAD).min(self.seg.end());
+        if end >= from + READ_AHEAD / 8 {
+            self.seg.populate_read(from, end);
+            self.ahead = end;
+        }
+    }
 }

@@ -549,6 +549,12 @@ impl Segment {
         }
     }
 
+    /// Maps published bytes `[start, end)` of the log file for reading
+    /// (`MADV_POPULATE_READ`), best effort.
+    pub(crate) fn populate_read(&self, start: usize, end: usize) {
+        self.log.populate_read(start, end);
+    }
+
     /// Faults in the log's pages ahead of the writer (best effort).
     pub(crate) fn populate(&self) {
         self.log.populate();

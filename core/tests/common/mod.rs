@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use mqlite::{Broker, Config, ConsumerConfig, Header, Message, OffsetReset, Result};
+use mqlite::{Broker, Config, ConsumerConfig, Header, Message, MessageRef, OffsetReset, Result};
 
 /// A broker config for tests: no prefaulting (it only costs time here) and no
 /// background retention thread (tests call `enforce_retention` or rely on
@@ -29,6 +29,19 @@ pub struct Msg {
 
 impl From<&Message> for Msg {
     fn from(m: &Message) -> Msg {
+        Msg {
+            partition: m.partition(),
+            offset: m.offset(),
+            timestamp: m.timestamp(),
+            key: m.key().map(<[u8]>::to_vec),
+            value: m.value().map(<[u8]>::to_vec),
+            headers: m.headers(),
+        }
+    }
+}
+
+impl From<MessageRef<'_>> for Msg {
+    fn from(m: MessageRef<'_>) -> Msg {
         Msg {
             partition: m.partition(),
             offset: m.offset(),
