@@ -231,11 +231,17 @@ impl MappedFile {
     /// Asks the kernel to fault in every page for writing now, so the writer
     /// does not pay page faults later. Errors are ignored (best effort).
     pub(crate) fn populate(&self) {
-        if let Some(m) = &self.map {
+        self.populate_range(0, self.capacity());
+    }
+
+    /// [`populate`](Self::populate) for the pages of `[start, end)` only.
+    pub(crate) fn populate_range(&self, start: usize, end: usize) {
+        let end = end.min(self.capacity());
+        if let (Some(m), true) = (&self.map, start < end) {
             #[cfg(target_os = "linux")]
-            let _ = m.advise(Advice::PopulateWrite);
+            let _ = m.advise_range(Advice::PopulateWrite, start, end - start);
             #[cfg(not(target_os = "linux"))]
-            let _ = m.advise(Advice::WillNeed);
+            let _ = m.advise_range(Advice::WillNeed, start, end - start);
         }
     }
 

@@ -192,8 +192,9 @@ struct Writer {
     next_offset: u64,
     max_ts: i64,
     last_index_pos: usize,
-    /// Whether the active segment's pages were (or are being) faulted in.
-    populated: bool,
+    /// Bytes of the active segment whose pages were (or are being) faulted
+    /// in ahead of the writer.
+    populated_to: usize,
     prepare_requested: bool,
     closed: bool,
     /// Producer sequence state, loaded on first idempotent use.
@@ -249,6 +250,9 @@ pub(crate) struct PartitionLog {
     /// time retention does not delete past it.
     retention_floor: AtomicU64,
     prepare: Mutex<Option<JoinHandle<Result<PreparedSegment>>>>,
+    /// Whether a background thread is faulting in pages of the active
+    /// segment ([`PartitionLog::spawn_populate`]).
+    populating: Arc<AtomicBool>,
     recovery: RecoveryStats,
     /// The recovery point file (see checkpoint.rs).
     checkpoint: CheckpointFile,
@@ -265,12 +269,9 @@ pub(crate) fn now_ms() -> i64 {
         .map_or(0, |d| d.as_millis() as i64)
 }
 
-fn spawn_populate(seg: &Arc<Segment>) {
-    let seg = Arc::clone(seg);
-    let _ = std::thread::Builder::new()
-        .name("mqlite-populate".into())
-        .spawn(move || seg.populate());
-}
+/// Bytes of a segment faulted in ahead of its writer at a time
+/// ([`PartitionLog::prefault_ahead`]).
+const POPULATE_WINDOW: usize = 8 << 20;
 
 impl PartitionLog {
     /// Opens the partition in `dir`, creating it (empty) if needed, and
@@ -372,7 +373,7 @@ impl PartitionLog {
             writer: Mutex::new(Writer {
                 max_ts: rec.max_timestamp,
                 last_index_pos: rec.last_index_pos,
-                populated: false,
+                populated_to: 0,
                 prepare_requested: false,
                 closed: false,
                 active,
@@ -394,6 +395,7 @@ impl PartitionLog {
             flushes: AtomicU64::new(0),
             retention_floor: AtomicU64::new(u64::MAX),
             prepare: Mutex::new(None),
+            populating: Arc::new(AtomicBool::new(false)),
             recovery,
             checkpoint,
             config,
@@ -629,7 +631,7 @@ impl PartitionLog {
             w.producers
                 .record(idem, producer.base_sequence, count as u32, base);
         }
-        if self.config.prefault && !(w.populated && w.prepare_requested) {
+        if self.config.prefault {
             self.prefault_ahead(&mut w);
         }
         drop(w);
@@ -710,18 +712,50 @@ impl PartitionLog {
         active.populate();
     }
 
-    /// Background page faulting: the active segment on its first append
-    /// (idle partitions cost no memory), the next segment once the active
-    /// one is half full.
-    #[cold]
+    /// Background page faulting, a window at a time: the first
+    /// [`POPULATE_WINDOW`] of the active segment on its first append (idle
+    /// partitions cost no memory), the next window once the writer is half
+    /// way into the last one, and the next segment (its first window) once
+    /// the active one is half full. A window rather than the whole segment:
+    /// a slow writer (an `acks=all` one, say) would otherwise share the two
+    /// cores with the zeroing of a segment's worth of pages it may never
+    /// use, and hold that much page cache.
+    #[inline]
     fn prefault_ahead(&self, w: &mut Writer) {
-        if !w.populated {
-            w.populated = true;
-            spawn_populate(&w.active);
-        } else if w.active.end() > w.active.capacity() / 2 {
+        let (end, cap) = (w.active.end(), w.active.capacity());
+        if w.populated_to < cap && end + POPULATE_WINDOW / 2 >= w.populated_to {
+            let from = w.populated_to.max(end);
+            let to = (from + POPULATE_WINDOW).min(cap);
+            if self.spawn_populate(&w.active, from, to) {
+                w.populated_to = to;
+            }
+        }
+        if !w.prepare_requested && end > cap / 2 {
             w.prepare_requested = true;
             self.start_prepare();
         }
+    }
+
+    /// Faults in `[from, to)` of `seg`'s log on a background thread, unless
+    /// one is still at work for this partition (then the caller tries again
+    /// at a later append). Returns whether it started.
+    #[cold]
+    fn spawn_populate(&self, seg: &Arc<Segment>, from: usize, to: usize) -> bool {
+        if self.populating.swap(true, Ordering::AcqRel) {
+            return false;
+        }
+        let seg = Arc::clone(seg);
+        let busy = Arc::clone(&self.populating);
+        let started = std::thread::Builder::new()
+            .name("mqlite-populate".into())
+            .spawn(move || {
+                seg.populate_range(from, to);
+                busy.store(false, Ordering::Release);
+            });
+        if started.is_err() {
+            self.populating.store(false, Ordering::Release);
+        }
+        started.is_ok()
     }
 
     /// Starts preparing the next segment in the background.
@@ -734,7 +768,7 @@ impl PartitionLog {
         let sizes = self.config.sizes();
         *slot = std::thread::Builder::new()
             .name("mqlite-prepare".into())
-            .spawn(move || PreparedSegment::create(&dir, sizes, true))
+            .spawn(move || PreparedSegment::create(&dir, sizes, POPULATE_WINDOW))
             .ok();
     }
 
@@ -773,7 +807,11 @@ impl PartitionLog {
             .push(Arc::clone(&new));
         let old = std::mem::replace(&mut w.active, new);
         w.last_index_pos = 0;
-        w.populated = populated;
+        w.populated_to = if populated {
+            POPULATE_WINDOW.min(w.active.capacity())
+        } else {
+            0
+        };
         w.prepare_requested = false;
         if let Err(e) = old.seal(base) {
             // The old segment keeps its preallocated tail; it is still

@@ -87,19 +87,18 @@ pub(crate) struct PreparedSegment {
 }
 
 impl PreparedSegment {
-    /// Creates `next.*` files in `dir` and faults in their pages.
-    pub(crate) fn create(dir: &Path, sizes: SegmentSizes, populate: bool) -> Result<Self> {
+    /// Creates `next.*` files in `dir`; with `populate`, faults in the first
+    /// `populate` bytes of the log (the writer faults in the rest ahead of
+    /// itself, see `PartitionLog::prefault_ahead`; index pages are few and
+    /// left to fault on use).
+    pub(crate) fn create(dir: &Path, sizes: SegmentSizes, populate: usize) -> Result<Self> {
         let p = |ext: &str| dir.join(format!("{PREPARED_STEM}.{ext}"));
         let seg = PreparedSegment {
             log: MappedFile::create(&p("log"), sizes.log_bytes, sizes.mode)?,
             index: IndexFile::create(&p("idx"), OFFSET_ENTRY, sizes.index_entries, sizes.mode)?,
             time: IndexFile::create(&p("tix"), TIME_ENTRY, sizes.index_entries, sizes.mode)?,
         };
-        if populate {
-            seg.log.populate();
-            seg.index.file().populate();
-            seg.time.file().populate();
-        }
+        seg.log.populate_range(0, populate);
         Ok(seg)
     }
 
@@ -555,9 +554,14 @@ impl Segment {
         self.log.populate_read(start, end);
     }
 
-    /// Faults in the log's pages ahead of the writer (best effort).
+    /// Faults in the log's pages for writing (best effort).
     pub(crate) fn populate(&self) {
         self.log.populate();
+    }
+
+    /// Faults in the log's pages of `[start, end)` for writing (best effort).
+    pub(crate) fn populate_range(&self, start: usize, end: usize) {
+        self.log.populate_range(start, end);
     }
 
     /// Removes the segment: renames its files aside at once (so a reopen no
