@@ -19,7 +19,7 @@ use crate::runner::{check, chunks, time, Context, Ctx, Res, Tally, CONSUME_BATCH
 const TOPIC: &str = "t";
 
 fn open(dir: &Path) -> Res<Broker> {
-    Broker::open(dir, Config::default().prefault(std::env::var_os("NOPF").is_none())).ctx("Broker::open")
+    Broker::open(dir, Config::default()).ctx("Broker::open")
 }
 
 fn create(dir: &Path) -> Res<Broker> {
