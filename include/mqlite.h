@@ -284,12 +284,22 @@ typedef struct mql_group_info mql_group_info;
 
 /**
  * One consumed record. Made by `mql_poll`, released by
- * `mql_message_free`. Key and value are read in place from the memory map
+ * `mql_message_free`; or borrowed from an `mql_message_batch`
+ * (`mql_message_batch_get`), which owns it. Key and value are read in place from the memory map
  * (no copy): the message keeps its segment mapped while it lives, even if
  * retention, topic deletion or `mql_close` happen meanwhile. Every pointer
  * an accessor returns stays valid until the message is freed.
  */
 typedef struct mql_message mql_message;
+
+/**
+ * The messages of one fetch (`mql_poll_batch`), held together: one
+ * allocation for all of them instead of one per message. Read them with
+ * `mql_message_batch_len` and `mql_message_batch_get` and the
+ * `mql_message_*` accessors; release them all at once with
+ * `mql_message_batch_free`.
+ */
+typedef struct mql_message_batch mql_message_batch;
 
 /**
  * Runs a handler over a consumer's messages on worker threads. Made by
@@ -2123,6 +2133,30 @@ enum mql_status mql_poll(struct mql_consumer *consumer,
                          struct mql_message **out);
 
 /**
+ * `mql_poll`, handing out every message of one fetch at once: the messages
+ * fetched earlier and not handed out yet if there are any (no new fetch),
+ * otherwise a fetch from the engine (up to `max_poll_records` messages,
+ * waiting up to `timeout_ms` like `mql_poll`). Afterwards nothing is
+ * buffered: positions, commits and statistics count every message of the
+ * batch as handed out. Cheaper per message than `mql_poll`, which
+ * allocates each message on its own.
+ *
+ * Returns `MQL_TIMEOUT`, with `*out` untouched, as `mql_poll` does.
+ *
+ * Errors: those of `mql_poll`.
+ *
+ * Ownership: on `MQL_OK`, `*out` is a new, non-empty batch owned by the
+ * caller; release it with `mql_message_batch_free`.
+ *
+ * # Safety
+ * `consumer` is NULL or a live consumer; `out` is NULL or valid for
+ * writing a pointer.
+ */
+enum mql_status mql_poll_batch(struct mql_consumer *consumer,
+                               int32_t timeout_ms,
+                               struct mql_message_batch **out);
+
+/**
  * A waker for this consumer: `mql_waker_wakeup` on it, from any thread,
  * makes a `mql_poll` blocked on this consumer return `MQL_TIMEOUT` at
  * once (or the next one, if none is waiting). Allowed from a rebalance
@@ -2675,6 +2709,43 @@ enum mql_status mql_message_header(const struct mql_message *message,
                                    size_t *name_len,
                                    const void **value,
                                    size_t *value_len);
+
+/**
+ * Number of messages in `batch`; 0 if `batch` is NULL.
+ *
+ * Ownership: returns a plain value; nothing to free.
+ *
+ * # Safety
+ * `batch` is NULL or a live batch.
+ */
+size_t mql_message_batch_len(const struct mql_message_batch *batch);
+
+/**
+ * Message `index` of `batch` (0 is the first, in the order `mql_poll`
+ * would have handed them out); NULL if `batch` is NULL or `index` is not
+ * below `mql_message_batch_len`.
+ *
+ * Ownership: borrowed from the batch, valid (as is every pointer its
+ * accessors return) until `mql_message_batch_free`; do not pass it to
+ * `mql_message_free`.
+ *
+ * # Safety
+ * `batch` is NULL or a live batch.
+ */
+const struct mql_message *mql_message_batch_get(const struct mql_message_batch *batch,
+                                                size_t index);
+
+/**
+ * Releases a batch and every message in it. NULL does nothing.
+ *
+ * Ownership: takes back the batch the caller owned; every message pointer
+ * `mql_message_batch_get` returned, and every pointer their accessors
+ * returned, dies with it.
+ *
+ * # Safety
+ * `batch` is NULL or a live batch from `mql_poll_batch`, not used again.
+ */
+void mql_message_batch_free(struct mql_message_batch *batch);
 
 /**
  * Releases a message. NULL does nothing.

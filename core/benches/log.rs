@@ -307,7 +307,9 @@ fn produce_with(n: u64, size: usize, threads: u64, mode: SendMode, config: Produ
     secs
 }
 
-fn consume(n: u64, size: usize) -> f64 {
+/// `n` one-record batches read by one consumer: `poll` (owned messages) or,
+/// with `batch`, `poll_batch` (read by reference).
+fn consume(n: u64, size: usize, batch: bool) -> f64 {
     let (mq, log, dir) = open("consume", true);
     let value = vec![7u8; size];
     for _ in 0..n {
@@ -319,11 +321,19 @@ fn consume(n: u64, size: usize) -> f64 {
     consumer.assign(&[("t", 0)]).expect("assign");
     let mut got = 0u64;
     let mut bytes = 0usize;
+    let wait = Duration::from_millis(100);
     let secs = time(|| {
         while got < n {
-            for m in consumer.poll(Duration::from_millis(100)).expect("poll") {
-                bytes += m.value().map_or(0, |v| v.len());
-                got += 1;
+            if batch {
+                for m in &consumer.poll_batch(wait).expect("poll_batch") {
+                    bytes += m.value().map_or(0, |v| v.len());
+                    got += 1;
+                }
+            } else {
+                for m in consumer.poll(wait).expect("poll") {
+                    bytes += m.value().map_or(0, |v| v.len());
+                    got += 1;
+                }
             }
         }
     });
@@ -602,7 +612,8 @@ fn main() {
                 produce_with(c, size, 1, SendMode::Batch, cfg().compression(codec))
             });
         }
-        bench("Consumer::poll", n, &|| consume(n, size));
+        bench("Consumer::poll", n, &|| consume(n, size, false));
+        bench("Consumer::poll_batch", n, &|| consume(n, size, true));
         bench("Consumer::poll, group of 2 (2 partitions)", n, &|| {
             consume_group(n, size)
         });

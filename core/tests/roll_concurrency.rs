@@ -191,14 +191,21 @@ fn prefaulting_ahead_of_the_writer_keeps_every_byte() {
         p.flush().unwrap();
         let got = read_partition(&mq, topic, 0).unwrap();
         assert_eq!(got.len() as u64, n);
-        assert!(got.iter().all(|m| m.value.as_deref() == Some(&big(m.offset)[..])));
+        assert!(got
+            .iter()
+            .all(|m| m.value.as_deref() == Some(&big(m.offset)[..])));
         mq.close().unwrap();
     }
     let mq = Broker::open(dir.path(), config).unwrap();
     let got = read_partition(&mq, topic, 0).unwrap();
     assert_eq!(got.len() as u64, n);
     for m in &got {
-        assert_eq!(m.value.as_deref(), Some(&big(m.offset)[..]), "offset {}", m.offset);
+        assert_eq!(
+            m.value.as_deref(),
+            Some(&big(m.offset)[..]),
+            "offset {}",
+            m.offset
+        );
     }
     assert!(files_ending(dir.path(), topic, 0, ".log").len() >= 3);
 }

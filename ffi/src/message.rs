@@ -9,7 +9,8 @@ use crate::error::{guard, guard_value, mql_status, Failure};
 use crate::util::{arg_ref, free_handle, Out};
 
 /// One consumed record. Made by `mql_poll`, released by
-/// `mql_message_free`. Key and value are read in place from the memory map
+/// `mql_message_free`; or borrowed from an `mql_message_batch`
+/// (`mql_message_batch_get`), which owns it. Key and value are read in place from the memory map
 /// (no copy): the message keeps its segment mapped while it lives, even if
 /// retention, topic deletion or `mql_close` happen meanwhile. Every pointer
 /// an accessor returns stays valid until the message is freed.
@@ -245,6 +246,75 @@ pub unsafe extern "C" fn mql_message_header(
         }
         Ok(())
     })
+}
+
+/// The messages of one fetch (`mql_poll_batch`), held together: one
+/// allocation for all of them instead of one per message. Read them with
+/// `mql_message_batch_len` and `mql_message_batch_get` and the
+/// `mql_message_*` accessors; release them all at once with
+/// `mql_message_batch_free`.
+pub struct mql_message_batch {
+    messages: Vec<mql_message>,
+}
+
+impl mql_message_batch {
+    pub(crate) fn new(messages: impl IntoIterator<Item = Message>) -> mql_message_batch {
+        mql_message_batch {
+            messages: messages.into_iter().map(mql_message::new).collect(),
+        }
+    }
+}
+
+/// Number of messages in `batch`; 0 if `batch` is NULL.
+///
+/// Ownership: returns a plain value; nothing to free.
+///
+/// # Safety
+/// `batch` is NULL or a live batch.
+#[no_mangle]
+pub unsafe extern "C" fn mql_message_batch_len(batch: *const mql_message_batch) -> usize {
+    guard_value(0, || {
+        // SAFETY: forwarded caller contract.
+        unsafe { arg_ref(batch, "batch") }.map_or(0, |b| b.messages.len())
+    })
+}
+
+/// Message `index` of `batch` (0 is the first, in the order `mql_poll`
+/// would have handed them out); NULL if `batch` is NULL or `index` is not
+/// below `mql_message_batch_len`.
+///
+/// Ownership: borrowed from the batch, valid (as is every pointer its
+/// accessors return) until `mql_message_batch_free`; do not pass it to
+/// `mql_message_free`.
+///
+/// # Safety
+/// `batch` is NULL or a live batch.
+#[no_mangle]
+pub unsafe extern "C" fn mql_message_batch_get(
+    batch: *const mql_message_batch,
+    index: usize,
+) -> *const mql_message {
+    guard_value(std::ptr::null(), || {
+        // SAFETY: forwarded caller contract.
+        unsafe { arg_ref(batch, "batch") }
+            .ok()
+            .and_then(|b| b.messages.get(index))
+            .map_or(std::ptr::null(), |m| m as *const mql_message)
+    })
+}
+
+/// Releases a batch and every message in it. NULL does nothing.
+///
+/// Ownership: takes back the batch the caller owned; every message pointer
+/// `mql_message_batch_get` returned, and every pointer their accessors
+/// returned, dies with it.
+///
+/// # Safety
+/// `batch` is NULL or a live batch from `mql_poll_batch`, not used again.
+#[no_mangle]
+pub unsafe extern "C" fn mql_message_batch_free(batch: *mut mql_message_batch) {
+    // SAFETY: forwarded caller contract.
+    guard_value((), || unsafe { free_handle(batch) })
 }
 
 /// Releases a message. NULL does nothing.

@@ -1896,6 +1896,47 @@ impl Consumer {
         Ok(out.into_iter().map(|inner| Message { inner }).collect())
     }
 
+    /// Returns the messages of one fetch at once: those fetched earlier
+    /// and not returned yet if there are any (no new fetch), otherwise one
+    /// fetch from the engine (up to `max_poll_records`), waiting up to
+    /// `timeout` seconds for it. Afterwards nothing is held back: positions
+    /// and commits count every message returned. The same as the Rust
+    /// `Consumer::poll_batch` and C `mql_poll_batch`.
+    ///
+    /// Args:
+    ///     timeout: Seconds to wait (float); None waits until messages
+    ///         arrive; 0 does not wait.
+    ///
+    /// Returns:
+    ///     list[Message]: The messages, in order per partition; empty if the
+    ///     timeout passed or `wakeup()` was called.
+    ///
+    /// Raises:
+    ///     mqlite.Closed: The consumer or its broker is closed.
+    ///     mqlite.InvalidArgument: `timeout` is negative or NaN.
+    ///     KeyboardInterrupt: Ctrl-C during the wait.
+    ///     RuntimeError: Called inside `on_assign` or `on_revoke`.
+    ///     Exception: What an `on_assign` or `on_revoke` callback raised.
+    #[pyo3(signature = (timeout = None))]
+    fn poll_batch(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Vec<Message>> {
+        self.check_forked(py)?;
+        let timeout = crate::util::timeout(py, timeout)?;
+        self.counters.polls.fetch_add(1, Ordering::Relaxed);
+        let Some(first) = self.next_message(py, timeout)? else {
+            return Ok(Vec::new());
+        };
+        let mut out = vec![first];
+        // Closed meanwhile: return what was taken; the next call raises.
+        if let Ok(mut st) = self.open_state(py) {
+            out.reserve(st.buffer.len());
+            for m in st.buffer.drain(..) {
+                self.counters.handed(&m);
+                out.push(m);
+            }
+        }
+        Ok(out.into_iter().map(|inner| Message { inner }).collect())
+    }
+
     fn __iter__(slf: Py<Self>) -> Py<Self> {
         slf
     }

@@ -110,6 +110,7 @@ HANDLES = {
     "mql_producer": "prod",
     "mql_consumer": "cons",
     "mql_message": "msg",
+    "mql_message_batch": "mbatch",
     "mql_waker": "wk",
     "mql_group_info": "gi",
     "mql_processor": "proc",
@@ -135,6 +136,7 @@ static mql_consumer_config *cc;
 static mql_producer *prod;
 static mql_consumer *cons, *cons2;
 static mql_message *msg;
+static mql_message_batch *mbatch;
 static mql_waker *wk;
 static mql_group_info *gi;
 static mql_processor *proc;
@@ -175,10 +177,13 @@ static void setup(const char *dir) {
     rec_ok[0].headers = hdr_ok;
     rec_ok[0].header_count = 1;
     CHECK_OK(mql_send_record(prod, rec_ok, NULL));
+    CHECK_OK(mql_send_record(prod, rec_ok, NULL));
     /* A group member by manual assignment: it may commit partition 0. */
     CHECK_OK(mql_consumer_new(mq, "g", NULL, &cons));
     CHECK_OK(mql_assign(cons, "t", 0));
     CHECK_OK(mql_poll(cons, 5000, &msg));
+    CHECK_OK(mql_poll_batch(cons, 5000, &mbatch)); /* the second record */
+    CHECK(mql_message_batch_len(mbatch) == 1);
     CHECK_OK(mql_consumer_waker(cons, &wk));
     CHECK_OK(mql_commit(cons));
     CHECK_OK(mql_describe_group(mq, "g", &gi));
@@ -197,6 +202,7 @@ static void teardown(void) {
     mql_group_info_free(gi);
     mql_waker_free(wk);
     mql_message_free(msg);
+    mql_message_batch_free(mbatch);
     mql_consumer_free(cons);
     mql_producer_free(prod);
     mql_consumer_config_free(cc);

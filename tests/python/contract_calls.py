@@ -322,6 +322,7 @@ METHOD_CALLS: List[Call] = [
     Call("Consumer", "lag"),
     Call("Consumer", "offsets_for_times", {"partitions": [("t", 0, 0)]}, {"partitions": "times"}),
     Call("Consumer", "poll", {"timeout": 0.0}, {"timeout": "timeout?"}),
+    Call("Consumer", "poll_batch", {"timeout": 0.0}, {"timeout": "timeout?"}),
     Call("Consumer", "position", {"topic": "t", "partition": 0}, {"topic": "str", "partition": "u32"}),
     Call(
         "Consumer",
