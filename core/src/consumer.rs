@@ -647,6 +647,7 @@ impl Consumer {
                 let mut a = self.keep_or_new(topic, log);
                 a.position = group.committed(t, *p).map(|c| c.offset);
                 a.cursor = None;
+                a.source = None;
                 a.next_base = None;
                 a.decoded = None;
                 self.assigned.push(a);
@@ -815,6 +816,7 @@ impl Consumer {
             // Retention deleted what we were about to read. Keep the
             // position: `resolve` resets it, or reports it out of range.
             a.cursor = None;
+            a.source = None;
             position = Self::resolve(a, reset)?;
         }
         let log = Arc::clone(&a.log);
@@ -916,6 +918,7 @@ impl Consumer {
         a.position = Some(position);
         if skipped {
             a.cursor = None;
+            a.source = None;
             a.next_base = None;
             if taken == 0 {
                 return Self::fetch(a, reset, limit, out);

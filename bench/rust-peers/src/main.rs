@@ -22,7 +22,8 @@
 //!   keys, and the raw baselines: memcpy into a `Vec`, memcpy into a fresh
 //!   memmap2-mapped file of the right size.
 //! * `produce S B, acks=1, batches of B`: the same, `--batch` messages per
-//!   call (`send_batch`, the reference; raw log append of a batch;
+//!   call (`send_batch_with`, the reference, and `send_batch`, which also
+//!   returns a `Vec` of metadata; raw log append of a batch;
 //!   commitlog `append` of a `MessageBuf`; `try_send_batch`; `add_n`; fjall
 //!   write batches; sled `apply_batch`).
 //! * `produce S B, acks=all`: fsync before the ack, one sync per batch of
@@ -82,7 +83,7 @@ struct Args {
     /// Write the results as JSON (shared bench format, suite "rust").
     #[arg(long)]
     out: Option<PathBuf>,
-    /// Only rows whose "group: system" contains this text (any case).
+    /// Only rows whose "group: system" contains this text (any case; `a|b`: either).
     #[arg(long)]
     only: Option<String>,
     /// Smoke test: tiny N and one run unless --n / --runs say otherwise.
@@ -105,6 +106,44 @@ struct Args {
     /// temporary directory].
     #[arg(long)]
     tmp: Option<PathBuf>,
+    /// Runs every row in this process instead of each run in a fresh one
+    /// (quicker to start, but rows then weigh on each other).
+    #[arg(long)]
+    in_process: bool,
+    /// Internal: runs the row "GROUP<TAB>SYSTEM" once over --n messages of
+    /// the one --sizes size and prints `secs=S` (how each run is isolated).
+    #[arg(long = "child-run", hide = true)]
+    child_run: Option<String>,
+}
+
+/// The child side of [`runner::CHILD_FLAG`]: one run of one row.
+fn child_run(args: &Args, row: &str) -> ExitCode {
+    let (group_name, system) = row.split_once('\t').unwrap_or((row, ""));
+    let n = args.n.unwrap_or(1);
+    let size = args.sizes.first().copied().unwrap_or(100);
+    let batch = args.batch.max(1);
+    let threads = args.threads.max(1);
+    let tmp = args.tmp.clone().unwrap_or_else(std::env::temp_dir);
+    let ctx = Ctx::new(size, batch, threads, tmp);
+    let found = groups(size, n, n, batch, threads)
+        .into_iter()
+        .filter(|g| g.name == group_name)
+        .flat_map(|g| g.benches)
+        .find(|b| b.system == system);
+    let Some(bench) = found else {
+        eprintln!("error: no row {group_name:?} / {system:?}");
+        return ExitCode::FAILURE;
+    };
+    match (bench.run)(&ctx, n) {
+        Ok(secs) => {
+            println!("secs={secs}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 const NO_FSYNC: &str = "no fsync";
@@ -171,10 +210,18 @@ fn groups(size: usize, n: u64, durable_n: u64, batch: usize, threads: usize) -> 
     one.extend(baselines());
 
     let mut batched = vec![
+        Bench::new(
+            "mqlite send_batch_with",
+            format!(
+                "{mq_acks1}; each record's metadata handed to a closure, not returned in a Vec"
+            ),
+            Mqlite,
+            |c, n| mq::send_batch_with(c, n, Acks::One),
+        )
+        .reference(),
         Bench::new("mqlite send_batch", mq_acks1, Mqlite, |c, n| {
             mq::send_batch(c, n, Acks::One)
-        })
-        .reference(),
+        }),
         Bench::new(
             "mqlite raw log append (batch)",
             mq_acks1,
@@ -358,6 +405,9 @@ fn groups(size: usize, n: u64, durable_n: u64, batch: usize, threads: usize) -> 
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    if let Some(row) = &args.child_run {
+        return child_run(&args, row);
+    }
     let n = args.n.unwrap_or(if args.quick { 2_000 } else { 1_000_000 });
     let runs = args.runs.unwrap_or(if args.quick { 1 } else { 3 }).max(1);
     let batch = args.batch.max(1);
@@ -372,6 +422,7 @@ fn main() -> ExitCode {
         runs,
         only: args.only.clone(),
         budget: args.budget,
+        isolate: !args.in_process,
     };
 
     let mut report = Report::new(runs);

@@ -70,6 +70,12 @@ pub fn send_borrowed(ctx: &Ctx, n: u64) -> Res<f64> {
 }
 
 fn send_batches(mq: &Broker, ctx: &Ctx, n: u64, acks: Acks) -> Res<()> {
+    send_batches_as(mq, ctx, n, acks, false)
+}
+
+/// `n` records in calls of `send_batch` (with `report`: `send_batch_with`,
+/// the metadata handed to a closure instead of returned in a `Vec`).
+fn send_batches_as(mq: &Broker, ctx: &Ctx, n: u64, acks: Acks, report: bool) -> Res<()> {
     let p = mq
         .producer(ProducerConfig::default().acks(acks))
         .ctx("producer")?;
@@ -77,8 +83,15 @@ fn send_batches(mq: &Broker, ctx: &Ctx, n: u64, acks: Acks) -> Res<()> {
         let recs: Vec<BorrowedRecord<'_>> = (first..first + len as u64)
             .map(|i| borrowed(ctx.payload(i)))
             .collect();
-        let md = p.send_batch(&recs).ctx("send_batch")?;
-        check(md.len() == len, || {
+        let reported = if report {
+            let mut k = 0;
+            p.send_batch_with(&recs, &mut |_, _| k += 1)
+                .ctx("send_batch_with")?;
+            k
+        } else {
+            p.send_batch(&recs).ctx("send_batch")?.len()
+        };
+        check(reported == len, || {
             "send_batch reported too few records".into()
         })?;
     }
@@ -90,6 +103,13 @@ pub fn send_batch(ctx: &Ctx, n: u64, acks: Acks) -> Res<f64> {
     let dir = ctx.dir()?;
     let mq = create(dir.path())?;
     time(|| send_batches(&mq, ctx, n, acks))
+}
+
+/// `n` records in calls of `Producer::send_batch_with` of `ctx.batch`.
+pub fn send_batch_with(ctx: &Ctx, n: u64, acks: Acks) -> Res<f64> {
+    let dir = ctx.dir()?;
+    let mq = create(dir.path())?;
+    time(|| send_batches_as(&mq, ctx, n, acks, true))
 }
 
 /// `n` calls of `Producer::send` with `acks=all`, shared by `ctx.threads`

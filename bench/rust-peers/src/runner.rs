@@ -258,6 +258,46 @@ pub struct RunOpts {
     /// A peer whose run is predicted to take longer than this (seconds) at
     /// the group's `n` is measured at a smaller `n`.
     pub budget: f64,
+    /// Each run (and pilot) in a fresh process ([`run_one`]) rather than in
+    /// this one.
+    pub isolate: bool,
+}
+
+/// The flag that makes this binary run one row once and print its seconds
+/// (what [`run_one`] starts).
+pub const CHILD_FLAG: &str = "--child-run";
+
+/// One run of `bench` (of `group`) over `n` messages: in a fresh process of
+/// this binary when `isolate`, else here. A fresh process per run keeps the
+/// rows from weighing on each other: a peer's leftover threads, its heap
+/// (sled leaves glibc's heap so fragmented that the allocations of rows run
+/// after it in the same process cost measurably more) or its memory maps.
+fn run_one(ctx: &Ctx, group: &Group, bench: &Bench, n: u64, isolate: bool) -> Res<f64> {
+    if !isolate {
+        return (bench.run)(ctx, n);
+    }
+    let exe = std::env::current_exe().map_err(|e| BenchError(format!("current_exe: {e}")))?;
+    let out = std::process::Command::new(exe)
+        .arg(CHILD_FLAG)
+        .arg(format!("{}\t{}", group.name, bench.system))
+        .args(["--n", &n.to_string()])
+        .args(["--sizes", &ctx.size.to_string()])
+        .args(["--batch", &ctx.batch.to_string()])
+        .args(["--threads", &ctx.threads.to_string()])
+        .arg("--tmp")
+        .arg(&ctx.tmp)
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .map_err(|e| BenchError(format!("starting a child run: {e}")))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    match text.trim().strip_prefix("secs=").map(str::parse::<f64>) {
+        Some(Ok(secs)) if out.status.success() => Ok(secs),
+        _ => Err(BenchError(format!(
+            "child run failed ({}): {}",
+            out.status,
+            text.trim()
+        ))),
+    }
 }
 
 /// Median of `v` (mean of the middle two for an even count).
@@ -273,13 +313,14 @@ pub fn median(mut v: Vec<f64>) -> f64 {
 
 /// `n` for a peer row: a pilot run of a fiftieth predicts the full run's
 /// time; above the budget, `n` shrinks to fit it (in whole batches).
-fn scaled_n(ctx: &Ctx, bench: &Bench, n: u64, budget: f64) -> Res<(u64, Option<String>)> {
+fn scaled_n(ctx: &Ctx, group: &Group, bench: &Bench, opts: &RunOpts) -> Res<(u64, Option<String>)> {
+    let (n, budget) = (group.n, opts.budget);
     let b = ctx.batch as u64;
     let pilot = (n / 50).max(10 * b) / b * b;
     if bench.kind != Kind::Peer || pilot * 2 > n {
         return Ok((n, None));
     }
-    let secs = (bench.run)(ctx, pilot)?;
+    let secs = run_one(ctx, group, bench, pilot, opts.isolate)?;
     let predicted = secs * n as f64 / pilot as f64;
     if predicted <= budget {
         return Ok((n, None));
@@ -298,9 +339,45 @@ fn scaled_n(ctx: &Ctx, bench: &Bench, n: u64, budget: f64) -> Res<(u64, Option<S
 type Plan = (u64, Option<String>, Vec<f64>);
 
 /// Asks the kernel to write back all dirty pages (sync(1)), so that the
-/// writeback of earlier rows does not weigh on the next measurement.
+/// writeback of earlier rows does not weigh on the next measurement, then
+/// waits (at most 5 s) until the threads earlier rows left behind are idle:
+/// some peers keep background threads busy for a while after their store
+/// is dropped (sled's flusher and thread pool, fjall's workers), which would
+/// otherwise take a core from the next row.
 fn settle() {
     let _ = std::process::Command::new("sync").status();
+    let deadline = Instant::now() + std::time::Duration::from_secs(5);
+    let mut last = process_cpu_ticks();
+    while Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        let now = process_cpu_ticks();
+        // Clock ticks are 10 ms: at most one tick in 100 ms is idle.
+        if now.saturating_sub(last) <= 1 {
+            return;
+        }
+        last = now;
+    }
+}
+
+/// CPU time used by this process so far, all threads, in clock ticks
+/// (`utime + stime` of /proc/self/stat); 0 where that cannot be read.
+fn process_cpu_ticks() -> u64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return 0;
+    };
+    // The fields after the command name (which is in parentheses and may
+    // hold spaces): state is field 3, utime 14 and stime 15.
+    let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
+        return 0;
+    };
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let num = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    num(11) + num(12)
 }
 
 /// Runs every selected row of `group` and adds them to `report`; returns
@@ -315,9 +392,8 @@ pub fn run_group(ctx: &Ctx, group: &Group, opts: &RunOpts, report: &mut Report) 
         .iter()
         .filter(|b| {
             opts.only.as_ref().is_none_or(|f| {
-                format!("{}: {}", group.name, b.system)
-                    .to_lowercase()
-                    .contains(&f.to_lowercase())
+                let row = format!("{}: {}", group.name, b.system).to_lowercase();
+                f.to_lowercase().split('|').any(|alt| row.contains(alt))
             })
         })
         .collect();
@@ -336,7 +412,7 @@ pub fn run_group(ctx: &Ctx, group: &Group, opts: &RunOpts, report: &mut Report) 
     let mut plans: Vec<Option<Plan>> = Vec::new();
     for bench in &selected {
         settle();
-        match scaled_n(ctx, bench, group.n, opts.budget) {
+        match scaled_n(ctx, group, bench, opts) {
             Ok((n, note)) => plans.push(Some((n, note, Vec::new()))),
             Err(e) => {
                 failures.push(fail(group, bench, &e));
@@ -351,7 +427,7 @@ pub fn run_group(ctx: &Ctx, group: &Group, opts: &RunOpts, report: &mut Report) 
         for (bench, plan) in selected.iter().zip(plans.iter_mut()) {
             let Some((n, _, secs)) = plan else { continue };
             settle();
-            match (bench.run)(ctx, *n) {
+            match run_one(ctx, group, bench, *n, opts.isolate) {
                 Ok(s) => secs.push(s),
                 Err(e) => {
                     failures.push(fail(group, bench, &e));

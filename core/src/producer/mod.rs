@@ -278,12 +278,28 @@ impl Producer {
     /// As [`Producer::send`]. On an error, the records of batches appended
     /// before it stay written.
     pub fn send_batch(&self, records: &[BorrowedRecord<'_>]) -> Result<Vec<RecordMetadata>> {
-        let mut out: Vec<Option<RecordMetadata>> = vec![None; records.len()];
-        self.send_batch_with(records, &mut |i, md| out[i] = Some(md.clone()))?;
-        Ok(out
-            .into_iter()
-            .map(|m| m.expect("every record reported"))
-            .collect())
+        // Reports come in input order when the records go to one partition
+        // (the common case): pushed as they come. Otherwise they are placed
+        // by index.
+        let mut out: Vec<RecordMetadata> = Vec::with_capacity(records.len());
+        let mut placed: Option<Vec<Option<RecordMetadata>>> = None;
+        self.send_batch_with(records, &mut |i, md| match &mut placed {
+            None if i == out.len() => out.push(md.clone()),
+            None => {
+                let mut v: Vec<Option<RecordMetadata>> = out.drain(..).map(Some).collect();
+                v.resize(records.len(), None);
+                v[i] = Some(md.clone());
+                placed = Some(v);
+            }
+            Some(v) => v[i] = Some(md.clone()),
+        })?;
+        Ok(match placed {
+            None => out,
+            Some(v) => v
+                .into_iter()
+                .map(|m| m.expect("every record reported"))
+                .collect(),
+        })
     }
 
     /// Like [`Producer::send_batch`], reporting each record's metadata to
@@ -735,6 +751,31 @@ impl Inner {
             let key = Arc::as_ptr(log) as usize;
             let slot = match last {
                 Some((k, slot)) if k == key => slot,
+                // Few partitions so far: a scan, no map to allocate.
+                _ if groups.len() <= 8 && slot_of.is_empty() => {
+                    match groups
+                        .iter()
+                        .position(|g| Arc::as_ptr(&g.0) as usize == key)
+                    {
+                        Some(slot) => slot,
+                        None => {
+                            if groups.len() == 8 {
+                                slot_of.extend(
+                                    groups
+                                        .iter()
+                                        .enumerate()
+                                        .map(|(j, g)| (Arc::as_ptr(&g.0) as usize, j)),
+                                );
+                                slot_of.insert(key, 8);
+                            }
+                            // Room for the rest of the records (at most
+                            // 1024) at once rather than regrowing.
+                            let room = (records.len() - i).min(1024);
+                            groups.push((Arc::clone(log), partition, Vec::with_capacity(room)));
+                            groups.len() - 1
+                        }
+                    }
+                }
                 _ => *slot_of.entry(key).or_insert_with(|| {
                     groups.push((Arc::clone(log), partition, Vec::new()));
                     groups.len() - 1
@@ -745,7 +786,7 @@ impl Inner {
         }
         drop(current);
         let now = now_ms();
-        let mut refs: Vec<RecordRef<'_>> = Vec::new();
+        let mut refs: Vec<RecordRef<'_>> = Vec::with_capacity(records.len().min(1024));
         let mut flush_targets: Vec<(Arc<PartitionLog>, u64)> = Vec::new();
         for (log, partition, idx) in &groups {
             let max_batch = log.max_batch_bytes();
