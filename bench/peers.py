@@ -307,28 +307,34 @@ def pq_sqlite(scratch: Scratch, size: int, synchronous: str, op: str) -> Measure
             # One connection when multithreading=False; the library offers no setting for this.
             q._putter.execute(f"PRAGMA synchronous={synchronous}")  # type: ignore[attr-defined]
             try:
-                if op == "put":
-                    t0 = perf_counter()
-                    for i in range(n):
-                        q.put(pad + i.to_bytes(8, "little"))
-                    secs = perf_counter() - t0
-                    check(q.qsize(), n, "SQLiteQueue.put")
-                    return secs
-                for i in range(n):
-                    q.put(pad + i.to_bytes(8, "little"))
-                total = 0
-                t0 = perf_counter()
-                for i in range(n):
-                    total += len(q.get(block=False))
-                    if (i + 1) % BATCH == 0 or i + 1 == n:
-                        q.task_done()
-                secs = perf_counter() - t0
-                check(total, n * size, "SQLiteQueue.get bytes")
-                return secs
+                return pq_put_or_get(q, op, n, pad, "SQLiteQueue")
             finally:
                 q.close()
 
     return measure
+
+
+def pq_put_or_get(q: Any, op: str, n: int, pad: bytes, name: str) -> float:
+    """Seconds for n puts (op "put"), or for n gets with task_done() every
+    BATCH after n untimed puts (op "get"), on a persist-queue queue."""
+    if op == "put":
+        t0 = perf_counter()
+        for i in range(n):
+            q.put(pad + i.to_bytes(8, "little"))
+        secs = perf_counter() - t0
+        check(q.qsize(), n, f"{name}.put")
+        return secs
+    for i in range(n):
+        q.put(pad + i.to_bytes(8, "little"))
+    total = 0
+    t0 = perf_counter()
+    for i in range(n):
+        total += len(q.get(block=False))
+        if (i + 1) % BATCH == 0 or i + 1 == n:
+            q.task_done()
+    secs = perf_counter() - t0
+    check(total, n * (len(pad) + 8), f"{name}.get bytes")
+    return secs
 
 
 def pq_file(scratch: Scratch, size: int, op: str) -> Measure:
@@ -341,24 +347,7 @@ def pq_file(scratch: Scratch, size: int, op: str) -> Measure:
         with scratch.dir() as d:
             (d / "tmp").mkdir()
             q = persistqueue.Queue(str(d / "q"), chunksize=10_000, tempdir=str(d / "tmp"))
-            if op == "put":
-                t0 = perf_counter()
-                for i in range(n):
-                    q.put(pad + i.to_bytes(8, "little"))
-                secs = perf_counter() - t0
-                check(q.qsize(), n, "Queue.put")
-                return secs
-            for i in range(n):
-                q.put(pad + i.to_bytes(8, "little"))
-            total = 0
-            t0 = perf_counter()
-            for i in range(n):
-                total += len(q.get(block=False))
-                if (i + 1) % BATCH == 0 or i + 1 == n:
-                    q.task_done()
-            secs = perf_counter() - t0
-            check(total, n * size, "Queue.get bytes")
-            return secs
+            return pq_put_or_get(q, op, n, pad, "Queue")
 
     return measure
 

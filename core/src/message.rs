@@ -225,7 +225,7 @@ pub struct Message {
 impl Message {
     /// The message as a [`MessageRef`] (what the accessors below read).
     #[inline]
-    pub fn as_ref(&self) -> MessageRef<'_> {
+    pub fn as_message_ref(&self) -> MessageRef<'_> {
         MessageRef {
             src: &self.src,
             rec: &self.rec,
@@ -234,44 +234,44 @@ impl Message {
 
     /// The topic.
     pub fn topic(&self) -> &str {
-        self.as_ref().topic()
+        self.as_message_ref().topic()
     }
 
     /// The partition.
     pub fn partition(&self) -> u32 {
-        self.src.partition
+        self.as_message_ref().partition()
     }
 
     /// The offset.
     pub fn offset(&self) -> u64 {
-        self.rec.offset
+        self.as_message_ref().offset()
     }
 
     /// The timestamp (ms since the epoch).
     pub fn timestamp(&self) -> i64 {
-        self.rec.timestamp
+        self.as_message_ref().timestamp()
     }
 
     /// The key, if any.
     #[inline]
     pub fn key(&self) -> Option<&[u8]> {
-        self.as_ref().key()
+        self.as_message_ref().key()
     }
 
     /// The value, if any (`None` for a tombstone).
     #[inline]
     pub fn value(&self) -> Option<&[u8]> {
-        self.as_ref().value()
+        self.as_message_ref().value()
     }
 
     /// Number of headers.
     pub fn header_count(&self) -> usize {
-        self.rec.header_count as usize
+        self.as_message_ref().header_count()
     }
 
     /// The headers, decoded, in order.
     pub fn headers(&self) -> Vec<Header> {
-        self.as_ref().headers()
+        self.as_message_ref().headers()
     }
 }
 

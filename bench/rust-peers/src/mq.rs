@@ -200,20 +200,25 @@ fn backlog_consumer(ctx: &Ctx, dir: &Path, n: u64) -> Res<(Broker, Consumer)> {
     Ok((mq, c))
 }
 
-/// Reads the `n` records back with `Consumer::poll` (owned messages).
-pub fn poll(ctx: &Ctx, n: u64) -> Res<f64> {
+/// Reads the `n` records back through a standalone consumer, `take` doing
+/// one poll: it adds what it got to the tally and returns how many.
+fn consume_with(
+    ctx: &Ctx,
+    n: u64,
+    mut take: impl FnMut(&mut Consumer, &mut Tally) -> Res<usize>,
+) -> Res<f64> {
     let dir = ctx.dir()?;
     let (_mq, mut c) = backlog_consumer(ctx, dir.path(), n)?;
     let mut tally = Tally::default();
     let secs = time(|| {
         let mut idle = 0;
         while tally.count() < n {
-            let msgs = c.poll(Duration::from_millis(100)).ctx("poll")?;
-            idle = if msgs.is_empty() { idle + 1 } else { 0 };
-            check(idle < 50, || "poll found no more records".into())?;
-            for m in &msgs {
-                tally.add(m.value().unwrap_or_default());
-            }
+            idle = if take(&mut c, &mut tally)? == 0 {
+                idle + 1
+            } else {
+                0
+            };
+            check(idle < 50, || "the consumer found no more records".into())?;
         }
         Ok(())
     })?;
@@ -221,26 +226,27 @@ pub fn poll(ctx: &Ctx, n: u64) -> Res<f64> {
     Ok(secs)
 }
 
+/// Reads the `n` records back with `Consumer::poll` (owned messages).
+pub fn poll(ctx: &Ctx, n: u64) -> Res<f64> {
+    consume_with(ctx, n, |c, tally| {
+        let msgs = c.poll(Duration::from_millis(100)).ctx("poll")?;
+        for m in &msgs {
+            tally.add(m.value().unwrap_or_default());
+        }
+        Ok(msgs.len())
+    })
+}
+
 /// Reads the `n` records back with `Consumer::poll_batch` (the messages of
 /// a poll read by reference from one `MessageBatch`).
 pub fn poll_batch(ctx: &Ctx, n: u64) -> Res<f64> {
-    let dir = ctx.dir()?;
-    let (_mq, mut c) = backlog_consumer(ctx, dir.path(), n)?;
-    let mut tally = Tally::default();
-    let secs = time(|| {
-        let mut idle = 0;
-        while tally.count() < n {
-            let batch = c.poll_batch(Duration::from_millis(100)).ctx("poll_batch")?;
-            idle = if batch.is_empty() { idle + 1 } else { 0 };
-            check(idle < 50, || "poll_batch found no more records".into())?;
-            for m in &batch {
-                tally.add(m.value().unwrap_or_default());
-            }
+    consume_with(ctx, n, |c, tally| {
+        let batch = c.poll_batch(Duration::from_millis(100)).ctx("poll_batch")?;
+        for m in &batch {
+            tally.add(m.value().unwrap_or_default());
         }
-        Ok(())
-    })?;
-    tally.check(ctx, n)?;
-    Ok(secs)
+        Ok(batch.len())
+    })
 }
 
 /// Reads the `n` records back with the raw log scan (CRC checked, no

@@ -339,45 +339,9 @@ fn scaled_n(ctx: &Ctx, group: &Group, bench: &Bench, opts: &RunOpts) -> Res<(u64
 type Plan = (u64, Option<String>, Vec<f64>);
 
 /// Asks the kernel to write back all dirty pages (sync(1)), so that the
-/// writeback of earlier rows does not weigh on the next measurement, then
-/// waits (at most 5 s) until the threads earlier rows left behind are idle:
-/// some peers keep background threads busy for a while after their store
-/// is dropped (sled's flusher and thread pool, fjall's workers), which would
-/// otherwise take a core from the next row.
+/// writeback of earlier rows does not weigh on the next measurement.
 fn settle() {
     let _ = std::process::Command::new("sync").status();
-    let deadline = Instant::now() + std::time::Duration::from_secs(5);
-    let mut last = process_cpu_ticks();
-    while Instant::now() < deadline {
-        std::thread::sleep(std::time::Duration::from_millis(100));
-        let now = process_cpu_ticks();
-        // Clock ticks are 10 ms: at most one tick in 100 ms is idle.
-        if now.saturating_sub(last) <= 1 {
-            return;
-        }
-        last = now;
-    }
-}
-
-/// CPU time used by this process so far, all threads, in clock ticks
-/// (`utime + stime` of /proc/self/stat); 0 where that cannot be read.
-fn process_cpu_ticks() -> u64 {
-    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
-        return 0;
-    };
-    // The fields after the command name (which is in parentheses and may
-    // hold spaces): state is field 3, utime 14 and stime 15.
-    let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
-        return 0;
-    };
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let num = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|f| f.parse::<u64>().ok())
-            .unwrap_or(0)
-    };
-    num(11) + num(12)
 }
 
 /// Runs every selected row of `group` and adds them to `report`; returns
