@@ -87,7 +87,8 @@ fn run_child(exe: &Path, dir: &Path, stop_after: usize) -> Vec<String> {
         .unwrap();
     let mut lines = Vec::new();
     let mut got = 0;
-    for line in BufReader::new(child.stdout.take().unwrap()).lines() {
+    let mut reader = BufReader::new(child.stdout.take().unwrap()).lines();
+    for line in reader.by_ref() {
         let line = line.unwrap();
         if line.starts_with("GOT ") {
             got += 1;
@@ -99,6 +100,11 @@ fn run_child(exe: &Path, dir: &Path, stop_after: usize) -> Vec<String> {
     }
     let _ = child.kill();
     let _ = child.wait();
+    // What the child printed before the kill and we had not read yet: it
+    // may have processed and committed more than `stop_after` messages, and
+    // skipping those lines would count its committed messages as never
+    // consumed (the next child resumes after them).
+    lines.extend(reader.map_while(|l| l.ok()));
     lines
 }
 
