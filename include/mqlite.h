@@ -209,6 +209,16 @@ typedef enum mql_rebalance_event {
      * hand over exactly what was processed.
      */
     MQL_REBALANCE_REVOKE = 2,
+    /**
+     * The consumer has already lost the partitions (Kafka's
+     * `onPartitionsLost`): it was removed from the group for not polling
+     * within `max_poll_interval_ms`, and another member may own them now.
+     * Nothing can be committed for them any more (`mql_commit` there fails
+     * with `MQL_COMMIT_FAILED`) and no auto-commit runs; drop the state kept
+     * for them. The consumer then joins the group again. A callback that
+     * does not tell the two apart can treat this like a revoke.
+     */
+    MQL_REBALANCE_LOST = 3,
 } mql_rebalance_event;
 
 /**
@@ -673,8 +683,9 @@ typedef struct mql_consumer_stats {
 /**
  * A rebalance callback (Kafka's `ConsumerRebalanceListener`): `event` says
  * whether `consumer` now owns the `n` partitions of `partitions`
- * (`MQL_REBALANCE_ASSIGN`) or is about to give them up
- * (`MQL_REBALANCE_REVOKE`). A member that gives partitions up is always
+ * (`MQL_REBALANCE_ASSIGN`), is about to give them up
+ * (`MQL_REBALANCE_REVOKE`) or has lost them already, having been removed
+ * from the group (`MQL_REBALANCE_LOST`). A member that gives partitions up is always
  * told (revoke) before the member that gets them (assign).
  *
  * Runs on the consumer's own thread, inside `mql_poll`, `mql_subscribe*`,

@@ -173,6 +173,20 @@ pub trait RebalanceListener: Send {
     fn on_revoke(&mut self, consumer: &mut Consumer, partitions: &[(String, u32)]) {
         let _ = (consumer, partitions);
     }
+
+    /// The consumer has already lost `partitions` (Kafka's
+    /// `onPartitionsLost`): it was removed from the group for not polling
+    /// within `max_poll_interval_ms`, and the group may have handed them
+    /// to other members already. Unlike [`on_revoke`](Self::on_revoke),
+    /// nothing can be committed for them any more (a commit fails with
+    /// [`Error::CommitFailed`]), and no auto-commit runs: drop the state
+    /// kept for them. The consumer then joins the group again.
+    ///
+    /// The default calls `on_revoke`, as Kafka's does, so that clean-up
+    /// written there runs in both cases.
+    fn on_lost(&mut self, consumer: &mut Consumer, partitions: &[(String, u32)]) {
+        self.on_revoke(consumer, partitions);
+    }
 }
 
 /// Wakes a consumer blocked in [`Consumer::poll`] from another thread: that
@@ -598,7 +612,22 @@ impl Consumer {
                 "consumer {id} was removed from group {}; joining again",
                 group.name()
             );
+            let lost: Vec<(String, u32)> = self
+                .assigned
+                .iter()
+                .map(|a| (a.topic.name().to_string(), a.log.partition()))
+                .collect();
             self.assigned.clear();
+            if !lost.is_empty() {
+                if let Some(mut l) = self.listener.take() {
+                    l.on_lost(self, &lost);
+                    self.listener = Some(l);
+                }
+            }
+            if self.member.as_ref().is_none_or(|m| m.id != id) {
+                // The listener left the group or subscribed again.
+                return Ok(());
+            }
             let m = self.member.take().expect("checked");
             let spec = self.member_spec(&m.topics, m.pattern.as_ref());
             let broker = Arc::clone(&self.broker);

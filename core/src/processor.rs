@@ -274,16 +274,35 @@ impl Processor {
     /// and have a `group_id` (to commit).
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] without a group or with 0 threads.
+    /// [`Error::InvalidArgument`] without a group or with 0 threads; the
+    /// consumer is dropped then (see [`Processor::try_new`] to keep it).
     pub fn new(consumer: Consumer, config: ProcessorConfig) -> Result<Processor> {
+        Processor::try_new(consumer, config).map_err(|(e, _)| e)
+    }
+
+    /// As [`Processor::new`], but an error gives the consumer back,
+    /// unchanged (boxed: it is large), beside the error.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] without a group or with 0 threads.
+    pub fn try_new(
+        consumer: Consumer,
+        config: ProcessorConfig,
+    ) -> std::result::Result<Processor, (Error, Box<Consumer>)> {
         if consumer.config().group_id.is_none() {
-            return Err(Error::InvalidArgument(
-                "a processor commits what it processed: the consumer needs a group_id".into(),
+            return Err((
+                Error::InvalidArgument(
+                    "a processor commits what it processed: the consumer needs a group_id".into(),
+                ),
+                Box::new(consumer),
             ));
         }
         if config.threads == 0 || config.max_in_flight == 0 || config.commit_interval_ms == 0 {
-            return Err(Error::InvalidArgument(
-                "a processor needs at least one thread, max_in_flight of at least 1 and a commit_interval_ms of at least 1".into(),
+            return Err((
+                Error::InvalidArgument(
+                    "a processor needs at least one thread, max_in_flight of at least 1 and a commit_interval_ms of at least 1".into(),
+                ),
+                Box::new(consumer),
             ));
         }
         let stop = ProcessorStop {

@@ -233,6 +233,105 @@ fn a_member_that_stops_polling_is_removed() {
     check_owners(&mq, "g", 2, true);
 }
 
+/// Records `on_lost` apart from `on_revoke`, and what a commit there gave.
+#[derive(Clone, Default)]
+struct LostLog(Arc<Mutex<Vec<String>>>);
+
+impl RebalanceListener for LostLog {
+    fn on_revoke(&mut self, _: &mut Consumer, partitions: &[(String, u32)]) {
+        self.0
+            .lock()
+            .unwrap()
+            .push(format!("revoke {partitions:?}"));
+    }
+    fn on_lost(&mut self, consumer: &mut Consumer, partitions: &[(String, u32)]) {
+        let (t, p) = &partitions[0];
+        let commit = match consumer.commit_offsets(&[(t, *p, 1, "")]) {
+            Err(Error::CommitFailed(_)) => "refused",
+            Ok(()) => "accepted",
+            Err(_) => "other error",
+        };
+        self.0
+            .lock()
+            .unwrap()
+            .push(format!("lost {partitions:?} commit {commit}"));
+    }
+}
+
+/// A revoke-only listener, to see that `on_lost` defaults to `on_revoke`.
+#[derive(Clone, Default)]
+struct RevokeOnly(Arc<Mutex<Vec<(String, u32)>>>);
+
+impl RebalanceListener for RevokeOnly {
+    fn on_revoke(&mut self, _: &mut Consumer, partitions: &[(String, u32)]) {
+        self.0.lock().unwrap().extend_from_slice(partitions);
+    }
+}
+
+#[test]
+fn an_expelled_member_is_told_it_lost_its_partitions() {
+    let (_tmp, mq) = setup(2, 3);
+    let config = ConsumerConfig::group("g")
+        .enable_auto_commit(true)
+        .max_poll_interval_ms(100);
+    let log = LostLog::default();
+    let mut a = mq.consumer(config.clone()).unwrap();
+    a.subscribe_with(&["t"], Box::new(log.clone())).unwrap();
+    let mut b = mq.consumer(config).unwrap();
+    b.subscribe(&["t"]).unwrap();
+    a.poll(Duration::ZERO).unwrap();
+    b.poll(Duration::ZERO).unwrap();
+    a.poll(Duration::ZERO).unwrap();
+    let held = a.assignment();
+    assert_eq!(held.len(), 1);
+    let old_id = a.member_id().unwrap().to_owned();
+    log.0.lock().unwrap().clear(); // the revoke of b's partition
+                                   // a stops polling; b takes everything.
+    let t = std::time::Instant::now();
+    while b.assignment().len() < 2 {
+        b.poll(Duration::from_millis(50)).unwrap();
+        assert!(t.elapsed() < Duration::from_secs(10));
+    }
+    let committed_before = mq.describe_group("g").unwrap().committed;
+    // a's next poll tells it (on_lost, not on_revoke; no auto-commit; a
+    // commit from there refused), and it joins again under a new id.
+    a.poll(Duration::ZERO).unwrap();
+    assert_eq!(
+        *log.0.lock().unwrap(),
+        vec![format!("lost {held:?} commit refused")]
+    );
+    assert_ne!(a.member_id().unwrap(), old_id);
+    assert_eq!(mq.describe_group("g").unwrap().committed, committed_before);
+    b.poll(Duration::ZERO).unwrap();
+    a.poll(Duration::ZERO).unwrap();
+    check_owners(&mq, "g", 2, true);
+    assert_eq!(a.assignment().len(), 1);
+
+    // Without an on_lost of its own, a listener hears it as on_revoke
+    // (Kafka's default).
+    let (_tmp2, mq) = setup(2, 1);
+    let config = ConsumerConfig::group("g")
+        .enable_auto_commit(false)
+        .max_poll_interval_ms(100);
+    let revoked = RevokeOnly::default();
+    let mut a = mq.consumer(config.clone()).unwrap();
+    a.subscribe_with(&["t"], Box::new(revoked.clone())).unwrap();
+    let mut b = mq.consumer(config).unwrap();
+    b.subscribe(&["t"]).unwrap();
+    a.poll(Duration::ZERO).unwrap();
+    b.poll(Duration::ZERO).unwrap();
+    a.poll(Duration::ZERO).unwrap();
+    let held = a.assignment();
+    revoked.0.lock().unwrap().clear();
+    let t = std::time::Instant::now();
+    while b.assignment().len() < 2 {
+        b.poll(Duration::from_millis(50)).unwrap();
+        assert!(t.elapsed() < Duration::from_secs(10));
+    }
+    a.poll(Duration::ZERO).unwrap();
+    assert_eq!(*revoked.0.lock().unwrap(), held);
+}
+
 #[test]
 fn commits_of_partitions_not_owned_fail() {
     let (_tmp, mq) = setup(2, 1);

@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use common::cfg;
 use mqlite::{
-    Broker, ConsumerConfig, ProcessingMode, Processor, ProcessorConfig, ProducerConfig, Record,
-    TopicConfig,
+    Broker, ConsumerConfig, Error, ProcessingMode, Processor, ProcessorConfig, ProducerConfig,
+    Record, TopicConfig,
 };
 
 fn setup(partitions: u32, per_partition: u64) -> (tempfile::TempDir, Broker) {
@@ -148,6 +148,30 @@ fn a_processor_needs_a_group() {
     let c = mq.consumer(ConsumerConfig::default()).unwrap();
     assert!(Processor::new(c, ProcessorConfig::default()).is_err());
     assert!("bogus".parse::<ProcessingMode>().is_err());
+}
+
+/// `try_new` hands the consumer back with the error, where it was.
+#[test]
+fn try_new_gives_the_consumer_back_on_error() {
+    let (_tmp, mq) = setup(1, 5);
+    let mut c = mq.consumer(ConsumerConfig::group("g")).unwrap();
+    c.subscribe(&["t"]).unwrap();
+    let first = c.poll(Duration::from_secs(1)).unwrap();
+    assert!(!first.is_empty());
+    let position = c.position("t", 0).unwrap();
+    let config = ProcessorConfig {
+        threads: 0,
+        ..ProcessorConfig::default()
+    };
+    let (e, mut c) = Processor::try_new(c, config).unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument(_)), "{e:?}");
+    assert_eq!(c.position("t", 0).unwrap(), position);
+    assert_eq!(c.assignment(), vec![("t".to_string(), 0)]);
+    // Still a working consumer: it commits and goes on polling.
+    c.commit().unwrap();
+    let p = Processor::try_new(*c, ProcessorConfig::default()).unwrap();
+    let mut c = p.into_consumer();
+    assert_eq!(c.position("t", 0).unwrap(), position);
 }
 
 /// Stopping while a message keeps failing returns, without committing it.

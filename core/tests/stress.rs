@@ -150,7 +150,7 @@ counters! {
     leaves_unsubscribe: "members unsubscribed",
     expulsions: "members expelled for not polling (and joined again)",
     stalls: "stalls past max_poll_interval_ms",
-    lost_partitions: "partitions an expelled member lost without a revoke",
+    lost_partitions: "partitions an expelled member lost (on_lost)",
     expelled_handovers: "partitions taken over from an expelled member",
     zombie_polls: "polls by a member expelled meanwhile",
     assigned: "partitions assigned (on_assign)",
@@ -407,9 +407,15 @@ impl Shared {
             let mut owners = lock(&self.owners);
             let before = owners.len();
             owners.retain(|(gg, _), o| !(*gg == g && o == old));
-            let lost = (before - owners.len()) as u64;
+            let lost = before - owners.len();
             drop(owners);
-            self.bump(&self.ops.lost_partitions, lost);
+            if lost > 0 || !st.stints.is_empty() {
+                self.violation(format!(
+                    "group {}: {old} was expelled and still held {lost} partitions ({} stints): on_lost did not run",
+                    GROUPS[g].name,
+                    st.stints.len()
+                ));
+            }
             st.stints.clear();
         } else if !st.stints.is_empty() {
             self.violation(format!(
@@ -795,6 +801,49 @@ impl RebalanceListener for Listener {
             }
         }
         sh.bump(&sh.ops.revoked, partitions.len() as u64);
+    }
+
+    fn on_lost(&mut self, c: &mut Consumer, partitions: &[(String, u32)]) {
+        let sh = &self.sh;
+        let g = self.g;
+        let mut st = lock(&self.state);
+        let me = c.member_id().unwrap_or("<none>").to_owned();
+        if !GROUPS[g].expiry {
+            sh.violation(format!(
+                "group {}: {me} lost {partitions:?} but its members never stall",
+                GROUPS[g].name
+            ));
+        }
+        if sh.is_member(g, &me) {
+            sh.violation(format!(
+                "group {}: {me} told it lost {partitions:?} while still a member",
+                GROUPS[g].name
+            ));
+        }
+        for tp in partitions {
+            if st.stints.remove(tp).is_none() {
+                sh.violation(format!(
+                    "group {}: {me} lost {}/{}, which it was never assigned",
+                    GROUPS[g].name, tp.0, tp.1
+                ));
+            }
+            // Another member may have taken it already.
+            let mut owners = lock(&sh.owners);
+            if owners.get(&(g, tp.clone())) == Some(&me) {
+                owners.remove(&(g, tp.clone()));
+            }
+            drop(owners);
+            // Nothing can be committed for a lost partition.
+            match c.commit_offsets(&[(tp.0.as_str(), tp.1, 0, "lost")]) {
+                Err(Error::CommitFailed(_)) => {}
+                other => sh.violation(format!(
+                    "group {}: {me} commit of lost {}/{}: {other:?}",
+                    GROUPS[g].name, tp.0, tp.1
+                )),
+            }
+        }
+        drop(st);
+        sh.bump(&sh.ops.lost_partitions, partitions.len() as u64);
     }
 }
 

@@ -28,12 +28,21 @@ pub enum mql_rebalance_event {
     /// member once the callback returns. Commit here (`mql_commit`) to
     /// hand over exactly what was processed.
     MQL_REBALANCE_REVOKE = 2,
+    /// The consumer has already lost the partitions (Kafka's
+    /// `onPartitionsLost`): it was removed from the group for not polling
+    /// within `max_poll_interval_ms`, and another member may own them now.
+    /// Nothing can be committed for them any more (`mql_commit` there fails
+    /// with `MQL_COMMIT_FAILED`) and no auto-commit runs; drop the state kept
+    /// for them. The consumer then joins the group again. A callback that
+    /// does not tell the two apart can treat this like a revoke.
+    MQL_REBALANCE_LOST = 3,
 }
 
 /// A rebalance callback (Kafka's `ConsumerRebalanceListener`): `event` says
 /// whether `consumer` now owns the `n` partitions of `partitions`
-/// (`MQL_REBALANCE_ASSIGN`) or is about to give them up
-/// (`MQL_REBALANCE_REVOKE`). A member that gives partitions up is always
+/// (`MQL_REBALANCE_ASSIGN`), is about to give them up
+/// (`MQL_REBALANCE_REVOKE`) or has lost them already, having been removed
+/// from the group (`MQL_REBALANCE_LOST`). A member that gives partitions up is always
 /// told (revoke) before the member that gets them (assign).
 ///
 /// Runs on the consumer's own thread, inside `mql_poll`, `mql_subscribe*`,
@@ -146,6 +155,14 @@ impl RebalanceListener for CListener {
         self.run(
             consumer,
             mql_rebalance_event::MQL_REBALANCE_REVOKE,
+            partitions,
+        );
+    }
+
+    fn on_lost(&mut self, consumer: &mut Consumer, partitions: &[(String, u32)]) {
+        self.run(
+            consumer,
+            mql_rebalance_event::MQL_REBALANCE_LOST,
             partitions,
         );
     }

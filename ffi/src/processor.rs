@@ -286,13 +286,18 @@ pub unsafe extern "C" fn mql_processor_new(
             Ok(state.lend_out(&h.dropped))
         })?;
         // The engine fails only for what was checked above (group id,
-        // threads, max_in_flight); it would drop the consumer then, leaving
-        // the handle refusing every call, which the message says.
-        let inner = Processor::new(inner, config).map_err(|e| {
-            let mut f = Failure::from(e);
-            f.message.push_str(" (the consumer was lost; free it)");
-            f
-        })?;
+        // threads, max_in_flight); the consumer then goes back to the
+        // handle as it was (its fetched-ahead messages rewound).
+        let inner = match Processor::try_new(inner, config) {
+            Ok(p) => p,
+            Err((e, consumer)) => {
+                h.slot("mql_processor_new", |slot| {
+                    *slot = Some(State::give_back(*consumer, sub, Vec::new()));
+                    Ok(())
+                })?;
+                return Err(e.into());
+            }
+        };
         let processor = mql_processor {
             consumer: NonNull::from(h),
             sub,

@@ -369,14 +369,15 @@ impl Counters {
     }
 }
 
-/// `on_assign` and `on_revoke` of one subscription.
+/// `on_assign`, `on_revoke` and `on_lost` of one subscription.
 #[derive(Default)]
 struct Callbacks {
-    fns: Mutex<[Option<Py<PyAny>>; 2]>,
+    fns: Mutex<[Option<Py<PyAny>>; 3]>,
 }
 
 const ON_ASSIGN: usize = 0;
 const ON_REVOKE: usize = 1;
+const ON_LOST: usize = 2;
 
 /// An engine consumer lent to calls made from a callback.
 struct Lent {
@@ -599,6 +600,17 @@ impl mqlite::RebalanceListener for Listener {
                 }
             }
         }
+    }
+
+    fn on_lost(&mut self, consumer: &mut mqlite::Consumer, partitions: &[(String, u32)]) {
+        // As confluent-kafka: on_revoke stands in when on_lost is not set.
+        // No auto-commit: the partitions are no longer this member's.
+        let which = if lock(&self.callbacks.fns)[ON_LOST].is_some() {
+            ON_LOST
+        } else {
+            ON_REVOKE
+        };
+        self.call(which, consumer, partitions);
     }
 }
 
@@ -1292,7 +1304,13 @@ impl Consumer {
     /// another member: commit there to hand over exactly what was processed
     /// (with `enable_auto_commit` a commit follows it anyway). `on_assign`
     /// runs once new partitions are owned; their positions are the group's
-    /// committed offsets, and `seek()` may change them. Inside a callback
+    /// committed offsets, and `seek()` may change them. `on_lost(consumer,
+    /// partitions)` runs instead of `on_revoke` when the member was removed
+    /// from the group for not polling within `max_poll_interval_ms`: the
+    /// partitions may belong to another member already, so a commit for
+    /// them raises `mqlite.CommitFailed` and no auto-commit runs; without
+    /// `on_lost`, `on_revoke` is called then (as in confluent-kafka). The
+    /// consumer then joins the group again. Inside a callback
     /// the consumer accepts every call but `poll()`, `consume()`,
     /// iteration, `subscribe()`, `unsubscribe()` and `assign()`
     /// (RuntimeError); `close()` there takes effect once the call that ran
@@ -1312,6 +1330,9 @@ impl Consumer {
     ///         are assigned to this member.
     ///     on_revoke: Called with (consumer, partitions) before partitions
     ///         are taken away from this member.
+    ///     on_lost: Called with (consumer, partitions) after this member
+    ///         lost its partitions by being removed from the group;
+    ///         `on_revoke` is called instead when not given.
     ///
     /// Raises:
     ///     mqlite.UnknownTopic: A topic does not exist.
@@ -1322,12 +1343,13 @@ impl Consumer {
     ///     TypeError: `topics` is of the wrong type, or a callback is not
     ///         callable.
     ///     RuntimeError: Called inside `on_assign` or `on_revoke`.
-    #[pyo3(signature = (topics, on_assign = None, on_revoke = None))]
+    #[pyo3(signature = (topics, on_assign = None, on_revoke = None, on_lost = None))]
     fn subscribe(
         slf: &Bound<'_, Self>,
         topics: &Bound<'_, PyAny>,
         on_assign: Option<Bound<'_, PyAny>>,
         on_revoke: Option<Bound<'_, PyAny>>,
+        on_lost: Option<Bound<'_, PyAny>>,
     ) -> PyResult<()> {
         slf.get().check_forked(slf.py())?;
         let py = slf.py();
@@ -1341,14 +1363,15 @@ impl Consumer {
         let sub = subscription(py, topics)?;
         let on_assign = callback(on_assign, "on_assign")?;
         let on_revoke = callback(on_revoke, "on_revoke")?;
-        if (on_assign.is_some() || on_revoke.is_some()) && !this.clustering {
+        let on_lost = callback(on_lost, "on_lost")?;
+        if (on_assign.is_some() || on_revoke.is_some() || on_lost.is_some()) && !this.clustering {
             return Err(invalid_argument(
                 py,
-                "on_assign and on_revoke need a consumer with a group_id (not broadcast)",
+                "on_assign, on_revoke and on_lost need a consumer with a group_id (not broadcast)",
             ));
         }
         let callbacks = Arc::new(Callbacks {
-            fns: Mutex::new([on_assign, on_revoke]),
+            fns: Mutex::new([on_assign, on_revoke, on_lost]),
         });
         let listener = Box::new(Listener {
             shared: Arc::clone(&this.shared),

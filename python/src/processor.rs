@@ -285,10 +285,13 @@ impl Processor {
     fn run_inner(&self, py: Python<'_>, handler: &Py<PyAny>) -> PyResult<ProcessorStats> {
         let consumer = self.consumer.get();
         let engine = consumer.take_engine(py)?;
-        let mut proc = match mqlite::Processor::new(engine, self.config.clone()) {
+        let mut proc = match mqlite::Processor::try_new(engine, self.config.clone()) {
             Ok(p) => p,
-            // Checked by the constructor; the consumer went with the error.
-            Err(e) => return Err(e).py_err(py),
+            // Checked by the constructor already; the consumer goes back.
+            Err((e, engine)) => {
+                consumer.give_back(py, *engine);
+                return Err(e).py_err(py);
+            }
         };
         let stopper = proc.stopper();
         *self.stopper.lock().unwrap_or_else(PoisonError::into_inner) = Some(stopper.clone());

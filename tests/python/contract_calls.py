@@ -336,8 +336,8 @@ METHOD_CALLS: List[Call] = [
     Call(
         "Consumer",
         "subscribe",
-        {"topics": "t", "on_assign": callback, "on_revoke": callback},
-        {"topics": "topics", "on_assign": "callable?", "on_revoke": "callable?"},
+        {"topics": "t", "on_assign": callback, "on_revoke": callback, "on_lost": callback},
+        {"topics": "topics", "on_assign": "callable?", "on_revoke": "callable?", "on_lost": "callable?"},
     ),
     Call("Consumer", "unsubscribe"),
     Call("Consumer", "wakeup"),

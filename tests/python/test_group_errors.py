@@ -48,6 +48,7 @@ def test_wrong_types(mq: mqlite.Broker) -> None:
         lambda: c.subscribe(b"t"),  # type: ignore
         lambda: c.subscribe(None),  # type: ignore
         lambda: c.subscribe("t", on_assign=1),  # type: ignore
+        lambda: c.subscribe("t", on_lost=1),  # type: ignore
         lambda: c.commit("t"),  # type: ignore
         lambda: c.commit([("t", 0)]),  # type: ignore
         lambda: c.commit([("t", 0, "1")]),  # type: ignore

@@ -115,6 +115,56 @@ def test_member_that_stops_polling_loses_its_partitions(mq: mqlite.Broker) -> No
     settle([a, b], lambda: len(a.assignment()) == 1 and len(b.assignment()) == 1)
 
 
+def test_expelled_member_hears_on_lost_and_cannot_commit(mq: mqlite.Broker) -> None:
+    mq.create_topic("t", partitions=2, segment_bytes=SEG)
+    produce(mq, "t", 3)
+    events: list[tuple[str, list[tuple[str, int]], str]] = []
+
+    def on_revoke(c: mqlite.Consumer, parts: list[tuple[str, int]]) -> None:
+        events.append(("revoke", parts, ""))
+
+    def on_lost(c: mqlite.Consumer, parts: list[tuple[str, int]]) -> None:
+        try:
+            c.commit([(parts[0][0], parts[0][1], 1)])
+            outcome = "committed"
+        except mqlite.CommitFailed:
+            outcome = "CommitFailed"
+        events.append(("lost", parts, outcome))
+
+    got: dict[int, list[mqlite.Message]] = {}
+    a = mq.consumer("g", client_id="a", max_poll_interval_ms=200)
+    b = mq.consumer("g", client_id="b", max_poll_interval_ms=200)
+    a.subscribe("t", on_revoke=on_revoke, on_lost=on_lost)
+    b.subscribe("t")
+    settle([a, b], lambda: len(a.assignment()) == 1 and len(b.assignment()) == 1, got)
+    held = a.assignment()
+    old_id = a.member_id
+    events.clear()
+    committed = mq.describe_group("g").committed
+    settle([b], lambda: len(b.assignment()) == 2, got)
+    a.poll(timeout=0)
+    # on_lost, not on_revoke; no auto-commit; a commit there refused.
+    assert events == [("lost", held, "CommitFailed")]
+    assert mq.describe_group("g").committed == committed
+    assert a.member_id != old_id
+    settle([a, b], lambda: len(a.assignment()) == 1 and len(b.assignment()) == 1, got)
+
+
+def test_on_revoke_stands_in_for_a_missing_on_lost(mq: mqlite.Broker) -> None:
+    mq.create_topic("t", partitions=2, segment_bytes=SEG)
+    revoked: list[tuple[str, int]] = []
+    a = mq.consumer("g", client_id="a", max_poll_interval_ms=200, enable_auto_commit=False)
+    b = mq.consumer("g", client_id="b", max_poll_interval_ms=200, enable_auto_commit=False)
+    a.subscribe("t", on_revoke=lambda c, parts: revoked.extend(parts))
+    b.subscribe("t")
+    settle([a, b], lambda: len(a.assignment()) == 1 and len(b.assignment()) == 1)
+    held = a.assignment()
+    revoked.clear()
+    settle([b], lambda: len(b.assignment()) == 2)
+    a.poll(timeout=0)
+    assert revoked == held
+
+
 def test_broadcast_gives_every_consumer_everything(mq: mqlite.Broker) -> None:
     mq.create_topic("t", partitions=3, segment_bytes=SEG)
     produce(mq, "t", 10)
