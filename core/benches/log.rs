@@ -456,6 +456,57 @@ fn latencies(n: u64, rate: u64) -> Vec<u64> {
     out
 }
 
+/// The floor under [`latencies`]: the same paced producer thread hands a
+/// timestamp to a thread parked with `std::thread::park` (a locked vector
+/// and an `unpark`, no log); returns the latencies (ns) of `n` hand-offs,
+/// sorted.
+fn wakeup_latencies(n: u64, rate: u64) -> Vec<u64> {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let start = Instant::now();
+    let queue: std::sync::Mutex<Vec<u64>> = std::sync::Mutex::new(Vec::with_capacity(1024));
+    let pending = AtomicBool::new(false);
+    let mut out = Vec::with_capacity(n as usize);
+    std::thread::scope(|s| {
+        let consumer = s.spawn(|| {
+            let mut out = Vec::with_capacity(n as usize);
+            let mut taken = Vec::with_capacity(1024);
+            while (out.len() as u64) < n {
+                if !pending.swap(false, Ordering::AcqRel) {
+                    std::thread::park();
+                    continue;
+                }
+                std::mem::swap(&mut taken, &mut *queue.lock().expect("queue"));
+                let now = start.elapsed().as_nanos() as u64;
+                out.extend(taken.drain(..).map(|sent| now.saturating_sub(sent)));
+            }
+            out
+        });
+        let waiter = consumer.thread().clone();
+        let gap = Duration::from_nanos(1_000_000_000 / rate);
+        for i in 0..n {
+            let due = start + gap * i as u32;
+            loop {
+                let now = Instant::now();
+                if now >= due {
+                    break;
+                }
+                if due - now > Duration::from_micros(200) {
+                    std::thread::sleep(due - now - Duration::from_micros(100));
+                } else {
+                    std::thread::yield_now();
+                }
+            }
+            let sent = start.elapsed().as_nanos() as u64;
+            queue.lock().expect("queue").push(sent);
+            pending.store(true, Ordering::Release);
+            waiter.unpark();
+        }
+        out = consumer.join().expect("consumer");
+    });
+    out.sort_unstable();
+    out
+}
+
 /// `n` sends with `acks=all` split over `threads` threads (one partition):
 /// concurrent senders share flushes (group commit).
 fn produce_durable(n: u64, size: usize, threads: u64) -> f64 {
@@ -634,21 +685,49 @@ fn main() {
         // waits (the consumer parks in `poll`, woken by each append).
         let rate = 100_000;
         let n = scaled(200_000);
+        // The baseline first, then mqlite, then the baseline again: the
+        // machine's wake-up cost drifts.
+        let base_a = wakeup_latencies(n, rate);
         let l = latencies(n, rate);
-        let pct = |q: f64| l[((l.len() as f64 * q) as usize).min(l.len() - 1)] as f64 / 1e3;
+        let base_b = wakeup_latencies(n, rate);
+        let pct = |l: &[u64], q: f64| {
+            l[((l.len() as f64 * q) as usize).min(l.len() - 1)] as f64 / 1e3
+        };
+        let line = |what: &str, l: &[u64]| {
+            format!(
+                "{what}: p50 {:.1} us, p99 {:.1} us, p99.9 {:.1} us, max {:.1} us",
+                pct(l, 0.5),
+                pct(l, 0.99),
+                pct(l, 0.999),
+                *l.last().expect("some") as f64 / 1e3
+            )
+        };
         eprintln!(
-            "  produce-to-consume latency at {rate}/s: p50 {:.1} us, p99 {:.1} us, p99.9 {:.1} us",
-            pct(0.5),
-            pct(0.99),
-            pct(0.999)
+            "  {}",
+            line(&format!("produce-to-consume latency at {rate}/s"), &l)
         );
         println!();
         println!(
-            "Produce-to-consume latency (acks=1, one process, {n} messages at {rate}/s): p50 {:.1} us, p99 {:.1} us, p99.9 {:.1} us, max {:.1} us",
-            pct(0.5),
-            pct(0.99),
-            pct(0.999),
-            *l.last().expect("some") as f64 / 1e3
+            "{}",
+            line(
+                &format!(
+                    "Produce-to-consume latency (acks=1, one process, {n} messages at {rate}/s)"
+                ),
+                &l
+            )
+        );
+        for (when, b) in [("before", &base_a), ("after", &base_b)] {
+            println!(
+                "{}",
+                line(
+                    &format!("  baseline {when}: thread park/unpark hand-off at {rate}/s"),
+                    b
+                )
+            );
+        }
+        println!(
+            "  p50 over the baseline (mean of both): {:.2}x",
+            pct(&l, 0.5) / ((pct(&base_a, 0.5) + pct(&base_b, 0.5)) / 2.0)
         );
     }
     if std::env::var("MQLITE_BENCH_FILTER").is_err() {

@@ -154,6 +154,11 @@ impl Waiter {
         }
     }
 
+    /// Whether it was woken since its last reset.
+    fn is_woken(&self) -> bool {
+        self.woken.load(Ordering::Acquire)
+    }
+
     /// Whether this waiter belongs to the calling thread.
     pub(crate) fn is_current(&self) -> bool {
         self.thread.id() == std::thread::current().id()
@@ -1140,7 +1145,15 @@ impl PartitionLog {
         if self.waiters.count.load(Ordering::Relaxed) == 0 {
             return;
         }
-        for w in lock(&self.waiters.list).iter() {
+        // Unparked outside the lock: a woken consumer takes it at once (to
+        // remove itself), and finding it held would park it again until
+        // this thread let go, a second wake-up on the way to the data.
+        let asleep: Vec<Arc<Waiter>> = lock(&self.waiters.list)
+            .iter()
+            .filter(|w| !w.is_woken())
+            .cloned()
+            .collect();
+        for w in asleep {
             w.wake();
         }
     }
