@@ -690,9 +690,8 @@ fn main() {
         let base_a = wakeup_latencies(n, rate);
         let l = latencies(n, rate);
         let base_b = wakeup_latencies(n, rate);
-        let pct = |l: &[u64], q: f64| {
-            l[((l.len() as f64 * q) as usize).min(l.len() - 1)] as f64 / 1e3
-        };
+        let pct =
+            |l: &[u64], q: f64| l[((l.len() as f64 * q) as usize).min(l.len() - 1)] as f64 / 1e3;
         let line = |what: &str, l: &[u64]| {
             format!(
                 "{what}: p50 {:.1} us, p99 {:.1} us, p99.9 {:.1} us, max {:.1} us",

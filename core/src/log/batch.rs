@@ -28,6 +28,8 @@
 
 use std::ops::Range;
 
+use crate::log::crc;
+
 /// The current format version, stored in every batch's `magic` byte.
 pub const MAGIC: u8 = 1;
 /// Attribute bit: the batch carries its append time in `max_timestamp`,
@@ -290,7 +292,7 @@ pub fn encode_batch(
         record_count: records.len() as u32,
     };
     h.write(&mut buf[..HEADER_LEN]);
-    let crc = crc32c::crc32c(&buf[CRC_START..p]);
+    let crc = crc::crc32c(&buf[CRC_START..p]);
     buf[OFF_CRC..OFF_CRC + 4].copy_from_slice(&crc.to_le_bytes());
     p
 }
@@ -403,7 +405,7 @@ pub fn write_section_batch(
         record_count: info.count,
     };
     h.write(&mut buf[..HEADER_LEN]);
-    let crc = crc32c::crc32c(&buf[CRC_START..p]);
+    let crc = crc::crc32c(&buf[CRC_START..p]);
     buf[OFF_CRC..OFF_CRC + 4].copy_from_slice(&crc.to_le_bytes());
     p
 }
@@ -413,7 +415,7 @@ pub fn write_section_batch(
 /// with [`ATTR_LOG_APPEND_TIME`] set.
 pub fn stamp_log_append_time(buf: &mut [u8], ts: i64) {
     buf[OFF_MAX_TS..OFF_MAX_TS + 8].copy_from_slice(&ts.to_le_bytes());
-    let crc = crc32c::crc32c(&buf[CRC_START..]);
+    let crc = crc::crc32c(&buf[CRC_START..]);
     buf[OFF_CRC..OFF_CRC + 4].copy_from_slice(&crc.to_le_bytes());
 }
 
@@ -567,7 +569,7 @@ pub fn check(b: &[u8]) -> Check {
     let Some(h) = BatchHeader::parse(b) else {
         return Check::Invalid("truncated header");
     };
-    if crc32c::crc32c(&b[CRC_START..total]) != h.crc {
+    if crc::crc32c(&b[CRC_START..total]) != h.crc {
         return Check::Invalid("CRC32C mismatch");
     }
     if h.magic != MAGIC {

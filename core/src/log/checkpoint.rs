@@ -22,6 +22,7 @@ use std::path::Path;
 
 use crate::error::{IoContext, Result};
 use crate::faults::{self, SyncKind};
+use crate::log::crc;
 
 /// File name, in the partition directory.
 pub(crate) const FILE: &str = "recovery.point";
@@ -44,7 +45,7 @@ fn encode(p: RecoveryPoint) -> [u8; LEN] {
     b[4] = VERSION;
     b[5] = u8::from(p.clean);
     b[8..16].copy_from_slice(&p.offset.to_le_bytes());
-    let crc = crc32c::crc32c(&b[..20]);
+    let crc = crc::crc32c(&b[..20]);
     b[20..24].copy_from_slice(&crc.to_le_bytes());
     b
 }
@@ -54,7 +55,7 @@ fn decode(b: &[u8]) -> Option<RecoveryPoint> {
         return None;
     }
     let crc = u32::from_le_bytes(b[20..24].try_into().ok()?);
-    if crc != crc32c::crc32c(&b[..20]) {
+    if crc != crc::crc32c(&b[..20]) {
         return None;
     }
     Some(RecoveryPoint {

@@ -54,6 +54,7 @@ use crate::log::batch::{
     self, BatchHeader, Check, Header, Records, HEADER_LEN, LENGTH_PREFIX, MIN_LENGTH,
 };
 use crate::log::compression::MAX_UNCOMPRESSED_LEN;
+use crate::log::crc;
 
 /// How often [`Follower::wait`] looks for new batches.
 pub const POLL_INTERVAL: Duration = Duration::from_millis(50);
@@ -401,7 +402,7 @@ impl SegmentFile {
                 Ok(Probe::End)
             }
             Check::Invalid(reason) => {
-                let crc_ok = header.map(|h| crc32c::crc32c(&bytes[16..total]) == h.crc);
+                let crc_ok = header.map(|h| crc::crc32c(&bytes[16..total]) == h.crc);
                 self.after_miss();
                 Ok(invalid(reason, crc_ok))
             }

@@ -4,6 +4,7 @@
 pub mod batch;
 mod checkpoint;
 pub mod compression;
+mod crc;
 pub mod follow;
 mod index;
 #[allow(unsafe_code)]
