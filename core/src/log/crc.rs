@@ -27,7 +27,7 @@ mod tests {
         assert_eq!(crc32c(b"123456789"), 0xE306_9283);
         assert_eq!(crc32c(b""), 0);
         let data: Vec<u8> = (0..70_000u32)
-            .map(|i| (i * 2_654_435_761 >> 13) as u8)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
             .collect();
         for len in [
             1, 7, 8, 15, 16, 31, 63, 64, 127, 128, 255, 256, 511, 1024, 4095, 4096, 65_537, 70_000,
