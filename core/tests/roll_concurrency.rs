@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use common::{cfg, files_ending, read_partition};
-use mqlite::{Broker, ConsumerConfig, Message, ProducerConfig, Record, TopicConfig};
+use mqlite::{Acks, Broker, ConsumerConfig, Message, ProducerConfig, Record, TopicConfig};
 
 const PARTITIONS: u32 = 2;
 const PER_PARTITION: u64 = 8_000;
@@ -170,6 +170,18 @@ fn readers_race_rolls_and_retention() {
 /// what they hold.
 #[test]
 fn prefaulting_ahead_of_the_writer_keeps_every_byte() {
+    prefault_case(Acks::One);
+}
+
+/// The same with `acks=all`, where the writer stops faulting pages in ahead
+/// (and prepares the next segment without) while flushes run, and starts
+/// again once they stop.
+#[test]
+fn prefaulting_paused_by_flushes_keeps_every_byte() {
+    prefault_case(Acks::All);
+}
+
+fn prefault_case(acks: Acks) {
     let dir = tempfile::tempdir().unwrap();
     let config = cfg().prefault(true);
     let topic = "pf";
@@ -183,11 +195,17 @@ fn prefaulting_ahead_of_the_writer_keeps_every_byte() {
         let mq = Broker::open(dir.path(), config.clone()).unwrap();
         mq.create_topic(topic, TopicConfig::new(1).segment_bytes(12 << 20))
             .unwrap();
-        let p = mq.producer(ProducerConfig::default()).unwrap();
+        let p = mq.producer(ProducerConfig::default().acks(acks)).unwrap();
+        let fast = mq.producer(ProducerConfig::default()).unwrap();
         for i in 0..n {
-            p.send(Record::new(topic).key(i.to_le_bytes()).value(big(i)))
+            // Every other eighth of the run is sent with acks=1: with
+            // acks=all, the flushes stop and windows are faulted in again.
+            let sender = if (i / (n / 8)) % 2 == 1 { &fast } else { &p };
+            sender
+                .send(Record::new(topic).key(i.to_le_bytes()).value(big(i)))
                 .unwrap();
         }
+        fast.flush().unwrap();
         p.flush().unwrap();
         let got = read_partition(&mq, topic, 0).unwrap();
         assert_eq!(got.len() as u64, n);

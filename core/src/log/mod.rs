@@ -201,6 +201,9 @@ struct Writer {
     /// Bytes of the active segment whose pages were (or are being) faulted
     /// in ahead of the writer.
     populated_to: usize,
+    /// `PartitionLog::flushes` when the writer last decided whether to fault
+    /// pages in ahead (see [`PartitionLog::prefault_ahead`]).
+    flushes_seen: u64,
     prepare_requested: bool,
     closed: bool,
     /// Producer sequence state, loaded on first idempotent use.
@@ -380,6 +383,7 @@ impl PartitionLog {
                 max_ts: rec.max_timestamp,
                 last_index_pos: rec.last_index_pos,
                 populated_to: 0,
+                flushes_seen: 0,
                 prepare_requested: false,
                 closed: false,
                 active,
@@ -726,19 +730,33 @@ impl PartitionLog {
     /// a slow writer (an `acks=all` one, say) would otherwise share the two
     /// cores with the zeroing of a segment's worth of pages it may never
     /// use, and hold that much page cache.
+    ///
+    /// Not while the partition is being flushed (`acks=all` senders: a
+    /// flush since the last decision): faulting pages in on another thread
+    /// slows the msyncs down more than the writer's own page faults cost
+    /// (Python `send_batch` of 1000 x 1 KiB with `acks=all`: median 786 k
+    /// -> 930 k msg/s; see docs/decisions.md).
     #[inline]
     fn prefault_ahead(&self, w: &mut Writer) {
         let (end, cap) = (w.active.end(), w.active.capacity());
-        if w.populated_to < cap && end + POPULATE_WINDOW / 2 >= w.populated_to {
+        let window_due = w.populated_to < cap && end + POPULATE_WINDOW / 2 >= w.populated_to;
+        let prepare_due = !w.prepare_requested && end > cap / 2;
+        if !window_due && !prepare_due {
+            return;
+        }
+        let flushes = self.flushes.load(Ordering::Relaxed);
+        let flushing = flushes != w.flushes_seen;
+        w.flushes_seen = flushes;
+        if window_due && !flushing {
             let from = w.populated_to.max(end);
             let to = (from + POPULATE_WINDOW).min(cap);
             if self.spawn_populate(&w.active, from, to) {
                 w.populated_to = to;
             }
         }
-        if !w.prepare_requested && end > cap / 2 {
+        if prepare_due {
             w.prepare_requested = true;
-            self.start_prepare();
+            self.start_prepare(if flushing { 0 } else { POPULATE_WINDOW });
         }
     }
 
@@ -764,8 +782,9 @@ impl PartitionLog {
         started.is_ok()
     }
 
-    /// Starts preparing the next segment in the background.
-    fn start_prepare(&self) {
+    /// Starts preparing the next segment in the background, faulting in
+    /// its first `populate` bytes.
+    fn start_prepare(&self, populate: usize) {
         let mut slot = lock(&self.prepare);
         if slot.is_some() {
             return;
@@ -774,7 +793,7 @@ impl PartitionLog {
         let sizes = self.config.sizes();
         *slot = std::thread::Builder::new()
             .name("mqlite-prepare".into())
-            .spawn(move || PreparedSegment::create(&dir, sizes, POPULATE_WINDOW))
+            .spawn(move || PreparedSegment::create(&dir, sizes, populate))
             .ok();
     }
 
@@ -799,12 +818,10 @@ impl PartitionLog {
         let base = w.next_offset;
         let (new, populated) = match self.take_prepared() {
             Some(p) if p.capacity() == self.config.segment_bytes => {
-                (Segment::from_prepared(&self.dir, base, p)?, true)
+                let populated = p.populated();
+                (Segment::from_prepared(&self.dir, base, p)?, populated)
             }
-            _ => (
-                Segment::create(&self.dir, base, self.config.sizes())?,
-                false,
-            ),
+            _ => (Segment::create(&self.dir, base, self.config.sizes())?, 0),
         };
         let new = Arc::new(new);
         self.segments
@@ -813,11 +830,7 @@ impl PartitionLog {
             .push(Arc::clone(&new));
         let old = std::mem::replace(&mut w.active, new);
         w.last_index_pos = 0;
-        w.populated_to = if populated {
-            POPULATE_WINDOW.min(w.active.capacity())
-        } else {
-            0
-        };
+        w.populated_to = populated;
         w.prepare_requested = false;
         if let Err(e) = old.seal(base) {
             // The old segment keeps its preallocated tail; it is still

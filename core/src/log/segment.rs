@@ -84,6 +84,8 @@ pub(crate) struct PreparedSegment {
     log: MappedFile,
     index: IndexFile,
     time: IndexFile,
+    /// Bytes of the log faulted in.
+    populated: usize,
 }
 
 impl PreparedSegment {
@@ -97,6 +99,7 @@ impl PreparedSegment {
             log: MappedFile::create(&p("log"), sizes.log_bytes, sizes.mode)?,
             index: IndexFile::create(&p("idx"), OFFSET_ENTRY, sizes.index_entries, sizes.mode)?,
             time: IndexFile::create(&p("tix"), TIME_ENTRY, sizes.index_entries, sizes.mode)?,
+            populated: populate.min(sizes.log_bytes),
         };
         seg.log.populate_range(0, populate);
         Ok(seg)
@@ -105,6 +108,11 @@ impl PreparedSegment {
     /// Log capacity.
     pub(crate) fn capacity(&self) -> usize {
         self.log.capacity()
+    }
+
+    /// Bytes of the log faulted in at creation.
+    pub(crate) fn populated(&self) -> usize {
+        self.populated
     }
 }
 
