@@ -286,10 +286,22 @@ def machine_lines(suites: dict[str, Suite]) -> list[str]:
         f"| cores | {first.get('cores', '?')} |",
         f"| kernel | {first.get('kernel', '?')} |",
     ]
+    def kernel(m: dict[str, Any]) -> Any:
+        # One suite says "Linux 6.x" (platform), the other "6.x" (uname -r).
+        k = m.get("kernel")
+        return k.removeprefix("Linux ") if isinstance(k, str) else k
+
     for s in suites.values():
         m = s.doc.get("machine", {})
-        tool = f"Python {m['python']}" if m.get("python") else f"rustc {m['rustc']}" if m.get("rustc") else ""
-        if m.get("cpu") not in (None, first.get("cpu")) or m.get("kernel") not in (None, first.get("kernel")):
+        rustc = str(m.get("rustc") or "")
+        tool = (
+            f"Python {m['python']}"
+            if m.get("python")
+            else (rustc if rustc.startswith("rustc") else f"rustc {rustc}")
+            if rustc
+            else ""
+        )
+        if m.get("cpu") not in (None, first.get("cpu")) or kernel(m) not in (None, kernel(first)):
             tool += f" (on another machine: {m.get('cpu')}, {m.get('kernel')})"
         load = s.doc.get("load_avg")
         if load and load.get("start") is not None:

@@ -397,6 +397,24 @@ fn consume_group(n: u64, size: usize) -> f64 {
     secs
 }
 
+/// Waits (sleeping, then yielding) until the `i`-th tick of `rate` per
+/// second after `start`; returns the nanoseconds since `start` then.
+fn pace(start: Instant, rate: u64, i: u64) -> u64 {
+    let due = start + Duration::from_nanos(1_000_000_000 / rate) * i as u32;
+    loop {
+        let now = Instant::now();
+        if now >= due {
+            break;
+        }
+        if due - now > Duration::from_micros(200) {
+            std::thread::sleep(due - now - Duration::from_micros(100));
+        } else {
+            std::thread::yield_now();
+        }
+    }
+    start.elapsed().as_nanos() as u64
+}
+
 /// Produce-to-consume latency in one process: a producer thread sends at
 /// `rate` messages/s (`acks=1`), a consumer thread parked in `poll` takes
 /// each; returns the latencies (ns) of `n` messages, sorted.
@@ -415,21 +433,8 @@ fn latencies(n: u64, rate: u64) -> Vec<u64> {
     let mut out = Vec::with_capacity(n as usize);
     std::thread::scope(|s| {
         s.spawn(|| {
-            let gap = Duration::from_nanos(1_000_000_000 / rate);
             for i in 0..n {
-                let due = start + gap * i as u32;
-                loop {
-                    let now = Instant::now();
-                    if now >= due {
-                        break;
-                    }
-                    if due - now > Duration::from_micros(200) {
-                        std::thread::sleep(due - now - Duration::from_micros(100));
-                    } else {
-                        std::thread::yield_now();
-                    }
-                }
-                let sent = start.elapsed().as_nanos() as u64;
+                let sent = pace(start, rate, i);
                 producer
                     .send_borrowed(&BorrowedRecord {
                         topic: "t",
@@ -482,21 +487,8 @@ fn wakeup_latencies(n: u64, rate: u64) -> Vec<u64> {
             out
         });
         let waiter = consumer.thread().clone();
-        let gap = Duration::from_nanos(1_000_000_000 / rate);
         for i in 0..n {
-            let due = start + gap * i as u32;
-            loop {
-                let now = Instant::now();
-                if now >= due {
-                    break;
-                }
-                if due - now > Duration::from_micros(200) {
-                    std::thread::sleep(due - now - Duration::from_micros(100));
-                } else {
-                    std::thread::yield_now();
-                }
-            }
-            let sent = start.elapsed().as_nanos() as u64;
+            let sent = pace(start, rate, i);
             queue.lock().expect("queue").push(sent);
             pending.store(true, Ordering::Release);
             waiter.unpark();

@@ -178,9 +178,11 @@ pub trait RebalanceListener: Send {
     /// `onPartitionsLost`): it was removed from the group for not polling
     /// within `max_poll_interval_ms`, and the group may have handed them
     /// to other members already. Unlike [`on_revoke`](Self::on_revoke),
-    /// nothing can be committed for them any more (a commit fails with
-    /// [`Error::CommitFailed`]), and no auto-commit runs: drop the state
-    /// kept for them. The consumer then joins the group again.
+    /// nothing can be committed for them any more: they are no longer in
+    /// the assignment (so [`Consumer::commit`] has nothing to commit), a
+    /// [`Consumer::commit_offsets`] for them fails with
+    /// [`Error::CommitFailed`], and no auto-commit runs. Drop the state kept
+    /// for them. The consumer then joins the group again.
     ///
     /// The default calls `on_revoke`, as Kafka's does, so that clean-up
     /// written there runs in both cases.

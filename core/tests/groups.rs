@@ -268,30 +268,47 @@ impl RebalanceListener for RevokeOnly {
     }
 }
 
-#[test]
-fn an_expelled_member_is_told_it_lost_its_partitions() {
-    let (_tmp, mq) = setup(2, 3);
+/// Two members of group "g" of `t` (2 partitions) with a
+/// `max_poll_interval_ms` of 100, `a` with `listener`, once they share the
+/// partitions.
+fn two_members(
+    mq: &Broker,
+    auto_commit: bool,
+    listener: Box<dyn RebalanceListener>,
+) -> (Consumer, Consumer) {
     let config = ConsumerConfig::group("g")
-        .enable_auto_commit(true)
+        .enable_auto_commit(auto_commit)
         .max_poll_interval_ms(100);
-    let log = LostLog::default();
     let mut a = mq.consumer(config.clone()).unwrap();
-    a.subscribe_with(&["t"], Box::new(log.clone())).unwrap();
+    a.subscribe_with(&["t"], listener).unwrap();
     let mut b = mq.consumer(config).unwrap();
     b.subscribe(&["t"]).unwrap();
     a.poll(Duration::ZERO).unwrap();
     b.poll(Duration::ZERO).unwrap();
     a.poll(Duration::ZERO).unwrap();
-    let held = a.assignment();
-    assert_eq!(held.len(), 1);
-    let old_id = a.member_id().unwrap().to_owned();
-    log.0.lock().unwrap().clear(); // the revoke of b's partition
-                                   // a stops polling; b takes everything.
+    assert_eq!(a.assignment().len(), 1);
+    (a, b)
+}
+
+/// Polls only `b` until the group expelled the other member and `b` owns
+/// both partitions.
+fn take_over(b: &mut Consumer) {
     let t = std::time::Instant::now();
     while b.assignment().len() < 2 {
         b.poll(Duration::from_millis(50)).unwrap();
         assert!(t.elapsed() < Duration::from_secs(10));
     }
+}
+
+#[test]
+fn an_expelled_member_is_told_it_lost_its_partitions() {
+    let (_tmp, mq) = setup(2, 3);
+    let log = LostLog::default();
+    let (mut a, mut b) = two_members(&mq, true, Box::new(log.clone()));
+    let held = a.assignment();
+    let old_id = a.member_id().unwrap().to_owned();
+    log.0.lock().unwrap().clear(); // the revoke of b's partition
+    take_over(&mut b);
     let committed_before = mq.describe_group("g").unwrap().committed;
     // a's next poll tells it (on_lost, not on_revoke; no auto-commit; a
     // commit from there refused), and it joins again under a new id.
@@ -306,28 +323,18 @@ fn an_expelled_member_is_told_it_lost_its_partitions() {
     a.poll(Duration::ZERO).unwrap();
     check_owners(&mq, "g", 2, true);
     assert_eq!(a.assignment().len(), 1);
+}
 
-    // Without an on_lost of its own, a listener hears it as on_revoke
-    // (Kafka's default).
-    let (_tmp2, mq) = setup(2, 1);
-    let config = ConsumerConfig::group("g")
-        .enable_auto_commit(false)
-        .max_poll_interval_ms(100);
+/// Without an `on_lost` of its own, a listener hears it as `on_revoke`
+/// (Kafka's default).
+#[test]
+fn on_lost_defaults_to_on_revoke() {
+    let (_tmp, mq) = setup(2, 1);
     let revoked = RevokeOnly::default();
-    let mut a = mq.consumer(config.clone()).unwrap();
-    a.subscribe_with(&["t"], Box::new(revoked.clone())).unwrap();
-    let mut b = mq.consumer(config).unwrap();
-    b.subscribe(&["t"]).unwrap();
-    a.poll(Duration::ZERO).unwrap();
-    b.poll(Duration::ZERO).unwrap();
-    a.poll(Duration::ZERO).unwrap();
+    let (mut a, mut b) = two_members(&mq, false, Box::new(revoked.clone()));
     let held = a.assignment();
     revoked.0.lock().unwrap().clear();
-    let t = std::time::Instant::now();
-    while b.assignment().len() < 2 {
-        b.poll(Duration::from_millis(50)).unwrap();
-        assert!(t.elapsed() < Duration::from_secs(10));
-    }
+    take_over(&mut b);
     a.poll(Duration::ZERO).unwrap();
     assert_eq!(*revoked.0.lock().unwrap(), held);
 }

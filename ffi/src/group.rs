@@ -31,9 +31,10 @@ pub enum mql_rebalance_event {
     /// The consumer has already lost the partitions (Kafka's
     /// `onPartitionsLost`): it was removed from the group for not polling
     /// within `max_poll_interval_ms`, and another member may own them now.
-    /// Nothing can be committed for them any more (`mql_commit` there fails
-    /// with `MQL_COMMIT_FAILED`) and no auto-commit runs; drop the state kept
-    /// for them. The consumer then joins the group again. A callback that
+    /// Nothing can be committed for them any more: they are no longer
+    /// assigned (`mql_commit` has nothing to commit), `mql_commit_offsets`
+    /// for them fails with `MQL_COMMIT_FAILED`, and no auto-commit runs;
+    /// drop the state kept for them. The consumer then joins the group again. A callback that
     /// does not tell the two apart can treat this like a revoke.
     MQL_REBALANCE_LOST = 3,
 }

@@ -1307,8 +1307,9 @@ impl Consumer {
     /// committed offsets, and `seek()` may change them. `on_lost(consumer,
     /// partitions)` runs instead of `on_revoke` when the member was removed
     /// from the group for not polling within `max_poll_interval_ms`: the
-    /// partitions may belong to another member already, so a commit for
-    /// them raises `mqlite.CommitFailed` and no auto-commit runs; without
+    /// partitions may belong to another member already and are no longer
+    /// assigned, so `commit()` has nothing to commit, `commit(offsets)` for
+    /// them raises `mqlite.CommitFailed`, and no auto-commit runs; without
     /// `on_lost`, `on_revoke` is called then (as in confluent-kafka). The
     /// consumer then joins the group again. Inside a callback
     /// the consumer accepts every call but `poll()`, `consume()`,

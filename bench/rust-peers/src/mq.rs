@@ -10,8 +10,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use mqlite::log::batch::RecordRef;
 use mqlite::raw::partition_log;
 use mqlite::{
-    Acks, BorrowedRecord, Broker, Config, Consumer, ConsumerConfig, OffsetReset, ProducerConfig,
-    Record, TopicConfig,
+    Acks, BorrowedRecord, Broker, Config, Consumer, ConsumerConfig, OffsetReset, Producer,
+    ProducerConfig, Record, TopicConfig,
 };
 
 use crate::runner::{check, chunks, time, Context, Ctx, Res, Tally, CONSUME_BATCH};
@@ -43,9 +43,7 @@ fn borrowed(value: &[u8]) -> BorrowedRecord<'_> {
 pub fn send(ctx: &Ctx, n: u64, acks: Acks) -> Res<f64> {
     let dir = ctx.dir()?;
     let mq = create(dir.path())?;
-    let p = mq
-        .producer(ProducerConfig::default().acks(acks))
-        .ctx("producer")?;
+    let p = producer(&mq, acks)?;
     time(|| {
         for i in 0..n {
             p.send(Record::new(TOPIC).partition(0).value(ctx.payload(i)))
@@ -69,16 +67,21 @@ pub fn send_borrowed(ctx: &Ctx, n: u64) -> Res<f64> {
     })
 }
 
-fn send_batches(mq: &Broker, ctx: &Ctx, n: u64, acks: Acks) -> Res<()> {
-    send_batches_as(mq, ctx, n, acks, false)
+/// A producer with `acks` (made before the clock starts, like the peers'
+/// queues: the first producer of a data directory reserves its ids with an
+/// fsync).
+fn producer(mq: &Broker, acks: Acks) -> Res<Producer> {
+    mq.producer(ProducerConfig::default().acks(acks))
+        .ctx("producer")
+}
+
+fn send_batches(p: &Producer, ctx: &Ctx, n: u64) -> Res<()> {
+    send_batches_as(p, ctx, n, false)
 }
 
 /// `n` records in calls of `send_batch` (with `report`: `send_batch_with`,
 /// the metadata handed to a closure instead of returned in a `Vec`).
-fn send_batches_as(mq: &Broker, ctx: &Ctx, n: u64, acks: Acks, report: bool) -> Res<()> {
-    let p = mq
-        .producer(ProducerConfig::default().acks(acks))
-        .ctx("producer")?;
+fn send_batches_as(p: &Producer, ctx: &Ctx, n: u64, report: bool) -> Res<()> {
     for (first, len) in ctx.batches(n) {
         let recs: Vec<BorrowedRecord<'_>> = (first..first + len as u64)
             .map(|i| borrowed(ctx.payload(i)))
@@ -102,14 +105,16 @@ fn send_batches_as(mq: &Broker, ctx: &Ctx, n: u64, acks: Acks, report: bool) -> 
 pub fn send_batch(ctx: &Ctx, n: u64, acks: Acks) -> Res<f64> {
     let dir = ctx.dir()?;
     let mq = create(dir.path())?;
-    time(|| send_batches(&mq, ctx, n, acks))
+    let p = producer(&mq, acks)?;
+    time(|| send_batches(&p, ctx, n))
 }
 
 /// `n` records in calls of `Producer::send_batch_with` of `ctx.batch`.
 pub fn send_batch_with(ctx: &Ctx, n: u64, acks: Acks) -> Res<f64> {
     let dir = ctx.dir()?;
     let mq = create(dir.path())?;
-    time(|| send_batches_as(&mq, ctx, n, acks, true))
+    let p = producer(&mq, acks)?;
+    time(|| send_batches_as(&p, ctx, n, true))
 }
 
 /// `n` calls of `Producer::send` with `acks=all`, shared by `ctx.threads`
@@ -117,9 +122,7 @@ pub fn send_batch_with(ctx: &Ctx, n: u64, acks: Acks) -> Res<f64> {
 pub fn send_threads(ctx: &Ctx, n: u64) -> Res<f64> {
     let dir = ctx.dir()?;
     let mq = create(dir.path())?;
-    let p = mq
-        .producer(ProducerConfig::default().acks(Acks::All))
-        .ctx("producer")?;
+    let p = producer(&mq, Acks::All)?;
     let threads = ctx.threads as u64;
     time(|| {
         std::thread::scope(|s| {
@@ -180,7 +183,7 @@ pub fn raw_append(ctx: &Ctx, n: u64, per: usize, flush: bool) -> Res<f64> {
 fn backlog(ctx: &Ctx, dir: &Path, n: u64) -> Res<Broker> {
     {
         let mq = create(dir)?;
-        send_batches(&mq, ctx, n, Acks::One)?;
+        send_batches(&producer(&mq, Acks::One)?, ctx, n)?;
     }
     open(dir)
 }
