@@ -296,8 +296,22 @@ pub mod sled {
     use super::*;
     use ::sled::{Batch, Db};
 
+    /// Opens the database, waiting (up to 5 s) for the lock file while a
+    /// `Db` just dropped still holds it: sled's flusher thread lets go of it
+    /// a moment after the drop (the consume rows write, drop and reopen).
     fn open(dir: &Path) -> Res<Db> {
-        ::sled::open(dir).ctx("sled::open")
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        loop {
+            match ::sled::open(dir) {
+                Err(::sled::Error::Io(e))
+                    if e.kind() == std::io::ErrorKind::WouldBlock
+                        && std::time::Instant::now() < deadline =>
+                {
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                res => return res.ctx("sled::open"),
+            }
+        }
     }
 
     /// `n` calls of `insert`.
