@@ -313,6 +313,13 @@ typedef struct mql_message mql_message;
 typedef struct mql_message_batch mql_message_batch;
 
 /**
+ * A list of names, sorted, owned by the caller: read it with
+ * `mql_name_list_len` and `mql_name_list_get`, release it with
+ * `mql_name_list_free`.
+ */
+typedef struct mql_name_list mql_name_list;
+
+/**
  * Runs a handler over a consumer's messages on worker threads. Made by
  * `mql_processor_new`, released by `mql_processor_free` (which gives the
  * consumer back). Use it from one thread at a time, like its consumer;
@@ -2769,6 +2776,71 @@ void mql_message_batch_free(struct mql_message_batch *batch);
  * (nor any pointer its accessors returned).
  */
 void mql_message_free(struct mql_message *message);
+
+/**
+ * The names of all topics, sorted, into `*out`.
+ *
+ * Errors: `MQL_CLOSED`.
+ *
+ * Ownership: on `MQL_OK`, `*out` is a new name list owned by the caller;
+ * release it with `mql_name_list_free`.
+ *
+ * # Safety
+ * `broker` is NULL or a live broker; `out` is NULL or valid for writing a
+ * pointer.
+ */
+enum mql_status mql_topics(struct mql_broker *broker, struct mql_name_list **out);
+
+/**
+ * The names of the consumer groups, sorted, into `*out` (Kafka's
+ * `listConsumerGroups`): those with committed offsets in the data directory
+ * (a broadcast consumer's offsets count as the group
+ * `<group_id>.<client_id>`) and those with members in this process. A
+ * group that was only described is not listed.
+ *
+ * Errors: `MQL_CLOSED`.
+ *
+ * Ownership: on `MQL_OK`, `*out` is a new name list owned by the caller;
+ * release it with `mql_name_list_free`.
+ *
+ * # Safety
+ * `broker` is NULL or a live broker; `out` is NULL or valid for writing a
+ * pointer.
+ */
+enum mql_status mql_groups(struct mql_broker *broker, struct mql_name_list **out);
+
+/**
+ * Number of names in `list`; 0 if `list` is NULL.
+ *
+ * Ownership: returns a plain value; nothing to free.
+ *
+ * # Safety
+ * `list` is NULL or a live name list.
+ */
+size_t mql_name_list_len(const struct mql_name_list *list);
+
+/**
+ * Name `index` of `list` (0 is the first), NUL-terminated UTF-8; NULL if
+ * `list` is NULL or `index` is not below `mql_name_list_len`.
+ *
+ * Ownership: borrowed from the list, valid until `mql_name_list_free`.
+ *
+ * # Safety
+ * `list` is NULL or a live name list.
+ */
+const char *mql_name_list_get(const struct mql_name_list *list, size_t index);
+
+/**
+ * Releases a name list. NULL does nothing.
+ *
+ * Ownership: takes back the list the caller owned; every string
+ * `mql_name_list_get` returned dies with it.
+ *
+ * # Safety
+ * `list` is NULL or a live name list from `mql_topics` or `mql_groups`,
+ * not used again.
+ */
+void mql_name_list_free(struct mql_name_list *list);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -3,7 +3,7 @@
 
 use std::io::{self, BufWriter, Write};
 
-use mqlite::{validate_topic_name, Broker, GroupInfo};
+use mqlite::{Broker, GroupInfo};
 use serde_json::{json, Value};
 
 use crate::CliResult;
@@ -57,33 +57,11 @@ fn offsets_json(rows: &[OffsetRow]) -> Vec<Value> {
         .collect()
 }
 
-/// Names of the groups with committed offsets (`<dir>/groups/<name>.offsets`).
-fn group_names(broker: &Broker) -> CliResult<Vec<String>> {
-    let gdir = broker.path().join("groups");
-    let entries = match std::fs::read_dir(&gdir) {
-        Ok(e) => e,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(format!("listing {}: {e}", gdir.display()).into()),
-    };
-    let mut names = Vec::new();
-    for e in entries {
-        let e = e.map_err(|e| format!("listing {}: {e}", gdir.display()))?;
-        let name = e.file_name();
-        let Some(g) = name.to_str().and_then(|n| n.strip_suffix(".offsets")) else {
-            continue;
-        };
-        // Group names follow the topic-name rules.
-        if validate_topic_name(g).is_ok() {
-            names.push(g.to_owned());
-        }
-    }
-    names.sort();
-    Ok(names)
-}
-
 pub fn groups(broker: &Broker, json: bool) -> CliResult {
     let mut all = Vec::new();
-    for name in group_names(broker)? {
+    // The CLI's broker has no members: these are the groups with
+    // committed offsets.
+    for name in broker.groups() {
         let info = broker.describe_group(&name)?;
         let rows = offset_rows(broker, &info);
         all.push((info, rows));

@@ -335,6 +335,15 @@ impl Broker {
         Consumer::new(Arc::clone(&self.inner), config)
     }
 
+    /// Names of the consumer groups, sorted (Kafka's `listConsumerGroups`):
+    /// those with committed offsets in the data directory (a broadcast
+    /// consumer's offsets count as the group `<group_id>.<client_id>`) and
+    /// those with members in this process. A group that was only described
+    /// is not listed.
+    pub fn groups(&self) -> Vec<String> {
+        self.inner.groups.names()
+    }
+
     /// Describes consumer group `name`: its members in this process (each
     /// with the partitions it owns now) and its committed offsets.
     pub fn describe_group(&self, name: &str) -> Result<GroupInfo> {

@@ -162,6 +162,11 @@ impl Group {
         }
     }
 
+    /// Whether the group has members now or committed offsets.
+    fn is_in_use(&self) -> bool {
+        !lock(&self.state).members.is_empty() || !lock(&self.offsets).is_empty()
+    }
+
     /// Whether `id` is still a member (it may have been removed for not
     /// polling in time).
     pub(crate) fn is_member(&self, id: &str) -> bool {
@@ -361,6 +366,21 @@ impl Groups {
             }
         }
         Ok(())
+    }
+
+    /// Names of the groups with members or committed offsets, sorted.
+    pub(crate) fn names(&self) -> Vec<String> {
+        let groups: Vec<(String, Arc<Group>)> = lock(&self.map)
+            .iter()
+            .map(|(n, g)| (n.clone(), Arc::clone(g)))
+            .collect();
+        let mut names: Vec<String> = groups
+            .into_iter()
+            .filter(|(_, g)| g.is_in_use())
+            .map(|(n, _)| n)
+            .collect();
+        names.sort();
+        names
     }
 
     /// Every group opened so far.

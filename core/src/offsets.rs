@@ -90,6 +90,11 @@ impl OffsetStore {
         self.file.offsets.get(topic)?.get(&partition)
     }
 
+    /// Whether nothing is committed.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.file.offsets.values().all(|ps| ps.is_empty())
+    }
+
     /// Every committed offset, by topic then partition.
     pub(crate) fn all(&self) -> Vec<(String, u32, CommittedOffset)> {
         self.file

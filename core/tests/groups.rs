@@ -595,3 +595,28 @@ fn deleting_a_topic_forgets_its_offsets_and_commits_are_bounded() {
     let mut c = member(&mq, "g");
     assert_eq!(c.poll(Duration::ZERO).unwrap().len(), 3, "starts afresh");
 }
+
+/// `Broker::groups`: groups with committed offsets or members, sorted; a
+/// group only described is not listed; the list survives a reopen.
+#[test]
+fn groups_lists_the_groups_in_use() {
+    let (tmp, mq) = setup(2, 3);
+    assert!(mq.groups().is_empty());
+    mq.describe_group("nobody").unwrap();
+    assert!(mq.groups().is_empty());
+    let mut members = member(&mq, "members");
+    members.poll(Duration::ZERO).unwrap();
+    let mut billing = mq
+        .consumer(ConsumerConfig::group("billing").enable_auto_commit(false))
+        .unwrap();
+    billing.assign(&[("t", 0)]).unwrap();
+    assert!(!billing.poll(Duration::from_secs(1)).unwrap().is_empty());
+    billing.commit().unwrap();
+    assert_eq!(mq.groups(), ["billing", "members"]);
+    members.close();
+    assert_eq!(mq.groups(), ["billing"]);
+    drop((members, billing));
+    mq.close().unwrap();
+    let mq = Broker::open(tmp.path(), cfg()).unwrap();
+    assert_eq!(mq.groups(), ["billing"]);
+}

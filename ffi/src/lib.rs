@@ -89,6 +89,8 @@ mod processor;
 
 mod message;
 
+mod names;
+
 mod util;
 
 pub use broker::*;
@@ -98,6 +100,7 @@ pub use consumer::*;
 pub use error::*;
 pub use group::*;
 pub use message::*;
+pub use names::*;
 pub use processor::*;
 pub use producer::*;
 

@@ -283,6 +283,22 @@ impl Broker {
         Ok(self.inner.topics())
     }
 
+    /// Names of the consumer groups, sorted (Kafka's
+    /// `list_consumer_groups`): those with committed offsets in the data
+    /// directory (a broadcast consumer's offsets count as the group
+    /// `<group_id>.<client_id>`) and those with members in this process. A
+    /// group that was only described is not listed.
+    ///
+    /// Returns:
+    ///     list[str]: The group names.
+    ///
+    /// Raises:
+    ///     mqlite.Closed: The broker is closed.
+    fn groups(&self, py: Python<'_>) -> PyResult<Vec<String>> {
+        self.check_open(py)?;
+        Ok(self.inner.groups())
+    }
+
     /// Describes a topic: its config and each partition's offsets and size.
     ///
     /// Args:

@@ -113,6 +113,7 @@ HANDLES = {
     "mql_message_batch": "mbatch",
     "mql_waker": "wk",
     "mql_group_info": "gi",
+    "mql_name_list": "names",
     "mql_processor": "proc",
     "mql_stopper": "stp",
 }
@@ -139,6 +140,7 @@ static mql_message *msg;
 static mql_message_batch *mbatch;
 static mql_waker *wk;
 static mql_group_info *gi;
+static mql_name_list *names;
 static mql_processor *proc;
 static mql_stopper *stp;
 static char other_path[4200];
@@ -188,6 +190,8 @@ static void setup(const char *dir) {
     CHECK_OK(mql_commit(cons));
     CHECK_OK(mql_describe_group(mq, "g", &gi));
     CHECK(mql_group_info_committed_count(gi) == 1);
+    CHECK_OK(mql_groups(mq, &names));
+    CHECK(mql_name_list_len(names) == 1);
     /* A processor over a consumer of its own. */
     CHECK_OK(mql_consumer_new(mq, "g2", NULL, &cons2));
     CHECK_OK(mql_assign(cons2, "t", 0));
@@ -200,6 +204,7 @@ static void teardown(void) {
     mql_processor_free(proc);
     mql_consumer_free(cons2);
     mql_group_info_free(gi);
+    mql_name_list_free(names);
     mql_waker_free(wk);
     mql_message_free(msg);
     mql_message_batch_free(mbatch);

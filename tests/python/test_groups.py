@@ -4,6 +4,7 @@ hand them over on close, unsubscribe and when a member stops polling."""
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 from groups_util import SEG, drain_all, ids, owners, produce, settle
@@ -203,3 +204,32 @@ def test_describe_group(mq: mqlite.Broker) -> None:
         mq.describe_group("bad name")
     with pytest.raises(TypeError):
         mq.describe_group(3)  # type: ignore[arg-type]
+
+
+def test_groups_lists_groups_in_use(mq: mqlite.Broker, data_dir: Path) -> None:
+    mq.create_topic("t", partitions=2, segment_bytes=SEG)
+    produce(mq, "t", 3)
+    assert mq.groups() == []
+    mq.describe_group("nobody")  # described only: not in use
+    assert mq.groups() == []
+    member = mq.consumer("members")
+    member.subscribe("t")
+    committer = mq.consumer("billing", enable_auto_commit=False)
+    committer.assign([("t", 0)])
+    assert committer.poll(timeout=5) is not None
+    committer.commit()
+    broadcast = mq.consumer("radio", client_id="one", broadcast=True)
+    broadcast.subscribe("t")
+    broadcast.commit([("t", 0, 1)])
+    assert mq.groups() == ["billing", "members", "radio.one"]
+    member.close()
+    assert mq.groups() == ["billing", "radio.one"]
+    # From the files, after a reopen.
+    mq.close()
+    again = mqlite.open(data_dir, prefault=False, retention_check_interval_ms=0)
+    try:
+        assert again.groups() == ["billing", "radio.one"]
+    finally:
+        again.close()
+    with pytest.raises(mqlite.Closed):
+        mq.groups()

@@ -1,0 +1,143 @@
+//! Lists of names (`mql_name_list`): the topics (`mql_topics`) and the
+//! consumer groups (`mql_groups`) of a data directory.
+
+use std::ffi::{c_char, CString};
+
+use crate::broker::mql_broker;
+use crate::error::{guard, guard_value, mql_status, Failure};
+use crate::util::{arg_ref, free_handle, into_handle, Out};
+
+/// A list of names, sorted, owned by the caller: read it with
+/// `mql_name_list_len` and `mql_name_list_get`, release it with
+/// `mql_name_list_free`.
+pub struct mql_name_list {
+    names: Vec<CString>,
+}
+
+impl mql_name_list {
+    fn new(names: Vec<String>) -> mql_name_list {
+        mql_name_list {
+            // Topic and group names are checked on creation and never hold
+            // a NUL; one that did would be left out rather than cut short.
+            names: names
+                .into_iter()
+                .filter_map(|n| CString::new(n).ok())
+                .collect(),
+        }
+    }
+}
+
+/// Writes a new list of `names` to `out`, unless `broker` is closed.
+///
+/// # Safety
+/// `broker` is NULL or a live broker; `out` is NULL or valid for writing a
+/// pointer.
+unsafe fn list(
+    broker: *mut mql_broker,
+    out: *mut *mut mql_name_list,
+    names: impl FnOnce(&mqlite::Broker) -> Vec<String>,
+) -> mql_status {
+    guard(|| {
+        // SAFETY: forwarded caller contract (for both).
+        let b = unsafe { arg_ref(broker, "broker") }?;
+        let out = Out::new(out, "out")?;
+        if b.inner.is_closed() {
+            return Err(Failure::from(mqlite::Error::Closed("broker")));
+        }
+        let list = mql_name_list::new(names(&b.inner));
+        // SAFETY: `out` is valid for writes by the caller's contract.
+        unsafe { out.write(into_handle(list)) };
+        Ok(())
+    })
+}
+
+/// The names of all topics, sorted, into `*out`.
+///
+/// Errors: `MQL_CLOSED`.
+///
+/// Ownership: on `MQL_OK`, `*out` is a new name list owned by the caller;
+/// release it with `mql_name_list_free`.
+///
+/// # Safety
+/// `broker` is NULL or a live broker; `out` is NULL or valid for writing a
+/// pointer.
+#[no_mangle]
+pub unsafe extern "C" fn mql_topics(
+    broker: *mut mql_broker,
+    out: *mut *mut mql_name_list,
+) -> mql_status {
+    // SAFETY: forwarded caller contract.
+    unsafe { list(broker, out, mqlite::Broker::topics) }
+}
+
+/// The names of the consumer groups, sorted, into `*out` (Kafka's
+/// `listConsumerGroups`): those with committed offsets in the data directory
+/// (a broadcast consumer's offsets count as the group
+/// `<group_id>.<client_id>`) and those with members in this process. A
+/// group that was only described is not listed.
+///
+/// Errors: `MQL_CLOSED`.
+///
+/// Ownership: on `MQL_OK`, `*out` is a new name list owned by the caller;
+/// release it with `mql_name_list_free`.
+///
+/// # Safety
+/// `broker` is NULL or a live broker; `out` is NULL or valid for writing a
+/// pointer.
+#[no_mangle]
+pub unsafe extern "C" fn mql_groups(
+    broker: *mut mql_broker,
+    out: *mut *mut mql_name_list,
+) -> mql_status {
+    // SAFETY: forwarded caller contract.
+    unsafe { list(broker, out, mqlite::Broker::groups) }
+}
+
+/// Number of names in `list`; 0 if `list` is NULL.
+///
+/// Ownership: returns a plain value; nothing to free.
+///
+/// # Safety
+/// `list` is NULL or a live name list.
+#[no_mangle]
+pub unsafe extern "C" fn mql_name_list_len(list: *const mql_name_list) -> usize {
+    guard_value(0, || {
+        // SAFETY: forwarded caller contract.
+        unsafe { arg_ref(list, "list") }.map_or(0, |l| l.names.len())
+    })
+}
+
+/// Name `index` of `list` (0 is the first), NUL-terminated UTF-8; NULL if
+/// `list` is NULL or `index` is not below `mql_name_list_len`.
+///
+/// Ownership: borrowed from the list, valid until `mql_name_list_free`.
+///
+/// # Safety
+/// `list` is NULL or a live name list.
+#[no_mangle]
+pub unsafe extern "C" fn mql_name_list_get(
+    list: *const mql_name_list,
+    index: usize,
+) -> *const c_char {
+    guard_value(std::ptr::null(), || {
+        // SAFETY: forwarded caller contract.
+        unsafe { arg_ref(list, "list") }
+            .ok()
+            .and_then(|l| l.names.get(index))
+            .map_or(std::ptr::null(), |n| n.as_ptr())
+    })
+}
+
+/// Releases a name list. NULL does nothing.
+///
+/// Ownership: takes back the list the caller owned; every string
+/// `mql_name_list_get` returned dies with it.
+///
+/// # Safety
+/// `list` is NULL or a live name list from `mql_topics` or `mql_groups`,
+/// not used again.
+#[no_mangle]
+pub unsafe extern "C" fn mql_name_list_free(list: *mut mql_name_list) {
+    // SAFETY: forwarded caller contract.
+    guard_value((), || unsafe { free_handle(list) })
+}
