@@ -229,7 +229,9 @@ impl Shared {
 }
 
 /// The processor's rebalance listener: before a partition goes, waits for
-/// its messages in flight and commits them; then calls the user's listener.
+/// its messages in flight and commits them (not when the partition was
+/// lost: see [`RebalanceListener::on_lost`]); then calls the user's
+/// listener.
 struct Guard {
     shared: Arc<Shared>,
     user: Arc<Mutex<Option<Box<dyn RebalanceListener>>>>,
@@ -250,6 +252,16 @@ impl RebalanceListener for Guard {
         self.shared.forget(partitions);
         if let Some(u) = &mut *self.user.lock().unwrap_or_else(|p| p.into_inner()) {
             u.on_revoke(consumer, partitions);
+        }
+    }
+
+    fn on_lost(&mut self, consumer: &mut Consumer, partitions: &[(String, u32)]) {
+        // The workers finish what they hold (it was handed out), but
+        // nothing is committed: another member may own the partitions now.
+        self.shared.drain(partitions);
+        self.shared.forget(partitions);
+        if let Some(u) = &mut *self.user.lock().unwrap_or_else(|p| p.into_inner()) {
+            u.on_lost(consumer, partitions);
         }
     }
 }

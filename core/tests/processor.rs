@@ -5,13 +5,13 @@ mod common;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::cfg;
 use mqlite::{
-    Broker, ConsumerConfig, Error, ProcessingMode, Processor, ProcessorConfig, ProducerConfig,
-    Record, TopicConfig,
+    Broker, Consumer, ConsumerConfig, Error, ProcessingMode, Processor, ProcessorConfig,
+    ProducerConfig, RebalanceListener, Record, TopicConfig,
 };
 
 fn setup(partitions: u32, per_partition: u64) -> (tempfile::TempDir, Broker) {
@@ -193,4 +193,84 @@ fn stop_gives_up_on_a_failing_message_without_committing_it() {
         .unwrap();
     assert_eq!(stats.failed, 0);
     assert!(committed(&mq, 0) <= 7, "never past the unprocessed message");
+}
+
+/// Records the rebalance events a processor passes on to its user.
+#[derive(Clone, Default)]
+struct Events(Arc<Mutex<Vec<String>>>);
+
+impl RebalanceListener for Events {
+    fn on_revoke(&mut self, _: &mut Consumer, partitions: &[(String, u32)]) {
+        self.0
+            .lock()
+            .unwrap()
+            .push(format!("revoke {partitions:?}"));
+    }
+    fn on_lost(&mut self, _: &mut Consumer, partitions: &[(String, u32)]) {
+        self.0.lock().unwrap().push(format!("lost {partitions:?}"));
+    }
+}
+
+/// A handler slower than `max_poll_interval_ms` (with one message in
+/// flight the processor stops polling) gets the member expelled: the
+/// processor forgets the partition without committing it and passes
+/// `on_lost`, not `on_revoke`, to the user's listener.
+#[test]
+fn an_expelled_processor_passes_on_lost() {
+    let (_tmp, mq) = setup(2, 3);
+    let config = ConsumerConfig::group("g")
+        .enable_auto_commit(false)
+        .max_poll_interval_ms(200);
+    let mut a = mq.consumer(config.clone()).unwrap();
+    let events = Events::default();
+    a.subscribe_with(&["t"], Box::new(events.clone())).unwrap();
+    let mut b = mq.consumer(config).unwrap();
+    b.subscribe(&["t"]).unwrap();
+    let mut p = Processor::new(
+        a,
+        ProcessorConfig {
+            threads: 1,
+            max_in_flight: 1,
+            commit_interval_ms: 5,
+            ..ProcessorConfig::default()
+        },
+    )
+    .unwrap();
+    let stop = p.stopper();
+    let slow_once = AtomicBool::new(true);
+    let done = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            // b polls all along: it notices a's silence and takes over.
+            let t = std::time::Instant::now();
+            while !done.load(Ordering::SeqCst) && t.elapsed() < Duration::from_secs(20) {
+                b.poll(Duration::from_millis(20)).unwrap();
+                if events
+                    .0
+                    .lock()
+                    .unwrap()
+                    .iter()
+                    .any(|e| e.starts_with("lost"))
+                {
+                    stop.stop();
+                }
+            }
+            stop.stop();
+        });
+        p.run(|_| {
+            if slow_once.swap(false, Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(700));
+            }
+            true
+        })
+        .unwrap();
+        done.store(true, Ordering::SeqCst);
+    });
+    let events = events.0.lock().unwrap().clone();
+    let lost: Vec<&String> = events.iter().filter(|e| e.starts_with("lost")).collect();
+    assert_eq!(lost.len(), 1, "{events:?}");
+    // Whatever a held when it was expelled was lost, not revoked.
+    let last_revoke = events.iter().rposition(|e| e.starts_with("revoke"));
+    let lost_at = events.iter().position(|e| e.starts_with("lost")).unwrap();
+    assert!(last_revoke.is_none_or(|r| r < lost_at), "{events:?}");
 }
