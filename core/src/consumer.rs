@@ -562,11 +562,7 @@ impl Consumer {
         if self.member.is_none() {
             return;
         }
-        let owned: Vec<(String, u32)> = self
-            .assigned
-            .iter()
-            .map(|a| (a.topic.name().to_string(), a.log.partition()))
-            .collect();
+        let owned = self.assignment();
         if !owned.is_empty() {
             self.revoke(&owned);
         }
@@ -614,11 +610,7 @@ impl Consumer {
                 "consumer {id} was removed from group {}; joining again",
                 group.name()
             );
-            let lost: Vec<(String, u32)> = self
-                .assigned
-                .iter()
-                .map(|a| (a.topic.name().to_string(), a.log.partition()))
-                .collect();
+            let lost = self.assignment();
             self.assigned.clear();
             if !lost.is_empty() {
                 if let Some(mut l) = self.listener.take() {
