@@ -570,8 +570,11 @@ fn open_time(segments: u64) -> f64 {
     secs
 }
 
+/// Whether a row is selected by `MQLITE_BENCH_FILTER`: substrings separated
+/// by `|`, any of which may match (unset: every row).
 fn filter_matches(name: &str) -> bool {
-    std::env::var("MQLITE_BENCH_FILTER").map_or(true, |f| name.contains(f.as_str()))
+    std::env::var("MQLITE_BENCH_FILTER")
+        .map_or(true, |f| f.split('|').any(|part| name.contains(part)))
 }
 
 fn main() {
@@ -581,9 +584,8 @@ fn main() {
     let runs = runs();
     let mut rows: Vec<Row> = Vec::new();
     for &(size, n) in &[(100usize, scaled(2_000_000)), (1024usize, scaled(300_000))] {
-        let filter = std::env::var("MQLITE_BENCH_FILTER").unwrap_or_default();
         let mut bench = |name: &str, msgs: u64, f: &dyn Fn() -> f64| {
-            if !name.contains(filter.as_str()) {
+            if !filter_matches(name) {
                 return;
             }
             let secs = median((0..runs).map(|_| f()).collect());

@@ -30,6 +30,7 @@
 mod assign;
 mod atomic_file;
 mod broker;
+mod clock;
 mod consumer;
 mod dedup;
 mod error;

@@ -271,12 +271,8 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Milliseconds since the Unix epoch.
-pub(crate) fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
-}
+/// Milliseconds since the Unix epoch ([`crate::clock`]).
+pub(crate) use crate::clock::now_ms;
 
 /// Bytes of a segment faulted in ahead of its writer at a time
 /// ([`PartitionLog::prefault_ahead`]).

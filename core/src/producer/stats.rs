@@ -1,6 +1,6 @@
 //! Producer counters.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// What a producer did so far.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -41,15 +41,46 @@ impl ProducerStats {
     }
 }
 
-/// One set of counters, alone on its cache line.
+/// One set of counters, alone on its cache line. Its writers take `busy`
+/// (one atomic swap) and then add with plain loads and stores, instead of
+/// paying an atomic add per counter; readers load without it.
 #[derive(Debug, Default)]
 #[repr(align(128))]
 struct Shard {
+    busy: AtomicBool,
     records: AtomicU64,
     bytes: AtomicU64,
     batches: AtomicU64,
     errors: AtomicU64,
     duplicates: AtomicU64,
+}
+
+impl Shard {
+    /// Runs `f` as this shard's only writer.
+    #[inline]
+    fn update(&self, f: impl FnOnce(&Shard)) {
+        let mut spins = 0u32;
+        while self.busy.swap(true, Ordering::Acquire) {
+            // Held for a few instructions by another thread of this shard;
+            // yield if that thread was descheduled while holding it.
+            while self.busy.load(Ordering::Relaxed) {
+                spins += 1;
+                if spins % 64 == 0 {
+                    std::thread::yield_now();
+                } else {
+                    std::hint::spin_loop();
+                }
+            }
+        }
+        f(self);
+        self.busy.store(false, Ordering::Release);
+    }
+}
+
+/// Adds `n` to a counter only the caller writes (it holds the shard).
+#[inline]
+fn bump(counter: &AtomicU64, n: u64) {
+    counter.store(counter.load(Ordering::Relaxed) + n, Ordering::Relaxed);
 }
 
 const SHARDS: usize = 8;
@@ -63,13 +94,21 @@ pub(crate) struct Counters {
     peak_buffered: AtomicU64,
 }
 
+/// This thread's shard: threads are dealt shards in turn.
 fn shard_index() -> usize {
     use std::sync::atomic::AtomicUsize;
     static NEXT: AtomicUsize = AtomicUsize::new(0);
     thread_local! {
-        static INDEX: usize = NEXT.fetch_add(1, Ordering::Relaxed) % SHARDS;
+        static INDEX: std::cell::Cell<usize> = const { std::cell::Cell::new(usize::MAX) };
     }
-    INDEX.with(|i| *i)
+    INDEX.with(|i| match i.get() {
+        usize::MAX => {
+            let n = NEXT.fetch_add(1, Ordering::Relaxed) % SHARDS;
+            i.set(n);
+            n
+        }
+        n => n,
+    })
 }
 
 impl Counters {
@@ -81,20 +120,21 @@ impl Counters {
     /// Counts one batch of `records` records and `bytes` bytes written.
     #[inline]
     pub(crate) fn written(&self, records: u64, bytes: u64) {
-        let s = self.mine();
-        s.records.fetch_add(records, Ordering::Relaxed);
-        s.bytes.fetch_add(bytes, Ordering::Relaxed);
-        s.batches.fetch_add(1, Ordering::Relaxed);
+        self.mine().update(|s| {
+            bump(&s.records, records);
+            bump(&s.bytes, bytes);
+            bump(&s.batches, 1);
+        });
     }
 
-    /// Counts failed records.
+    /// Counts `n` records that failed.
     pub(crate) fn errors(&self, n: u64) {
-        self.mine().errors.fetch_add(n, Ordering::Relaxed);
+        self.mine().update(|s| bump(&s.errors, n));
     }
 
-    /// Counts records dropped as duplicates.
+    /// Counts `n` records dropped as duplicates.
     pub(crate) fn duplicates(&self, n: u64) {
-        self.mine().duplicates.fetch_add(n, Ordering::Relaxed);
+        self.mine().update(|s| bump(&s.duplicates, n));
     }
 
     pub(crate) fn set_buffered(&self, bytes: usize) {
