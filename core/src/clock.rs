@@ -132,7 +132,10 @@ mod tests {
             calls += 1;
         }
         let fresh = FRESH_READS.with(Cell::get);
-        assert!(!DISTRUSTED.load(Ordering::Relaxed), "the counter was distrusted");
+        assert!(
+            !DISTRUSTED.load(Ordering::Relaxed),
+            "the counter was distrusted"
+        );
         // Most calls are answered without a system-clock read.
         assert!(fresh * 4 < calls, "{fresh} fresh reads for {calls} calls");
     }

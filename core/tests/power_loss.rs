@@ -24,7 +24,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use mqlite::faults::{set_sync_hook, SyncKind};
-use mqlite::{Acks, Broker, Config, ConsumerConfig, Error, ProducerConfig, Record, TopicConfig};
+use mqlite::{
+    Acks, BorrowedRecord, Broker, Config, ConsumerConfig, Error, ProducerConfig, Record,
+    TopicConfig,
+};
 
 const TOPIC: &str = "power";
 const CHILD_DIR: &str = "MQLITE_POWER_CHILD_DIR";
@@ -53,6 +56,20 @@ fn value_for(seq: u64) -> Vec<u8> {
     let mut v = seq.to_le_bytes().to_vec();
     v.extend((0..len).map(|i| mix(seq ^ ((i as u64) << 40)) as u8));
     v
+}
+
+/// The child's sends in order: the partition and the record numbers of each
+/// (the low half of the records' sequence numbers). Sends alternate between
+/// partition 0 (`acks=all`) and 1 (`acks=1`); every eighth send to each is a
+/// batch of 256 records (over `FILE_WRITE_MIN`, so an `acks=all` one is
+/// written with pwrite instead of through the map).
+fn schedule() -> impl Iterator<Item = (u32, std::ops::Range<u64>)> {
+    (0u64..).scan(0u64, |next, n| {
+        let count = if n % 16 < 2 { 256 } else { 1 };
+        let first = *next;
+        *next += count;
+        Some(((n % 2) as u32, first..first + count))
+    })
 }
 
 /// The child side (a no-op in a normal test run): appends alternately to
@@ -94,14 +111,30 @@ fn power_child() {
     writeln!(out, "READY").unwrap();
     out.flush().unwrap();
     let started = Instant::now();
-    for n in 0u64.. {
-        let seq = cycle << 32 | n;
-        let p = (n % 2) as u32;
+    for (p, range) in schedule() {
         let producer = if p == 0 { &all } else { &one };
-        let md = producer
-            .send(Record::new(TOPIC).partition(p).value(value_for(seq)))
-            .unwrap();
-        writeln!(out, "ACK {p} {} {seq}", md.offset).unwrap();
+        let seqs: Vec<u64> = range.map(|i| cycle << 32 | i).collect();
+        let count = seqs.len();
+        let values: Vec<Vec<u8>> = seqs.iter().map(|&s| value_for(s)).collect();
+        let mds = if count == 1 {
+            vec![producer
+                .send(Record::new(TOPIC).partition(p).value(values[0].clone()))
+                .unwrap()]
+        } else {
+            let records: Vec<BorrowedRecord<'_>> = values
+                .iter()
+                .map(|v| BorrowedRecord {
+                    topic: TOPIC,
+                    partition: Some(p),
+                    value: Some(v),
+                    ..BorrowedRecord::default()
+                })
+                .collect();
+            producer.send_batch(&records).unwrap()
+        };
+        for (md, seq) in mds.iter().zip(&seqs) {
+            writeln!(out, "ACK {p} {} {seq}", md.offset).unwrap();
+        }
         out.flush().unwrap();
         if started.elapsed() > Duration::from_secs(60) {
             break;
@@ -270,8 +303,9 @@ fn acks_all_survives_simulated_power_loss() {
         let mq = Broker::open(&dir, config()).unwrap();
         mq.create_topic(
             TOPIC,
+            // Room for about three of the child's 256-record batches.
             TopicConfig::new(2)
-                .segment_bytes(64 * 1024)
+                .segment_bytes(256 * 1024)
                 .index_interval_bytes(512),
         )
         .unwrap();
@@ -367,8 +401,10 @@ fn acks_all_survives_simulated_power_loss() {
             }
             // This cycle's records on disk: a prefix of what was sent.
             let new: Vec<u64> = seqs[old.len().min(seqs.len())..].to_vec();
-            let sent: Vec<u64> = (0..)
-                .map(|n: u64| cycle << 32 | (2 * n + u64::from(p)))
+            let sent: Vec<u64> = schedule()
+                .filter(|(sp, _)| *sp == p)
+                .flat_map(|(_, range)| range)
+                .map(|n| cycle << 32 | n)
                 .take(new.len())
                 .collect();
             if new != sent {

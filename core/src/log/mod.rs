@@ -274,6 +274,34 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// Milliseconds since the Unix epoch ([`crate::clock`]).
 pub(crate) use crate::clock::now_ms;
 
+/// Batches at least this long that are flushed at once (`acks=all`) are
+/// written with `pwrite` ([`PartitionLog::append_batch`]). Measured with
+/// `bench/python_rates.py` (1000 x 1 KiB per call, `acks=all`): see
+/// docs/decisions.md.
+pub(crate) const FILE_WRITE_MIN: usize = 64 << 10;
+
+/// Scratch memory kept per thread for batches written with `pwrite`; a larger
+/// one is freed after use.
+const SCRATCH_KEEP: usize = 4 << 20;
+
+/// Runs `f` on `len` bytes of this thread's scratch buffer (contents
+/// unspecified: `f` overwrites them).
+fn with_scratch<R>(len: usize, f: impl FnOnce(&mut [u8]) -> R) -> R {
+    thread_local! {
+        static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    SCRATCH.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut buf) if len <= SCRATCH_KEEP => {
+            if buf.len() < len {
+                buf.resize(len, 0);
+            }
+            f(&mut buf[..len])
+        }
+        // Too big to keep, or already in use further up this thread's stack.
+        _ => f(&mut vec![0u8; len]),
+    })
+}
+
 /// Bytes of a segment faulted in ahead of its writer at a time
 /// ([`PartitionLog::prefault_ahead`]).
 const POPULATE_WINDOW: usize = 8 << 20;
@@ -531,7 +559,7 @@ impl PartitionLog {
         producer: ProducerFields,
     ) -> Result<Appended> {
         let len = batch::batch_len(records);
-        self.append_batch(BatchSource::Records(records, len), producer, None)
+        self.append_batch(BatchSource::Records(records, len), producer, None, false)
     }
 
     /// Appends one batch. With `idem`, the producer's epoch and sequence are
@@ -539,12 +567,17 @@ impl PartitionLog {
     /// section as the write: a re-sent batch is answered with its original
     /// offset and not written, an older epoch is fenced, and the batch gets
     /// the next sequence when the producer did not choose one.
+    ///
+    /// `flush_next` says the caller flushes the batch as soon as it is
+    /// appended (`acks=all`): a batch of [`FILE_WRITE_MIN`] bytes or more is
+    /// then written to the file with `pwrite` rather than through the map.
     #[allow(unsafe_code)]
     pub(crate) fn append_batch(
         &self,
         src: BatchSource<'_>,
         mut producer: ProducerFields,
         idem: Option<&Idempotence>,
+        flush_next: bool,
     ) -> Result<Appended> {
         let count = src.count();
         if count == 0 {
@@ -610,20 +643,31 @@ impl PartitionLog {
         }
         let base = w.next_offset;
         let pos = w.active.end();
-        // SAFETY: we hold the writer lock, so we are the segment's only writer.
-        let buf = unsafe { w.active.reserve(len) };
-        let written = match src {
-            BatchSource::Records(records, _) => {
-                batch::encode_batch(buf, base, records, producer, attributes)
+        let encode = |buf: &mut [u8]| {
+            let written = match src {
+                BatchSource::Records(records, _) => {
+                    batch::encode_batch(buf, base, records, producer, attributes)
+                }
+                BatchSource::Section { bytes, info, .. } => {
+                    batch::write_section_batch(buf, base, bytes, info, producer, attributes)
+                }
+            };
+            debug_assert_eq!(written, len);
+            if let Some(t) = append_time {
+                batch::stamp_log_append_time(&mut buf[..written], t);
             }
-            BatchSource::Section { bytes, info, .. } => {
-                batch::write_section_batch(buf, base, bytes, info, producer, attributes)
-            }
+            written
         };
-        debug_assert_eq!(written, len);
-        if let Some(t) = append_time {
-            batch::stamp_log_append_time(&mut buf[..written], t);
-        }
+        let written = if flush_next && len >= FILE_WRITE_MIN {
+            with_scratch(len, |buf| {
+                let written = encode(buf);
+                w.active.write_at_end(&buf[..written]).map(|()| written)
+            })?
+        } else {
+            // SAFETY: we hold the writer lock, so we are the segment's only
+            // writer.
+            encode(unsafe { w.active.reserve(len) })
+        };
         let index = (pos > 0 && pos - w.last_index_pos >= self.config.index_interval_bytes)
             .then_some((base, w.max_ts));
         if index.is_some() {

@@ -456,7 +456,15 @@ impl Segment {
         unsafe { self.log.unpublished_mut(self.end(), len) }
     }
 
-    /// Publishes a batch written through [`Segment::reserve`] and indexes it
+    /// Writes a batch at the end with `pwrite` (see
+    /// [`MappedFile::write_unpublished`]); publish it with
+    /// [`Segment::commit`]. Writer only.
+    pub(crate) fn write_at_end(&self, data: &[u8]) -> Result<()> {
+        self.log.write_unpublished(self.end(), data)
+    }
+
+    /// Publishes a batch written through [`Segment::reserve`] or
+    /// [`Segment::write_at_end`] and indexes it
     /// when `index` is set. Writer only.
     #[inline]
     pub(crate) fn commit(&self, len: usize, index: Option<(u64, i64)>, max_ts: i64) {

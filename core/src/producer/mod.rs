@@ -559,7 +559,8 @@ impl Inner {
         sequence: Option<i64>,
     ) -> Result<Appended> {
         let idem = self.idempotence(sequence);
-        log.append_batch(src, ProducerFields::default(), idem.as_ref())
+        let flush_next = self.config.acks == Acks::All;
+        log.append_batch(src, ProducerFields::default(), idem.as_ref(), flush_next)
     }
 
     /// Appends `records` as one batch, compressed if configured.
