@@ -270,6 +270,7 @@ impl Broker {
             .ok_or_else(|| Error::UnknownTopic(name.to_owned()))?;
         topic.mark_deleted();
         self.inner.topics_changed();
+        crate::producer::forget_cached_topic();
         // Committed offsets of the topic go with it (as in Kafka), so a
         // topic created again under the name starts afresh.
         for g in self.inner.groups.all() {
@@ -532,6 +533,7 @@ impl BrokerInner {
     }
 
     fn close(&self) -> Result<()> {
+        crate::producer::forget_cached_topic();
         if self.closed.swap(true, Ordering::AcqRel) {
             return Ok(());
         }

@@ -607,3 +607,67 @@ fn a_blocking_send_never_overtakes_a_lingering_batch() {
     let inversions = values.windows(2).filter(|w| w[1] < w[0]).count();
     assert_eq!(inversions, 0, "records out of send order in {round} rounds");
 }
+
+/// Each thread keeps the partitions of the last topic it sent to: a topic
+/// deleted and created again (with more partitions) by another thread is
+/// looked up again, and the old one's partitions are not written.
+#[test]
+fn a_topic_replaced_by_another_thread_is_looked_up_again() {
+    let (_tmp, mq) = setup(1);
+    let producer = mq.producer(ProducerConfig::default()).unwrap();
+    let (go, wait) = std::sync::mpsc::channel::<()>();
+    let (done, finished) = std::sync::mpsc::channel::<()>();
+    std::thread::scope(|s| {
+        let producer = &producer;
+        s.spawn(move || {
+            producer.send(Record::new("t").value("old")).unwrap();
+            done.send(()).unwrap();
+            wait.recv().unwrap();
+            let md = producer
+                .send(Record::new("t").partition(2).value("new"))
+                .unwrap();
+            assert_eq!((md.partition, md.offset), (2, 0));
+            done.send(()).unwrap();
+        });
+        finished.recv().unwrap();
+        mq.delete_topic("t").unwrap();
+        mq.create_topic("t", TopicConfig::new(3)).unwrap();
+        go.send(()).unwrap();
+        finished.recv().unwrap();
+    });
+    let info = mq.topic("t").unwrap();
+    let ends: Vec<u64> = info.partitions.iter().map(|p| p.end_offset).collect();
+    assert_eq!(ends, vec![0, 0, 1]);
+}
+
+/// A send made from inside another send on the same thread (here from a
+/// partition selector, to another topic) finds its own topic and leaves the
+/// outer send's topic to it.
+#[test]
+fn a_send_inside_a_send_routes_both() {
+    let (_tmp, mq) = setup(2);
+    mq.create_topic("audit", TopicConfig::new(1)).unwrap();
+    let audit = Arc::new(mq.producer(ProducerConfig::default()).unwrap());
+    let inner = Arc::clone(&audit);
+    let producer = mq
+        .producer(
+            ProducerConfig::default().partitioner(Partitioner::custom(move |r, n| {
+                inner
+                    .send(Record::new("audit").value(r.value.unwrap_or_default().to_vec()))
+                    .unwrap();
+                n - 1
+            })),
+        )
+        .unwrap();
+    for i in 0..5 {
+        let md = producer
+            .send(Record::new("t").value(format!("v{i}")))
+            .unwrap();
+        assert_eq!((md.partition, md.offset), (1, i));
+        let md = audit
+            .send(Record::new("t").partition(0).value("a"))
+            .unwrap();
+        assert_eq!((md.partition, md.offset), (0, i));
+    }
+    assert_eq!(mq.topic("audit").unwrap().partitions[0].end_offset, 5);
+}

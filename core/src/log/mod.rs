@@ -280,6 +280,30 @@ pub(crate) use crate::clock::now_ms;
 /// docs/decisions.md.
 pub(crate) const FILE_WRITE_MIN: usize = 64 << 10;
 
+/// Encodes a batch into `buf` (exactly its length); returns the bytes written.
+#[inline(always)]
+fn encode(
+    buf: &mut [u8],
+    base: u64,
+    src: &BatchSource<'_>,
+    producer: ProducerFields,
+    attributes: u16,
+    append_time: Option<i64>,
+) -> usize {
+    let written = match *src {
+        BatchSource::Records(records, _) => {
+            batch::encode_batch(buf, base, records, producer, attributes)
+        }
+        BatchSource::Section { bytes, info, .. } => {
+            batch::write_section_batch(buf, base, bytes, info, producer, attributes)
+        }
+    };
+    if let Some(t) = append_time {
+        batch::stamp_log_append_time(&mut buf[..written], t);
+    }
+    written
+}
+
 /// Scratch memory kept per thread for batches written with `pwrite`; a larger
 /// one is freed after use.
 const SCRATCH_KEEP: usize = 4 << 20;
@@ -643,31 +667,18 @@ impl PartitionLog {
         }
         let base = w.next_offset;
         let pos = w.active.end();
-        let encode = |buf: &mut [u8]| {
-            let written = match src {
-                BatchSource::Records(records, _) => {
-                    batch::encode_batch(buf, base, records, producer, attributes)
-                }
-                BatchSource::Section { bytes, info, .. } => {
-                    batch::write_section_batch(buf, base, bytes, info, producer, attributes)
-                }
-            };
-            debug_assert_eq!(written, len);
-            if let Some(t) = append_time {
-                batch::stamp_log_append_time(&mut buf[..written], t);
-            }
-            written
-        };
         let written = if flush_next && len >= FILE_WRITE_MIN {
             with_scratch(len, |buf| {
-                let written = encode(buf);
+                let written = encode(buf, base, &src, producer, attributes, append_time);
                 w.active.write_at_end(&buf[..written]).map(|()| written)
             })?
         } else {
             // SAFETY: we hold the writer lock, so we are the segment's only
             // writer.
-            encode(unsafe { w.active.reserve(len) })
+            let buf = unsafe { w.active.reserve(len) };
+            encode(buf, base, &src, producer, attributes, append_time)
         };
+        debug_assert_eq!(written, len);
         let index = (pos > 0 && pos - w.last_index_pos >= self.config.index_interval_bytes)
             .then_some((base, w.max_ts));
         if index.is_some() {

@@ -103,15 +103,75 @@ type Partitions = Arc<Vec<Arc<PartitionLog>>>;
 
 /// Where a record goes: a partition of a topic's partition list.
 struct Route {
-    parts: Partitions,
+    parts: Lent,
     partition: u32,
 }
 
 impl Route {
     #[inline]
     fn log(&self) -> &Arc<PartitionLog> {
-        &self.parts[self.partition as usize]
+        &self.parts.parts()[self.partition as usize]
     }
+}
+
+/// The last topic this thread sent to, for [`Inner::partitions_of`].
+struct CachedTopic {
+    broker: std::sync::Weak<BrokerInner>,
+    /// The broker's topics version when this was looked up.
+    version: u64,
+    name: Arc<str>,
+    /// Its partitions; `None` while lent to a [`Lent`].
+    parts: Option<Partitions>,
+    /// Told apart from the entry it replaced.
+    generation: u64,
+}
+
+thread_local! {
+    static LAST_TOPIC: std::cell::RefCell<Option<CachedTopic>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// A topic's partitions taken from this thread's cache: given back to it
+/// when dropped (a move each way instead of a reference count up and down).
+struct Lent {
+    parts: Option<Partitions>,
+    /// The cache entry to give them back to.
+    generation: Option<u64>,
+}
+
+impl Lent {
+    #[inline]
+    fn parts(&self) -> &Partitions {
+        self.parts.as_ref().expect("held until dropped")
+    }
+}
+
+impl Drop for Lent {
+    #[inline]
+    fn drop(&mut self) {
+        let (Some(generation), Some(parts)) = (self.generation, self.parts.take()) else {
+            return;
+        };
+        let _ = LAST_TOPIC.try_with(move |c| {
+            if let Ok(mut c) = c.try_borrow_mut() {
+                if let Some(e) = c.as_mut() {
+                    if e.generation == generation && e.parts.is_none() {
+                        e.parts = Some(parts);
+                    }
+                }
+            }
+        });
+    }
+}
+
+/// Empties this thread's topic cache (a deleted topic or a closed broker
+/// should not be kept alive by it).
+pub(crate) fn forget_cached_topic() {
+    let _ = LAST_TOPIC.try_with(|c| {
+        if let Ok(mut c) = c.try_borrow_mut() {
+            *c = None;
+        }
+    });
 }
 
 impl Producer {
@@ -220,7 +280,7 @@ impl Producer {
                 interceptor::run_on_ack(&inner.config.interceptors, Err(e));
             }
             // acks=0 records are reported when their batch is appended.
-            Ok(md) if inner.config.acks != Acks::Zero => {
+            Ok(md) if inner.config.acks != Acks::Zero && !inner.config.interceptors.is_empty() => {
                 interceptor::run_on_ack(&inner.config.interceptors, Ok(md));
             }
             Ok(_) => {}
@@ -484,8 +544,8 @@ impl Inner {
     /// Chooses the partition of `r`.
     fn route(&self, r: &BorrowedRecord<'_>, size_hint: impl FnOnce() -> usize) -> Result<Route> {
         let parts = self.partitions_of(r.topic)?;
-        let count = parts.len() as u32;
-        let partition = self.choose(parts[0].topic(), count, r, size_hint)?;
+        let count = parts.parts().len() as u32;
+        let partition = self.choose(parts.parts()[0].topic(), count, r, size_hint)?;
         if partition >= count {
             return Err(Error::UnknownPartition {
                 topic: r.topic.to_owned(),
@@ -497,46 +557,60 @@ impl Inner {
     }
 
     /// The partitions of topic `name`, through a one-entry cache per thread
-    /// (most producers send to one topic from each thread): no lock and no
-    /// hashing on a hit. The cache holds weak references, so it keeps no
-    /// closed broker or deleted topic alive; a live `Weak` keeps its
-    /// allocation, so a new broker is never mistaken for a dropped one at the
-    /// same address; and the broker's topics version (bumped by deletes,
-    /// growth and close) says when to look again.
-    fn partitions_of(&self, name: &str) -> Result<Partitions> {
-        type Cached = (
-            std::sync::Weak<BrokerInner>,
-            u64,
-            Arc<str>,
-            std::sync::Weak<Vec<Arc<PartitionLog>>>,
-        );
-        thread_local! {
-            static LAST: std::cell::RefCell<Option<Cached>> =
-                const { std::cell::RefCell::new(None) };
-        }
+    /// (most producers send to one topic from each thread): no lock, no
+    /// hashing and no reference count on a hit. The broker's topics version
+    /// (bumped by deletes, growth and close) says when to look again; a
+    /// `Weak` to the broker keeps its allocation, so a new broker is never
+    /// mistaken for a dropped one at the same address. The cache holds the
+    /// partitions of one topic until this thread sends to another topic or
+    /// exits, or deletes that topic or closes its broker (see
+    /// docs/decisions.md).
+    fn partitions_of(&self, name: &str) -> Result<Lent> {
         let version = self.broker.topics_version();
-        let hit = LAST.with(|c| {
-            let c = c.borrow();
-            let (b, v, n, parts) = c.as_ref()?;
-            if b.as_ptr() != Arc::as_ptr(&self.broker) || *v != version || &**n != name {
+        let hit = LAST_TOPIC.try_with(|c| {
+            let mut c = c.try_borrow_mut().ok()?;
+            let e = c.as_mut()?;
+            if e.broker.as_ptr() != Arc::as_ptr(&self.broker)
+                || e.version != version
+                || &*e.name != name
+            {
                 return None;
             }
-            parts.upgrade()
+            // None when lent already (a send from a callback inside a send):
+            // that one looks the topic up.
+            let parts = e.parts.take()?;
+            Some(Lent {
+                parts: Some(parts),
+                generation: Some(e.generation),
+            })
         });
-        if let Some(parts) = hit {
-            return Ok(parts);
+        if let Ok(Some(lent)) = hit {
+            return Ok(lent);
         }
-        let topic = self.broker.topic(name)?;
+        let topic = match self.broker.topic(name) {
+            Ok(t) => t,
+            Err(e) => {
+                forget_cached_topic();
+                return Err(e);
+            }
+        };
         let parts = topic.partitions();
-        LAST.with(|c| {
-            *c.borrow_mut() = Some((
-                Arc::downgrade(&self.broker),
+        let generation = LAST_TOPIC.try_with(|c| {
+            let mut c = c.try_borrow_mut().ok()?;
+            let generation = c.as_ref().map_or(0, |e| e.generation + 1);
+            *c = Some(CachedTopic {
+                broker: Arc::downgrade(&self.broker),
                 version,
-                Arc::clone(topic.name()),
-                Arc::downgrade(&parts),
-            ));
+                name: Arc::clone(topic.name()),
+                parts: None,
+                generation,
+            });
+            Some(generation)
         });
-        Ok(parts)
+        Ok(Lent {
+            parts: Some(parts),
+            generation: generation.ok().flatten(),
+        })
     }
 
     fn check_sequence(&self, r: &BorrowedRecord<'_>) -> Result<()> {
@@ -724,7 +798,7 @@ impl Inner {
         type Group = (Arc<PartitionLog>, u32, Vec<usize>);
         let mut groups: Vec<Group> = Vec::new();
         let mut slot_of: HashMap<usize, usize> = HashMap::new();
-        let mut current: Option<Partitions> = None;
+        let mut current: Option<Lent> = None;
         let mut last: Option<(usize, usize)> = None; // (log address, slot)
         let mut sequenced = false;
         for (i, r) in records.iter().enumerate() {
@@ -732,11 +806,12 @@ impl Inner {
             sequenced |= r.sequence.is_some();
             if current
                 .as_ref()
-                .is_none_or(|parts| &**parts[0].topic() != r.topic)
+                .is_none_or(|lent| &**lent.parts()[0].topic() != r.topic)
             {
+                drop(current.take()); // given back before the next is taken
                 current = Some(self.partitions_of(r.topic)?);
             }
-            let parts = current.as_ref().expect("just set");
+            let parts = current.as_ref().expect("just set").parts();
             let topic = parts[0].topic();
             let count = parts.len() as u32;
             let partition = self.choose(topic, count, r, || {

@@ -65,7 +65,7 @@ impl Shard {
             // yield if that thread was descheduled while holding it.
             while self.busy.load(Ordering::Relaxed) {
                 spins += 1;
-                if spins % 64 == 0 {
+                if spins.is_multiple_of(64) {
                     std::thread::yield_now();
                 } else {
                     std::hint::spin_loop();
