@@ -3,7 +3,7 @@
 //! `cargo bench -p mqlite --bench log` (or `make bench`). Each figure is the
 //! median of `MQLITE_BENCH_RUNS` runs (default 3); `MQLITE_BENCH_SCALE`
 //! (default 1.0) scales the message counts; `MQLITE_BENCH_FILTER=text`
-//! runs only the rows whose name contains `text`. Ratios are against the raw
+//! runs only the rows whose name contains `text` (`a|b`: either). Ratios are against the raw
 //! memmap2 write of the same bytes into already-touched pages, measured in
 //! the same run, because the machines are shared and noisy.
 
