@@ -278,7 +278,7 @@ pub(crate) use crate::clock::now_ms;
 /// written with `pwrite` ([`PartitionLog::append_batch`]). Measured with
 /// `bench/python_rates.py` (1000 x 1 KiB per call, `acks=all`): see
 /// docs/decisions.md.
-pub(crate) const FILE_WRITE_MIN: usize = 64 << 10;
+const FILE_WRITE_MIN: usize = 64 << 10;
 
 /// Encodes a batch into `buf` (exactly its length); returns the bytes written.
 #[inline(always)]
