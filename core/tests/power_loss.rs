@@ -2,7 +2,8 @@
 //!
 //! `kill -9` keeps the page cache, so it cannot show what `acks=all`
 //! protects against. Here a child process appends with `acks=all` to
-//! partition 0 and `acks=1` to partition 1 while a sync hook
+//! partition 0 and `acks=1` to partition 1, and from four threads at once
+//! with `acks=all` to partition 2 (their flushes shared), while a sync hook
 //! (`mqlite::faults`) records, for every file, how far each completed
 //! `msync` made it durable. The parent kills the child at a random moment,
 //! then models the power loss on the files: every 4 KiB page past a file's
@@ -35,6 +36,15 @@ const CHILD_CYCLE: &str = "MQLITE_POWER_CHILD_CYCLE";
 const MARKS: &str = "sync-marks.txt";
 const PAGE: usize = 4096;
 const SECTOR: usize = 512;
+/// The partition four threads send to at once with `acks=all`.
+const SHARED: u32 = 2;
+const SHARED_SENDERS: u64 = 4;
+
+/// The sequence number of record `i` of sender thread `t` to [`SHARED`] in
+/// `cycle`.
+fn shared_seq(cycle: u64, t: u64, i: u64) -> u64 {
+    cycle << 32 | 1 << 31 | t << 24 | i
+}
 
 fn config() -> Config {
     Config::default()
@@ -73,7 +83,8 @@ fn schedule() -> impl Iterator<Item = (u32, std::ops::Range<u64>)> {
 }
 
 /// The child side (a no-op in a normal test run): appends alternately to
-/// partition 0 with `acks=all` and to partition 1 with `acks=1`, printing
+/// partition 0 with `acks=all` and to partition 1 with `acks=1`, and from
+/// [`SHARED_SENDERS`] threads to [`SHARED`] with `acks=all`, printing
 /// `ACK <partition> <offset> <seq>` after each send returns, and writes a
 /// line `<path>\t<end>` to the marks file after each completed msync.
 #[test]
@@ -107,39 +118,62 @@ fn power_child() {
     let one = mq
         .producer(ProducerConfig::default().acks(Acks::One))
         .unwrap();
-    let mut out = std::io::stdout().lock();
-    writeln!(out, "READY").unwrap();
-    out.flush().unwrap();
-    let started = Instant::now();
-    for (p, range) in schedule() {
-        let producer = if p == 0 { &all } else { &one };
-        let seqs: Vec<u64> = range.map(|i| cycle << 32 | i).collect();
-        let count = seqs.len();
-        let values: Vec<Vec<u8>> = seqs.iter().map(|&s| value_for(s)).collect();
-        let mds = if count == 1 {
-            vec![producer
-                .send(Record::new(TOPIC).partition(p).value(values[0].clone()))
-                .unwrap()]
-        } else {
-            let records: Vec<BorrowedRecord<'_>> = values
-                .iter()
-                .map(|v| BorrowedRecord {
-                    topic: TOPIC,
-                    partition: Some(p),
-                    value: Some(v),
-                    ..BorrowedRecord::default()
-                })
-                .collect();
-            producer.send_batch(&records).unwrap()
-        };
-        for (md, seq) in mds.iter().zip(&seqs) {
-            writeln!(out, "ACK {p} {} {seq}", md.offset).unwrap();
-        }
+    {
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "READY").unwrap();
         out.flush().unwrap();
-        if started.elapsed() > Duration::from_secs(60) {
-            break;
-        }
     }
+    let started = Instant::now();
+    let ack = |p: u32, offset: u64, seq: u64| {
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "ACK {p} {offset} {seq}").unwrap();
+        out.flush().unwrap();
+    };
+    std::thread::scope(|s| {
+        for t in 0..SHARED_SENDERS {
+            let (all, ack) = (&all, &ack);
+            s.spawn(move || {
+                for i in 0.. {
+                    let seq = shared_seq(cycle, t, i);
+                    let md = all
+                        .send(Record::new(TOPIC).partition(SHARED).value(value_for(seq)))
+                        .unwrap();
+                    ack(SHARED, md.offset, seq);
+                    if started.elapsed() > Duration::from_secs(60) {
+                        break;
+                    }
+                }
+            });
+        }
+        for (p, range) in schedule() {
+            let producer = if p == 0 { &all } else { &one };
+            let seqs: Vec<u64> = range.map(|i| cycle << 32 | i).collect();
+            let count = seqs.len();
+            let values: Vec<Vec<u8>> = seqs.iter().map(|&s| value_for(s)).collect();
+            let mds = if count == 1 {
+                vec![producer
+                    .send(Record::new(TOPIC).partition(p).value(values[0].clone()))
+                    .unwrap()]
+            } else {
+                let records: Vec<BorrowedRecord<'_>> = values
+                    .iter()
+                    .map(|v| BorrowedRecord {
+                        topic: TOPIC,
+                        partition: Some(p),
+                        value: Some(v),
+                        ..BorrowedRecord::default()
+                    })
+                    .collect();
+                producer.send_batch(&records).unwrap()
+            };
+            for (md, seq) in mds.iter().zip(&seqs) {
+                ack(p, md.offset, *seq);
+            }
+            if started.elapsed() > Duration::from_secs(60) {
+                break;
+            }
+        }
+    });
 }
 
 /// Per file, the byte up to which it is durable.
@@ -162,7 +196,7 @@ fn durable_marks(path: &Path) -> HashMap<PathBuf, u64> {
 /// The data files of the partitions and their contents.
 fn data_files(dir: &Path) -> HashMap<PathBuf, Vec<u8>> {
     let mut out = HashMap::new();
-    for p in 0..2 {
+    for p in 0..=SHARED {
         let pdir = dir.join("topics").join(TOPIC).join(p.to_string());
         for e in std::fs::read_dir(&pdir).unwrap().flatten() {
             let path = e.path();
@@ -304,7 +338,7 @@ fn acks_all_survives_simulated_power_loss() {
         mq.create_topic(
             TOPIC,
             // Room for about three of the child's 256-record batches.
-            TopicConfig::new(2)
+            TopicConfig::new(SHARED + 1)
                 .segment_bytes(256 * 1024)
                 .index_interval_bytes(512),
         )
@@ -312,8 +346,9 @@ fn acks_all_survives_simulated_power_loss() {
         mq.close().unwrap();
     }
     let exe = std::env::current_exe().unwrap();
-    let mut known: [Vec<u64>; 2] = [Vec::new(), Vec::new()];
+    let mut known: [Vec<u64>; 3] = [Vec::new(), Vec::new(), Vec::new()];
     let (mut acked_all, mut acked_one, mut pages_changed, mut truncations) = (0u64, 0u64, 0, 0u64);
+    let mut acked_shared = 0u64;
     let mut violations = Vec::new();
     for cycle in 0..cycles {
         let before = data_files(&dir);
@@ -377,7 +412,7 @@ fn acks_all_survives_simulated_power_loss() {
             }
         };
         let info = mq.topic(TOPIC).unwrap();
-        for p in 0..2u32 {
+        for p in 0..=SHARED {
             truncations += info.partitions[p as usize].recovery.torn_tails
                 + info.partitions[p as usize].recovery.corruptions;
             let seqs = match read_partition(&mq, p) {
@@ -399,8 +434,35 @@ fn acks_all_survives_simulated_power_loss() {
                     seqs.get(at)
                 ));
             }
-            // This cycle's records on disk: a prefix of what was sent.
+            // This cycle's records on disk: a prefix of what was sent (of
+            // what each thread sent, for the shared partition).
             let new: Vec<u64> = seqs[old.len().min(seqs.len())..].to_vec();
+            if p == SHARED {
+                let mut next = [0u64; SHARED_SENDERS as usize];
+                let in_order = new.iter().all(|&seq| {
+                    let t = (seq >> 24 & 0x7f) as usize;
+                    let ok = t < next.len() && seq == shared_seq(cycle, t as u64, next[t]);
+                    if ok {
+                        next[t] += 1;
+                    }
+                    ok
+                });
+                if !in_order {
+                    violations.push(format!(
+                        "cycle {cycle}: partition {p}: not a prefix of what each thread sent"
+                    ));
+                }
+                for &(_, offset, seq) in acks.iter().filter(|a| a.0 == p) {
+                    acked_shared += 1;
+                    if seqs.get(offset as usize) != Some(&seq) {
+                        violations.push(format!(
+                            "cycle {cycle}: acks=all record {seq:#x} at {p}/{offset} lost"
+                        ));
+                    }
+                }
+                known[p as usize] = seqs;
+                continue;
+            }
             let sent: Vec<u64> = schedule()
                 .filter(|(sp, _)| *sp == p)
                 .flat_map(|(_, range)| range)
@@ -429,9 +491,10 @@ fn acks_all_survives_simulated_power_loss() {
         mq.close().unwrap();
     }
     println!(
-        "power loss: {cycles} cycles, {acked_all} acks=all records checked ({acked_one} acks=1 \
-         records sent), {pages_changed} pages lost/torn/garbled, {truncations} recovery \
-         truncations, {} violations",
+        "power loss: {cycles} cycles, {acked_all} acks=all records checked, {acked_shared} more \
+         from {SHARED_SENDERS} threads sharing flushes ({acked_one} acks=1 records sent), \
+         {pages_changed} pages lost/torn/garbled, {truncations} recovery truncations, {} \
+         violations",
         violations.len()
     );
     assert!(
@@ -440,6 +503,10 @@ fn acks_all_survives_simulated_power_loss() {
         violations.join("\n")
     );
     assert!(acked_all > 0, "no acks=all record was ever acknowledged");
+    assert!(
+        acked_shared > 0,
+        "no shared acks=all record was ever acknowledged"
+    );
 }
 
 /// A failed fsync poisons the partition: the send that needed it fails

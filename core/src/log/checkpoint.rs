@@ -19,6 +19,7 @@
 use std::fs::File;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
+use std::sync::Mutex;
 
 use crate::error::{IoContext, Result};
 use crate::faults::{self, SyncKind};
@@ -69,6 +70,9 @@ fn decode(b: &[u8]) -> Option<RecoveryPoint> {
 pub(crate) struct CheckpointFile {
     file: File,
     path: std::path::PathBuf,
+    /// The offset last written: [`CheckpointFile::advance`] never moves the
+    /// point back, whichever of two flushers gets here first.
+    written: Mutex<u64>,
 }
 
 impl CheckpointFile {
@@ -94,11 +98,44 @@ impl CheckpointFile {
         } else {
             None
         };
-        Ok((CheckpointFile { file, path }, point))
+        let written = Mutex::new(point.map_or(0, |p| p.offset));
+        Ok((
+            CheckpointFile {
+                file,
+                path,
+                written,
+            },
+            point,
+        ))
+    }
+
+    /// Records progress after a flush: everything below `offset` is on
+    /// disk, the log still open (not synced). Skipped when the file already
+    /// says as much, so a flusher that gets here after a later one (or
+    /// after the clean close) cannot move the point back.
+    pub(crate) fn advance(&self, offset: u64) -> Result<()> {
+        let mut written = self.written.lock().unwrap_or_else(|p| p.into_inner());
+        if offset <= *written {
+            return Ok(());
+        }
+        self.write_locked(
+            &mut written,
+            RecoveryPoint {
+                offset,
+                clean: false,
+            },
+            false,
+        )
     }
 
     /// Records `point`; with `sync`, on disk before this returns.
     pub(crate) fn write(&self, point: RecoveryPoint, sync: bool) -> Result<()> {
+        let mut written = self.written.lock().unwrap_or_else(|p| p.into_inner());
+        self.write_locked(&mut written, point, sync)
+    }
+
+    fn write_locked(&self, written: &mut u64, point: RecoveryPoint, sync: bool) -> Result<()> {
+        *written = point.offset;
         self.file
             .write_all_at(&encode(point), 0)
             .ctx(|| format!("writing {}", self.path.display()))?;
@@ -138,5 +175,46 @@ mod tests {
         assert_eq!(decode(&b), None);
         assert_eq!(decode(&b[..10]), None);
         assert_eq!(decode(&[0u8; LEN]), None);
+    }
+
+    /// Progress never moves the point back, nor overwrites a clean close
+    /// with an older offset; explicit writes (open, close) always land.
+    #[test]
+    fn advance_only_moves_forward() {
+        let dir = tempfile::tempdir().unwrap();
+        let read = || CheckpointFile::open(dir.path(), 0o600).unwrap().1.unwrap();
+        let (f, point) = CheckpointFile::open(dir.path(), 0o600).unwrap();
+        assert_eq!(point, None);
+        f.advance(10).unwrap();
+        f.advance(5).unwrap();
+        assert_eq!(
+            read(),
+            RecoveryPoint {
+                offset: 10,
+                clean: false
+            }
+        );
+        let closed = RecoveryPoint {
+            offset: 12,
+            clean: true,
+        };
+        f.write(closed, false).unwrap();
+        f.advance(12).unwrap();
+        f.advance(11).unwrap();
+        assert_eq!(read(), closed);
+        let reopened = RecoveryPoint {
+            offset: 12,
+            clean: false,
+        };
+        f.write(reopened, true).unwrap();
+        assert_eq!(read(), reopened);
+        f.advance(13).unwrap();
+        assert_eq!(
+            read(),
+            RecoveryPoint {
+                offset: 13,
+                clean: false
+            }
+        );
     }
 }

@@ -267,6 +267,30 @@ impl MappedFile {
         }
     }
 
+    /// Writes the pages of `[start, end)` back to disk as they are (zeros,
+    /// ahead of the writer) and waits, so that the file's blocks there are
+    /// written before the writer's own flushes reach them. In steps of 256
+    /// KiB: each step converts its blocks and writes the inode once, and a
+    /// sender's flush that runs meanwhile may have to write that inode
+    /// itself, so smaller steps cost the senders more of those writes,
+    /// larger ones a longer wait behind the step's write. Writes no byte of
+    /// the map, and is no durability point for any record: a record the
+    /// writer puts there meanwhile is written again by its own flush. Best
+    /// effort.
+    pub(crate) fn write_back_ahead(&self, start: usize, end: usize) {
+        const STEP: usize = 256 << 10;
+        let end = end.min(self.capacity());
+        if let (Some(m), true) = (&self.map, start < end) {
+            let mut at = start;
+            while at < end {
+                let to = (at + STEP).min(end);
+                self.populate_range(at, to);
+                let _ = m.flush_range(at, to - at);
+                at = to;
+            }
+        }
+    }
+
     /// Asks the kernel to map the pages of `[start, end)` (published bytes)
     /// for reading now, in one call rather than a page fault per few pages.
     /// Best effort: errors (an old kernel) are ignored.

@@ -13,7 +13,7 @@ mod mmap;
 mod segment;
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
 use std::thread::{JoinHandle, Thread};
 use std::time::Instant;
@@ -221,20 +221,57 @@ struct Writer {
 struct FlushState {
     /// Every offset below this is on disk.
     flushed: u64,
+    /// A flush (msync) is running.
     in_progress: bool,
-    /// A leader is waiting for appends before it flushes.
+    /// A caller (the leader) waits for more callers before it flushes.
     collecting: bool,
-    /// Callers waiting for the flush in progress: `(target, thread)`. They
-    /// are unparked when it ends and check `flushed_fast` without the lock,
-    /// so a flush serving many senders does not hand the lock from one to
-    /// the next.
-    parked: Vec<(u64, std::thread::Thread)>,
-    /// Records the last flush covered: the next leader waits (briefly)
-    /// until as many new ones are appended before it flushes.
-    last_covered: u64,
-    /// How long the last flush took.
+    /// Counts the flushes started; callers count themselves in the round
+    /// they wait for.
+    round: u64,
+    /// The end offset the running flush covers, at least.
+    flushing_to: u64,
+    /// Callers waiting for the next flush to start (each counted once per
+    /// round).
+    arrivals: usize,
+    /// Callers the next flush waits for: as many as were waiting on the last
+    /// one, counting those that came while it ran. A steady group of `n`
+    /// `acks=all` senders is so served by one flush per round of `n`.
+    expected: usize,
+    /// A caller sleeps on [`PartitionLog::flush_ends`]: the flusher wakes
+    /// the sleepers when it ends.
+    sleepers: bool,
+    /// A collection was completed by the last caller it waited for, which
+    /// flushes in the leader's place: the leader, still waiting on
+    /// `arrival_cv`, is woken when that flush ends.
+    leader_waiting: bool,
+    /// How long the last flush took: the longest a leader waits.
     last_flush: std::time::Duration,
 }
+
+/// How far the active segment's blocks were written ahead of the writer.
+///
+/// `posix_fallocate` reserves a segment's blocks as unwritten extents. The
+/// first flush that reaches a block converts it, and on ext4 (as on XFS)
+/// that conversion is metadata the flush must then also write (the inode,
+/// or a journal commit): on this project's VM a small `msync` that reaches
+/// a new page took about 50 us more. For streams of small flushes (`acks=all`
+/// senders) the blocks are written ahead instead, a window at a time, on a
+/// background thread, so the senders' flushes overwrite written blocks.
+#[derive(Debug)]
+struct WriteAhead {
+    /// Base offset of the segment this is about.
+    segment: u64,
+    /// Bytes of the segment written ahead so far.
+    to: usize,
+    /// The segment's end at the last flush.
+    last_end: usize,
+}
+
+/// Bytes written ahead at a time.
+const WRITE_AHEAD_WINDOW: usize = 1 << 20;
+/// Flushes of this many bytes or more do not write ahead.
+const WRITE_AHEAD_MAX_FLUSH: usize = 64 << 10;
+const PAGE: usize = 4096;
 
 /// The commit log of one partition.
 #[derive(Debug)]
@@ -253,6 +290,9 @@ pub(crate) struct PartitionLog {
     flushed_fast: AtomicU64,
     /// Wakes a flush leader collecting callers.
     arrival_cv: Condvar,
+    /// Counts finished flushes (wrapping): the futex word callers waiting
+    /// for a flush sleep on, all woken by one `wake_all` when it changes.
+    flush_ends: AtomicU32,
     poisoned: AtomicBool,
     flushes: AtomicU64,
     /// The lowest offset committed by any group (`u64::MAX`: no limit):
@@ -262,6 +302,8 @@ pub(crate) struct PartitionLog {
     /// Whether a background thread is faulting in pages of the active
     /// segment ([`PartitionLog::spawn_populate`]).
     populating: Arc<AtomicBool>,
+    /// The blocks written ahead of small flushes ([`PartitionLog::write_ahead`]).
+    written_ahead: Mutex<WriteAhead>,
     recovery: RecoveryStats,
     /// The recovery point file (see checkpoint.rs).
     checkpoint: CheckpointFile,
@@ -449,11 +491,17 @@ impl PartitionLog {
             }),
             flushed_fast: AtomicU64::new(next_offset),
             arrival_cv: Condvar::new(),
+            flush_ends: AtomicU32::new(0),
             poisoned: AtomicBool::new(false),
             flushes: AtomicU64::new(0),
             retention_floor: AtomicU64::new(u64::MAX),
             prepare: Mutex::new(None),
             populating: Arc::new(AtomicBool::new(false)),
+            written_ahead: Mutex::new(WriteAhead {
+                segment: u64::MAX,
+                to: 0,
+                last_end: 0,
+            }),
             recovery,
             checkpoint,
             config,
@@ -811,6 +859,58 @@ impl PartitionLog {
         }
     }
 
+    /// After a small flush, makes sure the file's blocks a little ahead of
+    /// the writer are already written (see [`WriteAhead`]): when the writer
+    /// is within half a window of the end of what was written ahead, a
+    /// background thread writes the next window back as it is (zeros) and
+    /// syncs it. Large flushes (a `pwrite` batch, a slow `acks=1` stream
+    /// flushed now and then) pay for the conversion once per flush anyway,
+    /// and would only write their bytes twice.
+    fn write_ahead(&self) {
+        let Some(seg) = self
+            .segments
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .last()
+            .cloned()
+        else {
+            return;
+        };
+        let end = seg.end();
+        let mut wa = lock(&self.written_ahead);
+        if wa.segment != seg.base() {
+            *wa = WriteAhead {
+                segment: seg.base(),
+                to: 0,
+                last_end: end,
+            };
+            return;
+        }
+        let flushed_bytes = end.saturating_sub(wa.last_end);
+        wa.last_end = end;
+        if flushed_bytes >= WRITE_AHEAD_MAX_FLUSH
+            || end + WRITE_AHEAD_WINDOW / 2 < wa.to
+            || wa.to >= seg.capacity()
+            || self.populating.swap(true, Ordering::AcqRel)
+        {
+            return;
+        }
+        let from = wa.to.max(end.next_multiple_of(PAGE));
+        let to = (from + WRITE_AHEAD_WINDOW).min(seg.capacity());
+        wa.to = to;
+        drop(wa);
+        let busy = Arc::clone(&self.populating);
+        let started = std::thread::Builder::new()
+            .name("mqlite-write-ahead".into())
+            .spawn(move || {
+                seg.write_back_ahead(from, to);
+                busy.store(false, Ordering::Release);
+            });
+        if started.is_err() {
+            self.populating.store(false, Ordering::Release);
+        }
+    }
+
     /// Faults in `[from, to)` of `seg`'s log on a background thread, unless
     /// one is still at work for this partition (then the caller tries again
     /// at a later append). Returns whether it started.
@@ -937,22 +1037,19 @@ impl PartitionLog {
     }
 
     /// Group commit: returns once every offset below `target` is on disk.
-    /// Concurrent callers share one flush: the caller that starts a flush
-    /// (the leader) first waits, for at most the last flush's duration, until
-    /// as many records were appended since the last flush as that flush
-    /// covered, so that a steady group of `acks=all` senders is served by
-    /// one flush per round. A lone sender never waits (its own record is
-    /// all the last flush covered).
+    ///
+    /// Concurrent callers share one flush. The first caller to find no flush
+    /// running (the leader) waits, for at most the last flush's duration,
+    /// until as many callers wait as the last flush served (see
+    /// [`FlushState::expected`]); the caller that completes that number
+    /// flushes at once in the leader's place, so the round does not also
+    /// wait for the leader to be woken. A lone sender never waits.
     pub(crate) fn flush_to(&self, target: u64) -> Result<()> {
         if self.flushed_fast.load(Ordering::Acquire) >= target {
             return Ok(());
         }
         let mut st = lock(&self.flush_state);
-        if st.collecting && self.end_offset().saturating_sub(st.flushed) >= st.last_covered {
-            // The leader waits for this: wake it (only then, to spare the
-            // two cores a wake-up per arrival).
-            self.arrival_cv.notify_one();
-        }
+        let mut counted_in = None;
         loop {
             if st.flushed >= target {
                 return Ok(());
@@ -960,71 +1057,106 @@ impl PartitionLog {
             if self.poisoned.load(Ordering::Acquire) {
                 return Err(self.poisoned_error());
             }
-            if st.in_progress {
-                st.parked.push((target, std::thread::current()));
+            // A caller the running flush covers waits for it uncounted.
+            let covered = st.in_progress && target <= st.flushing_to;
+            if counted_in != Some(st.round) && !covered {
+                counted_in = Some(st.round);
+                st.arrivals += 1;
+            }
+            let lead = !st.in_progress && !st.collecting;
+            let complete = st.collecting && st.arrivals >= st.expected;
+            if !lead && !complete {
+                let seen = self.flush_ends.load(Ordering::Acquire);
+                st.sleepers = true;
                 drop(st);
-                std::thread::park();
+                while self.flush_ends.load(Ordering::Acquire) == seen {
+                    atomic_wait::wait(&self.flush_ends, seen);
+                }
                 if self.flushed_fast.load(Ordering::Acquire) >= target {
                     return Ok(());
                 }
                 st = lock(&self.flush_state);
                 continue;
             }
-            st.in_progress = true;
-            let wait = st.last_flush.min(std::time::Duration::from_millis(2));
-            let deadline = Instant::now() + wait;
-            st.collecting = true;
-            while self.end_offset().saturating_sub(st.flushed) < st.last_covered {
-                let now = Instant::now();
-                if now >= deadline {
-                    break;
+            if complete {
+                // The leader still waits on `arrival_cv`: it sees from
+                // `round` that its round was taken over, and is woken when
+                // the flush ends.
+                st.collecting = false;
+                st.leader_waiting = true;
+            } else if st.arrivals < st.expected {
+                let wait = st.last_flush.min(std::time::Duration::from_millis(2));
+                let deadline = Instant::now() + wait;
+                let round = st.round;
+                st.collecting = true;
+                while st.round == round && st.arrivals < st.expected {
+                    let now = Instant::now();
+                    if now >= deadline {
+                        break;
+                    }
+                    st = self
+                        .arrival_cv
+                        .wait_timeout(st, deadline - now)
+                        .unwrap_or_else(|p| p.into_inner())
+                        .0;
                 }
-                st = self
-                    .arrival_cv
-                    .wait_timeout(st, deadline - now)
-                    .unwrap_or_else(|p| p.into_inner())
-                    .0;
+                if st.round != round {
+                    continue; // taken over: wait for that flush
+                }
+                st.collecting = false;
             }
-            st.collecting = false;
-            let before = st.flushed;
-            drop(st);
-            let started = Instant::now();
-            let res = self.flush_segments();
-            self.flushes.fetch_add(1, Ordering::Relaxed);
-            if let Ok(end) = res {
-                // Outside the lock (waiters take it), still as the only
-                // flusher (so points never go back). Not synced: a lost
-                // update only lengthens a recovery.
-                let _ = self.checkpoint.write(
-                    RecoveryPoint {
-                        offset: end,
-                        clean: false,
-                    },
-                    false,
-                );
+            self.flush_round(st)?;
+            if self.flushed_fast.load(Ordering::Acquire) >= target {
+                return Ok(());
             }
             st = lock(&self.flush_state);
-            st.in_progress = false;
-            st.last_flush = started.elapsed();
-            let res = match res {
-                Ok(end) => {
-                    st.last_covered = end.saturating_sub(before).max(1);
-                    st.flushed = st.flushed.max(end);
-                    self.flushed_fast.store(st.flushed, Ordering::Release);
-                    Ok(())
-                }
-                Err(e) => {
-                    self.poisoned.store(true, Ordering::Release);
-                    Err(e)
-                }
-            };
-            // Everyone waiting looks again: the served return at once, the
-            // others take the lock (one of them leads the next flush).
-            for (_, t) in std::mem::take(&mut st.parked) {
-                t.unpark();
-            }
-            res?;
         }
+    }
+
+    /// Runs one group-commit flush for the callers counted so far, then
+    /// wakes everyone waiting. Called with the flush state locked.
+    fn flush_round(&self, mut st: MutexGuard<'_, FlushState>) -> Result<()> {
+        st.in_progress = true;
+        st.flushing_to = self.end_offset();
+        let served = std::mem::take(&mut st.arrivals);
+        st.round += 1;
+        drop(st);
+        let started = Instant::now();
+        let res = self.flush_segments();
+        self.flushes.fetch_add(1, Ordering::Relaxed);
+        let mut st = lock(&self.flush_state);
+        st.in_progress = false;
+        st.last_flush = started.elapsed();
+        st.expected = served + st.arrivals;
+        let res = match res {
+            Ok(end) => {
+                st.flushed = st.flushed.max(end);
+                self.flushed_fast.store(st.flushed, Ordering::Release);
+                Ok(end)
+            }
+            Err(e) => {
+                self.poisoned.store(true, Ordering::Release);
+                Err(e)
+            }
+        };
+        // Everyone waiting looks again: the served return at once, the
+        // others take the lock (one of them leads the next flush).
+        self.flush_ends.fetch_add(1, Ordering::Release);
+        let sleepers = std::mem::take(&mut st.sleepers);
+        let leader = std::mem::take(&mut st.leader_waiting);
+        drop(st);
+        if sleepers {
+            atomic_wait::wake_all(&self.flush_ends);
+        }
+        if leader {
+            self.arrival_cv.notify_all();
+        }
+        let end = res?;
+        // After the wake-ups, which are what the senders wait for. Not
+        // synced: a lost update only lengthens a recovery.
+        let _ = self.checkpoint.advance(end);
+        self.write_ahead();
+        Ok(())
     }
 
     /// Records, durably, that the log is being written to: until the next
@@ -1254,5 +1386,128 @@ impl Cursor {
             self.seg.populate_read(from, end);
             self.ahead = end;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::faults::SyncKind;
+    use crate::{Broker, Config, TopicConfig};
+
+    fn open(dir: &Path, segment_bytes: u64) -> (Broker, Arc<PartitionLog>) {
+        let mq = Broker::open(dir, Config::default().prefault(false)).unwrap();
+        mq.create_topic("t", TopicConfig::new(1).segment_bytes(segment_bytes))
+            .unwrap();
+        let log = mq.inner().topic("t").unwrap().partition(0).unwrap();
+        (mq, log)
+    }
+
+    fn append(log: &PartitionLog, value: &[u8], count: usize) -> u64 {
+        let recs: Vec<RecordRef<'_>> = (0..count)
+            .map(|_| RecordRef {
+                key: None,
+                value: Some(value),
+                headers: &[],
+                timestamp: 1,
+            })
+            .collect();
+        log.append(&recs, ProducerFields::default())
+            .unwrap()
+            .base_offset
+    }
+
+    fn written_ahead(log: &PartitionLog) -> usize {
+        while log.populating.load(Ordering::Acquire) {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        lock(&log.written_ahead).to
+    }
+
+    /// Small flushes get the blocks ahead of the writer written (so that
+    /// their own msyncs overwrite written blocks); the written-ahead zeros
+    /// never show through what the writer put there; large flushes do not
+    /// write ahead.
+    #[test]
+    fn small_flushes_write_blocks_ahead_and_large_ones_do_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_mq, log) = open(dir.path(), 8 << 20);
+        let value = [7u8; 100];
+        for _ in 0..3 {
+            append(&log, &value, 1);
+            log.flush().unwrap();
+        }
+        let ahead = written_ahead(&log);
+        let end = log.segments.read().unwrap().last().unwrap().end();
+        assert!(ahead >= end + WRITE_AHEAD_WINDOW / 2, "{ahead} <= {end}");
+        // The writer goes on through the written-ahead window and past it;
+        // every record reads back.
+        let per_window = WRITE_AHEAD_WINDOW / 150;
+        for i in 0..per_window * 2 {
+            append(&log, &value, 1);
+            if i % 50 == 0 {
+                log.flush().unwrap();
+            }
+        }
+        log.flush().unwrap();
+        assert!(written_ahead(&log) > ahead, "no second window");
+        let mut c = log.cursor(0).unwrap();
+        let mut records = 0u64;
+        while let Some((at, h)) = log.next_batch(&mut c).unwrap() {
+            assert_eq!(h.base_offset, records);
+            let bytes = c.seg.bytes(at, at + h.total_len());
+            assert!(bytes.windows(value.len()).any(|w| w == value));
+            records += u64::from(h.record_count);
+        }
+        assert_eq!(records, log.end_offset());
+
+        let dir = tempfile::tempdir().unwrap();
+        let (_mq, log) = open(dir.path(), 8 << 20);
+        for _ in 0..8 {
+            append(&log, &[1u8; 1000], 100);
+            log.flush().unwrap();
+        }
+        assert_eq!(written_ahead(&log), 0, "large flushes wrote ahead");
+    }
+
+    /// The caller that completes the collection a leader waits for flushes
+    /// in its place (on its own thread, not waking the leader first); the
+    /// leader returns once that flush covers it.
+    #[test]
+    fn the_caller_completing_a_round_flushes_for_the_leader() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_mq, log) = open(dir.path(), 1 << 20);
+        let syncs = Arc::new(Mutex::new(Vec::new()));
+        let (root, seen) = (dir.path().to_owned(), Arc::clone(&syncs));
+        crate::faults::set_sync_hook(Some(Arc::new(move |path: &Path, kind, before| {
+            if before && path.starts_with(&root) && matches!(kind, SyncKind::Range { .. }) {
+                lock(&seen).push(std::thread::current().id());
+            }
+            Ok(())
+        })));
+        {
+            let mut st = lock(&log.flush_state);
+            st.expected = 2;
+            // The leader alone would flush after this long.
+            st.last_flush = std::time::Duration::from_secs(10);
+        }
+        let first = append(&log, b"a", 1);
+        std::thread::scope(|s| {
+            let leader = s.spawn(|| log.flush_to(first + 1));
+            while !lock(&log.flush_state).collecting {
+                std::thread::yield_now();
+            }
+            assert_eq!(log.flushes(), 0);
+            let second = append(&log, b"b", 1);
+            log.flush_to(second + 1).unwrap();
+            leader.join().unwrap().unwrap();
+        });
+        crate::faults::set_sync_hook(None);
+        assert_eq!(*lock(&syncs), vec![std::thread::current().id()]);
+        assert_eq!(log.flushes(), 1);
+        assert!(log.flushed_fast.load(Ordering::Acquire) >= 2);
+        let st = lock(&log.flush_state);
+        assert_eq!(st.expected, 2);
+        assert!(!st.collecting && !st.in_progress && !st.leader_waiting);
     }
 }

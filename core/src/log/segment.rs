@@ -580,6 +580,11 @@ impl Segment {
         self.log.populate_range(start, end);
     }
 
+    /// See [`MappedFile::write_back_ahead`].
+    pub(crate) fn write_back_ahead(&self, start: usize, end: usize) {
+        self.log.write_back_ahead(start, end);
+    }
+
     /// Removes the segment: renames its files aside at once (so a reopen no
     /// longer sees it) and unlinks them when the last holder drops it.
     pub(crate) fn mark_deleted(&self) -> Result<()> {
