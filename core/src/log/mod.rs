@@ -253,6 +253,19 @@ struct FlushState {
     last_flush: std::time::Duration,
 }
 
+/// The state of `acks=all` flushes shared by a partition's callers.
+#[derive(Debug)]
+struct GroupCommit {
+    state: Mutex<FlushState>,
+    /// Wakes a flush leader collecting callers.
+    arrival_cv: Condvar,
+    /// Counts finished flushes (wrapping): the futex word callers waiting
+    /// for a flush sleep on, all woken by one `wake_all` when it changes.
+    flush_ends: AtomicU32,
+    /// The blocks written ahead of small flushes ([`PartitionLog::write_ahead`]).
+    written_ahead: Mutex<WriteAhead>,
+}
+
 /// How far the active segment's blocks were written ahead of the writer.
 ///
 /// `posix_fallocate` reserves a segment's blocks as unwritten extents. The
@@ -293,14 +306,11 @@ pub(crate) struct PartitionLog {
     start_offset: AtomicU64,
     end_offset: AtomicU64,
     waiters: Waiters,
-    flush_state: Mutex<FlushState>,
+    /// Group commit, in its own allocation: the append path does not
+    /// touch it.
+    group: Box<GroupCommit>,
     /// `FlushState::flushed`, readable without the lock.
     flushed_fast: AtomicU64,
-    /// Wakes a flush leader collecting callers.
-    arrival_cv: Condvar,
-    /// Counts finished flushes (wrapping): the futex word callers waiting
-    /// for a flush sleep on, all woken by one `wake_all` when it changes.
-    flush_ends: AtomicU32,
     poisoned: AtomicBool,
     flushes: AtomicU64,
     /// The lowest offset committed by any group (`u64::MAX`: no limit):
@@ -310,8 +320,6 @@ pub(crate) struct PartitionLog {
     /// Whether a background thread is faulting in pages of the active
     /// segment ([`PartitionLog::spawn_populate`]).
     populating: Arc<AtomicBool>,
-    /// The blocks written ahead of small flushes ([`PartitionLog::write_ahead`]).
-    written_ahead: Mutex<WriteAhead>,
     recovery: RecoveryStats,
     /// The recovery point file (see checkpoint.rs).
     checkpoint: CheckpointFile,
@@ -493,23 +501,25 @@ impl PartitionLog {
             start_offset: AtomicU64::new(start),
             end_offset: AtomicU64::new(next_offset),
             waiters: Waiters::default(),
-            flush_state: Mutex::new(FlushState {
-                flushed: next_offset,
-                ..FlushState::default()
+            group: Box::new(GroupCommit {
+                state: Mutex::new(FlushState {
+                    flushed: next_offset,
+                    ..FlushState::default()
+                }),
+                arrival_cv: Condvar::new(),
+                flush_ends: AtomicU32::new(0),
+                written_ahead: Mutex::new(WriteAhead {
+                    segment: u64::MAX,
+                    to: 0,
+                    last_end: 0,
+                }),
             }),
             flushed_fast: AtomicU64::new(next_offset),
-            arrival_cv: Condvar::new(),
-            flush_ends: AtomicU32::new(0),
             poisoned: AtomicBool::new(false),
             flushes: AtomicU64::new(0),
             retention_floor: AtomicU64::new(u64::MAX),
             prepare: Mutex::new(None),
             populating: Arc::new(AtomicBool::new(false)),
-            written_ahead: Mutex::new(WriteAhead {
-                segment: u64::MAX,
-                to: 0,
-                last_end: 0,
-            }),
             recovery,
             checkpoint,
             config,
@@ -885,7 +895,7 @@ impl PartitionLog {
             return;
         };
         let end = seg.end();
-        let mut wa = lock(&self.written_ahead);
+        let mut wa = lock(&self.group.written_ahead);
         if wa.segment != seg.base() {
             *wa = WriteAhead {
                 segment: seg.base(),
@@ -1053,11 +1063,12 @@ impl PartitionLog {
     /// covered; the caller that completes that flushes at once in the
     /// leader's place, so the round does not also wait for the leader to
     /// be woken. A lone sender never waits.
+    #[inline(never)]
     pub(crate) fn flush_to(&self, target: u64) -> Result<()> {
         if self.flushed_fast.load(Ordering::Acquire) >= target {
             return Ok(());
         }
-        let mut st = lock(&self.flush_state);
+        let mut st = lock(&self.group.state);
         let mut counted_in = None;
         loop {
             if st.flushed >= target {
@@ -1075,16 +1086,16 @@ impl PartitionLog {
             let lead = !st.in_progress && !st.collecting;
             let complete = st.collecting && self.collected(&st);
             if !lead && !complete {
-                let seen = self.flush_ends.load(Ordering::Acquire);
+                let seen = self.group.flush_ends.load(Ordering::Acquire);
                 st.sleepers = true;
                 drop(st);
-                while self.flush_ends.load(Ordering::Acquire) == seen {
-                    atomic_wait::wait(&self.flush_ends, seen);
+                while self.group.flush_ends.load(Ordering::Acquire) == seen {
+                    atomic_wait::wait(&self.group.flush_ends, seen);
                 }
                 if self.flushed_fast.load(Ordering::Acquire) >= target {
                     return Ok(());
                 }
-                st = lock(&self.flush_state);
+                st = lock(&self.group.state);
                 continue;
             }
             if complete {
@@ -1104,6 +1115,7 @@ impl PartitionLog {
                         break;
                     }
                     st = self
+                        .group
                         .arrival_cv
                         .wait_timeout(st, deadline - now)
                         .unwrap_or_else(|p| p.into_inner())
@@ -1118,7 +1130,7 @@ impl PartitionLog {
             if self.flushed_fast.load(Ordering::Acquire) >= target {
                 return Ok(());
             }
-            st = lock(&self.flush_state);
+            st = lock(&self.group.state);
         }
     }
 
@@ -1141,7 +1153,7 @@ impl PartitionLog {
         let started = Instant::now();
         let res = self.flush_segments();
         self.flushes.fetch_add(1, Ordering::Relaxed);
-        let mut st = lock(&self.flush_state);
+        let mut st = lock(&self.group.state);
         st.in_progress = false;
         st.last_flush = started.elapsed();
         st.expected = served + st.arrivals;
@@ -1159,15 +1171,15 @@ impl PartitionLog {
         };
         // Everyone waiting looks again: the served return at once, the
         // others take the lock (one of them leads the next flush).
-        self.flush_ends.fetch_add(1, Ordering::Release);
+        self.group.flush_ends.fetch_add(1, Ordering::Release);
         let sleepers = std::mem::take(&mut st.sleepers);
         let leader = std::mem::take(&mut st.leader_waiting);
         drop(st);
         if sleepers {
-            atomic_wait::wake_all(&self.flush_ends);
+            atomic_wait::wake_all(&self.group.flush_ends);
         }
         if leader {
-            self.arrival_cv.notify_all();
+            self.group.arrival_cv.notify_all();
         }
         let end = res?;
         // After the wake-ups, which are what the senders wait for. Not
@@ -1439,7 +1451,7 @@ mod tests {
         while log.populating.load(Ordering::Acquire) {
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
-        lock(&log.written_ahead).to
+        lock(&log.group.written_ahead).to
     }
 
     /// Small flushes get the blocks ahead of the writer written (so that
@@ -1504,7 +1516,7 @@ mod tests {
             Ok(())
         })));
         {
-            let mut st = lock(&log.flush_state);
+            let mut st = lock(&log.group.state);
             st.expected = 2;
             // The leader alone would flush after this long.
             st.last_flush = std::time::Duration::from_secs(10);
@@ -1512,7 +1524,7 @@ mod tests {
         let first = append(&log, b"a", 1);
         std::thread::scope(|s| {
             let leader = s.spawn(|| log.flush_to(first + 1));
-            while !lock(&log.flush_state).collecting {
+            while !lock(&log.group.state).collecting {
                 std::thread::yield_now();
             }
             assert_eq!(log.flushes(), 0);
@@ -1524,7 +1536,7 @@ mod tests {
         assert_eq!(*lock(&syncs), vec![std::thread::current().id()]);
         assert_eq!(log.flushes(), 1);
         assert!(log.flushed_fast.load(Ordering::Acquire) >= 2);
-        let st = lock(&log.flush_state);
+        let st = lock(&log.group.state);
         assert_eq!(st.expected, 2);
         assert!(!st.collecting && !st.in_progress && !st.leader_waiting);
     }

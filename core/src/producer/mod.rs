@@ -544,6 +544,18 @@ impl Inner {
     /// Chooses the partition of `r`.
     fn route(&self, r: &BorrowedRecord<'_>, size_hint: impl FnOnce() -> usize) -> Result<Route> {
         let parts = self.partitions_of(r.topic)?;
+        let partition = self.partition_in(&parts, r, size_hint)?;
+        Ok(Route { parts, partition })
+    }
+
+    /// Chooses the partition of `r` among `parts` (the topic's).
+    #[inline(always)]
+    fn partition_in(
+        &self,
+        parts: &Lent,
+        r: &BorrowedRecord<'_>,
+        size_hint: impl FnOnce() -> usize,
+    ) -> Result<u32> {
         let count = parts.parts().len() as u32;
         let partition = self.choose(parts.parts()[0].topic(), count, r, size_hint)?;
         if partition >= count {
@@ -553,7 +565,7 @@ impl Inner {
                 count,
             });
         }
-        Ok(Route { parts, partition })
+        Ok(partition)
     }
 
     /// The partitions of topic `name`, through a one-entry cache per thread
@@ -565,6 +577,7 @@ impl Inner {
     /// partitions of one topic until this thread sends to another topic or
     /// exits, or deletes that topic or closes its broker (see
     /// docs/decisions.md).
+    #[inline(always)]
     fn partitions_of(&self, name: &str) -> Result<Lent> {
         let version = self.broker.topics_version();
         let hit = LAST_TOPIC.try_with(|c| {
@@ -587,6 +600,14 @@ impl Inner {
         if let Ok(Some(lent)) = hit {
             return Ok(lent);
         }
+        self.look_up_partitions(name, version)
+    }
+
+    /// [`Inner::partitions_of`] on a cache miss: looks the topic up and
+    /// makes it this thread's cached topic.
+    #[cold]
+    #[inline(never)]
+    fn look_up_partitions(&self, name: &str, version: u64) -> Result<Lent> {
         let topic = match self.broker.topic(name) {
             Ok(t) => t,
             Err(e) => {
@@ -714,8 +735,15 @@ impl Inner {
     /// The blocking send of one record.
     fn send_now(&self, r: &BorrowedRecord<'_>) -> Result<RecordMetadata> {
         let (rec, timestamp) = self.prepare(r)?;
-        let route = self.route(r, || batch::encoded_record_len(&rec, timestamp, 0))?;
-        let log = route.log();
+        // Not through `route`: the partitions stay where the cache lookup
+        // put them, read by field. Moved into a `Route`, they were copied
+        // with loads wider than the stores that had just written them (a
+        // store-forwarding stall on every send, which came and went with
+        // unrelated code changes).
+        let parts = self.partitions_of(r.topic)?;
+        let partition =
+            self.partition_in(&parts, r, || batch::encoded_record_len(&rec, timestamp, 0))?;
+        let log = &parts.parts()[partition as usize];
         let (appended, len) = if r.sequence.is_some() || self.pending.load(Ordering::Acquire) > 0 {
             // Order with queued records of this partition, and (for the
             // application's sequences) with every other write of this
@@ -742,7 +770,7 @@ impl Inner {
         }
         Ok(RecordMetadata {
             topic: Arc::clone(log.topic()),
-            partition: route.partition,
+            partition,
             offset: appended.base_offset,
             timestamp: appended.log_append_time.unwrap_or(timestamp),
             duplicate: appended.duplicate,
