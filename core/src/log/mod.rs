@@ -917,16 +917,7 @@ impl PartitionLog {
         let to = (from + WRITE_AHEAD_WINDOW).min(seg.capacity());
         wa.to = to;
         drop(wa);
-        let busy = Arc::clone(&self.populating);
-        let started = std::thread::Builder::new()
-            .name("mqlite-write-ahead".into())
-            .spawn(move || {
-                seg.write_back_ahead(from, to);
-                busy.store(false, Ordering::Release);
-            });
-        if started.is_err() {
-            self.populating.store(false, Ordering::Release);
-        }
+        self.spawn_background("mqlite-write-ahead", move || seg.write_back_ahead(from, to));
     }
 
     /// Faults in `[from, to)` of `seg`'s log on a background thread, unless
@@ -938,11 +929,19 @@ impl PartitionLog {
             return false;
         }
         let seg = Arc::clone(seg);
+        self.spawn_background("mqlite-populate", move || seg.populate_range(from, to))
+    }
+
+    /// Runs `work` on a new thread named `name`, for a caller that has set
+    /// `populating` (one such thread per partition at a time); `populating`
+    /// is cleared when the work is done, or at once if the thread cannot
+    /// start. Returns whether it started.
+    fn spawn_background(&self, name: &str, work: impl FnOnce() + Send + 'static) -> bool {
         let busy = Arc::clone(&self.populating);
         let started = std::thread::Builder::new()
-            .name("mqlite-populate".into())
+            .name(name.into())
             .spawn(move || {
-                seg.populate_range(from, to);
+                work();
                 busy.store(false, Ordering::Release);
             });
         if started.is_err() {
