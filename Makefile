@@ -42,9 +42,11 @@ c-test: ffi
 py-test: ext
 	$(VPY) -m pytest -q tests/python
 
-# The Rust peer bench at a tiny size, only to prove it runs (no speed is
-# asserted; its own workspace, so `rust-test` does not build the peers).
+# The Rust peer bench's own tests, then the bench at a tiny size, only to
+# prove it runs (no speed is asserted; its own workspace, so `rust-test`
+# does not build the peers).
 bench-smoke:
+	$(CARGO) test --release -q --manifest-path bench/rust-peers/Cargo.toml
 	$(CARGO) run --release -q --manifest-path bench/rust-peers/Cargo.toml -- --quick --out target/bench/rust-peers-quick.json
 
 test: rust-test c-test py-test bench-smoke

@@ -299,14 +299,17 @@ pub mod sled {
     /// Opens the database, waiting (up to 5 s) for the lock file while a
     /// `Db` just dropped still holds it: sled's flusher thread lets go of it
     /// a moment after the drop (the consume rows write, drop and reopen).
+    /// sled 0.34 reports a held lock as an `Other` I/O error whose message
+    /// says so (the `WouldBlock` is only in the text).
     fn open(dir: &Path) -> Res<Db> {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        let locked = |e: &std::io::Error| {
+            e.kind() == std::io::ErrorKind::WouldBlock
+                || e.to_string().contains("could not acquire lock")
+        };
         loop {
             match ::sled::open(dir) {
-                Err(::sled::Error::Io(e))
-                    if e.kind() == std::io::ErrorKind::WouldBlock
-                        && std::time::Instant::now() < deadline =>
-                {
+                Err(::sled::Error::Io(e)) if locked(&e) && std::time::Instant::now() < deadline => {
                     std::thread::sleep(std::time::Duration::from_millis(10));
                 }
                 res => return res.ctx("sled::open"),
@@ -368,6 +371,24 @@ pub mod sled {
         })?;
         tally.check(ctx, n)?;
         Ok(secs)
+    }
+
+    #[cfg(test)]
+    mod tests {
+        /// A database still locked by another handle is opened once that
+        /// handle lets go (sled's error for a held lock is `Other`).
+        #[test]
+        fn open_waits_for_the_lock() {
+            let dir = tempfile::tempdir().unwrap();
+            let first = ::sled::open(dir.path()).unwrap();
+            assert!(::sled::open(dir.path()).is_err(), "the lock is held");
+            let release = std::thread::spawn(move || {
+                std::thread::sleep(std::time::Duration::from_millis(200));
+                drop(first);
+            });
+            super::open(dir.path()).unwrap();
+            release.join().unwrap();
+        }
     }
 }
 
