@@ -139,6 +139,9 @@ fn acks_zero_is_fire_and_forget() {
     assert_eq!(mq.topic("t").unwrap().partitions[0].end_offset, 0);
     p.flush().unwrap();
     assert_eq!(mq.topic("t").unwrap().partitions[0].end_offset, 1);
+    // A record refused before it is queued counts as one error.
+    assert!(p.send(Record::new("t").partition(3).value("x")).is_err());
+    assert_eq!(p.stats().errors, 1);
 }
 
 /// `acks=all` async sends share flushes: far fewer flushes than records.
@@ -373,6 +376,9 @@ fn interceptors_change_records_and_failures_are_skipped() {
     );
     assert_eq!(counting.acks.load(Ordering::SeqCst), 3);
     assert_eq!(counting.errors.load(Ordering::SeqCst), 1);
+    // The failed send is counted once, with interceptors as without.
+    assert_eq!(p.stats().errors, 1);
+    assert_eq!(p.stats().records, 3);
 }
 
 #[test]

@@ -114,6 +114,16 @@ impl Route {
     }
 }
 
+/// Counts one failed record in the producer's stats when dropped: on every
+/// early return of a send. Forgotten once the send succeeds.
+struct CountsFailure<'a>(&'a Counters);
+
+impl Drop for CountsFailure<'_> {
+    fn drop(&mut self) {
+        self.0.errors(1);
+    }
+}
+
 /// The last topic this thread sent to, for [`Inner::partitions_of`].
 struct CachedTopic {
     broker: std::sync::Weak<BrokerInner>,
@@ -262,6 +272,13 @@ impl Producer {
     /// Like [`Producer::send`], without copying the record's data first.
     pub fn send_borrowed(&self, r: &BorrowedRecord<'_>) -> Result<RecordMetadata> {
         let inner = &*self.inner;
+        if inner.config.interceptors.is_empty() && inner.config.acks != Acks::Zero {
+            // Returned untouched, the metadata is built where the caller
+            // reads it. Inspected here first, it was copied with loads wider
+            // than the stores that had written it: a store-forwarding stall
+            // on every send. `send_now` counts its own errors.
+            return inner.send_now(r);
+        }
         let owned;
         let r = if inner.config.interceptors.is_empty() {
             r
@@ -270,15 +287,14 @@ impl Producer {
             &owned.as_borrowed()
         };
         let res = if inner.config.acks == Acks::Zero {
-            inner.enqueue(r, None)
+            inner
+                .enqueue(r, None)
+                .inspect_err(|_| inner.stats.errors(1))
         } else {
             inner.send_now(r)
         };
         match &res {
-            Err(e) => {
-                inner.stats.errors(1);
-                interceptor::run_on_ack(&inner.config.interceptors, Err(e));
-            }
+            Err(e) => interceptor::run_on_ack(&inner.config.interceptors, Err(e)),
             // acks=0 records are reported when their batch is appended.
             Ok(md) if inner.config.acks != Acks::Zero && !inner.config.interceptors.is_empty() => {
                 interceptor::run_on_ack(&inner.config.interceptors, Ok(md));
@@ -732,8 +748,11 @@ impl Inner {
         Ok((rec, timestamp))
     }
 
-    /// The blocking send of one record.
+    /// The blocking send of one record. Counts the record in the error
+    /// count when it fails.
+    #[inline(always)]
     fn send_now(&self, r: &BorrowedRecord<'_>) -> Result<RecordMetadata> {
+        let failure = CountsFailure(&self.stats);
         let (rec, timestamp) = self.prepare(r)?;
         // Not through `route`: the partitions stay where the cache lookup
         // put them, read by field. Moved into a `Route`, they were copied
@@ -768,6 +787,7 @@ impl Inner {
             }
             self.stats.written(1, len as u64);
         }
+        std::mem::forget(failure);
         Ok(RecordMetadata {
             topic: Arc::clone(log.topic()),
             partition,

@@ -1,6 +1,8 @@
 //! Producer counters.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Mutex, OnceLock, PoisonError};
 
 /// What a producer did so far.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -41,9 +43,13 @@ impl ProducerStats {
     }
 }
 
-/// One set of counters, alone on its cache line. Its writers take `busy`
-/// (one atomic swap) and then add with plain loads and stores, instead of
-/// paying an atomic add per counter; readers load without it.
+/// One set of counters, alone on its cache line.
+///
+/// A thread that owns a slot (see [`thread_slot`]) is the only writer of
+/// its shard in every producer and adds with plain loads and stores: no
+/// atomic read-modify-write on the send path. The shared shard, for threads
+/// without a slot, is written under `busy` (one atomic swap). Readers load
+/// without either.
 #[derive(Debug, Default)]
 #[repr(align(128))]
 struct Shard {
@@ -56,13 +62,13 @@ struct Shard {
 }
 
 impl Shard {
-    /// Runs `f` as this shard's only writer.
+    /// Runs `f` as this shard's only writer, taking `busy` first.
     #[inline]
-    fn update(&self, f: impl FnOnce(&Shard)) {
+    fn update_shared(&self, f: impl FnOnce(&Shard)) {
         let mut spins = 0u32;
         while self.busy.swap(true, Ordering::Acquire) {
-            // Held for a few instructions by another thread of this shard;
-            // yield if that thread was descheduled while holding it.
+            // Held for a few instructions by another thread; yield if that
+            // thread was descheduled while holding it.
             while self.busy.load(Ordering::Relaxed) {
                 spins += 1;
                 if spins.is_multiple_of(64) {
@@ -77,50 +83,58 @@ impl Shard {
     }
 }
 
-/// Adds `n` to a counter only the caller writes (it holds the shard).
+/// Adds `n` to a counter only the caller writes (it owns or holds the
+/// shard).
 #[inline]
 fn bump(counter: &AtomicU64, n: u64) {
     counter.store(counter.load(Ordering::Relaxed) + n, Ordering::Relaxed);
 }
 
-const SHARDS: usize = 8;
+/// Shards per block of owned shards.
+const BLOCK: usize = 32;
+/// Blocks of owned shards: threads with a slot number past
+/// `BLOCK * BLOCKS` share the locked shard.
+const BLOCKS: usize = 32;
 
-/// The producer's counters, sharded by thread so that threads sharing a
-/// producer do not fight over one cache line on every send.
+/// The producer's counters: one shard per thread that sent through it, so
+/// that senders neither contend for a cache line nor pay an atomic add.
 #[derive(Debug, Default)]
 pub(crate) struct Counters {
-    shards: [Shard; SHARDS],
+    /// Owned shards by thread slot, a block allocated when a thread of that
+    /// block first writes.
+    owned: [OnceLock<Box<[Shard; BLOCK]>>; BLOCKS],
+    /// For threads without a slot (too many threads, or a thread already
+    /// being torn down).
+    shared: Shard,
     buffered: AtomicU64,
     peak_buffered: AtomicU64,
 }
 
-/// This thread's shard: threads are dealt shards in turn.
-fn shard_index() -> usize {
-    use std::sync::atomic::AtomicUsize;
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    thread_local! {
-        static INDEX: std::cell::Cell<usize> = const { std::cell::Cell::new(usize::MAX) };
-    }
-    INDEX.with(|i| match i.get() {
-        usize::MAX => {
-            let n = NEXT.fetch_add(1, Ordering::Relaxed) % SHARDS;
-            i.set(n);
-            n
-        }
-        n => n,
-    })
-}
-
 impl Counters {
+    /// Runs `f` on this thread's shard as its only writer.
     #[inline]
-    fn mine(&self) -> &Shard {
-        &self.shards[shard_index()]
+    fn update(&self, f: impl FnOnce(&Shard)) {
+        self.update_as(thread_slot(), f);
+    }
+
+    /// Runs `f` on the shard of the thread holding `slot` (`None`: the
+    /// shared one).
+    #[inline]
+    fn update_as(&self, slot: Option<usize>, f: impl FnOnce(&Shard)) {
+        match slot {
+            Some(slot) if slot < BLOCK * BLOCKS => {
+                let block = self.owned[slot / BLOCK]
+                    .get_or_init(|| Box::new(std::array::from_fn(|_| Shard::default())));
+                f(&block[slot % BLOCK]);
+            }
+            _ => self.shared.update_shared(f),
+        }
     }
 
     /// Counts one batch of `records` records and `bytes` bytes written.
     #[inline]
     pub(crate) fn written(&self, records: u64, bytes: u64) {
-        self.mine().update(|s| {
+        self.update(|s| {
             bump(&s.records, records);
             bump(&s.bytes, bytes);
             bump(&s.batches, 1);
@@ -129,12 +143,12 @@ impl Counters {
 
     /// Counts `n` records that failed.
     pub(crate) fn errors(&self, n: u64) {
-        self.mine().update(|s| bump(&s.errors, n));
+        self.update(|s| bump(&s.errors, n));
     }
 
     /// Counts `n` records dropped as duplicates.
     pub(crate) fn duplicates(&self, n: u64) {
-        self.mine().update(|s| bump(&s.duplicates, n));
+        self.update(|s| bump(&s.duplicates, n));
     }
 
     pub(crate) fn set_buffered(&self, bytes: usize) {
@@ -144,11 +158,15 @@ impl Counters {
     }
 
     pub(crate) fn snapshot(&self) -> ProducerStats {
-        let sum = |f: fn(&Shard) -> &AtomicU64| {
-            self.shards
+        let shards = || {
+            self.owned
                 .iter()
-                .map(|s| f(s).load(Ordering::Relaxed))
-                .sum()
+                .filter_map(OnceLock::get)
+                .flat_map(|b| b.iter())
+                .chain(std::iter::once(&self.shared))
+        };
+        let sum = |f: fn(&Shard) -> &AtomicU64| -> u64 {
+            shards().map(|s| f(s).load(Ordering::Relaxed)).sum()
         };
         ProducerStats {
             records: sum(|s| &s.records),
@@ -159,5 +177,137 @@ impl Counters {
             buffered_bytes: self.buffered.load(Ordering::Relaxed),
             peak_buffered_bytes: self.peak_buffered.load(Ordering::Relaxed),
         }
+    }
+}
+
+/// No slot taken yet.
+const NO_SLOT: usize = usize::MAX;
+/// The thread gave its slot back (it is exiting) or could not keep one.
+const SLOT_GONE: usize = usize::MAX - 1;
+
+/// Slot numbers given back by exited threads.
+static FREE_SLOTS: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+/// The next slot number never handed out.
+static NEXT_SLOT: AtomicUsize = AtomicUsize::new(0);
+
+thread_local! {
+    /// This thread's slot (const-initialised: one load to read).
+    static SLOT: Cell<usize> = const { Cell::new(NO_SLOT) };
+    /// Gives the slot back when the thread exits.
+    static SLOT_RETURN: SlotReturn = const { SlotReturn(Cell::new(NO_SLOT)) };
+}
+
+/// Returns its slot to [`FREE_SLOTS`] when the thread's locals are dropped.
+struct SlotReturn(Cell<usize>);
+
+impl Drop for SlotReturn {
+    fn drop(&mut self) {
+        let slot = self.0.get();
+        if slot == NO_SLOT {
+            return;
+        }
+        // Sends made by later thread-local destructors go to the shared
+        // shard: the slot may already belong to another thread.
+        let _ = SLOT.try_with(|s| s.set(SLOT_GONE));
+        FREE_SLOTS
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(slot);
+    }
+}
+
+/// A number no other live thread holds, taken on this
+/// thread's first call and held until it exits. `None` when the thread is
+/// exiting.
+#[inline]
+fn thread_slot() -> Option<usize> {
+    match SLOT.try_with(Cell::get) {
+        Ok(NO_SLOT) => take_slot(),
+        Ok(SLOT_GONE) | Err(_) => None,
+        Ok(slot) => Some(slot),
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn take_slot() -> Option<usize> {
+    let slot = FREE_SLOTS
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .pop()
+        .unwrap_or_else(|| NEXT_SLOT.fetch_add(1, Ordering::Relaxed));
+    // The slot is owned only once its return is registered; a thread whose
+    // locals are already being dropped gives it back at once.
+    let kept = SLOT_RETURN.try_with(|r| r.0.set(slot)).is_ok();
+    if !kept {
+        FREE_SLOTS
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(slot);
+        let _ = SLOT.try_with(|s| s.set(SLOT_GONE));
+        return None;
+    }
+    let _ = SLOT.try_with(|s| s.set(slot));
+    Some(slot)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_from_many_threads_add_up() {
+        let counters = Counters::default();
+        // More threads than a block of shards, in two waves, so that the
+        // second wave reuses slots the first gave back.
+        for _ in 0..2 {
+            std::thread::scope(|s| {
+                for _ in 0..40 {
+                    s.spawn(|| {
+                        for _ in 0..1000 {
+                            counters.written(2, 10);
+                        }
+                        counters.errors(1);
+                        counters.duplicates(3);
+                    });
+                }
+            });
+        }
+        let st = counters.snapshot();
+        assert_eq!(st.records, 2 * 40 * 1000 * 2);
+        assert_eq!(st.bytes, 2 * 40 * 1000 * 10);
+        assert_eq!(st.batches, 2 * 40 * 1000);
+        assert_eq!(st.errors, 2 * 40);
+        assert_eq!(st.duplicates, 2 * 40 * 3);
+    }
+
+    #[test]
+    fn exited_threads_give_their_slots_back() {
+        let mut seen = std::collections::HashSet::new();
+        for _ in 0..200 {
+            let slot = std::thread::spawn(thread_slot).join().expect("thread");
+            seen.insert(slot.expect("a slot"));
+        }
+        // Without reuse every thread would take a new number; other tests
+        // running at once hold a few.
+        assert!(seen.len() < 50, "{} slots for 200 threads", seen.len());
+    }
+
+    #[test]
+    fn threads_without_an_owned_shard_share_the_locked_one() {
+        let counters = Counters::default();
+        std::thread::scope(|s| {
+            for slot in [None, Some(BLOCK * BLOCKS), Some(usize::MAX / 2)] {
+                let counters = &counters;
+                s.spawn(move || {
+                    for _ in 0..10_000 {
+                        counters.update_as(slot, |s| bump(&s.records, 1));
+                    }
+                });
+            }
+        });
+        assert_eq!(counters.snapshot().records, 30_000);
+        assert_eq!(counters.shared.records.load(Ordering::Relaxed), 30_000);
+        assert!(counters.owned.iter().all(|b| b.get().is_none()));
     }
 }
