@@ -94,7 +94,10 @@ fn linger_and_batch_size_shape_batches() {
     }
     assert_eq!(n.load(Ordering::SeqCst), 0, "still lingering");
     assert_eq!(mq.topic("t").unwrap().partitions[0].end_offset, 0);
+    assert!(p.buffered_bytes() > 0);
+    assert_eq!(p.buffered_bytes(), p.stats().buffered_bytes);
     p.flush().unwrap();
+    assert_eq!(p.buffered_bytes(), 0);
     assert_eq!(n.load(Ordering::SeqCst), 10);
     let st = p.stats();
     assert_eq!((st.records, st.batches), (10, 1), "{st:?}");

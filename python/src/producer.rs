@@ -400,7 +400,7 @@ impl Producer {
     #[inline]
     fn may_wait(&self, need: usize) -> bool {
         self.buffers
-            && (self.inner.stats().buffered_bytes as usize).saturating_add(need + 1024)
+            && (self.inner.buffered_bytes() as usize).saturating_add(need + 1024)
                 > self.buffer_memory / 2
     }
 

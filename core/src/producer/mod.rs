@@ -467,6 +467,13 @@ impl Producer {
         self.inner.stats.snapshot()
     }
 
+    /// Bytes the producer holds now, as [`ProducerStats::buffered_bytes`],
+    /// read without summing the other counters (cheap enough to check on
+    /// every send).
+    pub fn buffered_bytes(&self) -> u64 {
+        self.inner.stats.buffered()
+    }
+
     /// Flushes what is pending, stops the background thread and refuses
     /// further sends with [`Error::Closed`]. Closing twice is fine.
     pub fn close(&self) -> Result<()> {

@@ -157,26 +157,30 @@ impl Counters {
             .fetch_max(bytes as u64, Ordering::Relaxed);
     }
 
+    /// Bytes held now.
+    pub(crate) fn buffered(&self) -> u64 {
+        self.buffered.load(Ordering::Relaxed)
+    }
+
     pub(crate) fn snapshot(&self) -> ProducerStats {
-        let shards = || {
-            self.owned
-                .iter()
-                .filter_map(OnceLock::get)
-                .flat_map(|b| b.iter())
-                .chain(std::iter::once(&self.shared))
-        };
-        let sum = |f: fn(&Shard) -> &AtomicU64| -> u64 {
-            shards().map(|s| f(s).load(Ordering::Relaxed)).sum()
-        };
-        ProducerStats {
-            records: sum(|s| &s.records),
-            bytes: sum(|s| &s.bytes),
-            batches: sum(|s| &s.batches),
-            errors: sum(|s| &s.errors),
-            duplicates: sum(|s| &s.duplicates),
-            buffered_bytes: self.buffered.load(Ordering::Relaxed),
+        let mut st = ProducerStats {
+            buffered_bytes: self.buffered(),
             peak_buffered_bytes: self.peak_buffered.load(Ordering::Relaxed),
+            ..ProducerStats::default()
+        };
+        let owned = self
+            .owned
+            .iter()
+            .filter_map(OnceLock::get)
+            .flat_map(|b| b.iter());
+        for s in owned.chain(std::iter::once(&self.shared)) {
+            st.records += s.records.load(Ordering::Relaxed);
+            st.bytes += s.bytes.load(Ordering::Relaxed);
+            st.batches += s.batches.load(Ordering::Relaxed);
+            st.errors += s.errors.load(Ordering::Relaxed);
+            st.duplicates += s.duplicates.load(Ordering::Relaxed);
         }
+        st
     }
 }
 
