@@ -1849,6 +1849,19 @@ enum mql_status mql_producer_id(struct mql_producer *producer, int64_t *out);
 enum mql_status mql_producer_epoch(struct mql_producer *producer, int16_t *out);
 
 /**
+ * The bytes the producer holds now (unsent batches and records awaiting
+ * their `acks=all` flush), into `*out`: the `buffered_bytes` of
+ * `mql_producer_get_stats`, read without summing the other counters.
+ *
+ * Ownership: borrows `producer` for the call; the result is a plain value.
+ *
+ * # Safety
+ * `producer` is NULL or a live producer; `out` is NULL or valid for
+ * writing a `uint64_t`.
+ */
+enum mql_status mql_producer_buffered_bytes(struct mql_producer *producer, uint64_t *out);
+
+/**
  * Makes a consumer. `group_id` may be NULL for a standalone consumer (it
  * cannot commit); `config` may be NULL for the defaults (it is copied).
  * It reads nothing until `mql_subscribe` or `mql_assign`.

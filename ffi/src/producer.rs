@@ -784,6 +784,30 @@ pub unsafe extern "C" fn mql_producer_epoch(
     })
 }
 
+/// The bytes the producer holds now (unsent batches and records awaiting
+/// their `acks=all` flush), into `*out`: the `buffered_bytes` of
+/// `mql_producer_get_stats`, read without summing the other counters.
+///
+/// Ownership: borrows `producer` for the call; the result is a plain value.
+///
+/// # Safety
+/// `producer` is NULL or a live producer; `out` is NULL or valid for
+/// writing a `uint64_t`.
+#[no_mangle]
+pub unsafe extern "C" fn mql_producer_buffered_bytes(
+    producer: *mut mql_producer,
+    out: *mut u64,
+) -> mql_status {
+    guard(|| {
+        // SAFETY: forwarded caller contract.
+        let p = unsafe { arg_ref(producer, "producer") }?;
+        let out = Out::new(out, "out")?;
+        // SAFETY: `out` is valid for writes by the caller's contract.
+        unsafe { out.write(p.inner.buffered_bytes()) };
+        Ok(())
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -990,6 +990,14 @@ impl Producer {
         Some(self.inner.epoch()).filter(|&e| e >= 0)
     }
 
+    /// int: Bytes the producer holds now (unsent batches and records
+    /// awaiting their `acks="all"` flush): `stats().buffered_bytes`,
+    /// without taking the other counters.
+    #[getter]
+    fn buffered_bytes(&self) -> u64 {
+        self.inner.buffered_bytes()
+    }
+
     /// bool: Whether the producer is idempotent.
     #[getter]
     fn idempotent(&self) -> bool {

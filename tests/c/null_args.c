@@ -206,7 +206,10 @@ int main(int argc, char **argv) {
     CHECK_NULL(mql_producer_id(p, NULL));
     CHECK_NULL(mql_producer_epoch(NULL, &i16));
     CHECK_NULL(mql_producer_epoch(p, NULL));
-    CHECK(i64 == 777 && i16 == 777);
+    uint64_t u64 = 777;
+    CHECK_NULL(mql_producer_buffered_bytes(NULL, &u64));
+    CHECK_NULL(mql_producer_buffered_bytes(p, NULL));
+    CHECK(i64 == 777 && i16 == 777 && u64 == 777);
     CHECK(memcmp(&stats, &stats_before, sizeof stats) == 0);
     rec.headers = hs;
     rec.header_count = 2;

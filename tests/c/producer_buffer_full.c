@@ -109,6 +109,9 @@ int main(int argc, char **argv) {
     mql_producer_stats stats;
     CHECK_OK(mql_producer_get_stats(p, &stats));
     CHECK(stats.buffered_bytes > 0 && stats.buffered_bytes <= LIMIT);
+    uint64_t held = 0;
+    CHECK_OK(mql_producer_buffered_bytes(p, &held));
+    CHECK(held == stats.buffered_bytes);
     CHECK(stats.peak_buffered_bytes >= stats.buffered_bytes && stats.peak_buffered_bytes <= LIMIT);
     CHECK(stats.errors >= 1);
     /* Blocking sends with acks=-1 do not use the buffer. */
@@ -124,6 +127,8 @@ int main(int argc, char **argv) {
     CHECK(atomic_load(&delivered) == accepted);
     CHECK_OK(mql_producer_get_stats(p, &stats));
     CHECK(stats.buffered_bytes == 0);
+    CHECK_OK(mql_producer_buffered_bytes(p, &held));
+    CHECK(held == 0);
     CHECK(end_of(mq, "t", 0) == (uint64_t)(tries + accepted + 1));
     /* And the producer works again. */
     CHECK_OK(mql_produce(p, &rec, count, NULL));

@@ -300,7 +300,9 @@ def test_stats_counters(mq: mqlite.Broker) -> None:
     for _ in range(100):
         p.produce("t", b"x" * 100)
     assert p.stats().buffered_bytes > 10_000
+    assert p.buffered_bytes == p.stats().buffered_bytes
     p.flush()
+    assert p.buffered_bytes == 0
     st = p.stats()
     assert st.records == 100 and st.batches == 1
     assert st.average_batch_records == 100.0
