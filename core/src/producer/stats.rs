@@ -220,9 +220,8 @@ impl Drop for SlotReturn {
     }
 }
 
-/// A number no other live thread holds, taken on this
-/// thread's first call and held until it exits. `None` when the thread is
-/// exiting.
+/// A number no other live thread holds, taken on this thread's first call
+/// and held until it exits. `None` when the thread is exiting.
 #[inline]
 fn thread_slot() -> Option<usize> {
     match SLOT.try_with(Cell::get) {
