@@ -235,6 +235,9 @@ pub struct ConsumerStats {
     pub skipped: u64,
     /// Commits made (manual and automatic).
     pub commits: u64,
+    /// Committed offsets found beyond the end of their partition's log
+    /// (recovery cut the log below them) and reset by `auto_offset_reset`.
+    pub offset_resets: u64,
 }
 
 /// A group member's identity and subscription.

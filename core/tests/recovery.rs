@@ -200,7 +200,7 @@ fn torn(bytes: usize) -> RecoveryStats {
         truncated_bytes: bytes as u64,
         dropped_batches: 1,
         torn_tails: 1,
-        corruptions: 0,
+        ..RecoveryStats::default()
     }
 }
 
@@ -344,8 +344,8 @@ fn corrupted_middle_batch_in_active_segment() {
             let stats = RecoveryStats {
                 truncated_bytes: (f.data_end() - bad.pos) as u64,
                 dropped_batches: (n - k) as u64,
-                torn_tails: 0,
                 corruptions: 1,
+                ..RecoveryStats::default()
             };
             let what = format!("byte {at} of batch {k} flipped");
             let mq = f.open_and_check(bad.base, stats, &what);

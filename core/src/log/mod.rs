@@ -72,8 +72,15 @@ pub struct RecoveryStats {
     pub dropped_batches: u64,
     /// Truncations of a torn tail (a partial last write).
     pub torn_tails: u64,
-    /// Truncations of damage followed by more data.
+    /// Damage found where no torn write can be: followed by more data, in
+    /// a log closed cleanly, or in a sealed segment.
     pub corruptions: u64,
+    /// Records below the recovery point (acknowledged as written) that the
+    /// log no longer holds: a cut, emptied or missing segment file.
+    pub lost_records: u64,
+    /// Bytes of damaged log moved aside for inspection (next to the
+    /// segment, as `<base>.log.damaged-<position>`) instead of dropped.
+    pub quarantined_bytes: u64,
 }
 
 /// Where an appended batch landed.
