@@ -454,3 +454,30 @@ fn invalid_settings() {
         1
     );
 }
+
+#[test]
+fn a_failed_seek_keeps_the_position() {
+    let (_tmp, mq) = setup();
+    let p = mq.producer(ProducerConfig::default()).unwrap();
+    for i in 0..9 {
+        p.send(Record::new("t").partition(0).value(format!("w{i}")))
+            .unwrap();
+    }
+    let mut c = mq
+        .consumer(
+            ConsumerConfig::group("seekers")
+                .auto_offset_reset(OffsetReset::Earliest)
+                .max_poll_records(1),
+        )
+        .unwrap();
+    c.assign(&[("t", 0)]).unwrap();
+    assert_eq!(c.poll(Duration::from_secs(5)).unwrap()[0].offset(), 0);
+    for bad in [11, 1000, u64::MAX] {
+        let e = c.seek("t", 0, bad).unwrap_err();
+        assert!(matches!(e, Error::OffsetOutOfRange { .. }), "{e}");
+        assert_eq!(c.position("t", 0).unwrap(), 1);
+    }
+    assert_eq!(c.poll(Duration::from_secs(5)).unwrap()[0].offset(), 1);
+    c.commit().unwrap();
+    assert_eq!(c.committed("t", 0).unwrap().unwrap().offset, 2);
+}

@@ -1459,10 +1459,13 @@ impl Consumer {
         let partition = arg_u32(py, "partition", partition)?;
         let offset = arg_u64(py, "offset", offset)?;
         let mut acc = self.access(py)?;
+        // The buffer is dropped only once the seek succeeded: a seek that
+        // fails changes nothing, the buffered messages included.
+        acc.consumer().seek(topic, partition, offset).py_err(py)?;
         if let Some(st) = acc.state() {
             st.drop_partition(topic, partition);
         }
-        acc.consumer().seek(topic, partition, offset).py_err(py)
+        Ok(())
     }
 
     /// Moves to the first retained offset of an assigned partition.
@@ -1480,12 +1483,13 @@ impl Consumer {
         self.check_forked(py)?;
         let partition = arg_u32(py, "partition", partition)?;
         let mut acc = self.access(py)?;
+        acc.consumer()
+            .seek_to_beginning(topic, partition)
+            .py_err(py)?;
         if let Some(st) = acc.state() {
             st.drop_partition(topic, partition);
         }
-        acc.consumer()
-            .seek_to_beginning(topic, partition)
-            .py_err(py)
+        Ok(())
     }
 
     /// Moves to the end of an assigned partition: only records written from
@@ -1504,10 +1508,11 @@ impl Consumer {
         self.check_forked(py)?;
         let partition = arg_u32(py, "partition", partition)?;
         let mut acc = self.access(py)?;
+        acc.consumer().seek_to_end(topic, partition).py_err(py)?;
         if let Some(st) = acc.state() {
             st.drop_partition(topic, partition);
         }
-        acc.consumer().seek_to_end(topic, partition).py_err(py)
+        Ok(())
     }
 
     /// The next offset this consumer will return from a partition.

@@ -49,6 +49,14 @@ int main(int argc, char **argv) {
     CHECK(offs[0] == 0 && offs[1] == 2 && offs[2] == 4 && offs[3] == MQL_OFFSET_UNKNOWN);
     CHECK_OK(mql_seek(c, "t", 0, offs[1]));
     CHECK(next_offset(c) == 2);
+    /* A seek that fails changes nothing: 3 and 4 are still fetched and
+     * not handed out, and come next. */
+    CHECK_FAIL(mql_seek(c, "t", 0, 1000), MQL_OFFSET_OUT_OF_RANGE, "1000");
+    CHECK_OK(mql_position(c, "t", 0, &pos));
+    CHECK(pos == 3);
+    CHECK(next_offset(c) == 3);
+    CHECK(next_offset(c) == 4);
+    CHECK_OK(mql_seek(c, "t", 0, 2));
     q[1].partition = 3;
     uint64_t before[4];
     memcpy(before, offs, sizeof offs);

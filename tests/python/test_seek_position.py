@@ -81,3 +81,25 @@ def test_offset_reset_error(mq: mqlite.Broker) -> None:
     c.seek("t", 0, 1)
     msg = c.poll(timeout=5)
     assert msg is not None and msg.offset == 1
+
+
+def test_failed_seek_changes_nothing(mq: mqlite.Broker) -> None:
+    mq.create_topic("one", partitions=1)
+    p = mq.producer()
+    p.send_batch("one", [str(i).encode() for i in range(100)], partition=0)
+    c = mq.consumer(group_id="g", auto_offset_reset="earliest", enable_auto_commit=False)
+    c.assign([("one", 0)])
+    first = c.poll(timeout=5)
+    assert first is not None and first.offset == 0
+    for seek in (lambda: c.seek("one", 0, 1000), lambda: c.seek("one", 0, 101)):
+        try:
+            seek()
+        except mqlite.OffsetOutOfRange:
+            pass
+        else:
+            raise AssertionError("seek past the end succeeded")
+        assert c.position("one", 0) == 1
+    rest = drain(c, 99)
+    assert [m.offset for m in rest] == list(range(1, 100))
+    c.commit()
+    assert c.committed()[("one", 0)][0] == 100
