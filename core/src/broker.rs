@@ -14,7 +14,7 @@ use std::time::Duration;
 use crate::consumer::{Consumer, ConsumerConfig};
 use crate::dedup::Registry;
 use crate::error::{Error, IoContext, Result};
-use crate::group::{Group, Groups};
+use crate::group::{Group, Groups, Resume};
 use crate::log::now_ms;
 use crate::offsets::CommittedOffset;
 use crate::producer::{Producer, ProducerConfig};
@@ -36,7 +36,15 @@ pub struct Config {
     /// 60,000; 0 turns the thread off, retention then runs on segment roll
     /// and on [`Broker::enforce_retention`]).
     pub retention_check_interval_ms: u64,
+    /// Largest metadata string a commit may carry, in bytes (default
+    /// [`DEFAULT_MAX_COMMIT_METADATA_BYTES`], Kafka's
+    /// `offset.metadata.max.bytes`); a longer one is refused with
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument).
+    pub max_commit_metadata_bytes: usize,
 }
+
+/// Default of [`Config::max_commit_metadata_bytes`]: 4 KiB, as in Kafka.
+pub const DEFAULT_MAX_COMMIT_METADATA_BYTES: usize = 4096;
 
 impl Default for Config {
     fn default() -> Self {
@@ -44,6 +52,7 @@ impl Default for Config {
             prefault: true,
             file_mode: 0o600,
             retention_check_interval_ms: 60_000,
+            max_commit_metadata_bytes: DEFAULT_MAX_COMMIT_METADATA_BYTES,
         }
     }
 }
@@ -64,6 +73,12 @@ impl Config {
     /// Sets `retention_check_interval_ms`.
     pub fn retention_check_interval_ms(mut self, ms: u64) -> Self {
         self.retention_check_interval_ms = ms;
+        self
+    }
+
+    /// Sets `max_commit_metadata_bytes`.
+    pub fn max_commit_metadata_bytes(mut self, bytes: usize) -> Self {
+        self.max_commit_metadata_bytes = bytes;
         self
     }
 }
@@ -213,6 +228,15 @@ impl Broker {
             janitor: Mutex::new(None),
         });
         inner.groups.load_all(&inner.dir, inner.config.file_mode)?;
+        // Recovery may have cut a log below offsets committed before the
+        // crash: those are out of range now (before anything is appended).
+        inner.groups.mark_beyond_end(&|t, p| {
+            inner
+                .topic(t)
+                .ok()
+                .and_then(|t| t.partition(p).ok())
+                .map(|l| l.end_offset())
+        });
         for t in inner.topic_names() {
             inner.refresh_retention_floors(&t);
         }
@@ -337,9 +361,9 @@ impl Broker {
     }
 
     /// Names of the consumer groups, sorted (Kafka's `listConsumerGroups`):
-    /// those with committed offsets in the data directory (a broadcast
-    /// consumer's offsets count as the group `<group_id>.<client_id>`) and
-    /// those with members in this process. A group that was only described
+    /// those with committed offsets in the data directory (the offsets of
+    /// broadcast consumers count for their `group_id`) and those with
+    /// members in this process. A group that was only described
     /// is not listed.
     pub fn groups(&self) -> Vec<String> {
         self.inner.groups.names()
@@ -421,6 +445,11 @@ impl BrokerInner {
         self.topics_version.fetch_add(1, Ordering::AcqRel);
     }
 
+    /// [`Config::max_commit_metadata_bytes`].
+    pub(crate) fn max_commit_metadata_bytes(&self) -> usize {
+        self.config.max_commit_metadata_bytes
+    }
+
     /// The consumer group `name` (its committed offsets, its members).
     pub(crate) fn group(&self, name: &str) -> Result<Arc<Group>> {
         self.check_open()?;
@@ -440,8 +469,11 @@ impl BrokerInner {
         for (i, log) in t.partitions().iter().enumerate() {
             let floor = groups
                 .iter()
-                .filter_map(|g| g.committed(topic, i as u32))
-                .map(|c| c.offset)
+                .filter_map(|g| g.resume(topic, i as u32))
+                .map(|r| match r {
+                    Resume::At(o) => o,
+                    Resume::OutOfRange { log_end, .. } => log_end,
+                })
                 .min()
                 .unwrap_or(u64::MAX);
             log.set_retention_floor(floor);

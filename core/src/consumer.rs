@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use crate::assign::AssignmentStrategy;
 use crate::broker::BrokerInner;
 use crate::error::{Error, Result};
-use crate::group::{Group, MemberSpec};
+use crate::group::{Group, MemberSpec, Resume};
 use crate::log::batch::{self, BatchHeader};
 use crate::log::compression::MAX_UNCOMPRESSED_LEN;
 use crate::log::{Cursor, PartitionLog, Segment, Waiter};
@@ -293,6 +293,44 @@ struct Assigned {
     /// Messages jumped over since the last count because retention deleted
     /// them before they were read.
     skipped: u64,
+    /// The committed offset this partition starts from was found beyond the
+    /// end of the log (`(committed, log_end)`, see [`Resume::OutOfRange`]):
+    /// the first resolve applies `auto_offset_reset`.
+    out_of_range: Option<(u64, u64)>,
+    /// Resets of an out-of-range committed offset since the last count.
+    resets: u64,
+}
+
+impl Assigned {
+    fn new(topic: Arc<Topic>, log: Arc<PartitionLog>, resume: Option<Resume>) -> Assigned {
+        let (position, out_of_range) = match resume {
+            None => (None, None),
+            Some(Resume::At(o)) => (Some(o), None),
+            Some(Resume::OutOfRange { committed, log_end }) => (None, Some((committed, log_end))),
+        };
+        Assigned {
+            topic,
+            log,
+            position,
+            cursor: None,
+            next_base: None,
+            decoded: None,
+            source: None,
+            skipped: 0,
+            out_of_range,
+            resets: 0,
+        }
+    }
+
+    /// Starts the partition over from `resume` (a group's committed offset).
+    fn restart(&mut self, resume: Option<Resume>) {
+        let fresh = Assigned::new(Arc::clone(&self.topic), Arc::clone(&self.log), resume);
+        let skipped = self.skipped;
+        let resets = self.resets;
+        *self = fresh;
+        self.skipped = skipped;
+        self.resets = resets;
+    }
 }
 
 /// Reads records from assigned partitions or subscribed topics.
@@ -351,7 +389,7 @@ impl Consumer {
         }
         let offsets = match &config.group_id {
             Some(g) if config.broadcast => {
-                Some(broker.group(&format!("{g}.{}", config.client_id))?)
+                Some(broker.group(&crate::offsets::broadcast_key(g, &config.client_id))?)
             }
             Some(g) => Some(broker.group(g)?),
             None => None,
@@ -423,22 +461,15 @@ impl Consumer {
     fn keep_or_new(&mut self, topic: Arc<Topic>, log: Arc<PartitionLog>) -> Assigned {
         match self.assigned.iter().position(|a| Arc::ptr_eq(&a.log, &log)) {
             Some(i) => self.assigned.swap_remove(i),
-            None => Assigned {
+            None => {
                 // A partition read anew starts at this consumer's (or its
                 // group's) committed offset, if any.
-                position: self
+                let resume = self
                     .offsets
                     .as_ref()
-                    .and_then(|g| g.committed(topic.name(), log.partition()))
-                    .map(|c| c.offset),
-                topic,
-                log,
-                cursor: None,
-                next_base: None,
-                decoded: None,
-                source: None,
-                skipped: 0,
-            },
+                    .and_then(|g| g.resume(topic.name(), log.partition()));
+                Assigned::new(topic, log, resume)
+            }
         }
     }
 
@@ -671,11 +702,7 @@ impl Consumer {
                     continue;
                 };
                 let mut a = self.keep_or_new(topic, log);
-                a.position = group.committed(t, *p).map(|c| c.offset);
-                a.cursor = None;
-                a.source = None;
-                a.next_base = None;
-                a.decoded = None;
+                a.restart(group.resume(t, *p));
                 self.assigned.push(a);
             }
             if let Some(mut l) = self.listener.take() {
@@ -775,6 +802,7 @@ impl Consumer {
         a.next_base = None;
         a.decoded = None;
         a.position = Some(offset);
+        a.out_of_range = None;
         Ok(())
     }
 
@@ -784,7 +812,11 @@ impl Consumer {
         self.refresh_subscription();
         let i = self.find(topic, partition)?;
         let reset = self.config.auto_offset_reset;
-        Self::resolve(&mut self.assigned[i], reset)
+        let a = &mut self.assigned[i];
+        let res = Self::resolve(a, reset);
+        self.stats.skipped += std::mem::take(&mut a.skipped);
+        self.stats.offset_resets += std::mem::take(&mut a.resets);
+        res
     }
 
     /// Resolves a partition's position (applying `auto_offset_reset`) and
@@ -793,8 +825,35 @@ impl Consumer {
         if let (Some(p), Some(_)) = (a.position, &a.cursor) {
             return Ok(p);
         }
-        let wanted = a.position;
         let start = a.log.start_offset();
+        if let Some((committed, log_end)) = a.out_of_range {
+            let end = a.log.end_offset();
+            if reset == OffsetReset::Error {
+                return Err(Error::OffsetOutOfRange {
+                    topic: a.topic.name().to_string(),
+                    partition: a.log.partition(),
+                    offset: committed,
+                    start,
+                    end: log_end,
+                });
+            }
+            // As Kafka's consumer does when it detects that the log was
+            // truncated under its position: resume at the first offset the
+            // cut removed (records appended since then are new to the
+            // group), whichever reset policy is set.
+            let to = log_end.clamp(start, end);
+            ::log::warn!(
+                "consumer of {}/{}: committed offset {committed} is beyond the log end \
+                 {log_end} (recovery cut the log); resuming at {to}",
+                a.topic.name(),
+                a.log.partition()
+            );
+            a.out_of_range = None;
+            a.resets += 1;
+            a.position = Some(to);
+            a.cursor = None;
+        }
+        let wanted = a.position;
         if let Some(p) = wanted {
             if p < start && reset != OffsetReset::Error {
                 a.skipped += start - p;
@@ -1147,8 +1206,20 @@ impl Consumer {
 
     /// Commits the given `(topic, partition, offset, metadata)` entries:
     /// `offset` is the next offset to read (the last processed plus one).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when a metadata string is longer than
+    /// [`Config::max_commit_metadata_bytes`](crate::Config) (nothing is
+    /// committed); [`Error::OffsetOutOfRange`] for an offset past the end.
     pub fn commit_offsets(&mut self, offsets: &[(&str, u32, u64, &str)]) -> Result<()> {
         self.check_open()?;
+        let max = self.broker.max_commit_metadata_bytes();
+        if let Some(&(t, p, _, m)) = offsets.iter().find(|o| o.3.len() > max) {
+            return Err(Error::InvalidArgument(format!(
+                "commit metadata of {t}/{p} is {} bytes, more than max_commit_metadata_bytes ({max})",
+                m.len()
+            )));
+        }
         let offsets: Vec<(String, u32, CommittedOffset)> = offsets
             .iter()
             .map(|&(t, p, o, m)| (t.to_owned(), p, committed_now(o, m)))
@@ -1219,11 +1290,16 @@ impl Consumer {
                 let a = &self.assigned[i];
                 (a.topic.name().to_string(), a.log.partition())
             };
+            // An out-of-range committed offset counts from where the log
+            // was cut, where reading resumes.
             let committed = self
                 .offsets
                 .as_ref()
-                .and_then(|g| g.committed(&t, p))
-                .map(|c| c.offset);
+                .and_then(|g| g.resume(&t, p))
+                .map(|r| match r {
+                    Resume::At(o) => o,
+                    Resume::OutOfRange { log_end, .. } => log_end,
+                });
             let from = match committed {
                 Some(c) => c,
                 None => Self::resolve(&mut self.assigned[i], reset).unwrap_or(0),
@@ -1303,6 +1379,7 @@ impl Consumer {
             let a = &mut self.assigned[(start + k) % n];
             let res = Self::fetch(a, reset, share.min(left), out);
             self.stats.skipped += std::mem::take(&mut a.skipped);
+            self.stats.offset_resets += std::mem::take(&mut a.resets);
             if let Err(e) = res {
                 if out.len() == 0 {
                     return Err(e);

@@ -58,6 +58,18 @@ struct State {
     next_member: u64,
 }
 
+/// Where a reader of a group resumes on a partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Resume {
+    /// At the committed offset.
+    At(u64),
+    /// The committed offset was found beyond the end of the log (recovery
+    /// had cut the log below it): it is out of range. `log_end` is where
+    /// the log ended then, the first offset that may hold records the
+    /// group never read.
+    OutOfRange { committed: u64, log_end: u64 },
+}
+
 /// One consumer group.
 #[derive(Debug)]
 pub(crate) struct Group {
@@ -323,6 +335,42 @@ impl Group {
         lock(&self.offsets).get(topic, partition).cloned()
     }
 
+    /// Where a reader of the group resumes on a partition: the committed
+    /// offset, or, when that was found beyond the end of the log, an
+    /// out-of-range mark with the end the log had then.
+    pub(crate) fn resume(&self, topic: &str, partition: u32) -> Option<Resume> {
+        let offsets = lock(&self.offsets);
+        let committed = offsets.get(topic, partition)?.offset;
+        Some(match offsets.out_of_range(topic, partition) {
+            Some(log_end) => Resume::OutOfRange { committed, log_end },
+            None => Resume::At(committed),
+        })
+    }
+
+    /// Marks committed offsets beyond their partition's log end as out of
+    /// range (see [`Resume::OutOfRange`]), logging each.
+    pub(crate) fn mark_beyond_end(&self, end_of: &dyn Fn(&str, u32) -> Option<u64>) {
+        let mut offsets = lock(&self.offsets);
+        let marked = match offsets.mark_beyond_end(end_of) {
+            Ok(m) => m,
+            Err(e) => {
+                ::log::error!(
+                    "group {:?}: could not record committed offsets beyond the log end: {e}",
+                    self.name
+                );
+                return;
+            }
+        };
+        for (t, p, committed, end) in marked {
+            ::log::warn!(
+                "group {:?}: committed offset {committed} of {t}/{p} is beyond the end of the log \
+                 ({end}; recovery cut the log below it): out of range, its readers resume by \
+                 auto_offset_reset",
+                self.name
+            );
+        }
+    }
+
     /// Commits offsets (durably). With `member`, only partitions it owns.
     pub(crate) fn commit(
         &self,
@@ -360,12 +408,20 @@ impl Groups {
         for e in entries.flatten() {
             let name = e.file_name().to_string_lossy().into_owned();
             if let Some(g) = name.strip_suffix(".offsets") {
-                if crate::offsets::validate_group_name("group", g).is_ok() {
+                if crate::offsets::is_valid_key(g) {
                     self.get(dir, g, mode)?;
                 }
             }
         }
         Ok(())
+    }
+
+    /// Marks, in every group opened, the committed offsets beyond their
+    /// partition's log end as out of range.
+    pub(crate) fn mark_beyond_end(&self, end_of: &dyn Fn(&str, u32) -> Option<u64>) {
+        for g in self.all() {
+            g.mark_beyond_end(end_of);
+        }
     }
 
     /// Names of the groups with members or committed offsets, sorted.
@@ -377,9 +433,10 @@ impl Groups {
         let mut names: Vec<String> = groups
             .into_iter()
             .filter(|(_, g)| g.is_in_use())
-            .map(|(n, _)| n)
+            .map(|(n, _)| crate::offsets::group_of_key(&n).to_owned())
             .collect();
         names.sort();
+        names.dedup();
         names
     }
 

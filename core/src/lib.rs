@@ -51,7 +51,9 @@ pub use assign::{
     assign, assign_consistent_hash, moved, Assignment, AssignmentStrategy, MemberInfo,
     TopicPartition, DEFAULT_VIRTUAL_NODES,
 };
-pub use broker::{Broker, Config, GroupInfo, GroupMember, LOCK_FILE};
+pub use broker::{
+    Broker, Config, GroupInfo, GroupMember, DEFAULT_MAX_COMMIT_METADATA_BYTES, LOCK_FILE,
+};
 pub use consumer::{
     Consumer, ConsumerConfig, ConsumerStats, ConsumerWaker, OffsetReset, RebalanceListener,
 };

@@ -2,13 +2,20 @@
 //! replaced atomically (write to a temporary file, fsync, rename, fsync of
 //! the directory) on every commit, so a commit that returned survives
 //! `kill -9` and power loss.
+//!
+//! A broadcast consumer (group `g`, client `c`) keeps its own offsets in
+//! `<dir>/groups/g+c.offsets`: `+` is not allowed in a group or client
+//! name, so no group's file and no other broadcast consumer's can be the
+//! same file. Directories written when broadcast offsets were stored as the
+//! group `g.c` are read on first use: the new file starts as a copy of
+//! `g.c.offsets` (which stays, as group `g.c`'s).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::atomic_file::write_atomic;
+use crate::atomic_file::{write_atomic, MAX_METADATA_LEN};
 use crate::error::{Error, Result};
 
 /// A committed offset: the next offset the group will read, and optional
@@ -32,6 +39,39 @@ struct OffsetsFile {
     version: u32,
     /// topic -> partition -> committed offset
     offsets: BTreeMap<String, BTreeMap<u32, CommittedOffset>>,
+    /// topic -> partition -> where the log ended when its committed offset
+    /// was found beyond that end (recovery had cut the log below it): the
+    /// committed offset is out of range until the next commit of that
+    /// partition, and a consumer resumes by its `auto_offset_reset`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    out_of_range: BTreeMap<String, BTreeMap<u32, u64>>,
+}
+
+/// Separates the group and the client in a broadcast consumer's storage
+/// name (a character no group or client name may hold).
+pub(crate) const BROADCAST_SEPARATOR: char = '+';
+
+/// The storage name of the offsets of broadcast consumer `client` of
+/// `group`.
+pub(crate) fn broadcast_key(group: &str, client: &str) -> String {
+    format!("{group}{BROADCAST_SEPARATOR}{client}")
+}
+
+/// The group of a storage name: the name itself, or the group part of a
+/// broadcast consumer's.
+pub(crate) fn group_of_key(key: &str) -> &str {
+    key.split_once(BROADCAST_SEPARATOR).map_or(key, |(g, _)| g)
+}
+
+/// Whether `key` is a valid storage name: a group name, or a broadcast
+/// consumer's `<group>+<client>`.
+pub(crate) fn is_valid_key(key: &str) -> bool {
+    match key.split_once(BROADCAST_SEPARATOR) {
+        Some((g, c)) => {
+            validate_group_name("group", g).is_ok() && validate_group_name("client", c).is_ok()
+        }
+        None => validate_group_name("group", key).is_ok(),
+    }
 }
 
 /// The committed offsets of one group (or one broadcast consumer).
@@ -60,6 +100,9 @@ impl OffsetStore {
         let gdir = dir.join("groups");
         crate::private_dir::create_dir_all(&gdir, mode)?;
         let path = gdir.join(format!("{name}.offsets"));
+        if let Some((group, client)) = name.split_once(BROADCAST_SEPARATOR) {
+            migrate_legacy_broadcast(&gdir, &path, group, client, mode)?;
+        }
         let file = match crate::atomic_file::read_small(&path)? {
             Some(bytes) => {
                 let f: OffsetsFile =
@@ -79,7 +122,7 @@ impl OffsetStore {
             }
             None => OffsetsFile {
                 version: VERSION,
-                offsets: BTreeMap::new(),
+                ..OffsetsFile::default()
             },
         };
         Ok(OffsetStore { path, mode, file })
@@ -88,6 +131,44 @@ impl OffsetStore {
     /// The committed offset of a partition.
     pub(crate) fn get(&self, topic: &str, partition: u32) -> Option<&CommittedOffset> {
         self.file.offsets.get(topic)?.get(&partition)
+    }
+
+    /// Where the log of a partition ended when its committed offset was
+    /// found beyond the end (see `OffsetsFile::out_of_range`).
+    pub(crate) fn out_of_range(&self, topic: &str, partition: u32) -> Option<u64> {
+        self.file.out_of_range.get(topic)?.get(&partition).copied()
+    }
+
+    /// Marks committed offsets that lie beyond their partition's log end
+    /// (`end_of` gives the end, `None` for a partition that does not
+    /// exist) as out of range, durably. Returns the `(topic, partition,
+    /// committed, end)` marked now.
+    pub(crate) fn mark_beyond_end(
+        &mut self,
+        end_of: &dyn Fn(&str, u32) -> Option<u64>,
+    ) -> Result<Vec<(String, u32, u64, u64)>> {
+        let mut marked = Vec::new();
+        for (t, ps) in &self.file.offsets {
+            for (&p, c) in ps {
+                let Some(end) = end_of(t, p) else { continue };
+                if c.offset > end && self.out_of_range(t, p).is_none() {
+                    marked.push((t.clone(), p, c.offset, end));
+                }
+            }
+        }
+        if marked.is_empty() {
+            return Ok(marked);
+        }
+        for (t, p, _, end) in &marked {
+            self.file
+                .out_of_range
+                .entry(t.clone())
+                .or_default()
+                .insert(*p, *end);
+        }
+        let bytes = serde_json::to_vec_pretty(&self.file).expect("offsets serialise");
+        write_atomic(&self.path, &bytes, self.mode, true)?;
+        Ok(marked)
     }
 
     /// Whether nothing is committed.
@@ -106,7 +187,8 @@ impl OffsetStore {
 
     /// Forgets every committed offset of `topic` (it was deleted).
     pub(crate) fn remove_topic(&mut self, topic: &str) -> Result<()> {
-        if self.file.offsets.remove(topic).is_none() {
+        let marked = self.file.out_of_range.remove(topic).is_some();
+        if self.file.offsets.remove(topic).is_none() && !marked {
             return Ok(());
         }
         let bytes = serde_json::to_vec_pretty(&self.file).expect("offsets serialise");
@@ -119,18 +201,58 @@ impl OffsetStore {
             return Ok(());
         }
         let before = self.file.offsets.clone();
+        let before_marks = self.file.out_of_range.clone();
         for (t, p, c) in offsets {
             self.file
                 .offsets
                 .entry(t.clone())
                 .or_default()
                 .insert(*p, c.clone());
+            // A new commit replaces an offset that was out of range.
+            if let Some(ps) = self.file.out_of_range.get_mut(t) {
+                ps.remove(p);
+                if ps.is_empty() {
+                    self.file.out_of_range.remove(t);
+                }
+            }
         }
         let bytes = serde_json::to_vec_pretty(&self.file).expect("offsets serialise");
+        if bytes.len() as u64 > MAX_METADATA_LEN {
+            // Written, the file could not be read back: refuse the commit.
+            self.file.offsets = before;
+            self.file.out_of_range = before_marks;
+            return Err(Error::InvalidArgument(format!(
+                "the committed offsets of {} would take {} bytes, more than the {MAX_METADATA_LEN} an \
+                 offsets file may hold; commit shorter metadata",
+                self.path.display(),
+                bytes.len()
+            )));
+        }
         if let Err(e) = write_atomic(&self.path, &bytes, self.mode, true) {
             self.file.offsets = before;
+            self.file.out_of_range = before_marks;
             return Err(e);
         }
         Ok(())
     }
+}
+
+/// Gives a broadcast consumer the offsets it stored under the group name
+/// `<group>.<client>` before broadcast offsets had a name of their own:
+/// copies that file to `path` when `path` does not exist yet.
+fn migrate_legacy_broadcast(
+    gdir: &Path,
+    path: &Path,
+    group: &str,
+    client: &str,
+    mode: u32,
+) -> Result<()> {
+    if path.exists() {
+        return Ok(());
+    }
+    let legacy = gdir.join(format!("{group}.{client}.offsets"));
+    if let Some(bytes) = crate::atomic_file::read_small(&legacy)? {
+        write_atomic(path, &bytes, mode, true)?;
+    }
+    Ok(())
 }
