@@ -944,6 +944,19 @@ enum mql_status mql_config_set_retention_check_interval_ms(struct mql_config *co
                                                            uint64_t interval_ms);
 
 /**
+ * Largest metadata string a commit may carry, in bytes (default 4096,
+ * Kafka's `offset.metadata.max.bytes`): `mql_commit_offsets` with a
+ * longer one fails with `MQL_INVALID_ARGUMENT` and commits nothing.
+ *
+ * Ownership: borrows `config` for the call; the caller still owns it.
+ *
+ * # Safety
+ * `config` is NULL or a live config not used by another thread meanwhile.
+ */
+enum mql_status mql_config_set_max_commit_metadata_bytes(struct mql_config *config,
+                                                         size_t max_bytes);
+
+/**
  * Makes a topic config with `partitions` partitions (1 to 100,000, else
  * `MQL_INVALID_CONFIG`) and defaults for the rest: 64 MiB segments, no
  * retention limit, 1 MiB largest message. The other values are checked by

@@ -121,6 +121,27 @@ pub unsafe extern "C" fn mql_config_set_retention_check_interval_ms(
     })
 }
 
+/// Largest metadata string a commit may carry, in bytes (default 4096,
+/// Kafka's `offset.metadata.max.bytes`): `mql_commit_offsets` with a
+/// longer one fails with `MQL_INVALID_ARGUMENT` and commits nothing.
+///
+/// Ownership: borrows `config` for the call; the caller still owns it.
+///
+/// # Safety
+/// `config` is NULL or a live config not used by another thread meanwhile.
+#[no_mangle]
+pub unsafe extern "C" fn mql_config_set_max_commit_metadata_bytes(
+    config: *mut mql_config,
+    max_bytes: usize,
+) -> mql_status {
+    guard(|| {
+        // SAFETY: forwarded caller contract.
+        let c = unsafe { arg_mut(config, "config") }?;
+        c.inner.max_commit_metadata_bytes = max_bytes;
+        Ok(())
+    })
+}
+
 /// Configuration of a topic, for `mql_topic_create`.
 pub struct mql_topic_config {
     pub(crate) inner: TopicConfig,

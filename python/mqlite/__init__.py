@@ -179,6 +179,7 @@ def open(  # noqa: A001 - shadows the builtin on purpose, like gzip.open
     prefault: bool = True,
     file_mode: int = 0o600,
     retention_check_interval_ms: int = 60_000,
+    max_commit_metadata_bytes: int = 4096,
 ) -> Broker:
     """Opens (creating if needed) the data directory at ``path``.
 
@@ -193,6 +194,9 @@ def open(  # noqa: A001 - shadows the builtin on purpose, like gzip.open
         retention_check_interval_ms: How often a background thread applies
             retention; 0 turns the thread off (retention then runs on segment
             roll and on ``Broker.enforce_retention()``).
+        max_commit_metadata_bytes: Largest metadata string a commit may
+            carry (Kafka's ``offset.metadata.max.bytes``); a longer one
+            raises ``mqlite.InvalidArgument`` and commits nothing.
 
     Returns:
         Broker: The open data directory.
@@ -210,4 +214,5 @@ def open(  # noqa: A001 - shadows the builtin on purpose, like gzip.open
         prefault=prefault,
         file_mode=file_mode,
         retention_check_interval_ms=retention_check_interval_ms,
+        max_commit_metadata_bytes=max_commit_metadata_bytes,
     )

@@ -417,6 +417,7 @@ class Broker:
         prefault: bool = True,
         file_mode: int = 0o600,
         retention_check_interval_ms: int = 60000,
+        max_commit_metadata_bytes: int = 4096,
     ) -> Self: ...
     @property
     def path(self) -> str: ...

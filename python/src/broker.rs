@@ -28,6 +28,9 @@ use crate::util::{arg_u32, config_u32, config_u64};
 ///     retention_check_interval_ms: How often a background thread applies
 ///         retention; 0 turns the thread off (retention then runs on segment
 ///         roll and on `enforce_retention()`).
+///     max_commit_metadata_bytes: Largest metadata string a commit may
+///         carry (Kafka's `offset.metadata.max.bytes`); a longer one raises
+///         `mqlite.InvalidArgument` and commits nothing.
 ///
 /// Raises:
 ///     mqlite.Locked: Another handle, in this process or another, holds the
@@ -114,8 +117,9 @@ fn parse_acks(py: Python<'_>, acks: &Bound<'_, PyAny>) -> PyResult<mqlite::Acks>
 impl Broker {
     #[new]
     #[pyo3(
-        signature = (path, *, prefault = true, file_mode = 0o600, retention_check_interval_ms = 60_000),
-        text_signature = "(path, *, prefault=True, file_mode=0o600, retention_check_interval_ms=60000)"
+        signature = (path, *, prefault = true, file_mode = 0o600, retention_check_interval_ms = 60_000,
+                     max_commit_metadata_bytes = mqlite::DEFAULT_MAX_COMMIT_METADATA_BYTES as i64),
+        text_signature = "(path, *, prefault=True, file_mode=0o600, retention_check_interval_ms=60000, max_commit_metadata_bytes=4096)"
     )]
     fn new(
         py: Python<'_>,
@@ -123,6 +127,7 @@ impl Broker {
         prefault: bool,
         file_mode: i64,
         retention_check_interval_ms: i64,
+        max_commit_metadata_bytes: i64,
     ) -> PyResult<Self> {
         if path.as_os_str().is_empty() {
             return Err(invalid_argument(py, "path must not be empty"));
@@ -147,10 +152,19 @@ impl Broker {
                 ),
             )
         })?;
+        let max_metadata = usize::try_from(max_commit_metadata_bytes).map_err(|_| {
+            invalid_argument(
+                py,
+                format!(
+                    "max_commit_metadata_bytes must not be negative, got {max_commit_metadata_bytes}"
+                ),
+            )
+        })?;
         let config = mqlite::Config::default()
             .prefault(prefault)
             .file_mode(file_mode as u32)
-            .retention_check_interval_ms(interval);
+            .retention_check_interval_ms(interval)
+            .max_commit_metadata_bytes(max_metadata);
         let inner = py
             .detach(|| mqlite::Broker::open(&path, config))
             .py_err(py)?;

@@ -78,6 +78,14 @@ int main(int argc, char **argv) {
     CHECK_OK(mql_committed(c, "t", 0, &off, NULL, 0, &len)); /* length only */
     CHECK(len == 12);
     CHECK_OK(mql_commit_offsets(c, NULL, 0)); /* nothing to commit */
+    /* Metadata over the limit (4 KiB by default) is refused: nothing changes. */
+    static char big[4098];
+    memset(big, 'm', sizeof big - 1);
+    big[sizeof big - 1] = '\0';
+    mql_committed_offset too_big = {"t", 0, 6, big, 0};
+    CHECK_FAIL(mql_commit_offsets(c, &too_big, 1), MQL_INVALID_ARGUMENT, "max_commit_metadata_bytes");
+    CHECK_OK(mql_committed(c, "t", 0, &off, meta, sizeof meta, &len));
+    CHECK(off == 5 && len == 12);
     CHECK_OK(mql_lag(c, "t", 0, &lag));
     CHECK(lag == 5); /* from the committed offset */
     CHECK_OK(mql_consumer_get_stats(c, &stats));

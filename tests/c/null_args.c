@@ -53,9 +53,11 @@ int main(int argc, char **argv) {
     CHECK_NULL(mql_config_set_prefault(NULL, true));
     CHECK_NULL(mql_config_set_file_mode(NULL, 0600));
     CHECK_NULL(mql_config_set_retention_check_interval_ms(NULL, 1));
+    CHECK_NULL(mql_config_set_max_commit_metadata_bytes(NULL, 1));
     CHECK_OK(mql_config_new(&cfg));
     CHECK(cfg != SENTINEL);
     CHECK_OK(mql_config_set_retention_check_interval_ms(cfg, 0));
+    CHECK_OK(mql_config_set_max_commit_metadata_bytes(cfg, 4096));
     CHECK_OK(mql_open(data, cfg, &mq));
     mql_config_free(cfg);
 

@@ -352,14 +352,18 @@ FUNCTION_CALLS: List[Tuple[str, Callable[..., Any], Dict[str, Any], Dict[str, st
     (
         "mqlite.open",
         mqlite.open,
-        {"path": "DIR", "prefault": False, "file_mode": 0o600, "retention_check_interval_ms": 0},
-        {"path": "path", "prefault": "bool", "file_mode": "uint", "retention_check_interval_ms": "uint"},
+        {"path": "DIR", "prefault": False, "file_mode": 0o600, "retention_check_interval_ms": 0,
+         "max_commit_metadata_bytes": 4096},
+        {"path": "path", "prefault": "bool", "file_mode": "uint", "retention_check_interval_ms": "uint",
+         "max_commit_metadata_bytes": "uint"},
     ),
     (
         "mqlite.Broker",
         mqlite.Broker,
-        {"path": "DIR", "prefault": False, "file_mode": 0o600, "retention_check_interval_ms": 0},
-        {"path": "path", "prefault": "bool", "file_mode": "uint", "retention_check_interval_ms": "uint"},
+        {"path": "DIR", "prefault": False, "file_mode": 0o600, "retention_check_interval_ms": 0,
+         "max_commit_metadata_bytes": 4096},
+        {"path": "path", "prefault": "bool", "file_mode": "uint", "retention_check_interval_ms": "uint",
+         "max_commit_metadata_bytes": "uint"},
     ),
     ("mqlite.murmur2", mqlite.murmur2, {"data": b"k"}, {"data": "data"}),
     (

@@ -204,3 +204,31 @@ def test_stats(mq: mqlite.Broker) -> None:
     assert "ConsumerStats(records=5" in repr(c.stats())
     c.close()
     assert c.stats().records == 5  # readable once closed
+
+
+def test_commit_metadata_is_bounded(data_dir: Path) -> None:
+    with mqlite.open(data_dir, prefault=False, max_commit_metadata_bytes=8) as mq:
+        mq.create_topic("t")
+        mq.producer().send_batch("t", [b"x"] * 5, partition=0)
+        c = mq.consumer("g", enable_auto_commit=False)
+        c.assign([("t", 0)])
+        c.commit([("t", 0, 2, "8 bytes!")])
+        with pytest.raises(mqlite.InvalidArgument, match="max_commit_metadata_bytes"):
+            c.commit([("t", 0, 3, "nine byte")])
+        assert c.committed() == {("t", 0): (2, "8 bytes!")}
+    with pytest.raises(mqlite.InvalidArgument):
+        mqlite.open(data_dir, max_commit_metadata_bytes=-1)
+
+
+def test_group_and_broadcast_offsets_never_collide(mq: mqlite.Broker) -> None:
+    mq.create_topic("t")
+    mq.producer().send_batch("t", [b"x"] * 10, partition=0)
+    member = mq.consumer("a.b", enable_auto_commit=False)
+    member.assign([("t", 0)])
+    solo = mq.consumer("a", client_id="b", broadcast=True, enable_auto_commit=False)
+    solo.assign([("t", 0)])
+    member.commit([("t", 0, 3)])
+    solo.commit([("t", 0, 8)])
+    assert member.committed() == {("t", 0): (3, "")}
+    assert solo.committed() == {("t", 0): (8, "")}
+    assert mq.groups() == ["a", "a.b"]
