@@ -90,7 +90,12 @@ fn a_committed_offset_beyond_a_cut_log_resumes_at_the_cut() {
         let group = if broadcast { "b" } else { "g" };
         {
             let mq = Broker::open(tmp.path(), cfg()).unwrap();
-            assert_eq!(mq.topic("t").unwrap().partitions[0].end_offset, cut);
+            let info = &mq.topic("t").unwrap().partitions[0];
+            assert_eq!(info.end_offset, cut);
+            // Every one-record batch cut counts, those of the segments
+            // removed after the damaged one included.
+            assert_eq!(info.recovery.dropped_batches, 1200 - cut);
+            assert_eq!(info.recovery.corruptions, 1);
             // New acknowledged records get the offsets the cut freed,
             // below and above the old committed offset.
             send(&mq, "new", 700);

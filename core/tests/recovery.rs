@@ -1,6 +1,9 @@
 //! Recovery on open: the active segment's tail is scanned and cut at the
-//! first bad batch. After a clean close (the damage here is done to closed
-//! directories) sealed segments are not scanned, and damage in them is
+//! first bad batch. The damage here is done to closed directories, either
+//! as they were closed (cleanly: a bad batch is corruption, never a torn
+//! write, and what is cut is kept aside) or made to look crashed (the
+//! recovery point removed: a partial last batch is a torn tail). After a
+//! clean close sealed segments are not scanned, and damage in them is
 //! refused when read instead of delivered; after an unclean shutdown they
 //! are checked from the recovery point on (tests/power_loss.rs).
 
@@ -72,6 +75,8 @@ struct Fixture {
     log: Vec<u8>,
     idx: Vec<u8>,
     tix: Vec<u8>,
+    /// The partition's recovery point file as the clean close left it.
+    point: Vec<u8>,
     /// The batches of the active segment.
     spans: Vec<Span>,
 }
@@ -116,6 +121,7 @@ impl Fixture {
             sent0,
             idx: std::fs::read(log_path.with_extension("idx")).unwrap(),
             tix: std::fs::read(log_path.with_extension("tix")).unwrap(),
+            point: std::fs::read(log_path.with_file_name("recovery.point")).unwrap(),
             log_path,
             log,
             spans,
@@ -126,11 +132,46 @@ impl Fixture {
         self.spans.last().unwrap().end()
     }
 
-    /// Puts the active segment's files back, with `log` as the log's content.
+    /// Puts the active segment's files and the recovery point back as the
+    /// clean close left them, with `log` as the log's content, and removes
+    /// what an earlier recovery moved aside.
     fn restore(&self, log: &[u8]) {
         std::fs::write(&self.log_path, log).unwrap();
         std::fs::write(self.log_path.with_extension("idx"), &self.idx).unwrap();
         std::fs::write(self.log_path.with_extension("tix"), &self.tix).unwrap();
+        std::fs::write(self.log_path.with_file_name("recovery.point"), &self.point).unwrap();
+        for q in self.quarantined() {
+            std::fs::remove_file(q).unwrap();
+        }
+    }
+
+    /// [`Fixture::restore`], then the directory made to look crashed before
+    /// anything was flushed (no recovery point: every batch is checked).
+    fn restore_crashed(&self, log: &[u8]) {
+        self.restore(log);
+        std::fs::remove_file(self.log_path.with_file_name("recovery.point")).unwrap();
+    }
+
+    /// The quarantine files next to the active segment.
+    fn quarantined(&self) -> Vec<PathBuf> {
+        let name = self
+            .log_path
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
+        let mut v: Vec<PathBuf> = std::fs::read_dir(self.log_path.parent().unwrap())
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| {
+                p.file_name()
+                    .unwrap()
+                    .to_string_lossy()
+                    .starts_with(&format!("{name}.damaged-"))
+            })
+            .collect();
+        v.sort();
+        v
     }
 
     /// Opens the directory and checks the partition ends at `end`, recovery
@@ -232,7 +273,7 @@ fn truncation_at_every_byte_of_the_tail() {
         // all zero bytes so far is indistinguishable from unwritten space.
         let removed = nonzero_extent(&f.log, boundary, t);
         let stats = if removed == 0 { clean() } else { torn(removed) };
-        f.restore(&f.log[..t]);
+        f.restore_crashed(&f.log[..t]);
         let what = format!("log truncated to {t} bytes");
         let mq = f.open_and_check(end, stats, &what);
         if t == boundary || (t - from).is_multiple_of(7) {
@@ -253,7 +294,7 @@ fn garbage_after_the_last_batch_is_a_torn_tail() {
         for b in &mut log[f.data_end()..f.data_end() + len] {
             *b = rng.range(1, 256) as u8;
         }
-        f.restore(&log);
+        f.restore_crashed(&log);
         let what = format!("{len} bytes of garbage");
         let mq = f.open_and_check(end, torn(len), &what);
         f.append_and_reopen(mq, end, 3, &what);
@@ -272,7 +313,7 @@ fn long_garbage_after_the_last_batch() {
     for b in &mut log[f.data_end()..f.data_end() + len] {
         *b = rng.range(1, 256) as u8;
     }
-    f.restore(&log);
+    f.restore_crashed(&log);
     let mq = Broker::open(&f.dir, cfg()).unwrap();
     let p = &mq.topic(TOPIC).unwrap().partitions[P as usize];
     assert_eq!(p.end_offset, end);
@@ -298,7 +339,7 @@ fn zeroed_tail() {
     // The whole last batch zeroed: it looks never written. Nothing to report.
     let mut log = f.log.clone();
     log[last.pos..last.end()].fill(0);
-    f.restore(&log);
+    f.restore_crashed(&log);
     let mq = f.open_and_check(last.base, clean(), "last batch zeroed");
     f.append_and_reopen(mq, last.base, 2, "last batch zeroed");
 
@@ -306,7 +347,7 @@ fn zeroed_tail() {
     // header and first half are a torn tail.
     let mut log = f.log.clone();
     log[last.pos + last.len / 2..last.end()].fill(0);
-    f.restore(&log);
+    f.restore_crashed(&log);
     // Its length field is intact, so the whole batch it claims is removed.
     let mq = f.open_and_check(
         last.base,
@@ -319,7 +360,7 @@ fn zeroed_tail() {
     // marker, and the leftover bytes after it are removed.
     let mut log = f.log.clone();
     log[last.pos..last.pos + HEADER_LEN].fill(0);
-    f.restore(&log);
+    f.restore_crashed(&log);
     let stats = torn(nonzero_extent(&log, last.pos, last.end()));
     assert!(stats.truncated_bytes > 0);
     let mq = f.open_and_check(last.base, stats, "header of last batch zeroed");
@@ -345,10 +386,23 @@ fn corrupted_middle_batch_in_active_segment() {
                 truncated_bytes: (f.data_end() - bad.pos) as u64,
                 dropped_batches: (n - k) as u64,
                 corruptions: 1,
+                lost_records: f.sent.len() as u64 - bad.base,
+                quarantined_bytes: (f.data_end() - bad.pos) as u64,
                 ..RecoveryStats::default()
             };
             let what = format!("byte {at} of batch {k} flipped");
             let mq = f.open_and_check(bad.base, stats, &what);
+            // What was cut is kept, byte for byte, beside the segment.
+            let kept = f.quarantined();
+            assert_eq!(kept.len(), 1, "{what}");
+            assert!(kept[0]
+                .to_string_lossy()
+                .ends_with(&format!(".damaged-{}", bad.pos)));
+            assert_eq!(
+                std::fs::read(&kept[0]).unwrap(),
+                log[bad.pos..f.data_end()],
+                "{what}"
+            );
             // Fewer, smaller records than were dropped: if recovery had left
             // the old batches in place, they would follow the new ones.
             f.append_and_reopen(mq, bad.base, 1, &what);
@@ -482,7 +536,15 @@ fn garbage_in_the_last_bytes_of_a_full_segment() {
     let mq = Broker::open(tmp.path(), cfg()).unwrap();
     let p = &mq.topic(TOPIC).unwrap().partitions[0];
     assert_eq!(p.end_offset, sent.len() as u64);
-    assert_eq!(p.recovery, torn(8));
+    // Closed cleanly, so not a torn write: corruption, the byte kept aside.
+    let damage = RecoveryStats {
+        torn_tails: 0,
+        corruptions: 1,
+        quarantined_bytes: 8,
+        ..torn(8)
+    };
+    assert_eq!(p.recovery, damage);
+    assert!(logs[0].with_extension("log.damaged-4088").exists());
     assert_eq!(read_partition(&mq, TOPIC, 0).unwrap().len(), sent.len());
     // The next record rolls to a new segment; reopening is clean.
     producer_send_and_reopen(mq, tmp.path(), sent.len() as u64);
@@ -750,9 +812,28 @@ fn sealed_segment_without_indexes() {
 fn empty_and_fully_truncated_logs() {
     let f = Fixture::new(256, 150, None);
     let base = f.spans[0].base;
+    let missing = RecoveryStats {
+        corruptions: 1,
+        lost_records: f.sent.len() as u64 - base,
+        ..clean()
+    };
+    // After a clean close the recovery point knows where the log ended:
+    // an emptied active segment is reported, not taken for a short log.
     f.restore(&[]);
-    let mq = f.open_and_check(base, clean(), "active log emptied");
+    let mq = f.open_and_check(base, missing, "active log emptied");
     f.append_and_reopen(mq, base, 2, "active log emptied");
+    // The same after a crash, where the point knows less: nothing flushed.
+    f.restore_crashed(&[]);
+    let mq = f.open_and_check(base, clean(), "active log emptied after a crash");
+    mq.close().unwrap();
+    drop(mq);
+    // A removed active segment: the last sealed one becomes active again.
+    f.restore(&f.log);
+    for ext in ["log", "idx", "tix"] {
+        std::fs::remove_file(f.log_path.with_extension(ext)).unwrap();
+    }
+    let mq = f.open_and_check(base, missing, "active log removed");
+    f.append_and_reopen(mq, base, 2, "active log removed");
 
     let tmp = tempfile::tempdir().unwrap();
     let mq = Broker::open(tmp.path(), cfg()).unwrap();

@@ -456,6 +456,7 @@ impl PartitionLog {
                 if rec.truncated {
                     recovery.truncated_bytes += rec.truncated_bytes;
                     recovery.dropped_batches += rec.dropped_batches;
+                    recovery.quarantined_bytes += rec.quarantined_bytes;
                     if rec.torn_tail {
                         recovery.torn_tails += 1;
                     } else {
@@ -466,6 +467,9 @@ impl PartitionLog {
             }
         };
         let next_offset = rec.next_offset.max(active.base());
+        if let Some(p) = point.filter(|p| p.offset > next_offset) {
+            Self::report_lost(dir, p, next_offset, rec.truncated, &mut recovery);
+        }
         let active = Arc::new(active);
         segments.push(Arc::clone(&active));
         if let Some(from) = check_from {
@@ -533,6 +537,38 @@ impl PartitionLog {
         })
     }
 
+    /// Reports records below the recovery point `p` (flushed, so
+    /// acknowledged at any `acks`) that the log, now ending at
+    /// `next_offset`, no longer holds: a cut below the point, or a segment
+    /// file emptied or removed behind the engine's back. Counted in
+    /// `lost_records`, and as a corruption unless the cut was counted
+    /// already (`cut`): a clean close leaves no torn write.
+    fn report_lost(
+        dir: &Path,
+        p: RecoveryPoint,
+        next_offset: u64,
+        cut: bool,
+        recovery: &mut RecoveryStats,
+    ) {
+        let lost = p.offset - next_offset;
+        recovery.lost_records += lost;
+        if !cut && recovery.corruptions == 0 {
+            recovery.corruptions += 1;
+        }
+        ::log::error!(
+            "recovery: the log in {} ends at offset {next_offset}, but offsets up to {} were \
+             written and flushed{}: {lost} acknowledged records are missing (a damaged, \
+             emptied or removed segment file)",
+            dir.display(),
+            p.offset,
+            if p.clean {
+                " and the log closed cleanly"
+            } else {
+                ""
+            },
+        );
+    }
+
     /// Unclean-shutdown recovery of the sealed segments (`bases` but the
     /// last) that may hold offsets at or after `from`: checks every batch
     /// (CRC32C, offsets following on, up to the next segment's base). A
@@ -565,7 +601,9 @@ impl PartitionLog {
                 for ext in ["log", "idx", "tix"] {
                     let path = segment::segment_path(dir, later, ext);
                     if ext == "log" {
-                        recovery.truncated_bytes += std::fs::metadata(&path).map_or(0, |m| m.len());
+                        let (bytes, batches) = segment::count_batches(&path);
+                        recovery.truncated_bytes += bytes;
+                        recovery.dropped_batches += batches;
                     }
                     std::fs::remove_file(&path)
                         .or_else(|e| match e.kind() {

@@ -51,7 +51,22 @@ pub(crate) struct Recovered {
     pub torn_tail: bool,
     /// Whether anything was truncated at all.
     pub truncated: bool,
+    /// Bytes of the cut moved aside (after a clean shutdown, see
+    /// [`quarantine_path`]).
+    pub quarantined_bytes: u64,
 }
+
+/// Where recovery moves the bytes it cuts from `<base>.log` at byte `pos`
+/// after a clean shutdown (they cannot be a torn write, so they are damage
+/// worth inspecting): `<base>.log.damaged-<pos>` next to the segment.
+pub(crate) fn quarantine_path(log: &Path, pos: usize) -> PathBuf {
+    let mut name = log.as_os_str().to_owned();
+    name.push(format!(".{QUARANTINE_INFIX}-{pos}"));
+    PathBuf::from(name)
+}
+
+/// What a quarantine file's name holds after the segment file's name.
+pub(crate) const QUARANTINE_INFIX: &str = "damaged";
 
 /// A segment of a partition's log.
 #[derive(Debug)]
@@ -237,6 +252,7 @@ impl Segment {
             interval,
             max_batch,
             trust_index,
+            sizes.mode,
         );
         let seg = Segment::assemble(dir, base, log, index, time, false);
         seg.max_timestamp
@@ -600,6 +616,22 @@ impl Segment {
     }
 }
 
+/// The length of a segment's log file and the number of valid batches at
+/// its start (what recovery drops when it removes the segment); `(0, 0)`
+/// for a file that cannot be read.
+pub(crate) fn count_batches(path: &Path) -> (u64, u64) {
+    let Ok(file) = MappedFile::open_read_only(path) else {
+        return (0, 0);
+    };
+    let bytes = file.bytes(0, file.capacity());
+    let (mut pos, mut n) = (0usize, 0u64);
+    while let Check::Valid(h) = batch::check(&bytes[pos..]) {
+        pos += h.total_len();
+        n += 1;
+    }
+    (bytes.len() as u64, n)
+}
+
 fn deleted_path(dir: &Path, base: u64, ext: &str) -> PathBuf {
     dir.join(format!("{base:020}.{ext}.{DELETED_SUFFIX}"))
 }
@@ -618,6 +650,10 @@ impl Drop for Segment {
 /// Without `trust_index` (after an unclean shutdown: a power loss may have
 /// kept index pages whose log pages it lost) every batch is checked from the
 /// start and the indexes are rebuilt.
+///
+/// `trust_index` also says the log was closed cleanly: a bad batch found
+/// then cannot be a torn write, so it counts as corruption, and the bytes
+/// cut are first copied to a quarantine file (created with `mode`).
 #[allow(clippy::too_many_arguments)]
 fn recover(
     base: u64,
@@ -628,7 +664,10 @@ fn recover(
     interval: usize,
     max_batch: usize,
     trust_index: bool,
+    mode: u32,
 ) -> Recovered {
+    let clean = trust_index;
+    let log_path = log.path().to_owned();
     index.recover(limit);
     time.recover(limit);
     // Start from the last offset-index entry that points at a valid batch and
@@ -705,6 +744,21 @@ fn recover(
             .map_or(pos, |last| pos + last + 1)
             .max(if bad.is_some() { chain } else { pos });
         if garbage_end > pos {
+            // After a clean shutdown no write was in flight: a bad batch is
+            // damage, kept for inspection before the cut.
+            let corrupt_after_clean = clean && bad.is_some();
+            if corrupt_after_clean {
+                let path = quarantine_path(&log_path, pos);
+                match crate::atomic_file::write_atomic(&path, &bytes[pos..garbage_end], mode, true)
+                {
+                    Ok(()) => rec.quarantined_bytes = (garbage_end - pos) as u64,
+                    Err(e) => ::log::error!(
+                        "recovery could not keep the damaged bytes of {} in {}: {e}",
+                        log_path.display(),
+                        path.display()
+                    ),
+                }
+            }
             // Zero everything after `pos`, not just the window: valid old
             // batches left further on could line up with new appends and
             // come back at the next open.
@@ -712,21 +766,29 @@ fn recover(
             rec.truncated = true;
             rec.truncated_bytes = (garbage_end - pos) as u64;
             rec.dropped_batches = dropped.max(1);
-            // Torn: nothing valid followed the damage.
-            rec.torn_tail = dropped <= 1;
-            ::log::warn!(
-                "recovery truncated {} bytes ({} batches, {}) at position {} of {}: {}",
+            // Torn: nothing valid followed the damage, and a write may have
+            // been in flight.
+            rec.torn_tail = dropped <= 1 && !corrupt_after_clean;
+            let what = if corrupt_after_clean {
+                "corruption in a log closed cleanly; the cut bytes are kept in the .damaged file beside it"
+            } else if rec.torn_tail {
+                "torn tail"
+            } else {
+                "corruption before more data"
+            };
+            let message = format!(
+                "recovery truncated {} bytes ({} batches, {what}) at position {} of {}: {}",
                 rec.truncated_bytes,
                 rec.dropped_batches,
-                if rec.torn_tail {
-                    "torn tail"
-                } else {
-                    "corruption before more data"
-                },
                 pos,
-                log.path().display(),
+                log_path.display(),
                 bad.unwrap_or("partial write after the end marker"),
             );
+            if rec.torn_tail {
+                ::log::warn!("{message}");
+            } else {
+                ::log::error!("{message}");
+            }
         }
         break;
     }
