@@ -102,6 +102,20 @@ pub(crate) struct BrokerInner {
     /// know to look again.
     topics_version: AtomicU64,
     groups: Groups,
+    /// Topics whose metadata or logs could not be opened (damaged): the
+    /// error every use of them gets. Listed by `topics()`; only
+    /// `delete_topic` changes them.
+    damaged: RwLock<HashMap<String, Error>>,
+}
+
+/// Whether an error opening one topic, group or registry is damage to that
+/// piece alone (it is set aside and the rest opens), not a failure of the
+/// directory as a whole (I/O errors such as a full descriptor table).
+pub(crate) fn is_damage(e: &Error) -> bool {
+    matches!(
+        e,
+        Error::Corrupt { .. } | Error::UnsupportedVersion { .. } | Error::InvalidConfig(_)
+    )
 }
 
 /// A consumer group as [`Broker::describe_group`] sees it.
@@ -198,20 +212,27 @@ impl Broker {
             file_mode: config.file_mode,
         };
         let mut topics = HashMap::new();
+        let mut damaged = HashMap::new();
         for entry in std::fs::read_dir(&tdir).ctx(|| format!("listing {}", tdir.display()))? {
             let entry = entry.ctx(|| format!("listing {}", tdir.display()))?;
             let name = entry.file_name().to_string_lossy().into_owned();
             if validate_topic_name(&name).is_err() || !entry.path().is_dir() {
                 continue;
             }
-            match Topic::open(entry.path(), options)? {
-                Some(t) => {
+            match Topic::open(entry.path(), options) {
+                Ok(Some(t)) => {
                     topics.insert(name, Arc::new(t));
                 }
-                None => {
+                Ok(None) => {
                     // Creation never finished (no topic.json): discard it.
                     let _ = std::fs::remove_dir_all(entry.path());
                 }
+                // One damaged topic is unavailable; the others open.
+                Err(e) if is_damage(&e) => {
+                    ::log::error!("topic {name:?} is unavailable: {e}");
+                    damaged.insert(name, e);
+                }
+                Err(e) => return Err(e),
             }
         }
         let registry = Registry::open(&dir, config.file_mode)?;
@@ -219,6 +240,7 @@ impl Broker {
             registry,
             topics_version: AtomicU64::new(0),
             groups: Groups::default(),
+            damaged: RwLock::new(damaged),
             dir,
             config,
             lock: Mutex::new(Some(lock)),
@@ -266,6 +288,10 @@ impl Broker {
         if self.inner.topics_read().contains_key(name) {
             return Err(Error::TopicExists(name.to_owned()));
         }
+        if let Some(e) = self.inner.damaged_topic(name) {
+            // Never replaced silently: `delete_topic` first.
+            return Err(e);
+        }
         let dir = topics_dir(&self.inner.dir).join(name);
         if dir.exists() {
             std::fs::remove_dir_all(&dir).ctx(|| format!("removing {}", dir.display()))?;
@@ -285,6 +311,9 @@ impl Broker {
     pub fn delete_topic(&self, name: &str) -> Result<()> {
         self.inner.check_open()?;
         let _ddl = self.inner.ddl.lock().unwrap_or_else(|p| p.into_inner());
+        if self.inner.damaged_topic(name).is_some() {
+            return self.inner.delete_damaged_topic(name);
+        }
         let topic = self
             .inner
             .topics
@@ -316,7 +345,43 @@ impl Broker {
     /// Names of all topics, sorted.
     pub fn topics(&self) -> Vec<String> {
         let mut v: Vec<String> = self.inner.topics_read().keys().cloned().collect();
+        v.extend(
+            self.inner
+                .damaged
+                .read()
+                .unwrap_or_else(|p| p.into_inner())
+                .keys()
+                .cloned(),
+        );
         v.sort();
+        v
+    }
+
+    /// The topics and consumer groups that could not be opened because
+    /// their files are damaged, with the error each use of them gets
+    /// (`Corrupt` or `UnsupportedVersion`): `(kind, name, error)` with
+    /// kind `"topic"` or `"group"`, and `("producers", "registry", error)`
+    /// when the producer registry is damaged.
+    pub fn damaged(&self) -> Vec<(String, String, Error)> {
+        let mut v: Vec<(String, String, Error)> = self
+            .inner
+            .damaged
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .map(|(n, e)| ("topic".to_owned(), n.clone(), e.duplicate()))
+            .collect();
+        v.extend(
+            self.inner
+                .groups
+                .damaged()
+                .into_iter()
+                .map(|(n, e)| ("group".to_owned(), n, e)),
+        );
+        if let Some(e) = self.inner.registry.damage() {
+            v.push(("producers".to_owned(), "registry".to_owned(), e));
+        }
+        v.sort_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
         v
     }
 
@@ -516,12 +581,45 @@ impl BrokerInner {
 
     /// The topic `name`, or `UnknownTopic` (or `Closed`).
     #[inline]
+    /// The error of a damaged topic, if `name` is one.
+    pub(crate) fn damaged_topic(&self, name: &str) -> Option<Error> {
+        self.damaged
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(name)
+            .map(Error::duplicate)
+    }
+
+    /// Removes a damaged topic's directory and its committed offsets (the
+    /// caller holds the DDL lock).
+    fn delete_damaged_topic(&self, name: &str) -> Result<()> {
+        let dir = topics_dir(&self.dir).join(name);
+        let trash = self.dir.join("trash");
+        std::fs::create_dir_all(&trash).ctx(|| format!("creating {}", trash.display()))?;
+        let aside = trash.join(format!("{name}-{}", now_ms()));
+        std::fs::rename(&dir, &aside).ctx(|| format!("removing {}", dir.display()))?;
+        let _ = std::fs::remove_dir_all(&aside);
+        self.damaged
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(name);
+        for g in self.groups.all() {
+            if let Err(e) = g.remove_topic(name) {
+                ::log::warn!("forgetting offsets of {name} in group {}: {e}", g.name());
+            }
+        }
+        self.topics_changed();
+        Ok(())
+    }
+
     pub(crate) fn topic(&self, name: &str) -> Result<Arc<Topic>> {
         self.check_open()?;
-        self.topics_read()
-            .get(name)
-            .cloned()
-            .ok_or_else(|| Error::UnknownTopic(name.to_owned()))
+        if let Some(t) = self.topics_read().get(name) {
+            return Ok(Arc::clone(t));
+        }
+        Err(self
+            .damaged_topic(name)
+            .unwrap_or_else(|| Error::UnknownTopic(name.to_owned())))
     }
 
     fn enforce_retention(&self) -> usize {

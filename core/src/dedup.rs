@@ -98,14 +98,63 @@ pub(crate) struct Registry {
     path: PathBuf,
     mode: u32,
     state: Mutex<RegistryState>,
+    /// Why the registry file could not be read, when it is damaged: ids
+    /// cannot be handed out safely (one already in the logs would make new
+    /// records look like duplicates), so idempotent producers are refused
+    /// with this error; everything else works.
+    damage: Option<Error>,
 }
 
 impl Registry {
-    /// Opens (or starts) the registry under `<dir>/producers/`.
+    /// Opens (or starts) the registry under `<dir>/producers/`. A damaged
+    /// file leaves the registry unavailable (see [`Registry::damage`])
+    /// rather than failing.
     pub(crate) fn open(dir: &Path, mode: u32) -> Result<Registry> {
         let pdir = dir.join("producers");
         crate::private_dir::create_dir_all(&pdir, mode)?;
         let path = pdir.join("registry.json");
+        match Self::read(&path) {
+            Ok(file) => Ok(Self::with(path, mode, file, None)),
+            Err(e) if crate::broker::is_damage(&e) => {
+                ::log::error!(
+                    "the producer registry is unavailable ({e}): idempotent producers are \
+                     refused until it is repaired or removed"
+                );
+                Ok(Self::with(path, mode, RegistryFile::default(), Some(e)))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    fn with(path: PathBuf, mode: u32, file: RegistryFile, damage: Option<Error>) -> Registry {
+        let next = file.next_id;
+        Registry {
+            path,
+            mode,
+            state: Mutex::new(RegistryState {
+                file,
+                next_anonymous: next,
+                reserved_end: next,
+                live: HashMap::new(),
+            }),
+            damage,
+        }
+    }
+
+    /// The error idempotent producers get while the registry is damaged.
+    pub(crate) fn damage(&self) -> Option<Error> {
+        self.damage.as_ref().map(Error::duplicate)
+    }
+
+    fn check_usable(&self) -> Result<()> {
+        match &self.damage {
+            Some(e) => Err(e.duplicate()),
+            None => Ok(()),
+        }
+    }
+
+    fn read(path: &Path) -> Result<RegistryFile> {
+        let path = path.to_owned();
         let file = match crate::atomic_file::read_small(&path)? {
             Some(bytes) => {
                 serde_json::from_slice::<RegistryFile>(&bytes).map_err(|e| Error::Corrupt {
@@ -128,17 +177,7 @@ impl Registry {
                 reason: "producer registry holds ids out of range".into(),
             });
         }
-        let next = file.next_id;
-        Ok(Registry {
-            path,
-            mode,
-            state: Mutex::new(RegistryState {
-                file,
-                next_anonymous: next,
-                reserved_end: next,
-                live: HashMap::new(),
-            }),
-        })
+        Ok(file)
     }
 
     fn save(&self, file: &RegistryFile) -> Result<()> {
@@ -152,6 +191,7 @@ impl Registry {
 
     /// A fresh id for an anonymous producer (epoch 0).
     pub(crate) fn allocate_anonymous(&self) -> Result<i64> {
+        self.check_usable()?;
         let mut st = self.lock();
         if st.next_anonymous == st.reserved_end {
             let end = st.file.next_id + ID_BLOCK;
@@ -173,6 +213,7 @@ impl Registry {
     /// epoch, which fences every older object of that name.
     pub(crate) fn acquire_named(&self, name: &str) -> Result<(Arc<NamedIdentity>, i16)> {
         validate_producer_name(name)?;
+        self.check_usable()?;
         let mut st = self.lock();
         let before = st.file.named.get(name).copied();
         let record = match before {

@@ -396,6 +396,9 @@ impl Group {
 #[derive(Debug, Default)]
 pub(crate) struct Groups {
     map: Mutex<HashMap<String, Arc<Group>>>,
+    /// Groups (storage names) whose offsets file could not be read: the
+    /// error each use of them gets.
+    damaged: Mutex<HashMap<String, Error>>,
 }
 
 impl Groups {
@@ -409,7 +412,15 @@ impl Groups {
             let name = e.file_name().to_string_lossy().into_owned();
             if let Some(g) = name.strip_suffix(".offsets") {
                 if crate::offsets::is_valid_key(g) {
-                    self.get(dir, g, mode)?;
+                    match self.get(dir, g, mode) {
+                        Ok(_) => {}
+                        // One damaged group is unavailable; the rest opens.
+                        Err(e) if crate::broker::is_damage(&e) => {
+                            ::log::error!("consumer group {g:?} is unavailable: {e}");
+                            lock(&self.damaged).insert(g.to_owned(), e);
+                        }
+                        Err(e) => return Err(e),
+                    }
                 }
             }
         }
@@ -435,9 +446,22 @@ impl Groups {
             .filter(|(_, g)| g.is_in_use())
             .map(|(n, _)| crate::offsets::group_of_key(&n).to_owned())
             .collect();
+        names.extend(
+            lock(&self.damaged)
+                .keys()
+                .map(|n| crate::offsets::group_of_key(n).to_owned()),
+        );
         names.sort();
         names.dedup();
         names
+    }
+
+    /// The damaged groups (storage names) and their errors.
+    pub(crate) fn damaged(&self) -> Vec<(String, Error)> {
+        lock(&self.damaged)
+            .iter()
+            .map(|(n, e)| (n.clone(), e.duplicate()))
+            .collect()
     }
 
     /// Every group opened so far.
@@ -451,6 +475,9 @@ impl Groups {
         let mut map = lock(&self.map);
         if let Some(g) = map.get(name) {
             return Ok(Arc::clone(g));
+        }
+        if let Some(e) = lock(&self.damaged).get(name) {
+            return Err(e.duplicate());
         }
         let g = Arc::new(Group::open(dir, name, mode)?);
         map.insert(name.to_owned(), Arc::clone(&g));
