@@ -223,6 +223,41 @@ typedef enum mql_rebalance_event {
 } mql_rebalance_event;
 
 /**
+ * How severe a log record is, as in Rust's `log` crate (and in the same
+ * order: a larger value is more verbose). `MQL_LOG_OFF` is for
+ * `mql_set_log_level` only; a callback never receives it.
+ *
+ */
+typedef enum mql_log_level {
+    /**
+     * No records at all (`mql_set_log_level` only).
+     */
+    MQL_LOG_OFF = 0,
+    /**
+     * Something failed: data could not be read or written as asked.
+     */
+    MQL_LOG_ERROR = 1,
+    /**
+     * Something was repaired or given up: recovery cut a damaged log,
+     * a committed offset was reset, background work failed (the default
+     * level).
+     */
+    MQL_LOG_WARN = 2,
+    /**
+     * Notable events of normal operation.
+     */
+    MQL_LOG_INFO = 3,
+    /**
+     * Details for debugging.
+     */
+    MQL_LOG_DEBUG = 4,
+    /**
+     * Very detailed tracing.
+     */
+    MQL_LOG_TRACE = 5,
+} mql_log_level;
+
+/**
  * Where a consumer starts when it has no valid position (Kafka's
  * `auto.offset.reset`).
  *
@@ -580,6 +615,42 @@ typedef struct mql_interceptor {
 } mql_interceptor;
 
 /**
+ * What recovery found and repaired in one partition when the data
+ * directory was opened (`mql_partition_recovery`). All zero for a
+ * partition whose log was intact.
+ */
+typedef struct mql_recovery_stats {
+    /**
+     * Bytes removed from the tail of the active segment.
+     */
+    uint64_t truncated_bytes;
+    /**
+     * Batches removed (damaged or partial ones and any valid ones after
+     * them).
+     */
+    uint64_t dropped_batches;
+    /**
+     * Truncations of a torn tail (a partial last write).
+     */
+    uint64_t torn_tails;
+    /**
+     * Damage found where no torn write can be: followed by more data, in
+     * a log closed cleanly, or in a sealed segment.
+     */
+    uint64_t corruptions;
+    /**
+     * Records below the recovery point (acknowledged as written) that the
+     * log no longer holds: a cut, emptied or missing segment file.
+     */
+    uint64_t lost_records;
+    /**
+     * Bytes of damaged log moved aside for inspection (next to the
+     * segment, as `<base>.log.damaged-<position>`) instead of dropped.
+     */
+    uint64_t quarantined_bytes;
+} mql_recovery_stats;
+
+/**
  * What a producer did so far (`mql_producer_get_stats`).
  */
 typedef struct mql_producer_stats {
@@ -686,6 +757,11 @@ typedef struct mql_consumer_stats {
      * Commits made (manual and automatic).
      */
     uint64_t commits;
+    /**
+     * Committed offsets found beyond the end of their partition's log
+     * (recovery cut the log below them) and reset by the reset policy.
+     */
+    uint64_t offset_resets;
 } mql_consumer_stats;
 
 /**
@@ -822,6 +898,26 @@ typedef struct mql_processor_stats {
      */
     uint64_t commits;
 } mql_processor_stats;
+
+/**
+ * A log callback: receives each record at or above the level set with
+ * `mql_set_log_level`. `level` is never `MQL_LOG_OFF`; `target` names the
+ * part of the engine that logged (a Rust module path such as
+ * `"mqlite::log::segment"`); `message` is the text, without a trailing
+ * newline. Both strings are NUL-terminated UTF-8, valid during the call
+ * only.
+ *
+ * It runs on the thread that logged, which may be one of the library's
+ * background threads, and on several threads at once: it must be
+ * thread-safe, and so must `user_data`. It runs while the engine may hold
+ * internal locks, so it must return promptly and must not call any
+ * `mql_` function (records logged on its thread while it runs are
+ * dropped, and `mql_set_log_callback` called from it fails).
+ */
+typedef void (*mql_log_callback)(void *user_data,
+                                 enum mql_log_level level,
+                                 const char *target,
+                                 const char *message);
 
 #ifdef __cplusplus
 extern "C" {
@@ -1586,6 +1682,24 @@ enum mql_status mql_topic_offsets(struct mql_broker *broker,
                                   uint32_t partition,
                                   uint64_t *start,
                                   uint64_t *end);
+
+/**
+ * What recovery found and repaired in partition `partition` of topic
+ * `name` when the data directory was opened, into `*out` (the engine also
+ * logs each repair; see `mql_set_log_callback`).
+ *
+ * Errors: `MQL_UNKNOWN_TOPIC`, `MQL_UNKNOWN_PARTITION`, `MQL_CLOSED`.
+ *
+ * Ownership: borrows every argument for the call; the results are plain values; nothing to free.
+ *
+ * # Safety
+ * `broker` is NULL or a live broker; `name` is NULL or a NUL-terminated
+ * string; `out` is NULL or valid for writing an `mql_recovery_stats`.
+ */
+enum mql_status mql_partition_recovery(struct mql_broker *broker,
+                                       const char *name,
+                                       uint32_t partition,
+                                       struct mql_recovery_stats *out);
 
 /**
  * Makes a producer. `config` may be NULL for the defaults (see
@@ -2867,6 +2981,46 @@ const char *mql_name_list_get(const struct mql_name_list *list, size_t index);
  * not used again.
  */
 void mql_name_list_free(struct mql_name_list *list);
+
+/**
+ * Sends the engine's log records (recovery cuts, corruption found,
+ * committed offsets reset, failed background work) at or above the level
+ * of `mql_set_log_level` (default `MQL_LOG_WARN`) to `callback`, with
+ * `user_data`, replacing any previous callback. NULL turns logging off
+ * (the default).
+ *
+ * The callback runs on the thread that logged, often one of the library's
+ * background threads, and on several at once; see `mql_log_callback` for
+ * what it may do. When this function returns, no call of the previous
+ * callback is still running, so its `user_data` may be freed. Logging is
+ * one setting for the whole process.
+ *
+ * Errors: `MQL_INVALID_ARGUMENT` when called from a log callback, or when
+ * another logger of Rust's `log` crate already owns this process's
+ * records (a Rust program linking the static library with a logger of its
+ * own).
+ *
+ * Ownership: the library keeps `callback` and `user_data` until they are
+ * replaced; it never frees `user_data`.
+ *
+ * # Safety
+ * `callback` is NULL or a function of this type that may be called, with
+ * `user_data`, from any thread until it is replaced.
+ */
+enum mql_status mql_set_log_callback(mql_log_callback callback, void *user_data);
+
+/**
+ * The most verbose level of the records the log callback receives: one
+ * of the `mql_log_level` values (passed as `int`, so that any value is
+ * safe to pass; others give `MQL_INVALID_ARGUMENT`). `MQL_LOG_OFF` drops
+ * every record; the default is `MQL_LOG_WARN`. Records above the level
+ * cost one atomic load. May be called at any time, before or after
+ * `mql_set_log_callback`, from any thread but a log callback.
+ *
+ * Errors: `MQL_INVALID_ARGUMENT` for a value that is no level, or when
+ * called from a log callback.
+ */
+enum mql_status mql_set_log_level(int level);
 
 #ifdef __cplusplus
 }  // extern "C"

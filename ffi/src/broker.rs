@@ -3,7 +3,7 @@
 use std::ffi::c_char;
 use std::path::PathBuf;
 
-use mqlite::{Broker, Config, TopicConfig};
+use mqlite::{Broker, Config, PartitionInfo, TopicConfig};
 
 use crate::config::{mql_config, mql_topic_config};
 use crate::error::{guard, mql_status, Failure, FfiResult};
@@ -239,22 +239,97 @@ pub unsafe extern "C" fn mql_topic_offsets(
         let name = unsafe { arg_str(name, "name") }?;
         let start = Out::new(start, "start")?;
         let end = Out::new(end, "end")?;
-        let info = b.inner.topic(name)?;
-        let count = info.partitions.len() as u32;
-        let p = info
-            .partitions
-            .iter()
-            .find(|p| p.partition == partition)
-            .ok_or_else(|| mqlite::Error::UnknownPartition {
-                topic: name.to_owned(),
-                partition,
-                count,
-            })?;
+        let p = partition_info(b, name, partition)?;
         // SAFETY: both are valid for writes by the caller's contract.
         unsafe {
             start.write(p.start_offset);
             end.write(p.end_offset);
         }
+        Ok(())
+    })
+}
+
+/// The description of one partition of topic `name`.
+fn partition_info(b: &mql_broker, name: &str, partition: u32) -> FfiResult<PartitionInfo> {
+    let info = b.inner.topic(name)?;
+    let count = info.partitions.len() as u32;
+    info.partitions
+        .into_iter()
+        .find(|p| p.partition == partition)
+        .ok_or_else(|| {
+            mqlite::Error::UnknownPartition {
+                topic: name.to_owned(),
+                partition,
+                count,
+            }
+            .into()
+        })
+}
+
+/// What recovery found and repaired in one partition when the data
+/// directory was opened (`mql_partition_recovery`). All zero for a
+/// partition whose log was intact.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct mql_recovery_stats {
+    /// Bytes removed from the tail of the active segment.
+    pub truncated_bytes: u64,
+    /// Batches removed (damaged or partial ones and any valid ones after
+    /// them).
+    pub dropped_batches: u64,
+    /// Truncations of a torn tail (a partial last write).
+    pub torn_tails: u64,
+    /// Damage found where no torn write can be: followed by more data, in
+    /// a log closed cleanly, or in a sealed segment.
+    pub corruptions: u64,
+    /// Records below the recovery point (acknowledged as written) that the
+    /// log no longer holds: a cut, emptied or missing segment file.
+    pub lost_records: u64,
+    /// Bytes of damaged log moved aside for inspection (next to the
+    /// segment, as `<base>.log.damaged-<position>`) instead of dropped.
+    pub quarantined_bytes: u64,
+}
+
+impl From<mqlite::RecoveryStats> for mql_recovery_stats {
+    fn from(r: mqlite::RecoveryStats) -> Self {
+        mql_recovery_stats {
+            truncated_bytes: r.truncated_bytes,
+            dropped_batches: r.dropped_batches,
+            torn_tails: r.torn_tails,
+            corruptions: r.corruptions,
+            lost_records: r.lost_records,
+            quarantined_bytes: r.quarantined_bytes,
+        }
+    }
+}
+
+/// What recovery found and repaired in partition `partition` of topic
+/// `name` when the data directory was opened, into `*out` (the engine also
+/// logs each repair; see `mql_set_log_callback`).
+///
+/// Errors: `MQL_UNKNOWN_TOPIC`, `MQL_UNKNOWN_PARTITION`, `MQL_CLOSED`.
+///
+/// Ownership: borrows every argument for the call; the results are plain values; nothing to free.
+///
+/// # Safety
+/// `broker` is NULL or a live broker; `name` is NULL or a NUL-terminated
+/// string; `out` is NULL or valid for writing an `mql_recovery_stats`.
+#[no_mangle]
+pub unsafe extern "C" fn mql_partition_recovery(
+    broker: *mut mql_broker,
+    name: *const c_char,
+    partition: u32,
+    out: *mut mql_recovery_stats,
+) -> mql_status {
+    guard(|| {
+        // SAFETY: forwarded caller contract (for all three).
+        let b = unsafe { arg_ref(broker, "broker") }?;
+        // SAFETY: as above.
+        let name = unsafe { arg_str(name, "name") }?;
+        let out = Out::new(out, "out")?;
+        let p = partition_info(b, name, partition)?;
+        // SAFETY: `out` is valid for writes by the caller's contract.
+        unsafe { out.write(p.recovery.into()) };
         Ok(())
     })
 }

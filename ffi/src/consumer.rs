@@ -436,6 +436,9 @@ pub struct mql_consumer_stats {
     pub skipped: u64,
     /// Commits made (manual and automatic).
     pub commits: u64,
+    /// Committed offsets found beyond the end of their partition's log
+    /// (recovery cut the log below them) and reset by the reset policy.
+    pub offset_resets: u64,
 }
 
 /// Wakes a consumer blocked in `mql_poll` from another thread. Made by
@@ -1258,6 +1261,7 @@ pub unsafe extern "C" fn mql_consumer_get_stats(
                 rebalances: s.rebalances,
                 skipped: s.skipped,
                 commits: s.commits,
+                offset_resets: s.offset_resets,
             })
         })?;
         // SAFETY: `out` is valid for writes by the caller's contract.

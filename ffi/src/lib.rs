@@ -58,6 +58,12 @@
 //!   documented subset of the consumer functions on it (`mql_commit` among
 //!   them; see `mql_rebalance_callback`). A processor's message handler
 //!   (`mql_message_handler`) runs on its worker threads, several at once.
+//! - **Logging.** The engine's warnings (recovery cut a damaged log, a
+//!   committed offset was reset, background work failed) go to the callback
+//!   of `mql_set_log_callback`, one setting for the process, at the level of
+//!   `mql_set_log_level` (default `MQL_LOG_WARN`). It runs on the thread
+//!   that logged, background threads included, and must not call the
+//!   library (see `mql_log_callback`).
 //! - **Commits** count exactly the messages `mql_poll` handed out: the
 //!   consumer fetches batches from the engine and hands them out one by
 //!   one, but messages fetched and not handed out yet are never committed,
@@ -91,8 +97,11 @@ mod message;
 
 mod names;
 
+mod log;
+
 mod util;
 
+pub use crate::log::*;
 pub use broker::*;
 pub use callback::*;
 pub use config::*;

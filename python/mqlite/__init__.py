@@ -59,6 +59,13 @@ lone surrogate) raises ``UnicodeEncodeError`` (a ``ValueError``); negative
 or out-of-range values raise ``mqlite.InvalidArgument`` (or its subclass
 ``InvalidConfig``).
 
+Logging: the engine's warnings (recovery cut a damaged log, a committed
+offset was reset, background work failed) go to the ``logging`` logger
+``mqlite``; ``open()`` and ``Broker.close()`` deliver theirs before they
+return, others follow within moments from a thread of the module. Records
+the logger would drop are filtered out in the engine at no cost; the level
+is read again at each ``open()`` and at least once a second.
+
 Threads: brokers, producers and consumers may be shared between threads.
 Calls that wait release the GIL; a consumer serialises its calls.
 

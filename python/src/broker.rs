@@ -40,6 +40,10 @@ use crate::util::{arg_u32, config_u32, config_u64};
 ///     mqlite.IoError: The directory cannot be created or read.
 ///     mqlite.Corrupt: A topic's metadata is unreadable.
 ///
+/// What recovery repairs on open (a damaged or torn log tail cut) is logged
+/// as a warning on the `mqlite` logger before the broker is returned, and
+/// counted in `topic(name).partitions`.
+///
 /// A broker belongs to the process that opened it. In a child forked with
 /// `os.fork()`, the broker and everything made from it report `closed`,
 /// their methods raise `mqlite.Closed` (`close()` does nothing), and the
@@ -165,9 +169,12 @@ impl Broker {
             .file_mode(file_mode as u32)
             .retention_check_interval_ms(interval)
             .max_commit_metadata_bytes(max_metadata);
-        let inner = py
-            .detach(|| mqlite::Broker::open(&path, config))
-            .py_err(py)?;
+        // Recovery logs what it repairs: with the level configured now,
+        // and delivered to `logging` before the broker is returned.
+        crate::logging::refresh_level(py);
+        let opened = py.detach(|| mqlite::Broker::open(&path, config));
+        crate::logging::flush(py);
+        let inner = opened.py_err(py)?;
         Ok(Broker {
             lock_token: fork::register_lock(&path),
             path: path.to_string_lossy().into_owned(),
@@ -703,6 +710,7 @@ impl Broker {
             return Ok(());
         }
         let res = py.detach(|| self.inner.close());
+        crate::logging::flush(py);
         if let Some(t) = self.lock_token {
             fork::unregister_lock(t);
         }
@@ -737,8 +745,17 @@ impl Broker {
 ///     truncated_bytes (int): Bytes recovery removed from the tail on open.
 ///     dropped_batches (int): Batches recovery removed on open.
 ///     torn_tails (int): Torn tails (partial last writes) recovery cut.
-///     corruptions (int): Damaged places followed by more data that recovery
-///         cut.
+///     corruptions (int): Damage recovery found where no torn write can be:
+///         followed by more data, in a log closed cleanly, or in a sealed
+///         segment.
+///     lost_records (int): Records below the recovery point (acknowledged as
+///         written) that the log no longer holds: a cut, emptied or missing
+///         segment file.
+///     quarantined_bytes (int): Bytes of damaged log recovery moved aside
+///         for inspection (next to the segment, as
+///         `<base>.log.damaged-<position>`) instead of dropping them.
+///
+/// Recovery also logs each repair on the `mqlite` logger (a warning).
 #[pyclass(frozen, get_all, module = "mqlite")]
 #[derive(Clone)]
 pub struct PartitionInfo {
@@ -758,8 +775,15 @@ pub struct PartitionInfo {
     dropped_batches: u64,
     /// int: Torn tails (partial last writes) recovery cut.
     torn_tails: u64,
-    /// int: Damaged places followed by more data that recovery cut.
+    /// int: Damage recovery found where no torn write can be (followed by
+    /// more data, in a log closed cleanly, or in a sealed segment).
     corruptions: u64,
+    /// int: Records below the recovery point (acknowledged as written) that
+    /// the log no longer holds: a cut, emptied or missing segment file.
+    lost_records: u64,
+    /// int: Bytes of damaged log recovery moved aside for inspection instead
+    /// of dropping them.
+    quarantined_bytes: u64,
 }
 
 #[pymethods]
@@ -767,7 +791,8 @@ impl PartitionInfo {
     fn __repr__(&self) -> String {
         format!(
             "PartitionInfo(partition={}, start_offset={}, end_offset={}, size_bytes={}, segments={}, \
-             truncated_bytes={}, dropped_batches={}, torn_tails={}, corruptions={})",
+             truncated_bytes={}, dropped_batches={}, torn_tails={}, corruptions={}, lost_records={}, \
+             quarantined_bytes={})",
             self.partition,
             self.start_offset,
             self.end_offset,
@@ -776,7 +801,9 @@ impl PartitionInfo {
             self.truncated_bytes,
             self.dropped_batches,
             self.torn_tails,
-            self.corruptions
+            self.corruptions,
+            self.lost_records,
+            self.quarantined_bytes
         )
     }
 }
@@ -848,6 +875,8 @@ impl From<mqlite::TopicInfo> for TopicInfo {
                     dropped_batches: p.recovery.dropped_batches,
                     torn_tails: p.recovery.torn_tails,
                     corruptions: p.recovery.corruptions,
+                    lost_records: p.recovery.lost_records,
+                    quarantined_bytes: p.recovery.quarantined_bytes,
                 })
                 .collect(),
         }

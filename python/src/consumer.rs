@@ -221,6 +221,9 @@ fn warn(py: Python<'_>, what: &str, e: &mqlite::Error) {
 ///     skipped (int): Messages retention deleted before they were read
 ///         (`auto_offset_reset` moved the position past them).
 ///     commits (int): Commits made, manual and automatic.
+///     offset_resets (int): Committed offsets found beyond the end of their
+///         partition's log (recovery cut the log below them) and reset by
+///         `auto_offset_reset`.
 #[pyclass(frozen, get_all, module = "mqlite")]
 pub struct ConsumerStats {
     /// int: Messages handed out to Python (by `poll()`, `consume()` and iteration).
@@ -235,14 +238,24 @@ pub struct ConsumerStats {
     skipped: u64,
     /// int: Commits made, manual and automatic.
     commits: u64,
+    /// int: Committed offsets found beyond the end of their partition's log
+    /// (recovery cut the log below them) and reset by `auto_offset_reset`.
+    offset_resets: u64,
 }
 
 #[pymethods]
 impl ConsumerStats {
     fn __repr__(&self) -> String {
         format!(
-            "ConsumerStats(records={}, bytes={}, polls={}, rebalances={}, skipped={}, commits={})",
-            self.records, self.bytes, self.polls, self.rebalances, self.skipped, self.commits
+            "ConsumerStats(records={}, bytes={}, polls={}, rebalances={}, skipped={}, commits={}, \
+             offset_resets={})",
+            self.records,
+            self.bytes,
+            self.polls,
+            self.rebalances,
+            self.skipped,
+            self.commits,
+            self.offset_resets
         )
     }
 }
@@ -1795,6 +1808,7 @@ impl Consumer {
             rebalances: s.rebalances,
             skipped: s.skipped,
             commits: s.commits,
+            offset_resets: s.offset_resets,
         })
     }
 

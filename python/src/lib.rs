@@ -7,7 +7,9 @@
 //! sends, flushes, opening and closing, topic changes) release it.
 //!
 //! The engine's threads never call Python: delivery reports and interceptor
-//! acknowledgements are queued and run by Python threads (`callbacks.rs`).
+//! acknowledgements are queued and run by Python threads (`callbacks.rs`),
+//! and the engine's log records are queued for Python's `logging`, logger
+//! `mqlite` (`logging.rs`).
 //!
 //! Objects belong to the process that made them: in a child forked with
 //! `os.fork()` they raise `mqlite.Closed` (`fork.rs`).
@@ -18,6 +20,7 @@ mod callbacks;
 mod consumer;
 mod errors;
 mod fork;
+mod logging;
 mod processor;
 mod producer;
 mod util;
@@ -46,5 +49,8 @@ fn _mqlite(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(producer::partition_for_key, m)?)?;
     errors::register(m)?;
     fork::install(m)?;
+    // Private (for tests): set as an attribute, so not in `__all__`.
+    m.setattr("_log_level", wrap_pyfunction!(logging::_log_level, m)?)?;
+    logging::install(m)?;
     Ok(())
 }

@@ -74,6 +74,7 @@ ALLOWED = {
     ("mql_interceptor", "on_send"): ("call", "either function may be NULL, not both"),
     ("mql_interceptor", "on_acknowledgement"): ("call", "either function may be NULL, not both"),
     ("mql_committed_offset", "metadata"): ("call", "NULL: no metadata"),
+    ("mql_set_log_callback", "callback"): ("call", "NULL turns logging off (the default)"),
 }
 
 # Neutral results of accessors given a NULL handle, when not NULL / 0.

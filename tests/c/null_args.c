@@ -95,6 +95,12 @@ int main(int argc, char **argv) {
     CHECK_NULL(mql_topic_offsets(mq, "t", 0, NULL, &end));
     CHECK_NULL(mql_topic_offsets(mq, "t", 0, &start, NULL));
     CHECK(start == 777 && end == 777);
+    mql_recovery_stats rs;
+    memset(&rs, 0x5A, sizeof rs);
+    CHECK_NULL(mql_partition_recovery(NULL, "t", 0, &rs));
+    CHECK_NULL(mql_partition_recovery(mq, NULL, 0, &rs));
+    CHECK_NULL(mql_partition_recovery(mq, "t", 0, NULL));
+    CHECK(rs.truncated_bytes == 0x5A5A5A5A5A5A5A5AULL && rs.quarantined_bytes == 0x5A5A5A5A5A5A5A5AULL);
 
     /* --- producers --- */
     mql_producer_config *pc = SENTINEL;
