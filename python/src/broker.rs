@@ -292,7 +292,8 @@ impl Broker {
             .py_err(py)
     }
 
-    /// Names of all topics, sorted.
+    /// Names of all topics, sorted (damaged ones included: see
+    /// `damaged()`).
     ///
     /// Returns:
     ///     list[str]: The topic names.
@@ -306,9 +307,9 @@ impl Broker {
 
     /// Names of the consumer groups, sorted (Kafka's
     /// `list_consumer_groups`): those with committed offsets in the data
-    /// directory (a broadcast consumer's offsets count as the group
-    /// `<group_id>.<client_id>`) and those with members in this process. A
-    /// group that was only described is not listed.
+    /// directory (the offsets of broadcast consumers count for their
+    /// `group_id`), damaged ones included, and those with members in this
+    /// process. A group that was only described is not listed.
     ///
     /// Returns:
     ///     list[str]: The group names.
@@ -318,6 +319,27 @@ impl Broker {
     fn groups(&self, py: Python<'_>) -> PyResult<Vec<String>> {
         self.check_open(py)?;
         Ok(self.inner.groups())
+    }
+
+    /// What could not be opened because its files are damaged: each use of
+    /// it raises `mqlite.Corrupt` (or `mqlite.UnsupportedVersion`) while
+    /// the rest of the directory works. `kind` is `"topic"`, `"group"` or
+    /// `"producers"` (the producer registry: idempotent producers are
+    /// refused). A damaged topic can be removed with `delete_topic`.
+    ///
+    /// Returns:
+    ///     list[tuple[str, str, str]]: `(kind, name, error message)`.
+    ///
+    /// Raises:
+    ///     mqlite.Closed: The broker is closed.
+    fn damaged(&self, py: Python<'_>) -> PyResult<Vec<(String, String, String)>> {
+        self.check_open(py)?;
+        Ok(self
+            .inner
+            .damaged()
+            .into_iter()
+            .map(|(k, n, e)| (k, n, e.to_string()))
+            .collect())
     }
 
     /// Describes a topic: its config and each partition's offsets and size.

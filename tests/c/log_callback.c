@@ -48,7 +48,8 @@ static void reset(struct seen *s) {
 static const char VALUE[] = "0123456789abcdefghijklmnopqrstuvwxyz0123456789abcdefghijklmnopqrstuvwxyz";
 
 /* Flips a byte inside the last copy of VALUE in the active segment of t/0,
- * so that the last batch fails its CRC at the next open. */
+ * so that the last batch fails its CRC at the next open, and removes the
+ * partition's recovery point. */
 static void damage(const char *dir) {
     char path[4400];
     snprintf(path, sizeof path, "%s/data/topics/t/0/00000000000000000000.log", dir);
@@ -71,6 +72,11 @@ static void damage(const char *dir) {
     CHECK(fputc(bytes[pos] ^ 0xFF, f) != EOF);
     CHECK(fclose(f) == 0);
     free(bytes);
+    /* As a crash before any flush leaves it: the bad batch is then a torn
+     * tail, which recovery cuts with a warning (after a clean close it
+     * would be corruption, reported as an error). */
+    snprintf(path, sizeof path, "%s/data/topics/t/0/recovery.point", dir);
+    CHECK(remove(path) == 0);
 }
 
 /* Writes `n` more records to t/0 (made if missing), closes cleanly and

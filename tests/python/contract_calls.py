@@ -223,6 +223,7 @@ METHOD_CALLS: List[Call] = [
     Call("Broker", "topic", {"name": "t"}, {"name": "str"}),
     Call("Broker", "topics"),
     Call("Broker", "groups"),
+    Call("Broker", "damaged"),
     # Producer
     Call("Producer", "__enter__"),
     Call("Producer", "__exit__", args=(None, None, None)),

@@ -33,13 +33,16 @@ def write(data_dir: Path, n: int) -> None:
 
 def damage(data_dir: Path) -> None:
     """Flips a byte in the middle of the last record of the active segment
-    of t/0, so that its batch fails the CRC check at the next open."""
+    of t/0, so that its batch fails the CRC check at the next open, and
+    removes the recovery point, as a crash before any flush leaves it: the
+    bad batch is then a torn tail, which recovery cuts with a warning."""
     path = data_dir / "topics" / "t" / "0" / "00000000000000000000.log"
     data = bytearray(path.read_bytes())
     at = data.rfind(VALUE)
     assert at >= 0
     data[at + len(VALUE) // 2] ^= 0xFF
     path.write_bytes(bytes(data))
+    (data_dir / "topics" / "t" / "0" / "recovery.point").unlink()
 
 
 def reopen(data_dir: Path) -> mqlite.Broker:
