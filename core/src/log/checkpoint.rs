@@ -51,7 +51,9 @@ fn encode(p: RecoveryPoint) -> [u8; LEN] {
     b
 }
 
-fn decode(b: &[u8]) -> Option<RecoveryPoint> {
+/// The recovery point held in a file's bytes; `None` unless they check
+/// out (size, magic, version, CRC).
+pub(crate) fn decode(b: &[u8]) -> Option<RecoveryPoint> {
     if b.len() != LEN || &b[0..4] != MAGIC || b[4] != VERSION || b[5] > 1 {
         return None;
     }
