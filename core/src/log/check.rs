@@ -30,6 +30,12 @@
 //! being appended at that moment shows as one. Any other damage, and any
 //! damage after a clean close, is a [`Severity::Error`].
 //!
+//! # Asking for a full check
+//! Recovery checks every batch only after an unclean shutdown, and from the
+//! recovery point on. [`request_full_recovery`], the one function here that
+//! writes, marks partitions so that their next open checks (and cuts at)
+//! every batch: what `mqlite repair` does before it opens the directory.
+//!
 //! Non-zero bytes after the end marker are looked for in the
 //! `max_batch_bytes` ([`CheckOptions`]) after it in the active segment (a
 //! partial write reaches no further), and to the end of the file in a
@@ -368,6 +374,65 @@ pub fn check_partition(
         issues: w.issues,
         cut,
     })
+}
+
+/// Marks the partition directories `partitions` of the data directory
+/// `data` so that their next open checks every batch, from the first
+/// segment on, as after a crash before anything was flushed: rewrites
+/// each one's `recovery.point` as "not closed cleanly, nothing flushed"
+/// (a partition without the file is checked in full anyway). Takes the
+/// directory's lock while it writes and lets it go before it returns.
+/// Returns how many files were rewritten.
+///
+/// Any recovery point is safe (a lower one only means a longer check), but
+/// the next open can no longer count records that were flushed and are
+/// missing ([`RecoveryStats::lost_records`](crate::RecoveryStats)).
+///
+/// # Errors
+/// [`Error::Locked`] when another handle holds the directory;
+/// [`Error::InvalidArgument`] for a partition directory outside `data`; an
+/// I/O error when a file cannot be written.
+pub fn request_full_recovery(data: &Path, partitions: &[PathBuf]) -> Result<usize> {
+    let topics = data.join("topics");
+    for p in partitions {
+        if p.parent().and_then(Path::parent) != Some(topics.as_path()) {
+            return Err(Error::InvalidArgument(format!(
+                "{} is not a partition directory of {}",
+                p.display(),
+                data.display()
+            )));
+        }
+    }
+    let _lock = crate::broker::take_lock(data, 0o600)?;
+    let bytes = checkpoint::encode(checkpoint::RecoveryPoint {
+        offset: 0,
+        clean: false,
+    });
+    let mut rewritten = 0;
+    for p in partitions {
+        let path = p.join(checkpoint::FILE);
+        let file = match std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&path)
+        {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(Error::io(format!("opening {}", path.display()), e)),
+        };
+        let meta = file
+            .metadata()
+            .ctx(|| format!("reading {}", path.display()))?;
+        if !meta.is_file() {
+            continue; // not a recovery point: the open checks everything
+        }
+        file.set_len(bytes.len() as u64)
+            .and_then(|()| file.write_all_at(&bytes, 0))
+            .and_then(|()| file.sync_data())
+            .ctx(|| format!("writing {}", path.display()))?;
+        rewritten += 1;
+    }
+    Ok(rewritten)
 }
 
 /// Reads `recovery.point` without opening it for writing.
@@ -1138,6 +1203,42 @@ mod tests {
             c.issues
         );
         assert!(!c.is_ok());
+    }
+
+    #[test]
+    fn a_full_recovery_cuts_damage_a_clean_open_does_not_look_for() {
+        let tmp = tempfile::tempdir().unwrap();
+        drop(filled(tmp.path(), 500));
+        let healthy = check(tmp.path());
+        // Damage in a sealed segment, after a clean close: the next open
+        // trusts it.
+        flip(&healthy.segments[1].path, 70);
+        let damaged = check(tmp.path());
+        let cut = damaged.cut.clone().unwrap();
+        // Marked, the open checks every batch and cuts there.
+        let b = broker(tmp.path());
+        let err = request_full_recovery(tmp.path(), &[pdir(tmp.path())]).unwrap_err();
+        assert!(matches!(err, Error::Locked { .. }), "{err}");
+        drop(b);
+        let outside = tmp.path().join("elsewhere");
+        assert!(matches!(
+            request_full_recovery(tmp.path(), &[outside]),
+            Err(Error::InvalidArgument(_))
+        ));
+        assert_eq!(
+            request_full_recovery(tmp.path(), &[pdir(tmp.path())]).unwrap(),
+            1
+        );
+        let c = check(tmp.path());
+        assert_eq!(c.shutdown, Shutdown::Unclean { offset: 0 });
+        let b = broker(tmp.path());
+        let info = b.topic("t").unwrap();
+        assert_eq!(info.partitions[0].end_offset, healthy.segments[1].base);
+        assert!(info.partitions[0].recovery.truncated_bytes > 0);
+        drop(b);
+        let after = check(tmp.path());
+        assert!(after.issues.is_empty(), "{:?}", after.issues);
+        assert_eq!(after.end_offset, cut.offset.unwrap());
     }
 
     #[test]

@@ -40,7 +40,8 @@ pub(crate) struct RecoveryPoint {
     pub clean: bool,
 }
 
-fn encode(p: RecoveryPoint) -> [u8; LEN] {
+/// The file's bytes for `p`.
+pub(crate) fn encode(p: RecoveryPoint) -> [u8; LEN] {
     let mut b = [0u8; LEN];
     b[0..4].copy_from_slice(MAGIC);
     b[4] = VERSION;
