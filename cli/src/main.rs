@@ -2,14 +2,16 @@
 //!
 //! Lists, creates, describes and deletes topics, produces records from
 //! stdin or a file, consumes them to stdout, follows topics (`tail`),
-//! describes consumer groups, verifies and dumps the log, and measures
-//! throughput. Every command names the data directory with `--dir` (or
-//! `MQLITE_DIR`, default `./data`). Most open it and take its lock, so they
-//! fail with a clear message while another process holds it; `tail` and
-//! `dump` read the files without the lock and work alongside the owner.
+//! describes consumer groups, verifies, repairs and dumps the log, and
+//! measures throughput. Every command names the data directory with `--dir`
+//! (or `MQLITE_DIR`, default `./data`). Most open it and take its lock, so
+//! they fail with a clear message while another process holds it; `tail`,
+//! `dump` and `verify` read the files without the lock, change nothing and
+//! work alongside the owner.
 //!
 //! Errors go to stderr as one line, `mqlite: <error>`, with exit code 1;
-//! usage errors exit with code 2. The reference is `docs/cli.md`.
+//! usage errors (and `repair` refusing to cut unconfirmed) exit with code 2.
+//! The reference is `docs/cli.md`.
 
 mod bench;
 mod consume;
@@ -18,6 +20,7 @@ mod groups;
 mod output;
 mod produce;
 mod progress;
+mod repair;
 mod since;
 mod tail;
 mod topicdir;
@@ -33,6 +36,19 @@ use mqlite::{Acks, Broker, Config, Error, TopicConfig};
 
 /// Result of a command: any error becomes one line on stderr.
 pub type CliResult<T = ()> = Result<T, Box<dyn std::error::Error>>;
+
+/// A command that refused to run as asked (exit code 2, like a usage
+/// error): `repair` without confirmation.
+#[derive(Debug)]
+pub struct Refused(pub String);
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Refused {}
 
 #[derive(Parser, Debug)]
 #[command(
@@ -77,9 +93,9 @@ enum Command {
     /// Describes consumer groups.
     #[command(subcommand)]
     Group(GroupCommand),
-    /// Reads every batch of a topic (or of all topics), checking its CRC and
-    /// offsets, and reports what recovery found at open; exits 1 on
-    /// corruption.
+    /// Checks every batch of a topic (or of all topics), the topic files and
+    /// the groups' committed offsets without changing anything or taking the
+    /// lock; exits 1 on damage (a torn tail after a crash is a warning).
     Verify {
         /// Only this topic.
         topic: Option<String>,
@@ -87,6 +103,9 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Says what recovery will cut from the damaged partitions, then, once
+    /// confirmed, opens the directory so that recovery cuts it.
+    Repair(repair::RepairArgs),
     /// Prints the batch headers of a partition's segments (no lock taken);
     /// exits 1 when a batch is damaged.
     Dump(dump::DumpArgs),
@@ -162,6 +181,10 @@ fn main() -> ExitCode {
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) if is_broken_pipe(e.as_ref()) => ExitCode::SUCCESS,
+        Err(e) if e.downcast_ref::<Refused>().is_some() => {
+            eprintln!("mqlite: {}", e.to_string().replace('\n', " "));
+            ExitCode::from(2)
+        }
         Err(e) => {
             // One line, whatever the error's text holds.
             let msg = e.to_string().replace('\n', " ");
@@ -177,10 +200,13 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: Cli) -> CliResult {
-    // Commands that read the files without the lock.
+    // Commands that read the files without the lock, and `repair`, which
+    // checks them before it opens the directory.
     let command = match cli.command {
         Command::Tail(args) => return tail::tail(&cli.dir, args),
         Command::Dump(args) => return dump::dump(&cli.dir, args),
+        Command::Verify { topic, json } => return verify::verify(&cli.dir, topic.as_deref(), json),
+        Command::Repair(args) => return repair::repair(&cli.dir, args),
         Command::Bench(args) => return bench::bench(&cli.dir, args),
         other => other,
     };
@@ -222,8 +248,11 @@ fn run(cli: Cli) -> CliResult {
         Command::Group(GroupCommand::Describe { group, json }) => {
             groups::describe_group(&broker, &group, json)
         }
-        Command::Verify { topic, json } => verify::verify(&broker, topic.as_deref(), json),
-        Command::Tail(_) | Command::Dump(_) | Command::Bench(_) => {
+        Command::Tail(_)
+        | Command::Dump(_)
+        | Command::Bench(_)
+        | Command::Verify { .. }
+        | Command::Repair(_) => {
             unreachable!("handled above")
         }
     }

@@ -152,7 +152,9 @@ fn topics_dir(dir: &Path) -> PathBuf {
     dir.join("topics")
 }
 
-fn take_lock(dir: &Path, mode: u32) -> Result<File> {
+/// Takes the exclusive lock of the data directory `dir` (held while the
+/// returned file is open), writing the pid into `LOCK`.
+pub(crate) fn take_lock(dir: &Path, mode: u32) -> Result<File> {
     let path = dir.join(LOCK_FILE);
     let mut f = OpenOptions::new()
         .read(true)

@@ -40,7 +40,8 @@ pub(crate) struct RecoveryPoint {
     pub clean: bool,
 }
 
-fn encode(p: RecoveryPoint) -> [u8; LEN] {
+/// The file's bytes for `p`.
+pub(crate) fn encode(p: RecoveryPoint) -> [u8; LEN] {
     let mut b = [0u8; LEN];
     b[0..4].copy_from_slice(MAGIC);
     b[4] = VERSION;
@@ -51,7 +52,9 @@ fn encode(p: RecoveryPoint) -> [u8; LEN] {
     b
 }
 
-fn decode(b: &[u8]) -> Option<RecoveryPoint> {
+/// The recovery point held in a file's bytes; `None` unless they check
+/// out (size, magic, version, CRC).
+pub(crate) fn decode(b: &[u8]) -> Option<RecoveryPoint> {
     if b.len() != LEN || &b[0..4] != MAGIC || b[4] != VERSION || b[5] > 1 {
         return None;
     }

@@ -2,6 +2,7 @@
 //! retention, group-commit flushing, readers and their wake-ups.
 
 pub mod batch;
+pub mod check;
 mod checkpoint;
 pub mod compression;
 mod crc;
