@@ -59,12 +59,18 @@ fn offsets_json(rows: &[OffsetRow]) -> Vec<Value> {
 
 pub fn groups(broker: &Broker, json: bool) -> CliResult {
     let mut all = Vec::new();
+    // A damaged group is listed as such; the others are described.
+    let mut damaged = Vec::new();
     // The CLI's broker has no members: these are the groups with
     // committed offsets.
     for name in broker.groups() {
-        let info = broker.describe_group(&name)?;
-        let rows = offset_rows(broker, &info);
-        all.push((info, rows));
+        match broker.describe_group(&name) {
+            Ok(info) => {
+                let rows = offset_rows(broker, &info);
+                all.push((info, rows));
+            }
+            Err(e) => damaged.push((name, e.to_string())),
+        }
     }
     let mut out = BufWriter::new(io::stdout().lock());
     let total = |rows: &[OffsetRow]| -> Option<u64> { rows.iter().map(|r| r.lag).sum() };
@@ -80,6 +86,11 @@ pub fn groups(broker: &Broker, json: bool) -> CliResult {
                     "offsets": offsets_json(rows),
                 })
             })
+            .chain(
+                damaged
+                    .iter()
+                    .map(|(name, e)| json!({"name": name, "damaged": e})),
+            )
             .collect();
         writeln!(out, "{}", Value::Array(v))?;
     } else {
@@ -87,6 +98,9 @@ pub fn groups(broker: &Broker, json: bool) -> CliResult {
         for (info, rows) in &all {
             let lag = total(rows).map_or_else(|| "-".to_owned(), |l| l.to_string());
             writeln!(out, "{:<32} {:>10} {:>12}", info.name, rows.len(), lag)?;
+        }
+        for (name, e) in &damaged {
+            writeln!(out, "{name:<32} damaged: {e}")?;
         }
     }
     out.flush()?;

@@ -27,17 +27,23 @@ pub fn topics(broker: &Broker, json: bool) -> CliResult {
     if json {
         let mut all = Vec::with_capacity(names.len());
         for name in &names {
-            let info = broker.topic(name)?;
-            all.push(json!({
-                "name": info.name,
-                "partitions": info.partitions.len(),
-                "offsets": offsets_json(&info),
-            }));
+            // A damaged topic is listed as such.
+            all.push(match broker.topic(name) {
+                Ok(info) => json!({
+                    "name": info.name,
+                    "partitions": info.partitions.len(),
+                    "offsets": offsets_json(&info),
+                }),
+                Err(e) => json!({"name": name, "damaged": e.to_string()}),
+            });
         }
         writeln!(out, "{}", Value::Array(all))?;
     } else {
         for name in &names {
-            writeln!(out, "{name}")?;
+            match broker.topic(name) {
+                Ok(_) => writeln!(out, "{name}")?,
+                Err(e) => writeln!(out, "{name}  (damaged: {e})")?,
+            }
         }
     }
     out.flush()?;

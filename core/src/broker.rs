@@ -438,8 +438,13 @@ impl Broker {
 
     /// Describes consumer group `name`: its members in this process (each
     /// with the partitions it owns now) and its committed offsets.
+    ///
+    /// `name` may also be `<group_id>+<client_id>`: the offsets of that
+    /// broadcast consumer (it has no members).
     pub fn describe_group(&self, name: &str) -> Result<GroupInfo> {
-        crate::offsets::validate_group_name("group", name)?;
+        if !crate::offsets::is_valid_key(name) {
+            crate::offsets::validate_group_name("group", name)?;
+        }
         let g = self.inner.group(name)?;
         let (generation, members) = g.describe();
         Ok(GroupInfo {

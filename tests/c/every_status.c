@@ -164,8 +164,9 @@ static void poisoned(const char *dir) {
 }
 
 /* MQL_CORRUPT and MQL_UNSUPPORTED_VERSION: a topic's metadata file that is
- * not JSON, or says a format version this library does not know, stops
- * the open; the error names the file. */
+ * not JSON, or says a format version this library does not know, makes
+ * that topic unavailable (the directory still opens); the error names the
+ * file. */
 static void bad_metadata(const char *dir, const char *name, int corrupt) {
     mql_broker *mq = open_data(dir, name);
     make_topic(mq, "m", 1);
@@ -174,13 +175,17 @@ static void bad_metadata(const char *dir, const char *name, int corrupt) {
     snprintf(path, sizeof path, "%s/%s/topics/m/topic.json", dir, name);
     join_path(data, sizeof data, dir, name);
     char *original = read_file(path);
+    uint32_t count = 0;
     if (corrupt) {
         write_file(path, "{ this is not json");
-        PROVOKE(mql_open(data, NULL, &mq), MQL_CORRUPT, "topic.json");
+        CHECK_OK(mql_open(data, NULL, &mq));
+        PROVOKE(mql_topic_partition_count(mq, "m", &count), MQL_CORRUPT, "topic.json");
     } else {
         set_json_version(path, 99);
-        PROVOKE(mql_open(data, NULL, &mq), MQL_UNSUPPORTED_VERSION, "topic.json");
+        CHECK_OK(mql_open(data, NULL, &mq));
+        PROVOKE(mql_topic_partition_count(mq, "m", &count), MQL_UNSUPPORTED_VERSION, "topic.json");
     }
+    CHECK_OK(mql_close(mq));
     /* Nothing stays locked: with the file repaired, the directory opens. */
     write_file(path, original);
     free(original);

@@ -76,7 +76,18 @@ static void check_copies(size_t step) {
 
 int main(int argc, char **argv) {
     const char *dir = scratch_dir(argc, argv);
-    mql_broker *mq = open_data(dir, "data");
+    /* Commit metadata is bounded (4 KiB by default): room for the 100,000
+     * bytes committed below, and a commit over the bound refused. */
+    char data[4096];
+    join_path(data, sizeof data, dir, "data");
+    mql_config *cfg;
+    CHECK_OK(mql_config_new(&cfg));
+    CHECK_OK(mql_config_set_prefault(cfg, false));
+    CHECK_OK(mql_config_set_retention_check_interval_ms(cfg, 0));
+    CHECK_OK(mql_config_set_max_commit_metadata_bytes(cfg, 100000));
+    mql_broker *mq;
+    CHECK_OK(mql_open(data, cfg, &mq));
+    mql_config_free(cfg);
     make_topic(mq, "t", 1);
     fill(mq, "t", 1, 1);
 
@@ -136,7 +147,15 @@ int main(int argc, char **argv) {
     CHECK_OK(mql_consumer_new(mq, "g", NULL, &c));
     CHECK_OK(mql_assign(c, "t", 0));
     mql_committed_offset co = {"t", 0, 1, meta, 0};
-    CHECK_OK(mql_commit_offsets(c, &co, 1));
+    CHECK_OK(mql_commit_offsets(c, &co, 1)); /* exactly the bound */
+    char *over = malloc(meta_len + 2);
+    CHECK(over != NULL);
+    memcpy(over, meta, meta_len);
+    over[meta_len] = 'z';
+    over[meta_len + 1] = '\0';
+    mql_committed_offset too_long = {"t", 0, 0, over, 0};
+    CHECK_FAIL(mql_commit_offsets(c, &too_long, 1), MQL_INVALID_ARGUMENT, "100001 bytes");
+    free(over);
     uint64_t off = 0;
     size_t full = 0;
     CHECK_OK(mql_committed(c, "t", 0, &off, NULL, 0, &full)); /* the length only */
