@@ -1906,8 +1906,8 @@ enum mql_status mql_producer_flush_timeout(struct mql_producer *producer, uint64
  * Closes the producer: writes and flushes what is pending, runs the
  * remaining delivery callbacks (on this thread), stops the background
  * thread, and makes every later send fail with `MQL_CLOSED`. Closing twice
- * is fine. The handle stays valid (stats, ids, `mql_producer_last_sequence`
- * still work) and must still be released with `mql_producer_free`.
+ * is fine. The handle stays valid (stats, ids, `mql_producer_last_sequence`,
+ * `mql_producer_next_sequence` still work) and must still be released with `mql_producer_free`.
  *
  * Returns the status of the final flush.
  *
@@ -1937,6 +1937,28 @@ enum mql_status mql_producer_close(struct mql_producer *producer);
  * writing an `int64_t`.
  */
 enum mql_status mql_producer_last_sequence(struct mql_producer *producer, int64_t *out);
+
+/**
+ * The first application sequence this producer has not written to any
+ * partition, into `*out`: where an application numbering its records 0,
+ * 1, 2, ... resumes after a crash, re-sending with the same sequences and
+ * to the same partitions (by key or explicit partition). Unlike
+ * `mql_producer_last_sequence` + 1 it is safe after asynchronous sends
+ * (`mql_produce`): a higher sequence may have been written to one
+ * partition while lower ones queued for another were lost. When the
+ * application skipped sequences, this is the first one skipped. 0 when
+ * nothing was written.
+ *
+ * Errors: `MQL_INVALID_ARGUMENT` (the producer is not idempotent),
+ * `MQL_CLOSED` after `mql_close` of the broker, I/O errors.
+ *
+ * Ownership: borrows `producer` for the call; the result is a plain value.
+ *
+ * # Safety
+ * `producer` is NULL or a live producer; `out` is NULL or valid for
+ * writing an `int64_t`.
+ */
+enum mql_status mql_producer_next_sequence(struct mql_producer *producer, int64_t *out);
 
 /**
  * Counters of what the producer did so far, into `*out`.

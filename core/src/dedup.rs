@@ -23,6 +23,7 @@ use serde::{Deserialize, Serialize};
 use crate::atomic_file::write_atomic;
 use crate::error::{Error, Result};
 use crate::log::batch::{BatchHeader, ATTR_APP_SEQUENCE, ATTR_NAMED_PRODUCER};
+use crate::seqranges::SeqRanges;
 
 /// Default number of batches per producer and partition remembered for
 /// dedup (Kafka's `max.in.flight.requests.per.connection` bound).
@@ -305,6 +306,10 @@ pub(crate) struct ProducerState {
     pub named: bool,
     /// The last batches, oldest first.
     pub window: VecDeque<WindowEntry>,
+    /// The application sequences written here, above the producer's
+    /// contiguous floor (see [`crate::Producer::next_sequence`]).
+    #[serde(default)]
+    pub app_written: SeqRanges,
 }
 
 impl ProducerState {
@@ -380,6 +385,9 @@ pub(crate) struct Idempotence {
     pub strict: bool,
     /// Batches remembered for dedup.
     pub window: usize,
+    /// Every application sequence below this one is known to be written
+    /// (to some partition): the partition forgets its ranges below it.
+    pub floor: i64,
 }
 
 impl ProducerTable {
@@ -448,6 +456,7 @@ impl ProducerTable {
                 last_app_seq: -1,
                 named: idem.named,
                 window: VecDeque::new(),
+                app_written: SeqRanges::default(),
             });
         s.epoch = s.epoch.max(idem.epoch);
         s.named |= idem.named;
@@ -459,6 +468,8 @@ impl ProducerTable {
             return;
         }
         s.last_app_seq = s.last_app_seq.max(last);
+        s.app_written.raise_floor(idem.floor);
+        s.app_written.insert(first_seq, last + 1);
         s.remember(
             WindowEntry {
                 first_seq,
@@ -485,8 +496,17 @@ impl ProducerTable {
             sequence: (h.attributes & ATTR_APP_SEQUENCE != 0).then_some(p.base_sequence),
             strict: false,
             window: DEFAULT_DEDUP_WINDOW,
+            floor: 0,
         };
         self.record(&idem, p.base_sequence, h.record_count, h.base_offset);
+    }
+
+    /// Raises producer `id`'s floor of written application sequences
+    /// (nothing when it never wrote here).
+    pub(crate) fn raise_floor(&mut self, id: i64, floor: i64) {
+        if let Some(s) = self.producers.get_mut(&id) {
+            s.app_written.raise_floor(floor);
+        }
     }
 
     /// Adds the named producers' state read from disk to a table holding
@@ -555,6 +575,7 @@ pub(crate) fn load_snapshot(dir: &Path) -> Option<(ProducerTable, u64)> {
                 while s.window.len() > 1024 {
                     s.window.pop_front();
                 }
+                s.app_written = std::mem::take(&mut s.app_written).normalized();
                 table.producers.insert(id, s);
             }
             Some((table, f.offset))
@@ -582,6 +603,7 @@ mod tests {
             sequence: seq,
             strict,
             window: 5,
+            floor: 0,
         }
     }
 

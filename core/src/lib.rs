@@ -45,6 +45,7 @@ mod processor;
 mod producer;
 #[doc(hidden)]
 pub mod raw;
+mod seqranges;
 mod topic;
 
 pub use assign::{

@@ -899,6 +899,28 @@ impl Producer {
         py.detach(|| self.inner.last_sequence()).py_err(py)
     }
 
+    /// The first sequence this producer has not written to any partition.
+    ///
+    /// Where an application numbering its records 0, 1, 2, ... resumes
+    /// after a crash, re-sending with the same sequences and to the same
+    /// partitions (by key or explicit partition). Unlike
+    /// `last_sequence() + 1` it is safe after asynchronous sends
+    /// (`produce` with callbacks): a higher sequence may have been written
+    /// to one partition while lower ones queued for another were lost.
+    /// When the application skipped sequences, this is the first one
+    /// skipped.
+    ///
+    /// Returns:
+    ///     int: The sequence (0 when none was written yet).
+    ///
+    /// Raises:
+    ///     mqlite.InvalidArgument: The producer is not idempotent.
+    ///     mqlite.Closed: The producer or its broker is closed.
+    fn next_sequence(&self, py: Python<'_>) -> PyResult<i64> {
+        self.check_open(py)?;
+        py.detach(|| self.inner.next_sequence()).py_err(py)
+    }
+
     /// Counters of what the producer did so far (also once closed).
     ///
     /// Returns:

@@ -287,6 +287,7 @@ AFTER_CLOSE = {
     ("producer_closed", "mql_producer_flush_timeout"): ("MQL_OK", "as mql_producer_flush"),
     ("producer_closed", "mql_producer_close"): ("MQL_OK", "closing twice is fine"),
     ("producer_closed", "mql_producer_last_sequence"): ("MQL_OK", "the handle stays valid: sequences still work"),
+    ("producer_closed", "mql_producer_next_sequence"): ("MQL_OK", "the handle stays valid: sequences still work"),
     ("producer_closed", "mql_producer_get_stats"): ("MQL_OK", "stats still work"),
     ("producer_closed", "mql_producer_id"): ("MQL_OK", "ids still work"),
     ("producer_closed", "mql_producer_epoch"): ("MQL_OK", "ids still work"),

@@ -208,6 +208,8 @@ int main(int argc, char **argv) {
     mql_producer_stats stats_before = stats;
     CHECK_NULL(mql_producer_last_sequence(NULL, &i64));
     CHECK_NULL(mql_producer_last_sequence(p, NULL));
+    CHECK_NULL(mql_producer_next_sequence(NULL, &i64));
+    CHECK_NULL(mql_producer_next_sequence(p, NULL));
     CHECK_NULL(mql_producer_get_stats(NULL, &stats));
     CHECK_NULL(mql_producer_get_stats(p, NULL));
     CHECK_NULL(mql_producer_id(NULL, &i64));

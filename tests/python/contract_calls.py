@@ -230,6 +230,7 @@ METHOD_CALLS: List[Call] = [
     Call("Producer", "close"),
     Call("Producer", "flush", {"timeout": 5.0}, {"timeout": "timeout?"}),
     Call("Producer", "last_sequence"),
+    Call("Producer", "next_sequence"),
     Call("Producer", "poll", {"timeout": 0.0}, {"timeout": "timeout?"}),
     Call(
         "Producer",

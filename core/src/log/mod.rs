@@ -118,7 +118,8 @@ pub(crate) enum BatchSource<'a> {
 }
 
 impl BatchSource<'_> {
-    fn count(&self) -> usize {
+    /// Number of records.
+    pub(crate) fn count(&self) -> usize {
         match self {
             BatchSource::Records(r, _) => r.len(),
             BatchSource::Section { info, .. } => info.count as usize,
@@ -845,6 +846,21 @@ impl PartitionLog {
             .producer_table(&mut w, named)?
             .get(id)
             .map_or(-1, |s| s.last_app_seq))
+    }
+
+    /// The application sequences producer `id` wrote here (see
+    /// [`crate::Producer::next_sequence`]), after raising its floor to
+    /// `floor`; `None` if it never wrote here.
+    pub(crate) fn producer_written(
+        &self,
+        id: i64,
+        named: bool,
+        floor: i64,
+    ) -> Result<Option<crate::seqranges::SeqRanges>> {
+        let mut w = lock(&self.writer);
+        let table = self.producer_table(&mut w, named)?;
+        table.raise_floor(id, floor);
+        Ok(table.get(id).map(|s| s.app_written.clone()))
     }
 
     /// The offset of producer `id`'s record with sequence `seq`, if it is

@@ -18,6 +18,7 @@ mod config;
 mod interceptor;
 mod partitioner;
 mod record;
+mod resume;
 mod stats;
 
 use std::collections::HashMap;
@@ -87,6 +88,10 @@ pub(crate) struct Inner {
     stats: Counters,
     closed: AtomicBool,
     sender: Mutex<Option<JoinHandle<()>>>,
+    /// The application sequences written since [`Producer::next_sequence`]
+    /// was first called (`None` before): its floor is handed to the
+    /// partitions, which forget what is below it.
+    written: Mutex<Option<crate::seqranges::SeqRanges>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -222,6 +227,7 @@ impl Producer {
                 stats: Counters::default(),
                 closed: AtomicBool::new(false),
                 sender: Mutex::new(None),
+                written: Mutex::new(None),
             }),
         })
     }
@@ -529,6 +535,7 @@ impl Inner {
             sequence,
             strict: self.config.strict_sequences,
             window: self.config.dedup_window,
+            floor: sequence.map_or(0, |_| self.written_floor()),
         })
     }
 
@@ -678,7 +685,11 @@ impl Inner {
     ) -> Result<Appended> {
         let idem = self.idempotence(sequence);
         let flush_next = self.config.acks == Acks::All;
-        log.append_batch(src, ProducerFields::default(), idem.as_ref(), flush_next)
+        let a = log.append_batch(src, ProducerFields::default(), idem.as_ref(), flush_next)?;
+        if let Some(seq) = sequence {
+            self.note_written(seq, src.count());
+        }
+        Ok(a)
     }
 
     /// Appends `records` as one batch, compressed if configured.
@@ -817,6 +828,7 @@ impl Inner {
         let id = self.identity.as_ref().map_or(-1, |i| i.id);
         let last = log.producer_last_seq(id, self.is_named())?;
         if seq <= last {
+            self.note_written(seq, records.len());
             let original = log.producer_offset_of(id, self.is_named(), seq)?;
             return Ok((
                 Appended {
@@ -946,6 +958,7 @@ impl Inner {
                 if let Some(s) = first_seq {
                     if s <= last_seq {
                         // Already written: report as a duplicate.
+                        self.note_written(s, 1);
                         let original = log.producer_offset_of(id, self.is_named(), s)?;
                         self.stats.duplicates(1);
                         on_each(
@@ -1079,6 +1092,9 @@ impl Inner {
                 let original = if pending_last.is_some() {
                     None
                 } else {
+                    // Already in the log (a pending one is noted when its
+                    // batch is appended).
+                    self.note_written(seq, 1);
                     log.producer_offset_of(id, self.is_named(), seq)?
                 };
                 self.stats.duplicates(1);
