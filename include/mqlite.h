@@ -1450,7 +1450,7 @@ enum mql_status mql_consumer_config_set_max_poll_records(struct mql_consumer_con
 /**
  * This consumer's name (default `"consumer"`): the start of its member id
  * in a group (`<client_id>-<number>`) and, in broadcast mode, the name its
- * offsets are stored under (`<group_id>.<client_id>`). 1 to 249
+ * offsets are stored under (`<group_id>+<client_id>`). 1 to 249
  * characters of `[A-Za-z0-9._-]`, not `.` or `..` (`MQL_INVALID_ARGUMENT`
  * otherwise).
  *
@@ -1553,7 +1553,7 @@ enum mql_status mql_consumer_config_set_max_poll_interval_ms(struct mql_consumer
 /**
  * Broadcast mode (RocketMQ's broadcasting; default false): every consumer
  * of the group reads every partition of its subscription, with committed
- * offsets of its own, stored under `<group_id>.<client_id>` (give each
+ * offsets of its own, stored under `<group_id>+<client_id>` (give each
  * consumer its own client id). Needs a group id: `mql_consumer_new` fails
  * with `MQL_INVALID_ARGUMENT` without one.
  *
@@ -2531,7 +2531,7 @@ enum mql_status mql_consumer_member_id(struct mql_consumer *consumer,
  * Describes consumer group `group`: its members in this process (ordered
  * by id; broadcast consumers are not members), the partitions each owns
  * now, and the group's committed offsets (for a broadcast consumer's own
- * offsets, describe `<group_id>.<client_id>`). A group nobody used is
+ * offsets, describe `<group_id>+<client_id>`). A group nobody used is
  * empty.
  *
  * Errors: `MQL_INVALID_ARGUMENT` (a name breaking the naming rules),
@@ -2956,8 +2956,8 @@ enum mql_status mql_topics(struct mql_broker *broker, struct mql_name_list **out
 /**
  * The names of the consumer groups, sorted, into `*out` (Kafka's
  * `listConsumerGroups`): those with committed offsets in the data directory
- * (a broadcast consumer's offsets count as the group
- * `<group_id>.<client_id>`) and those with members in this process. A
+ * (the offsets of broadcast consumers count for their `group_id`), damaged
+ * ones included, and those with members in this process. A
  * group that was only described is not listed.
  *
  * Errors: `MQL_CLOSED`.

@@ -72,7 +72,7 @@ pub struct ConsumerConfig {
     /// partitions go to the others (default 300000 ms).
     pub max_poll_interval_ms: u64,
     /// RocketMQ's broadcasting: every consumer gets every partition, with
-    /// offsets of its own (stored under `<group_id>.<client_id>`).
+    /// offsets of its own (stored under `<group_id>+<client_id>`).
     pub broadcast: bool,
 }
 

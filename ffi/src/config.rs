@@ -826,7 +826,7 @@ pub unsafe extern "C" fn mql_consumer_config_set_max_poll_records(
 
 /// This consumer's name (default `"consumer"`): the start of its member id
 /// in a group (`<client_id>-<number>`) and, in broadcast mode, the name its
-/// offsets are stored under (`<group_id>.<client_id>`). 1 to 249
+/// offsets are stored under (`<group_id>+<client_id>`). 1 to 249
 /// characters of `[A-Za-z0-9._-]`, not `.` or `..` (`MQL_INVALID_ARGUMENT`
 /// otherwise).
 ///
@@ -995,7 +995,7 @@ pub unsafe extern "C" fn mql_consumer_config_set_max_poll_interval_ms(
 
 /// Broadcast mode (RocketMQ's broadcasting; default false): every consumer
 /// of the group reads every partition of its subscription, with committed
-/// offsets of its own, stored under `<group_id>.<client_id>` (give each
+/// offsets of its own, stored under `<group_id>+<client_id>` (give each
 /// consumer its own client id). Needs a group id: `mql_consumer_new` fails
 /// with `MQL_INVALID_ARGUMENT` without one.
 ///

@@ -535,7 +535,7 @@ impl From<GroupInfo> for mql_group_info {
 /// Describes consumer group `group`: its members in this process (ordered
 /// by id; broadcast consumers are not members), the partitions each owns
 /// now, and the group's committed offsets (for a broadcast consumer's own
-/// offsets, describe `<group_id>.<client_id>`). A group nobody used is
+/// offsets, describe `<group_id>+<client_id>`). A group nobody used is
 /// empty.
 ///
 /// Errors: `MQL_INVALID_ARGUMENT` (a name breaking the naming rules),

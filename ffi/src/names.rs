@@ -72,8 +72,8 @@ pub unsafe extern "C" fn mql_topics(
 
 /// The names of the consumer groups, sorted, into `*out` (Kafka's
 /// `listConsumerGroups`): those with committed offsets in the data directory
-/// (a broadcast consumer's offsets count as the group
-/// `<group_id>.<client_id>`) and those with members in this process. A
+/// (the offsets of broadcast consumers count for their `group_id`), damaged
+/// ones included, and those with members in this process. A
 /// group that was only described is not listed.
 ///
 /// Errors: `MQL_CLOSED`.

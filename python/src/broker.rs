@@ -532,7 +532,7 @@ impl Broker {
     ///         is removed from its group and its partitions go to the
     ///         others (default 300000).
     ///     broadcast: Every consumer of the group reads every partition,
-    ///         with offsets of its own, kept under `<group_id>.<client_id>`
+    ///         with offsets of its own, kept under `<group_id>+<client_id>`
     ///         (RocketMQ's broadcasting; needs a `group_id`).
     ///     max_poll_records: Most messages fetched from the engine at once
     ///         (default 500).
@@ -669,7 +669,8 @@ impl Broker {
     /// partitions each owns now, and its committed offsets.
     ///
     /// Args:
-    ///     name: The group.
+    ///     name: The group, or `<group_id>+<client_id>` for the offsets of
+    ///         a broadcast consumer.
     ///
     /// Returns:
     ///     GroupInfo: A snapshot taken now.

@@ -178,11 +178,13 @@ def test_broadcast_gives_every_consumer_everything(mq: mqlite.Broker) -> None:
         got: dict[int, list[mqlite.Message]] = {}
         drain_all([c], 30, got)
         assert sorted(ids(got[0])) == [(p, o) for p in range(3) for o in range(10)]
-    # Offsets of their own, under <group>.<client_id>.
+    # Offsets of their own, described as <group>+<client_id> (never the
+    # group <group>.<client_id>).
     cs[0].commit()
     cs[1].commit([("t", 0, 4)])
-    assert mq.describe_group("b.x0").committed == {("t", p): (10, "") for p in range(3)}
-    assert mq.describe_group("b.x1").committed == {("t", 0): (4, "")}
+    assert mq.describe_group("b+x0").committed == {("t", p): (10, "") for p in range(3)}
+    assert mq.describe_group("b+x1").committed == {("t", 0): (4, "")}
+    assert mq.describe_group("b.x0").committed == {}
     assert mq.describe_group("b").members == []
 
 
@@ -221,14 +223,14 @@ def test_groups_lists_groups_in_use(mq: mqlite.Broker, data_dir: Path) -> None:
     broadcast = mq.consumer("radio", client_id="one", broadcast=True)
     broadcast.subscribe("t")
     broadcast.commit([("t", 0, 1)])
-    assert mq.groups() == ["billing", "members", "radio.one"]
+    assert mq.groups() == ["billing", "members", "radio"]
     member.close()
-    assert mq.groups() == ["billing", "radio.one"]
+    assert mq.groups() == ["billing", "radio"]
     # From the files, after a reopen.
     mq.close()
     again = mqlite.open(data_dir, prefault=False, retention_check_interval_ms=0)
     try:
-        assert again.groups() == ["billing", "radio.one"]
+        assert again.groups() == ["billing", "radio"]
     finally:
         again.close()
     with pytest.raises(mqlite.Closed):
