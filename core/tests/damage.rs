@@ -136,3 +136,65 @@ fn a_damaged_producer_registry_refuses_only_idempotent_producers() {
     h.assign(&[("b", 0)]).unwrap();
     assert_eq!(h.position("b", 0).unwrap(), 1);
 }
+
+#[test]
+fn a_damaged_batch_does_not_fail_every_named_producer() {
+    let tmp = tempfile::tempdir().unwrap();
+    {
+        let mq = Broker::open(tmp.path(), cfg()).unwrap();
+        // Index entries every batch: open checks only from the last one.
+        mq.create_topic("a", TopicConfig::new(1).index_interval_bytes(64))
+            .unwrap();
+        mq.create_topic("b", TopicConfig::new(1)).unwrap();
+        let ingest = mq
+            .producer(ProducerConfig::default().name("ingest"))
+            .unwrap();
+        for i in 0..10 {
+            ingest
+                .send(Record::new("a").value(format!("a{i}")).sequence(i))
+                .unwrap();
+        }
+        let other = mq
+            .producer(ProducerConfig::default().name("other"))
+            .unwrap();
+        for i in 0..4 {
+            other
+                .send(Record::new("b").value(format!("b{i}")).sequence(i))
+                .unwrap();
+        }
+    }
+    // A batch in the middle of `a` damaged, and no producer snapshot: the
+    // producer state of `a` is rebuilt from batch headers and meets it.
+    let part = tmp.path().join("topics/a/0");
+    let log = part.join("00000000000000000000.log");
+    let mut bytes = std::fs::read(&log).unwrap();
+    let spans = common::batches(&bytes);
+    assert_eq!(spans.len(), 10);
+    bytes[spans[4].pos + 40] ^= 0x01;
+    std::fs::write(&log, &bytes).unwrap();
+    let _ = std::fs::remove_file(part.join("producers.snapshot"));
+    let mq = Broker::open(tmp.path(), cfg()).unwrap();
+    // The damage is not at the tail, so open keeps it; readers meet it.
+    assert_eq!(mq.topic("a").unwrap().partitions[0].end_offset, 10);
+    // The producer that never wrote to `a` is unaffected.
+    let other = mq
+        .producer(ProducerConfig::default().name("other"))
+        .unwrap();
+    assert_eq!(other.last_sequence().unwrap(), Some(3));
+    assert_eq!(other.next_sequence().unwrap(), 4);
+    other
+        .send(Record::new("a").value("b-in-a").sequence(4))
+        .unwrap();
+    // The one that did sees its batches around the damage.
+    let ingest = mq
+        .producer(ProducerConfig::default().name("ingest"))
+        .unwrap();
+    assert_eq!(ingest.last_sequence().unwrap(), Some(9));
+    let md = ingest
+        .send(Record::new("a").value("again").sequence(9))
+        .unwrap();
+    assert!(
+        md.duplicate,
+        "a re-send after the damage is still deduplicated"
+    );
+}

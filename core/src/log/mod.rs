@@ -827,9 +827,28 @@ impl PartitionLog {
                 _ => (ProducerTable::default(), start),
             };
             let mut c = self.cursor(from)?;
-            while let Some((_, h)) = self.next_batch(&mut c)? {
-                if h.base_offset >= from {
-                    table.observe(&h);
+            loop {
+                match self.next_batch(&mut c) {
+                    Ok(Some((_, h))) => {
+                        if h.base_offset >= from {
+                            table.observe(&h);
+                        }
+                    }
+                    Ok(None) => break,
+                    // A damaged batch must not make every named producer
+                    // fail here: its producer (unknown) may only see a
+                    // lower last sequence and send those records again.
+                    Err(e) => {
+                        ::log::error!(
+                            "producer state of {}/{}: a damaged batch is left out ({e}); the \
+                             producer that wrote it may send its records again",
+                            self.topic,
+                            self.partition
+                        );
+                        if !self.skip_damaged(&mut c) {
+                            break;
+                        }
+                    }
                 }
             }
             w.producers.merge_loaded(table);
@@ -1345,6 +1364,29 @@ impl PartitionLog {
     /// The next batch at the cursor, moving on to the next segment at the end
     /// of a sealed one; `None` when nothing more is published.
     #[inline]
+    /// Moves `c` past the damaged batch at its position: to the next
+    /// position of its segment that holds a valid batch, or to the start of
+    /// the next segment. `false` when there is nothing valid after it.
+    fn skip_damaged(&self, c: &mut Cursor) -> bool {
+        if let Some(pos) = c.seg.next_valid_batch_after(c.pos) {
+            c.pos = pos;
+            return true;
+        }
+        let next = {
+            let segs = self.segments.read().unwrap_or_else(|p| p.into_inner());
+            segs.iter().find(|s| s.base() > c.seg.base()).cloned()
+        };
+        match next {
+            Some(s) => {
+                c.seg = s;
+                c.pos = 0;
+                c.ahead = 0;
+                true
+            }
+            None => false,
+        }
+    }
+
     pub(crate) fn next_batch(&self, c: &mut Cursor) -> Result<Option<(usize, BatchHeader)>> {
         loop {
             let sealed = c.seg.is_sealed();

@@ -396,6 +396,21 @@ impl Segment {
         self.log.bytes(start, end)
     }
 
+    /// The first position after `pos` (on the 8-byte grid batches are
+    /// written on) that holds a valid batch, if any: where reading can go
+    /// on past damage.
+    pub(crate) fn next_valid_batch_after(&self, pos: usize) -> Option<usize> {
+        let end = self.end();
+        let mut at = (pos / batch::ALIGN + 1) * batch::ALIGN;
+        while at < end {
+            if let Check::Valid(_) = batch::check(self.log.bytes(at, end)) {
+                return Some(at);
+            }
+            at += batch::ALIGN;
+        }
+        None
+    }
+
     /// The batch at `pos`, or `None` at the end of the published data.
     /// A damaged batch is an [`Error::Corrupt`].
     #[inline]
