@@ -242,9 +242,10 @@ const CHILD: &str = "MQLITE_RESOURCES_CHILD";
 
 /// Under a descriptor limit of twice the topic count (the ratio of 10,000
 /// topics under `ulimit -n 20000`) plus [`SLACK`], every topic can be
-/// created, written, flushed, closed and opened again. Runs in a child
-/// process, which sets its own `RLIMIT_NOFILE`. `MQLITE_RESOURCES_TOPICS`
-/// sets the number of topics (default 1,000).
+/// created, written (`acks=1`), closed (which flushes) and opened again.
+/// Runs in a child process, which sets its own `RLIMIT_NOFILE`.
+/// `MQLITE_RESOURCES_TOPICS` sets the number of topics (default 1,000),
+/// `MQLITE_RESOURCES_NOFILE` the limit.
 #[test]
 fn topics_fit_under_twice_their_number_of_descriptors() {
     let _serial = serial();
@@ -255,6 +256,11 @@ fn topics_fit_under_twice_their_number_of_descriptors() {
     let out = std::process::Command::new(std::env::current_exe().unwrap())
         .args(["--ignored", "--exact", "many_topics_child", "--nocapture"])
         .env(CHILD, topics.to_string())
+        .env(
+            "MQLITE_RESOURCES_NOFILE",
+            std::env::var("MQLITE_RESOURCES_NOFILE")
+                .unwrap_or_else(|_| (2 * topics as u64 + SLACK).to_string()),
+        )
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -276,7 +282,10 @@ fn many_topics_child() {
     else {
         return;
     };
-    let limit = 2 * topics as u64 + SLACK;
+    let limit: u64 = std::env::var("MQLITE_RESOURCES_NOFILE")
+        .unwrap()
+        .parse()
+        .unwrap();
     let rl = libc::rlimit {
         rlim_cur: limit,
         rlim_max: limit,
@@ -290,11 +299,12 @@ fn many_topics_child() {
             mq.create_topic(&format!("t{t}"), TopicConfig::new(1).segment_bytes(4096))
                 .unwrap_or_else(|e| panic!("topic {t} of {topics}: {e}"));
         }
-        let p = mq.producer(ProducerConfig::default()).unwrap();
+        let p = mq
+            .producer(ProducerConfig::default().acks(Acks::One))
+            .unwrap();
         for t in 0..topics {
             p.send(Record::new(format!("t{t}")).value("v")).unwrap();
         }
-        mq.flush().unwrap();
         eprintln!(
             "{topics} topics under RLIMIT_NOFILE {limit}: {} fds open",
             process_fds()
