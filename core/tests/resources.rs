@@ -137,6 +137,11 @@ fn descriptors_do_not_grow_with_sealed_segments_and_close_releases_everything() 
     }
     assert_eq!(read, 2_200);
     mq.close().unwrap();
+    eprintln!(
+        "closed, producer and consumer alive: {} fds, {} maps",
+        fds_under(&dir),
+        maps_under(&dir)
+    );
     assert_eq!(
         fds_under(&dir),
         0,
