@@ -1592,6 +1592,12 @@ enum mql_status mql_open(const char *path,
  * broker stay valid handles (free them as usual) but their calls fail with
  * `MQL_CLOSED`; messages already received stay readable.
  *
+ * Every file descriptor and memory mapping of the data directory is
+ * released before this returns, whatever producers and consumers are
+ * still alive; a message still alive (or fetched by a consumer and not
+ * yet handed out by `mql_poll`) keeps its segment mapped, so its bytes
+ * stay readable, until it is freed.
+ *
  * Returns the status of the final flush.
  *
  * Ownership: takes back and frees `broker` whatever the status; do not use it afterwards.

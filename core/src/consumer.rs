@@ -1,7 +1,7 @@
 //! Consumers: assignment, subscription, positions and polling.
 
 use std::sync::atomic::{fence, AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use crate::assign::AssignmentStrategy;
@@ -275,6 +275,58 @@ enum Stop {
     Malformed(&'static str),
 }
 
+/// A cursor (and the source of its segment's messages) kept between two
+/// calls without keeping the segment alive: the log holds its segments
+/// while it is open, so [`Weak`] references come back as long as it is,
+/// and once the broker is closed a consumer that is not dropped holds no
+/// mapping. A segment retention removed meanwhile is not come back to:
+/// the next read seeks its position again, as after a reset.
+#[derive(Debug)]
+struct Parked {
+    seg: Weak<Segment>,
+    pos: usize,
+    ahead: usize,
+    source: Option<Weak<Source>>,
+}
+
+impl Assigned {
+    /// Puts the cursor away at the end of a call (see [`Parked`]).
+    fn park(&mut self) {
+        if let Some(c) = self.cursor.take() {
+            self.parked = Some(Parked {
+                seg: Arc::downgrade(&c.seg),
+                pos: c.pos,
+                ahead: c.ahead,
+                source: self.source.take().map(|s| Arc::downgrade(&s)),
+            });
+        }
+        self.source = None;
+    }
+
+    /// Takes the parked cursor back, if its segment is still there.
+    fn unpark(&mut self) {
+        let Some(p) = self.parked.take() else { return };
+        if self.cursor.is_some() {
+            return;
+        }
+        if let Some(seg) = p.seg.upgrade() {
+            self.cursor = Some(Cursor {
+                seg,
+                pos: p.pos,
+                ahead: p.ahead,
+            });
+            self.source = p.source.and_then(|s| s.upgrade());
+        }
+    }
+
+    /// Drops the cursor, parked or not: the next read seeks its position.
+    fn forget_cursor(&mut self) {
+        self.cursor = None;
+        self.source = None;
+        self.parked = None;
+    }
+}
+
 #[derive(Debug)]
 struct Assigned {
     topic: Arc<Topic>,
@@ -290,6 +342,8 @@ struct Assigned {
     decoded: Option<Decoded>,
     /// The source of the messages of the segment last read in place.
     source: Option<Arc<Source>>,
+    /// `cursor` and `source` between two calls (see [`Parked`]).
+    parked: Option<Parked>,
     /// Messages jumped over since the last count because retention deleted
     /// them before they were read.
     skipped: u64,
@@ -316,6 +370,7 @@ impl Assigned {
             next_base: None,
             decoded: None,
             source: None,
+            parked: None,
             skipped: 0,
             out_of_range,
             resets: 0,
@@ -798,7 +853,10 @@ impl Consumer {
         self.refresh_subscription();
         let i = self.find(topic, partition)?;
         let a = &mut self.assigned[i];
-        a.cursor = Some(a.log.cursor(offset)?);
+        let cursor = a.log.cursor(offset)?;
+        a.forget_cursor();
+        a.cursor = Some(cursor);
+        a.park();
         a.next_base = None;
         a.decoded = None;
         a.position = Some(offset);
@@ -816,12 +874,14 @@ impl Consumer {
         let res = Self::resolve(a, reset);
         self.stats.skipped += std::mem::take(&mut a.skipped);
         self.stats.offset_resets += std::mem::take(&mut a.resets);
+        a.park();
         res
     }
 
     /// Resolves a partition's position (applying `auto_offset_reset`) and
     /// makes sure it has a cursor.
     fn resolve(a: &mut Assigned, reset: OffsetReset) -> Result<u64> {
+        a.unpark();
         if let (Some(p), Some(_)) = (a.position, &a.cursor) {
             return Ok(p);
         }
@@ -851,7 +911,7 @@ impl Consumer {
             a.out_of_range = None;
             a.resets += 1;
             a.position = Some(to);
-            a.cursor = None;
+            a.forget_cursor();
         }
         let wanted = a.position;
         if let Some(p) = wanted {
@@ -900,8 +960,7 @@ impl Consumer {
         if position < a.log.start_offset() {
             // Retention deleted what we were about to read. Keep the
             // position: `resolve` resets it, or reports it out of range.
-            a.cursor = None;
-            a.source = None;
+            a.forget_cursor();
             position = Self::resolve(a, reset)?;
         }
         let log = Arc::clone(&a.log);
@@ -1002,8 +1061,7 @@ impl Consumer {
         }
         a.position = Some(position);
         if skipped {
-            a.cursor = None;
-            a.source = None;
+            a.forget_cursor();
             a.next_base = None;
             if taken == 0 {
                 return Self::fetch(a, reset, limit, out);
@@ -1302,7 +1360,12 @@ impl Consumer {
                 });
             let from = match committed {
                 Some(c) => c,
-                None => Self::resolve(&mut self.assigned[i], reset).unwrap_or(0),
+                None => {
+                    let a = &mut self.assigned[i];
+                    let from = Self::resolve(a, reset).unwrap_or(0);
+                    a.park();
+                    from
+                }
             };
             let end = self.assigned[i].log.end_offset();
             out.push((t, p, end.saturating_sub(from)));
@@ -1378,6 +1441,7 @@ impl Consumer {
             }
             let a = &mut self.assigned[(start + k) % n];
             let res = Self::fetch(a, reset, share.min(left), out);
+            a.park();
             self.stats.skipped += std::mem::take(&mut a.skipped);
             self.stats.offset_resets += std::mem::take(&mut a.resets);
             if let Err(e) = res {

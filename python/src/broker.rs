@@ -722,7 +722,12 @@ impl Broker {
     /// Flushes everything, stops background work and releases the lock.
     ///
     /// Producers and consumers made from this broker raise `mqlite.Closed`
-    /// afterwards. Closing twice is fine. In a process forked from the one
+    /// afterwards. Closing twice is fine. Every file descriptor and memory
+    /// mapping of the data directory is released at once, whatever
+    /// producers and consumers are still referenced; a `Message` still
+    /// referenced (or fetched by a consumer and not yet returned by its
+    /// `poll`) keeps its segment mapped, so its bytes stay readable, until
+    /// it is released. In a process forked from the one
     /// that opened the broker this does nothing: the broker is the
     /// parent's.
     ///

@@ -12,6 +12,14 @@
 //! rewritten as unclean and synced, so a crash after it is never mistaken
 //! for a clean shutdown.
 //!
+//! The file is read at open and its descriptor closed. The explicit writes
+//! (at open, before the first append, at close) open it for the write
+//! alone; the first [`CheckpointFile::advance`] (after a flush) opens it
+//! and keeps it open, as the point then advances after every flush, until
+//! [`CheckpointFile::release`] at the log's close. So a partition never
+//! flushed since the open holds no descriptor for it, one that was holds
+//! one.
+//!
 //! Layout (24 bytes, little-endian): magic `MQRP`, version 1 (u8), clean
 //! (u8), two zero bytes, offset (u64), zero (u32), CRC32C of bytes 0..20
 //! (u32). A file that does not check out counts as "check everything".
@@ -21,7 +29,7 @@ use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
 use std::sync::Mutex;
 
-use crate::error::{IoContext, Result};
+use crate::error::{Error, IoContext, Result};
 use crate::faults::{self, SyncKind};
 use crate::log::crc;
 
@@ -68,14 +76,34 @@ pub(crate) fn decode(b: &[u8]) -> Option<RecoveryPoint> {
     })
 }
 
-/// The open recovery-point file of a partition.
+/// The recovery-point file of a partition.
 #[derive(Debug)]
 pub(crate) struct CheckpointFile {
-    file: File,
     path: std::path::PathBuf,
+    mode: u32,
+    state: Mutex<State>,
+}
+
+#[derive(Debug)]
+struct State {
     /// The offset last written: [`CheckpointFile::advance`] never moves the
     /// point back, whichever of two flushers gets here first.
-    written: Mutex<u64>,
+    written: u64,
+    /// Open from the first write on.
+    file: Option<File>,
+    /// Set by [`CheckpointFile::release`]: the file is not opened again.
+    released: bool,
+}
+
+fn open_file(path: &Path, mode: u32) -> std::io::Result<File> {
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(mode)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
 }
 
 impl CheckpointFile {
@@ -83,15 +111,7 @@ impl CheckpointFile {
     /// when it is new, short or damaged.
     pub(crate) fn open(dir: &Path, mode: u32) -> Result<(CheckpointFile, Option<RecoveryPoint>)> {
         let path = dir.join(FILE);
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(mode)
-            .custom_flags(libc::O_NONBLOCK)
-            .open(&path)
-            .ctx(|| format!("opening {}", path.display()))?;
+        let file = open_file(&path, mode).ctx(|| format!("opening {}", path.display()))?;
         let meta = file
             .metadata()
             .ctx(|| format!("reading the size of {}", path.display()))?;
@@ -101,15 +121,13 @@ impl CheckpointFile {
         } else {
             None
         };
-        let written = Mutex::new(point.map_or(0, |p| p.offset));
-        Ok((
-            CheckpointFile {
-                file,
-                path,
-                written,
-            },
-            point,
-        ))
+        drop(file); // opened again by the first write
+        let state = Mutex::new(State {
+            written: point.map_or(0, |p| p.offset),
+            file: None,
+            released: false,
+        });
+        Ok((CheckpointFile { path, mode, state }, point))
     }
 
     /// Records progress after a flush: everything below `offset` is on
@@ -117,12 +135,19 @@ impl CheckpointFile {
     /// says as much, so a flusher that gets here after a later one (or
     /// after the clean close) cannot move the point back.
     pub(crate) fn advance(&self, offset: u64) -> Result<()> {
-        let mut written = self.written.lock().unwrap_or_else(|p| p.into_inner());
-        if offset <= *written {
+        let mut st = self.lock();
+        if offset <= st.written {
             return Ok(());
         }
+        if st.file.is_none() && !st.released {
+            // Progress is recorded after every flush: keep the file open.
+            st.file = Some(
+                open_file(&self.path, self.mode)
+                    .ctx(|| format!("opening {}", self.path.display()))?,
+            );
+        }
         self.write_locked(
-            &mut written,
+            &mut st,
             RecoveryPoint {
                 offset,
                 clean: false,
@@ -133,21 +158,44 @@ impl CheckpointFile {
 
     /// Records `point`; with `sync`, on disk before this returns.
     pub(crate) fn write(&self, point: RecoveryPoint, sync: bool) -> Result<()> {
-        let mut written = self.written.lock().unwrap_or_else(|p| p.into_inner());
-        self.write_locked(&mut written, point, sync)
+        let mut st = self.lock();
+        self.write_locked(&mut st, point, sync)
     }
 
-    fn write_locked(&self, written: &mut u64, point: RecoveryPoint, sync: bool) -> Result<()> {
-        *written = point.offset;
-        self.file
-            .write_all_at(&encode(point), 0)
+    /// Closes the descriptor; later writes fail with [`Error::Closed`]
+    /// (the log is closed: nothing is recorded after its clean close).
+    pub(crate) fn release(&self) {
+        let mut st = self.lock();
+        st.released = true;
+        st.file = None;
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn write_locked(&self, st: &mut State, point: RecoveryPoint, sync: bool) -> Result<()> {
+        if st.released {
+            return Err(Error::Closed("recovery point"));
+        }
+        let opened;
+        let file = match &st.file {
+            Some(f) => f,
+            None => {
+                opened = open_file(&self.path, self.mode)
+                    .ctx(|| format!("opening {}", self.path.display()))?;
+                &opened
+            }
+        };
+        file.write_all_at(&encode(point), 0)
             .ctx(|| format!("writing {}", self.path.display()))?;
         if sync {
             faults::before_sync(&self.path, SyncKind::File)
-                .and_then(|()| self.file.sync_data())
+                .and_then(|()| file.sync_data())
                 .ctx(|| format!("syncing {}", self.path.display()))?;
             faults::after_sync(&self.path, SyncKind::File);
         }
+        st.written = point.offset;
         Ok(())
     }
 }

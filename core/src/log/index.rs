@@ -51,12 +51,21 @@ fn u32_at(b: &[u8], at: usize) -> u32 {
 }
 
 impl IndexFile {
-    /// Creates an empty index able to hold `entries` entries.
+    /// Creates an empty index able to hold `entries` entries. Its blocks
+    /// are reserved and mapped, then its descriptor is closed: entries are
+    /// written through the map, and the trim on roll opens the file by path.
     pub(crate) fn create(path: &Path, width: usize, entries: usize, mode: u32) -> Result<Self> {
-        Ok(IndexFile {
-            file: MappedFile::create(path, width * entries, mode)?,
+        let file = MappedFile::create(path, width * entries, mode)?;
+        file.release_file();
+        Ok(IndexFile { file, width })
+    }
+
+    /// An index with nothing mapped (see [`MappedFile::empty`]).
+    pub(crate) fn empty(path: &Path, width: usize) -> Self {
+        IndexFile {
+            file: MappedFile::empty(path),
             width,
-        })
+        }
     }
 
     /// Opens the index of a sealed segment, read-only.
@@ -68,9 +77,11 @@ impl IndexFile {
     }
 
     /// Opens the index of the active segment for appending; nothing is
-    /// published until [`IndexFile::recover`].
+    /// published until [`IndexFile::recover`]. Holds no descriptor, as
+    /// after [`IndexFile::create`].
     pub(crate) fn open_active(path: &Path, width: usize, entries: usize) -> Result<Self> {
         let (file, _) = MappedFile::open_writable(path, width * entries)?;
+        file.release_file();
         Ok(IndexFile { file, width })
     }
 

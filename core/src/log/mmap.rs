@@ -16,6 +16,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use memmap2::{Advice, MmapOptions, MmapRaw};
 
@@ -26,10 +27,12 @@ use crate::faults::{self, SyncKind};
 #[derive(Debug)]
 pub(crate) struct MappedFile {
     path: PathBuf,
-    /// Kept while the file may still be trimmed or synced; read-only files
-    /// drop it (the mapping stays valid), so sealed segments opened from
-    /// disk cost no file descriptors.
-    file: Option<File>,
+    /// The open file, kept only while the writer still writes to it with
+    /// `pwrite` (an active segment's log, see [`MappedFile::keep_file`]):
+    /// a mapping stays valid once its descriptor is closed, so read-only
+    /// files, indexes and sealed segments hold no descriptor, and what
+    /// needs one later (a trim, an fsync) opens the file again by path.
+    file: Mutex<Option<Arc<File>>>,
     map: Option<MmapRaw>,
     capacity: usize,
     published: AtomicUsize,
@@ -115,7 +118,7 @@ impl MappedFile {
         };
         Ok(MappedFile {
             path: path.to_owned(),
-            file: Some(file),
+            file: Mutex::new(Some(Arc::new(file))),
             map,
             capacity,
             published: AtomicUsize::new(published),
@@ -143,12 +146,25 @@ impl MappedFile {
         };
         Ok(MappedFile {
             path: path.to_owned(),
-            file: None,
+            file: Mutex::new(None),
             map,
             capacity: len,
             published: AtomicUsize::new(len),
             flushed: AtomicUsize::new(len),
         })
+    }
+
+    /// A file with nothing mapped and no descriptor, standing in for a
+    /// closed log's active segment: every read of it is empty.
+    pub(crate) fn empty(path: &Path) -> MappedFile {
+        MappedFile {
+            path: path.to_owned(),
+            file: Mutex::new(None),
+            map: None,
+            capacity: 0,
+            published: AtomicUsize::new(0),
+            flushed: AtomicUsize::new(0),
+        }
     }
 
     /// The file's path.
@@ -226,10 +242,10 @@ impl MappedFile {
     pub(crate) fn write_unpublished(&self, start: usize, data: &[u8]) -> Result<()> {
         use std::os::unix::fs::FileExt;
         assert!(start >= self.published() && start + data.len() <= self.capacity);
-        let file = self
-            .file
+        let guard = self.file_slot();
+        let file = guard
             .as_ref()
-            .ok_or(Error::Closed("read-only segment file"))?;
+            .ok_or(Error::Closed("segment file without a descriptor"))?;
         file.write_all_at(data, start as u64)
             .ctx(|| format!("writing {}", self.path.display()))
     }
@@ -329,28 +345,57 @@ impl MappedFile {
     }
 
     /// Shrinks the file to the published length (on roll). The mapping stays
-    /// as it is; nothing at or above `published` is read again.
+    /// as it is; nothing at or above `published` is read again. A file
+    /// without a descriptor is opened again by path for this.
     pub(crate) fn trim(&self) -> Result<()> {
-        match &self.file {
-            Some(f) => f
-                .set_len(self.published() as u64)
-                .ctx(|| format!("trimming {}", self.path.display())),
-            None => Ok(()),
+        let len = self.published() as u64;
+        match self.descriptor() {
+            Some(f) => f.set_len(len),
+            None => OpenOptions::new()
+                .write(true)
+                .custom_flags(libc::O_NONBLOCK)
+                .open(&self.path)
+                .and_then(|f| f.set_len(len)),
         }
+        .ctx(|| format!("trimming {}", self.path.display()))
     }
 
-    /// fsyncs the file itself (size changes included).
+    /// fsyncs the file itself (size changes included). A file without a
+    /// descriptor is opened again by path (read-only: `fsync` syncs the
+    /// inode, whichever descriptor names it); when it is no longer there
+    /// the error is an [`Error::Io`] of kind `NotFound`
+    /// (see [`is_not_found`]).
     pub(crate) fn sync_file(&self) -> Result<()> {
-        match &self.file {
-            Some(f) => {
-                faults::before_sync(&self.path, SyncKind::File)
-                    .and_then(|()| f.sync_all())
-                    .ctx(|| format!("syncing {}", self.path.display()))?;
-                faults::after_sync(&self.path, SyncKind::File);
-                Ok(())
-            }
-            None => Ok(()),
-        }
+        faults::before_sync(&self.path, SyncKind::File)
+            .and_then(|()| match self.descriptor() {
+                Some(f) => f.sync_all(),
+                None => OpenOptions::new()
+                    .read(true)
+                    .custom_flags(libc::O_NONBLOCK)
+                    .open(&self.path)
+                    .and_then(|f| f.sync_all()),
+            })
+            .ctx(|| format!("syncing {}", self.path.display()))?;
+        faults::after_sync(&self.path, SyncKind::File);
+        Ok(())
+    }
+
+    /// Closes the file's descriptor, if it still has one; the mapping stays
+    /// valid. Afterwards [`MappedFile::write_unpublished`] fails, and trims
+    /// and syncs open the file by path.
+    pub(crate) fn release_file(&self) {
+        let file = self.file_slot().take();
+        drop(file); // closed now, or when a sync in progress lets go of it
+    }
+
+    fn file_slot(&self) -> MutexGuard<'_, Option<Arc<File>>> {
+        self.file.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The descriptor, shared, so that a slow call on it (an fsync) does
+    /// not hold the lock.
+    fn descriptor(&self) -> Option<Arc<File>> {
+        self.file_slot().clone()
     }
 
     /// Renames the file, keeping the mapping.
@@ -366,6 +411,11 @@ impl MappedFile {
         std::fs::rename(&self.path, to)
             .ctx(|| format!("renaming {} to {}", self.path.display(), to.display()))
     }
+}
+
+/// Whether `e` says a file was not found (it was renamed or removed).
+pub(crate) fn is_not_found(e: &Error) -> bool {
+    matches!(e, Error::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound)
 }
 
 /// fsyncs a directory, so that created, renamed and removed entries persist.

@@ -1101,6 +1101,9 @@ impl PartitionLog {
         }
         let removed: Vec<Arc<Segment>> = {
             let mut segs = self.segments.write().unwrap_or_else(|p| p.into_inner());
+            if segs.is_empty() {
+                return 0; // closed
+            }
             let mut size: u64 = segs.iter().map(|s| s.size()).sum();
             let mut n = 0;
             while n + 1 < segs.len() && segs[n].is_sealed() {
@@ -1305,7 +1308,8 @@ impl PartitionLog {
         self.flush_to(self.end_offset())
     }
 
-    /// Flushes, refuses further appends and removes the prepared segment.
+    /// Flushes, refuses further appends, removes the prepared segment and
+    /// releases every file and mapping (see [`PartitionLog::release`]).
     pub(crate) fn close(&self) -> Result<()> {
         let res = self.flush();
         {
@@ -1333,7 +1337,37 @@ impl PartitionLog {
                 let _ = std::fs::remove_file(self.dir.join(format!("{PREPARED_STEM}.{ext}")));
             }
         }
+        self.release();
         res
+    }
+
+    /// After the close: lets go of every segment and closes every
+    /// descriptor, the active segment's and the recovery point's included,
+    /// whoever else still holds the log (producers, consumers). A segment a
+    /// live message reads from stays mapped (its descriptors closed) until
+    /// the last such message is dropped; nothing else does. Reads of the
+    /// closed log find nothing ([`PartitionLog::cursor`] fails with
+    /// [`Error::Closed`]).
+    fn release(&self) {
+        let segments =
+            std::mem::take(&mut *self.segments.write().unwrap_or_else(|p| p.into_inner()));
+        {
+            let mut w = lock(&self.writer);
+            let base = w.next_offset;
+            w.active = Arc::new(Segment::closed(&self.dir, base));
+        }
+        for s in &segments {
+            s.release_files();
+        }
+        self.checkpoint.release();
+        drop(segments);
+        // A background page-faulting or write-ahead thread holds a segment
+        // for the few milliseconds its call takes: wait for it, so that
+        // the close has released everything when it returns.
+        let deadline = Instant::now() + std::time::Duration::from_secs(10);
+        while self.populating.load(Ordering::Acquire) && Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
     }
 
     // ------------------------------------------------------------ readers
@@ -1342,6 +1376,9 @@ impl PartitionLog {
     pub(crate) fn cursor(&self, offset: u64) -> Result<Cursor> {
         let seg = {
             let segs = self.segments.read().unwrap_or_else(|p| p.into_inner());
+            if segs.is_empty() {
+                return Err(Error::Closed("partition"));
+            }
             let (start, end) = (self.start_offset(), self.end_offset());
             if offset < start || offset > end {
                 return Err(Error::OffsetOutOfRange {

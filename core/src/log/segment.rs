@@ -9,7 +9,7 @@ use crate::log::batch::{self, BatchHeader, Check};
 use crate::log::index::{
     zero_nonzero, IndexFile, OffsetEntry, TimeEntry, OFFSET_ENTRY, TIME_ENTRY,
 };
-use crate::log::mmap::{sync_dir, MappedFile};
+use crate::log::mmap::{is_not_found, sync_dir, MappedFile};
 
 /// File name of a segment's log, index or time index.
 pub(crate) fn segment_path(dir: &Path, base: u64, ext: &str) -> PathBuf {
@@ -77,6 +77,9 @@ pub(crate) struct Segment {
     index: IndexFile,
     time: IndexFile,
     sealed: AtomicBool,
+    /// Set before the files are renamed aside ([`Segment::mark_deleted`]):
+    /// a sync that then finds the file gone has nothing left to do.
+    deleting: AtomicBool,
     deleted: AtomicBool,
     dir_synced: AtomicBool,
     max_timestamp: AtomicI64,
@@ -181,6 +184,7 @@ impl Segment {
             index,
             time,
             sealed: AtomicBool::new(sealed),
+            deleting: AtomicBool::new(false),
             deleted: AtomicBool::new(false),
             dir_synced: AtomicBool::new(sealed),
             max_timestamp: AtomicI64::new(max_ts),
@@ -520,8 +524,9 @@ impl Segment {
         self.log.publish(pos + len);
     }
 
-    /// Rolls: trims the files to their data and marks the segment sealed.
-    /// Writer only.
+    /// Rolls: trims the files to their data, closes the log's descriptor
+    /// (the last one the segment held: what needs the file later opens it
+    /// by path) and marks the segment sealed. Writer only.
     pub(crate) fn seal(&self, next_offset: u64) -> Result<()> {
         // A final time entry records the segment's largest timestamp.
         let max_ts = self.max_timestamp();
@@ -532,9 +537,14 @@ impl Segment {
                 pos: self.end() as u32,
             });
         }
-        self.log.trim()?;
-        self.index.file().trim()?;
-        self.time.file().trim()?;
+        let trimmed = self
+            .log
+            .trim()
+            .and_then(|()| self.index.file().trim())
+            .and_then(|()| self.time.file().trim());
+        // Nothing writes to the file again, trimmed or not.
+        self.log.release_file();
+        trimmed?;
         self.sealed.store(true, Ordering::Release);
         Ok(())
     }
@@ -550,7 +560,7 @@ impl Segment {
         if self.is_sealed() {
             self.index.file().flush()?;
             self.time.file().flush()?;
-            self.log.sync_file()?; // the trimmed size
+            self.sync_log_file()?; // the trimmed size
         }
         if !self.dir_synced.load(Ordering::Acquire) {
             sync_dir(&self.dir)?;
@@ -565,11 +575,46 @@ impl Segment {
     }
 
     /// fsyncs the log and both index files whole (after an unclean
-    /// shutdown, what recovery kept may be only in the page cache).
+    /// shutdown, what recovery kept may be only in the page cache). Files
+    /// without a descriptor (indexes, sealed segments) are opened by path
+    /// for it.
     pub(crate) fn sync_all_files(&self) -> Result<()> {
         self.log.sync_file()?;
         self.index.file().sync_file()?;
         self.time.file().sync_file()
+    }
+
+    /// fsyncs the log file; one that retention renamed aside meanwhile
+    /// needs nothing more.
+    fn sync_log_file(&self) -> Result<()> {
+        match self.log.sync_file() {
+            Err(e) if is_not_found(&e) && self.deleting.load(Ordering::Acquire) => Ok(()),
+            r => r,
+        }
+    }
+
+    /// Closes every descriptor the segment still holds (the active log's,
+    /// when its log is closed). The mappings stay until the last holder
+    /// (the log, a cursor, a message) drops the segment; appends to it fail
+    /// from now on.
+    pub(crate) fn release_files(&self) {
+        self.log.release_file();
+        self.index.file().release_file();
+        self.time.file().release_file();
+    }
+
+    /// A stand-in for the active segment of a closed log: no file, no
+    /// mapping, nothing readable, no room.
+    pub(crate) fn closed(dir: &Path, base: u64) -> Segment {
+        let path = |ext| segment_path(dir, base, ext);
+        Segment::assemble(
+            dir,
+            base,
+            MappedFile::empty(&path("log")),
+            IndexFile::empty(&path("idx"), OFFSET_ENTRY),
+            IndexFile::empty(&path("tix"), TIME_ENTRY),
+            true,
+        )
     }
 
     /// Checks every batch of a sealed segment: valid (CRC32C included),
@@ -619,6 +664,7 @@ impl Segment {
     /// Removes the segment: renames its files aside at once (so a reopen no
     /// longer sees it) and unlinks them when the last holder drops it.
     pub(crate) fn mark_deleted(&self) -> Result<()> {
+        self.deleting.store(true, Ordering::Release);
         for (f, ext) in [
             (self.index.file(), "idx"),
             (self.time.file(), "tix"),
