@@ -127,15 +127,19 @@ static void disk_full(mql_broker *mq) {
     CHECK(end_of(mq, "big", 0) == 3);
 }
 
-/* MQL_POISONED: the partition's directory disappears (renamed away) before
- * the first flush to disk, so the acks=-1 send's flush fails (an I/O error
- * syncing the directory) and the partition refuses later writes. A reopen,
- * with the directory back, clears it. This relies on the first flush of a
- * segment syncing its directory; should that move elsewhere, the first
- * send here succeeds and the test says so at that line. */
+/* MQL_POISONED: the partition's directory disappears (renamed away) after
+ * its first append and before its first flush to disk, so the acks=-1
+ * send's flush fails (an I/O error syncing the directory) and the
+ * partition refuses later writes. A reopen, with the directory back,
+ * clears it. This relies on the first flush of a segment syncing its
+ * directory; should that move elsewhere, the first send here succeeds and
+ * the test says so at that line. (Before its first append a partition
+ * rewrites its recovery point by path: with the directory gone that
+ * append fails with MQL_IO and changes nothing.) */
 static void poisoned(const char *dir) {
     mql_broker *mq = open_data(dir, "poison");
     make_topic(mq, "p", 1);
+    fill(mq, "p", 1, 1); /* the first append, not flushed (acks=1) */
     mql_producer_config *pc;
     CHECK_OK(mql_producer_config_new(&pc));
     CHECK_OK(mql_producer_config_set_acks(pc, -1));
@@ -158,8 +162,9 @@ static void poisoned(const char *dir) {
     uint64_t end = end_of(mq, "p", 0);
     /* The record whose flush failed was written to the map before the
      * flush; the refused one was not. */
-    CHECK(end == 2);
-    CHECK(value_at(mq, "p", 0, 0, "lost?"));
+    CHECK(end == 3);
+    CHECK(value_at(mq, "p", 0, 0, "0:0"));
+    CHECK(value_at(mq, "p", 0, 1, "lost?"));
     CHECK_OK(mql_close(mq));
 }
 
