@@ -171,12 +171,15 @@ def case_offset_out_of_range(tmp_path: Path) -> None:
 def case_poisoned(tmp_path: Path) -> None:
     # The first flush of a new segment syncs its directory, which needs a
     # file descriptor: with none left it fails, and the partition refuses
-    # writes until the directory is reopened.
+    # writes until the directory is reopened. (The partition's first append
+    # comes before, with descriptors: it rewrites the recovery point, and
+    # without a descriptor for that it fails and changes nothing.)
     script = """
         import os, resource, sys, mqlite
         d = sys.argv[1]
         mq = mqlite.open(d, prefault=False, retention_check_interval_ms=0)
         mq.create_topic("t", segment_bytes=1 << 20)
+        mq.producer(acks=1).send("t", b"zeroth")
         p = mq.producer(acks="all")
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
         lowest_free = os.open("/dev/null", os.O_RDONLY)
