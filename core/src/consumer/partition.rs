@@ -1,0 +1,150 @@
+//! The read state a consumer keeps per assigned partition: its position,
+//! cursor (parked between calls) and the decompressed batch it stopped in.
+
+use std::sync::{Arc, Weak};
+
+use crate::group::Resume;
+use crate::log::{Cursor, PartitionLog, Segment};
+use crate::message::Source;
+use crate::topic::Topic;
+
+/// A decompressed batch kept by a partition reader that stopped in its
+/// middle (`max_poll_records`), so the next poll does not decompress it again.
+#[derive(Debug)]
+pub(super) struct Decoded {
+    /// Base offset of the segment holding the batch.
+    pub(super) segment: u64,
+    /// Position of the batch in that segment.
+    pub(super) pos: usize,
+    /// The batch's CRC (one more check that it is the same batch).
+    pub(super) crc: u32,
+    /// Its records section, as the source of its messages.
+    pub(super) records: Arc<Source>,
+}
+
+/// Why [`Consumer::take_records`](super::Consumer::take_records) stopped.
+pub(super) enum Stop {
+    /// The batch has no more records.
+    End,
+    /// `limit` messages were taken; the batch has more.
+    Limit,
+    /// A record is malformed, or the batch's records cannot be decompressed.
+    Malformed(&'static str),
+}
+
+/// A cursor (and the source of its segment's messages) kept between two
+/// calls without keeping the segment alive: the log holds its segments
+/// while it is open, so [`Weak`] references come back as long as it is,
+/// and once the broker is closed a consumer that is not dropped holds no
+/// mapping. A segment retention removed meanwhile is not come back to:
+/// the next read seeks its position again, as after a reset.
+#[derive(Debug)]
+struct Parked {
+    seg: Weak<Segment>,
+    pos: usize,
+    ahead: usize,
+    source: Option<Weak<Source>>,
+}
+
+impl Assigned {
+    /// Puts the cursor away at the end of a call (see [`Parked`]).
+    pub(super) fn park(&mut self) {
+        if let Some(c) = self.cursor.take() {
+            self.parked = Some(Parked {
+                seg: Arc::downgrade(&c.seg),
+                pos: c.pos,
+                ahead: c.ahead,
+                source: self.source.take().map(|s| Arc::downgrade(&s)),
+            });
+        }
+        self.source = None;
+    }
+
+    /// Takes the parked cursor back, if its segment is still there.
+    pub(super) fn unpark(&mut self) {
+        let Some(p) = self.parked.take() else { return };
+        if self.cursor.is_some() {
+            return;
+        }
+        if let Some(seg) = p.seg.upgrade() {
+            self.cursor = Some(Cursor {
+                seg,
+                pos: p.pos,
+                ahead: p.ahead,
+            });
+            self.source = p.source.and_then(|s| s.upgrade());
+        }
+    }
+
+    /// Drops the cursor, parked or not: the next read seeks its position.
+    pub(super) fn forget_cursor(&mut self) {
+        self.cursor = None;
+        self.source = None;
+        self.parked = None;
+    }
+}
+
+#[derive(Debug)]
+pub(super) struct Assigned {
+    pub(super) topic: Arc<Topic>,
+    pub(super) log: Arc<PartitionLog>,
+    /// Next offset to deliver; `None` until first resolved.
+    pub(super) position: Option<u64>,
+    pub(super) cursor: Option<Cursor>,
+    /// Base offset the batch at the cursor must have, once known (the base
+    /// offset is outside the CRC; this is what catches damage to it).
+    pub(super) next_base: Option<u64>,
+    /// The compressed batch at the cursor, decompressed, when the last fetch
+    /// stopped in its middle.
+    pub(super) decoded: Option<Decoded>,
+    /// The source of the messages of the segment last read in place.
+    pub(super) source: Option<Arc<Source>>,
+    /// `cursor` and `source` between two calls (see [`Parked`]).
+    parked: Option<Parked>,
+    /// Messages jumped over since the last count because retention deleted
+    /// them before they were read.
+    pub(super) skipped: u64,
+    /// The committed offset this partition starts from was found beyond the
+    /// end of the log (`(committed, log_end)`, see [`Resume::OutOfRange`]):
+    /// the first resolve applies `auto_offset_reset`.
+    pub(super) out_of_range: Option<(u64, u64)>,
+    /// Resets of an out-of-range committed offset since the last count.
+    pub(super) resets: u64,
+}
+
+impl Assigned {
+    pub(super) fn new(
+        topic: Arc<Topic>,
+        log: Arc<PartitionLog>,
+        resume: Option<Resume>,
+    ) -> Assigned {
+        let (position, out_of_range) = match resume {
+            None => (None, None),
+            Some(Resume::At(o)) => (Some(o), None),
+            Some(Resume::OutOfRange { committed, log_end }) => (None, Some((committed, log_end))),
+        };
+        Assigned {
+            topic,
+            log,
+            position,
+            cursor: None,
+            next_base: None,
+            decoded: None,
+            source: None,
+            parked: None,
+            skipped: 0,
+            out_of_range,
+            resets: 0,
+        }
+    }
+
+    /// Starts the partition over from `resume` (a group's committed offset).
+    pub(super) fn restart(&mut self, resume: Option<Resume>) {
+        let fresh = Assigned::new(Arc::clone(&self.topic), Arc::clone(&self.log), resume);
+        let skipped = self.skipped;
+        let resets = self.resets;
+        *self = fresh;
+        self.skipped = skipped;
+        self.resets = resets;
+    }
+}

@@ -1,0 +1,124 @@
+//! Unit tests of the partition log's internals: blocks written ahead of
+//! small flushes, and group commit's hand-over of a round.
+
+use std::path::Path;
+
+use super::*;
+use crate::faults::SyncKind;
+use crate::{Broker, Config, TopicConfig};
+
+fn open(dir: &Path, segment_bytes: u64) -> (Broker, Arc<PartitionLog>) {
+    let mq = Broker::open(dir, Config::default().prefault(false)).unwrap();
+    mq.create_topic("t", TopicConfig::new(1).segment_bytes(segment_bytes))
+        .unwrap();
+    let log = mq.inner().topic("t").unwrap().partition(0).unwrap();
+    (mq, log)
+}
+
+fn append(log: &PartitionLog, value: &[u8], count: usize) -> u64 {
+    let recs: Vec<RecordRef<'_>> = (0..count)
+        .map(|_| RecordRef {
+            key: None,
+            value: Some(value),
+            headers: &[],
+            timestamp: 1,
+        })
+        .collect();
+    log.append(&recs, ProducerFields::default())
+        .unwrap()
+        .base_offset
+}
+
+fn written_ahead(log: &PartitionLog) -> usize {
+    while log.populating.load(Ordering::Acquire) {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    lock(&log.group.written_ahead).to
+}
+
+/// Small flushes get the blocks ahead of the writer written (so that
+/// their own msyncs overwrite written blocks); the written-ahead zeros
+/// never show through what the writer put there; large flushes do not
+/// write ahead.
+#[test]
+fn small_flushes_write_blocks_ahead_and_large_ones_do_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_mq, log) = open(dir.path(), 8 << 20);
+    let value = [7u8; 100];
+    for _ in 0..3 {
+        append(&log, &value, 1);
+        log.flush().unwrap();
+    }
+    let ahead = written_ahead(&log);
+    let end = log.segments.read().unwrap().last().unwrap().end();
+    assert!(ahead >= end + WRITE_AHEAD_WINDOW / 2, "{ahead} <= {end}");
+    // The writer goes on through the written-ahead window and past it;
+    // every record reads back.
+    let per_window = WRITE_AHEAD_WINDOW / 150;
+    for i in 0..per_window * 2 {
+        append(&log, &value, 1);
+        if i % 50 == 0 {
+            log.flush().unwrap();
+        }
+    }
+    log.flush().unwrap();
+    assert!(written_ahead(&log) > ahead, "no second window");
+    let mut c = log.cursor(0).unwrap();
+    let mut records = 0u64;
+    while let Some((at, h)) = log.next_batch(&mut c).unwrap() {
+        assert_eq!(h.base_offset, records);
+        let bytes = c.seg.bytes(at, at + h.total_len());
+        assert!(bytes.windows(value.len()).any(|w| w == value));
+        records += u64::from(h.record_count);
+    }
+    assert_eq!(records, log.end_offset());
+
+    let dir = tempfile::tempdir().unwrap();
+    let (_mq, log) = open(dir.path(), 8 << 20);
+    for _ in 0..8 {
+        append(&log, &[1u8; 1000], 100);
+        log.flush().unwrap();
+    }
+    assert_eq!(written_ahead(&log), 0, "large flushes wrote ahead");
+}
+
+/// The caller that completes the collection a leader waits for flushes
+/// in its place (on its own thread, not waking the leader first); the
+/// leader returns once that flush covers it.
+#[test]
+fn the_caller_completing_a_round_flushes_for_the_leader() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_mq, log) = open(dir.path(), 1 << 20);
+    let syncs = Arc::new(Mutex::new(Vec::new()));
+    let (root, seen) = (dir.path().to_owned(), Arc::clone(&syncs));
+    crate::faults::set_sync_hook(Some(Arc::new(move |path: &Path, kind, before| {
+        if before && path.starts_with(&root) && matches!(kind, SyncKind::Range { .. }) {
+            lock(&seen).push(std::thread::current().id());
+        }
+        Ok(())
+    })));
+    {
+        let mut st = lock(&log.group.state);
+        st.expected = 2;
+        // The leader alone would flush after this long.
+        st.last_flush = std::time::Duration::from_secs(10);
+    }
+    let first = append(&log, b"a", 1);
+    std::thread::scope(|s| {
+        let leader = s.spawn(|| log.flush_to(first + 1));
+        while !lock(&log.group.state).collecting {
+            std::thread::yield_now();
+        }
+        assert_eq!(log.flushes(), 0);
+        let second = append(&log, b"b", 1);
+        log.flush_to(second + 1).unwrap();
+        leader.join().unwrap().unwrap();
+    });
+    crate::faults::set_sync_hook(None);
+    assert_eq!(*lock(&syncs), vec![std::thread::current().id()]);
+    assert_eq!(log.flushes(), 1);
+    assert!(log.flushed_fast.load(Ordering::Acquire) >= 2);
+    let st = lock(&log.group.state);
+    assert_eq!(st.expected, 2);
+    assert!(!st.collecting && !st.in_progress && !st.leader_waiting);
+}
