@@ -2978,6 +2978,26 @@ enum mql_status mql_topics(struct mql_broker *broker, struct mql_name_list **out
 enum mql_status mql_groups(struct mql_broker *broker, struct mql_name_list **out);
 
 /**
+ * What could not be opened because its files are damaged, sorted, into
+ * `*out`, one entry per damaged piece as `<kind>:<name>`: `topic:<name>`
+ * and `group:<name>` (each use of them fails with `MQL_CORRUPT` or
+ * `MQL_UNSUPPORTED_VERSION`, `mql_last_error` naming the file), and
+ * `producers:registry` (the producer registry: idempotent producers are
+ * refused). The rest of the directory works; `mql_topic_delete` removes a
+ * damaged topic. Empty for a healthy directory.
+ *
+ * Errors: `MQL_CLOSED`.
+ *
+ * Ownership: on `MQL_OK`, `*out` is a new name list owned by the caller;
+ * release it with `mql_name_list_free`.
+ *
+ * # Safety
+ * `broker` is NULL or a live broker; `out` is NULL or valid for writing a
+ * pointer.
+ */
+enum mql_status mql_damaged(struct mql_broker *broker, struct mql_name_list **out);
+
+/**
  * Number of names in `list`; 0 if `list` is NULL.
  *
  * Ownership: returns a plain value; nothing to free.
@@ -3005,8 +3025,8 @@ const char *mql_name_list_get(const struct mql_name_list *list, size_t index);
  * `mql_name_list_get` returned dies with it.
  *
  * # Safety
- * `list` is NULL or a live name list from `mql_topics` or `mql_groups`,
- * not used again.
+ * `list` is NULL or a live name list from `mql_topics`, `mql_groups` or
+ * `mql_damaged`, not used again.
  */
 void mql_name_list_free(struct mql_name_list *list);
 

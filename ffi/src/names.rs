@@ -1,5 +1,6 @@
-//! Lists of names (`mql_name_list`): the topics (`mql_topics`) and the
-//! consumer groups (`mql_groups`) of a data directory.
+//! Lists of names (`mql_name_list`): the topics (`mql_topics`), the
+//! consumer groups (`mql_groups`) and the damaged pieces (`mql_damaged`) of
+//! a data directory.
 
 use std::ffi::{c_char, CString};
 
@@ -93,6 +94,38 @@ pub unsafe extern "C" fn mql_groups(
     unsafe { list(broker, out, mqlite::Broker::groups) }
 }
 
+/// What could not be opened because its files are damaged, sorted, into
+/// `*out`, one entry per damaged piece as `<kind>:<name>`: `topic:<name>`
+/// and `group:<name>` (each use of them fails with `MQL_CORRUPT` or
+/// `MQL_UNSUPPORTED_VERSION`, `mql_last_error` naming the file), and
+/// `producers:registry` (the producer registry: idempotent producers are
+/// refused). The rest of the directory works; `mql_topic_delete` removes a
+/// damaged topic. Empty for a healthy directory.
+///
+/// Errors: `MQL_CLOSED`.
+///
+/// Ownership: on `MQL_OK`, `*out` is a new name list owned by the caller;
+/// release it with `mql_name_list_free`.
+///
+/// # Safety
+/// `broker` is NULL or a live broker; `out` is NULL or valid for writing a
+/// pointer.
+#[no_mangle]
+pub unsafe extern "C" fn mql_damaged(
+    broker: *mut mql_broker,
+    out: *mut *mut mql_name_list,
+) -> mql_status {
+    // SAFETY: forwarded caller contract.
+    unsafe {
+        list(broker, out, |b| {
+            b.damaged()
+                .into_iter()
+                .map(|(kind, name, _)| format!("{kind}:{name}"))
+                .collect()
+        })
+    }
+}
+
 /// Number of names in `list`; 0 if `list` is NULL.
 ///
 /// Ownership: returns a plain value; nothing to free.
@@ -134,8 +167,8 @@ pub unsafe extern "C" fn mql_name_list_get(
 /// `mql_name_list_get` returned dies with it.
 ///
 /// # Safety
-/// `list` is NULL or a live name list from `mql_topics` or `mql_groups`,
-/// not used again.
+/// `list` is NULL or a live name list from `mql_topics`, `mql_groups` or
+/// `mql_damaged`, not used again.
 #[no_mangle]
 pub unsafe extern "C" fn mql_name_list_free(list: *mut mql_name_list) {
     // SAFETY: forwarded caller contract.
