@@ -825,7 +825,7 @@ impl Follower {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::log::batch::{encode_batch, ProducerFields, RecordRef};
+    use crate::log::test_util::{batch_bytes, write_at};
     use crate::{Broker, Config, ProducerConfig, Record, TopicConfig};
 
     fn broker(dir: &Path) -> Broker {
@@ -980,28 +980,6 @@ mod tests {
         // A new follower starts at the first retained offset.
         let mut g = Follower::open(&dir).unwrap();
         assert_eq!(g.poll(1).unwrap()[0].offset, start);
-    }
-
-    /// Encodes one batch of `values` at `base`.
-    fn batch_bytes(base: u64, values: &[&str]) -> Vec<u8> {
-        let recs: Vec<RecordRef<'_>> = values
-            .iter()
-            .map(|v| RecordRef {
-                key: None,
-                value: Some(v.as_bytes()),
-                headers: &[],
-                timestamp: 1_700_000_000_000,
-            })
-            .collect();
-        let mut buf = vec![0u8; batch::batch_len(&recs)];
-        let n = encode_batch(&mut buf, base, &recs, ProducerFields::default(), 0);
-        buf.truncate(n);
-        buf
-    }
-
-    fn write_at(path: &Path, pos: u64, bytes: &[u8]) {
-        let f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
-        f.write_all_at(bytes, pos).unwrap();
     }
 
     #[test]

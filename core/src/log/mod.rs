@@ -14,6 +14,8 @@ mod mmap;
 mod open;
 #[allow(unsafe_code)]
 mod segment;
+#[cfg(test)]
+mod test_util;
 
 use std::path::PathBuf;
 use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -968,6 +970,12 @@ impl PartitionLog {
             c.pos = pos;
             return true;
         }
+        self.next_segment(c)
+    }
+
+    /// Moves `c` to the start of the segment after its own; `false` (and
+    /// `c` unchanged) when there is none.
+    fn next_segment(&self, c: &mut Cursor) -> bool {
         let next = {
             let segs = self.segments.read().unwrap_or_else(|p| p.into_inner());
             segs.iter().find(|s| s.base() > c.seg.base()).cloned()
@@ -994,20 +1002,8 @@ impl PartitionLog {
                 c.pos += h.total_len();
                 return Ok(Some((at, h)));
             }
-            if !sealed {
+            if !sealed || !self.next_segment(c) {
                 return Ok(None);
-            }
-            let next = {
-                let segs = self.segments.read().unwrap_or_else(|p| p.into_inner());
-                segs.iter().find(|s| s.base() > c.seg.base()).cloned()
-            };
-            match next {
-                Some(s) => {
-                    c.seg = s;
-                    c.pos = 0;
-                    c.ahead = 0;
-                }
-                None => return Ok(None),
             }
         }
     }

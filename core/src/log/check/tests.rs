@@ -4,7 +4,8 @@
 use std::collections::BTreeMap;
 
 use super::*;
-use crate::log::batch::{encode_batch, BatchHeader, ProducerFields, RecordRef};
+use crate::log::batch::BatchHeader;
+use crate::log::test_util::{batch_bytes, write_at};
 use crate::{BorrowedRecord, Broker, Config, ProducerConfig, TopicConfig};
 
 fn broker(dir: &Path) -> Broker {
@@ -81,27 +82,6 @@ fn copy_tree(from: &Path, to: &Path) {
             }
         }
     }
-}
-
-fn batch_bytes(base: u64, values: &[&str]) -> Vec<u8> {
-    let recs: Vec<RecordRef<'_>> = values
-        .iter()
-        .map(|v| RecordRef {
-            key: None,
-            value: Some(v.as_bytes()),
-            headers: &[],
-            timestamp: 1_700_000_000_000,
-        })
-        .collect();
-    let mut buf = vec![0u8; batch::batch_len(&recs)];
-    let n = encode_batch(&mut buf, base, &recs, ProducerFields::default(), 0);
-    buf.truncate(n);
-    buf
-}
-
-fn write_at(path: &Path, pos: u64, bytes: &[u8]) {
-    let f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
-    f.write_all_at(bytes, pos).unwrap();
 }
 
 fn flip(path: &Path, pos: u64) {
