@@ -586,8 +586,6 @@ impl BrokerInner {
         }
     }
 
-    /// The topic `name`, or `UnknownTopic` (or `Closed`).
-    #[inline]
     /// The error of a damaged topic, if `name` is one.
     pub(crate) fn damaged_topic(&self, name: &str) -> Option<Error> {
         self.damaged
@@ -619,6 +617,9 @@ impl BrokerInner {
         Ok(())
     }
 
+    /// The topic `name`, or `UnknownTopic` (or `Closed`, or the error of a
+    /// damaged topic).
+    #[inline]
     pub(crate) fn topic(&self, name: &str) -> Result<Arc<Topic>> {
         self.check_open()?;
         if let Some(t) = self.topics_read().get(name) {

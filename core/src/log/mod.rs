@@ -959,9 +959,6 @@ impl PartitionLog {
         Ok(Cursor { seg, pos, ahead: 0 })
     }
 
-    /// The next batch at the cursor, moving on to the next segment at the end
-    /// of a sealed one; `None` when nothing more is published.
-    #[inline]
     /// Moves `c` past the damaged batch at its position: to the next
     /// position of its segment that holds a valid batch, or to the start of
     /// the next segment. `false` when there is nothing valid after it.
@@ -991,6 +988,9 @@ impl PartitionLog {
         }
     }
 
+    /// The next batch at the cursor, moving on to the next segment at the end
+    /// of a sealed one; `None` when nothing more is published.
+    #[inline]
     pub(crate) fn next_batch(&self, c: &mut Cursor) -> Result<Option<(usize, BatchHeader)>> {
         loop {
             let sealed = c.seg.is_sealed();

@@ -676,7 +676,10 @@ impl Inner {
         }
     }
 
-    /// Appends one batch with this producer's identity.
+    /// Appends one batch with this producer's identity. Always inlined:
+    /// it is the send path's core, and left out of line it costs the
+    /// one-record send about 60 instructions (callgrind).
+    #[inline(always)]
     fn append(
         &self,
         log: &PartitionLog,

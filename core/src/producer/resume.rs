@@ -88,7 +88,9 @@ impl Inner {
     }
 
     /// Counts `count` records from application sequence `seq` as written
-    /// (or found already written).
+    /// (or found already written). Out of line: the send path inlines its
+    /// caller.
+    #[inline(never)]
     pub(super) fn note_written(&self, seq: i64, count: usize) {
         if let Some(w) = lock(&self.written).as_mut() {
             w.insert(seq, seq.saturating_add(count as i64));
