@@ -47,3 +47,68 @@ def test_a_damaged_topic_is_listed_and_the_rest_works(tmp_path: Path) -> None:
 def test_clean_directory_has_no_damage(mq: mqlite.Broker) -> None:
     mq.create_topic("t")
     assert mq.damaged() == []
+
+
+def flip_in_value(part: Path, value: bytes) -> None:
+    """Flips a byte inside `value` in whichever segment of `part` holds it."""
+    for log in sorted(part.glob("*.log")):
+        data = bytearray(log.read_bytes())
+        at = data.find(value)
+        if at >= 0:
+            data[at + len(value) // 2] ^= 0x20
+            log.write_bytes(bytes(data))
+            return
+    raise AssertionError(f"{value!r} not found")
+
+
+def test_damage_after_a_clean_close_is_corruption_kept_aside(tmp_path: Path) -> None:
+    with mqlite.open(tmp_path, prefault=False) as mq:
+        mq.create_topic("t")
+        p = mq.producer()
+        for i in range(10):
+            p.send("t", b"v-%05d" % i, partition=0)
+    part = tmp_path / "topics" / "t" / "0"
+    flip_in_value(part, b"v-00007")
+    with mqlite.open(tmp_path, prefault=False) as mq:
+        info = mq.topic("t").partitions[0]
+        assert info.end_offset == 7
+        assert (info.corruptions, info.torn_tails, info.lost_records) == (1, 0, 3)
+        assert info.quarantined_bytes > 0
+        kept = list(part.glob("*.log.damaged-*"))
+        assert len(kept) == 1 and kept[0].stat().st_size == info.quarantined_bytes
+
+
+def test_a_committed_offset_beyond_a_cut_log_resumes_at_the_cut(tmp_path: Path) -> None:
+    with mqlite.open(tmp_path, prefault=False) as mq:
+        mq.create_topic("t", segment_bytes=16 * 1024)
+        p = mq.producer()
+        for i in range(1200):
+            p.send("t", b"old-%05d" % i, partition=0)
+        for group, broadcast in (("g", False), ("b", True)):
+            c = mq.consumer(group, client_id="node", broadcast=broadcast, enable_auto_commit=False)
+            c.assign([("t", 0)])
+            c.commit([("t", 0, 600)])
+    part = tmp_path / "topics" / "t" / "0"
+    flip_in_value(part, b"old-00500")
+    (part / "recovery.point").unlink()  # as a crash leaves it
+    with mqlite.open(tmp_path, prefault=False) as mq:
+        info = mq.topic("t").partitions[0]
+        assert info.end_offset == 500 and info.dropped_batches == 700
+        p = mq.producer()
+        for i in range(700):
+            p.send("t", b"new-%05d" % i, partition=0)
+        for group, broadcast in (("g", False), ("b", True)):
+            c = mq.consumer(
+                group,
+                client_id="node",
+                broadcast=broadcast,
+                enable_auto_commit=False,
+                auto_offset_reset="latest",
+                max_poll_records=10_000,
+            )
+            c.assign([("t", 0)])
+            got = c.poll_batch(timeout=5)
+            values = [m.value for m in got]
+            assert len(values) == 700 and values[0] == b"new-00000", group
+            assert c.stats().offset_resets == 1
+            c.close()
