@@ -1,30 +1,10 @@
 //! The CLI lists a damaged topic or group as such and goes on with the
 //! rest, instead of failing the whole listing.
 
-use std::path::Path;
-use std::process::{Command, Output};
+mod common;
 
+use common::ok;
 use mqlite::{Broker, Config, ConsumerConfig, ProducerConfig, Record, TopicConfig};
-
-fn run(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_mqlite"))
-        .arg("--dir")
-        .arg(dir)
-        .args(args)
-        .env_remove("MQLITE_DIR")
-        .output()
-        .expect("run mqlite")
-}
-
-fn stdout_of(dir: &Path, args: &[&str]) -> String {
-    let out = run(dir, args);
-    assert!(
-        out.status.success(),
-        "mqlite {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
 
 #[test]
 fn topics_and_groups_list_damage_and_the_rest() {
@@ -45,7 +25,7 @@ fn topics_and_groups_list_damage_and_the_rest() {
     std::fs::write(tmp.path().join("topics/a/topic.json"), b"{").unwrap();
     std::fs::write(tmp.path().join("groups/g.offsets"), b"{").unwrap();
 
-    let topics = stdout_of(tmp.path(), &["topics"]);
+    let topics = ok(tmp.path(), &["topics"], None);
     let lines: Vec<&str> = topics.lines().collect();
     assert_eq!(lines.len(), 2, "{topics}");
     assert!(
@@ -54,11 +34,11 @@ fn topics_and_groups_list_damage_and_the_rest() {
     );
     assert_eq!(lines[1], "b");
     let json: serde_json::Value =
-        serde_json::from_str(&stdout_of(tmp.path(), &["topics", "--json"])).unwrap();
+        serde_json::from_str(&ok(tmp.path(), &["topics", "--json"], None)).unwrap();
     assert!(json[0]["damaged"].as_str().unwrap().contains("topic.json"));
     assert_eq!(json[1]["name"], "b");
 
-    let groups = stdout_of(tmp.path(), &["groups"]);
+    let groups = ok(tmp.path(), &["groups"], None);
     assert!(
         groups.contains("g ") && groups.contains("damaged: corrupt data"),
         "{groups}"

@@ -1,0 +1,80 @@
+//! Helpers shared by the CLI's end-to-end tests: running the built
+//! `mqlite` binary on a data directory.
+#![allow(dead_code)]
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+use serde_json::Value;
+
+pub fn run(dir: &Path, args: &[&str], stdin: Option<&str>) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_mqlite"))
+        .arg("--dir")
+        .arg(dir)
+        .args(args)
+        .env_remove("MQLITE_DIR")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn mqlite");
+    {
+        let mut input = child.stdin.take().unwrap();
+        if let Some(s) = stdin {
+            feed(&mut input, s.as_bytes());
+        }
+    }
+    child.wait_with_output().expect("wait mqlite")
+}
+
+/// Writes `bytes` to a child's stdin; a child that exits without reading
+/// it all (it failed before reading, as it should on a bad topic) is fine.
+pub fn feed(input: &mut impl Write, bytes: &[u8]) {
+    if let Err(e) = input.write_all(bytes) {
+        assert_eq!(e.kind(), std::io::ErrorKind::BrokenPipe, "{e}");
+    }
+}
+
+pub fn ok(dir: &Path, args: &[&str], stdin: Option<&str>) -> String {
+    let out = run(dir, args, stdin);
+    assert!(
+        out.status.success(),
+        "mqlite {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+pub fn json_lines(s: &str) -> Vec<Value> {
+    s.lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+pub fn run_bytes(dir: &Path, args: &[&str], stdin: &[u8]) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_mqlite"))
+        .arg("--dir")
+        .arg(dir)
+        .args(args)
+        .env_remove("MQLITE_DIR")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn mqlite");
+    feed(&mut child.stdin.take().unwrap(), stdin);
+    child.wait_with_output().expect("wait mqlite")
+}
+
+/// Runs and expects exit code `code`; returns stderr.
+pub fn fails(dir: &Path, args: &[&str], code: i32) -> String {
+    let out = run(dir, args, None);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(code), "mqlite {args:?}: {err}");
+    if code == 1 {
+        assert!(err.starts_with("mqlite: "), "{err}");
+        assert_eq!(err.lines().count(), 1, "one line: {err}");
+    }
+    err
+}
