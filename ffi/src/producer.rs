@@ -695,13 +695,26 @@ pub unsafe extern "C" fn mql_producer_last_sequence(
     producer: *mut mql_producer,
     out: *mut i64,
 ) -> mql_status {
+    // SAFETY: forwarded caller contract.
+    unsafe { sequence_into(producer, out, |p| Ok(p.last_sequence()?.unwrap_or(-1))) }
+}
+
+/// Writes what `get` says of the producer to `*out`.
+///
+/// # Safety
+/// As for `mql_producer_last_sequence`.
+unsafe fn sequence_into(
+    producer: *mut mql_producer,
+    out: *mut i64,
+    get: impl FnOnce(&mqlite::Producer) -> mqlite::Result<i64>,
+) -> mql_status {
     guard(|| {
         // SAFETY: forwarded caller contract.
         let p = unsafe { arg_ref(producer, "producer") }?;
         let out = Out::new(out, "out")?;
-        let last = p.inner.last_sequence()?.unwrap_or(-1);
+        let value = get(&p.inner)?;
         // SAFETY: `out` is valid for writes by the caller's contract.
-        unsafe { out.write(last) };
+        unsafe { out.write(value) };
         Ok(())
     })
 }
@@ -729,15 +742,8 @@ pub unsafe extern "C" fn mql_producer_next_sequence(
     producer: *mut mql_producer,
     out: *mut i64,
 ) -> mql_status {
-    guard(|| {
-        // SAFETY: forwarded caller contract.
-        let p = unsafe { arg_ref(producer, "producer") }?;
-        let out = Out::new(out, "out")?;
-        let next = p.inner.next_sequence()?;
-        // SAFETY: `out` is valid for writes by the caller's contract.
-        unsafe { out.write(next) };
-        Ok(())
-    })
+    // SAFETY: forwarded caller contract.
+    unsafe { sequence_into(producer, out, mqlite::Producer::next_sequence) }
 }
 
 /// Counters of what the producer did so far, into `*out`.

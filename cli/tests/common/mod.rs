@@ -8,24 +8,9 @@ use std::process::{Command, Output, Stdio};
 
 use serde_json::Value;
 
+/// Runs `mqlite --dir <dir> <args>` with `stdin` (if any) as its input.
 pub fn run(dir: &Path, args: &[&str], stdin: Option<&str>) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_mqlite"))
-        .arg("--dir")
-        .arg(dir)
-        .args(args)
-        .env_remove("MQLITE_DIR")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn mqlite");
-    {
-        let mut input = child.stdin.take().unwrap();
-        if let Some(s) = stdin {
-            feed(&mut input, s.as_bytes());
-        }
-    }
-    child.wait_with_output().expect("wait mqlite")
+    run_bytes(dir, args, stdin.map_or(&[][..], str::as_bytes))
 }
 
 /// Writes `bytes` to a child's stdin; a child that exits without reading
@@ -52,6 +37,7 @@ pub fn json_lines(s: &str) -> Vec<Value> {
         .collect()
 }
 
+/// Runs `mqlite --dir <dir> <args>` with `stdin` as its input.
 pub fn run_bytes(dir: &Path, args: &[&str], stdin: &[u8]) -> Output {
     let mut child = Command::new(env!("CARGO_BIN_EXE_mqlite"))
         .arg("--dir")
