@@ -542,10 +542,7 @@ impl BrokerInner {
             let floor = groups
                 .iter()
                 .filter_map(|g| g.resume(topic, i as u32))
-                .map(|r| match r {
-                    Resume::At(o) => o,
-                    Resume::OutOfRange { log_end, .. } => log_end,
-                })
+                .map(Resume::offset)
                 .min()
                 .unwrap_or(u64::MAX);
             log.set_retention_floor(floor);

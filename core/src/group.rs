@@ -70,6 +70,16 @@ pub(crate) enum Resume {
     OutOfRange { committed: u64, log_end: u64 },
 }
 
+impl Resume {
+    /// The offset reading resumes at (with an out-of-range mark, the cut).
+    pub(crate) fn offset(self) -> u64 {
+        match self {
+            Resume::At(o) => o,
+            Resume::OutOfRange { log_end, .. } => log_end,
+        }
+    }
+}
+
 /// One consumer group.
 #[derive(Debug)]
 pub(crate) struct Group {

@@ -951,10 +951,7 @@ impl Consumer {
                 .offsets
                 .as_ref()
                 .and_then(|g| g.resume(&t, p))
-                .map(|r| match r {
-                    Resume::At(o) => o,
-                    Resume::OutOfRange { log_end, .. } => log_end,
-                });
+                .map(Resume::offset);
             let from = match committed {
                 Some(c) => c,
                 None => {
