@@ -6,7 +6,7 @@ Reads target/bench/python-peers.json (bench/peers.py) and
 target/bench/rust-peers.json (the bench/rust-peers crate), whichever exist,
 or the files given with --in. Writes a markdown page with the machine, one
 table per group (messages/s, MB/s, and how many times mqlite's reference row
-is faster than each row), the issue's targets and whether the figures meet
+is faster than each row), the targets and whether the figures meet
 them, and a PNG chart of the same figures (log-scale messages/s per group)
 embedded in the page.
 
@@ -153,7 +153,7 @@ class Target:
 
 
 def targets(suites: dict[str, Suite]) -> list[Target]:
-    """The issue's targets, each with the groups it is judged on."""
+    """The targets, each with the groups it is judged on."""
     py = suites["python"].groups if "python" in suites else []
     rs = suites["rust"].groups if "rust" in suites else []
     no_py = "" if py else "no Python figures (target/bench/python-peers.json is missing)"
@@ -356,7 +356,7 @@ def render(suites: dict[str, Suite], png_name: Optional[str]) -> str:
         "",
         *machine_lines(suites),
         "",
-        "## Targets (issue 5)",
+        "## Targets",
         "",
         "Judged from the figures below by bench/report.py.",
         "",
