@@ -740,8 +740,8 @@ typedef struct mql_consumer_stats {
      */
     uint64_t bytes;
     /**
-     * Fetches from the engine: calls to `mql_poll` that found no message
-     * fetched earlier and waiting to be handed out.
+     * Polls: calls to `mql_poll` and `mql_poll_batch` (a call that waits
+     * without a limit counts once per hour of waiting).
      */
     uint64_t polls;
     /**
@@ -784,10 +784,9 @@ typedef struct mql_consumer_stats {
  * are valid during the call (the strings until the consumer is freed).
  *
  * With auto-commit on, the engine commits the positions of revoked
- * partitions right after the revoke callback returns (what `mql_commit`
- * there would commit): offsets the callback committed with
- * `mql_commit_offsets` are then overwritten. Turn auto-commit off to
- * commit offsets of your own choosing on revoke.
+ * partitions (what `mql_commit` would commit) just before the revoke
+ * callback runs: offsets the callback commits with `mql_commit_offsets`
+ * are the last word.
  */
 typedef void (*mql_rebalance_callback)(void *user_data,
                                        struct mql_consumer *consumer,
@@ -2294,11 +2293,12 @@ enum mql_status mql_offsets_for_times(struct mql_consumer *consumer,
  * as it takes). Messages come in offset order per partition, fairly across
  * partitions.
  *
- * The consumer fetches up to `max_poll_records` messages from the engine
- * at once and hands them out one per call; a group member takes part in
- * rebalances (running its rebalance callback), auto-commits and counts as
- * alive only when it fetches, i.e. when every message of the previous
- * fetch was handed out.
+ * The consumer fetches up to `max_poll_records` messages at once and
+ * hands them out one per call; positions, commits and statistics count
+ * only what was handed out. A group member takes part in rebalances
+ * (running its rebalance callback) at every call, whatever it fetched:
+ * messages fetched for a partition it gives up are dropped, and the new
+ * owner reads them from the committed offset.
  *
  * Returns `MQL_TIMEOUT`, with `*out` untouched, when nothing arrived in
  * time, or at once when `mql_waker_wakeup` was called during the wait or
@@ -2322,10 +2322,9 @@ enum mql_status mql_poll(struct mql_consumer *consumer,
 /**
  * `mql_poll`, handing out every message of one fetch at once: the messages
  * fetched earlier and not handed out yet if there are any (no new fetch),
- * otherwise a fetch from the engine (up to `max_poll_records` messages,
- * waiting up to `timeout_ms` like `mql_poll`). Afterwards nothing is
- * buffered: positions, commits and statistics count every message of the
- * batch as handed out. Cheaper per message than `mql_poll`, which
+ * otherwise a fetch (up to `max_poll_records` messages, waiting up to
+ * `timeout_ms` like `mql_poll`). Positions, commits and statistics count
+ * every message of the batch as handed out. Cheaper per message than `mql_poll`, which
  * allocates each message on its own.
  *
  * Returns `MQL_TIMEOUT`, with `*out` untouched, as `mql_poll` does.
@@ -2361,7 +2360,7 @@ enum mql_status mql_consumer_waker(struct mql_consumer *consumer, struct mql_wak
 /**
  * Wakes the consumer's `mql_poll`: the one blocked now, or else the next
  * one, returns `MQL_TIMEOUT` at once (a wakeup while `mql_poll` still has
- * fetched messages to hand out takes effect at the next fetch). Safe to
+ * fetched messages to hand out takes effect once they are handed out). Safe to
  * call from any thread, also while the consumer's thread is inside
  * `mql_poll`, and after the consumer was freed (then it does nothing).
  *

@@ -11,7 +11,7 @@ use std::sync::{Arc, Condvar, Mutex, RwLock, Weak};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crate::consumer::{Consumer, ConsumerConfig};
+use crate::consumer::{Consumer, ConsumerConfig, Held};
 use crate::dedup::Registry;
 use crate::error::{Error, IoContext, Result};
 use crate::group::{Group, Groups, Resume};
@@ -106,6 +106,10 @@ pub(crate) struct BrokerInner {
     /// error every use of them gets. Listed by `topics()`; only
     /// `delete_topic` changes them.
     damaged: RwLock<HashMap<String, Error>>,
+    /// The messages consumers fetched and hold for one-message hand-out
+    /// ([`Consumer::poll_one`]): dropped at close, so that no mapping
+    /// outlives it but the messages the application itself holds.
+    held: Mutex<Vec<Weak<Held>>>,
 }
 
 /// Whether an error opening one topic, group or registry is damage to that
@@ -243,6 +247,7 @@ impl Broker {
             topics_version: AtomicU64::new(0),
             groups: Groups::default(),
             damaged: RwLock::new(damaged),
+            held: Mutex::new(Vec::new()),
             dir,
             config,
             lock: Mutex::new(Some(lock)),
@@ -575,6 +580,19 @@ impl BrokerInner {
 
     /// Fails with [`Error::Closed`] once closed.
     #[inline]
+    /// Registers a consumer's held messages, to be dropped at close.
+    pub(crate) fn register_held(&self, held: &Arc<Held>) {
+        let mut all = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        all.retain(|w| w.strong_count() > 0);
+        all.push(Arc::downgrade(held));
+    }
+
+    /// Whether the broker was closed.
+    #[inline]
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
     pub(crate) fn check_open(&self) -> Result<()> {
         if self.closed.load(Ordering::Acquire) {
             Err(Error::Closed("broker"))
@@ -691,6 +709,10 @@ impl BrokerInner {
             if first.is_ok() {
                 first = r;
             }
+        }
+        let held = std::mem::take(&mut *self.held.lock().unwrap_or_else(|p| p.into_inner()));
+        for h in held.iter().filter_map(Weak::upgrade) {
+            h.clear();
         }
         // Releasing the file releases the flock.
         self.lock.lock().unwrap_or_else(|p| p.into_inner()).take();

@@ -15,6 +15,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -86,6 +87,10 @@ pub(crate) struct Group {
     name: String,
     state: Mutex<State>,
     offsets: Mutex<OffsetStore>,
+    /// Bumped at every rebalance and release: a member holding fetched
+    /// messages reads it (one atomic load per message handed out) to know
+    /// when to bring itself in line with the group before the next one.
+    epoch: AtomicU64,
 }
 
 /// What a member must do to match the group's target.
@@ -111,7 +116,15 @@ impl Group {
             name: name.to_owned(),
             state: Mutex::new(State::default()),
             offsets: Mutex::new(OffsetStore::open(dir, name, mode)?),
+            epoch: AtomicU64::new(0),
         })
+    }
+
+    /// Changes whenever a member may have something to do (a rebalance, a
+    /// release of partitions).
+    #[inline]
+    pub(crate) fn epoch(&self) -> u64 {
+        self.epoch.load(Ordering::Acquire)
     }
 
     /// The group's name.
@@ -145,7 +158,7 @@ impl Group {
             },
         );
         let partitions = Self::partitions(&st, counts);
-        Self::rebalance(&mut st, partitions);
+        self.rebalance(&mut st, partitions);
         Ok(id)
     }
 
@@ -155,7 +168,7 @@ impl Group {
         if let Some(m) = st.members.get_mut(id) {
             m.spec = spec;
             let partitions = Self::partitions(&st, counts);
-            Self::rebalance(&mut st, partitions);
+            self.rebalance(&mut st, partitions);
         }
     }
 
@@ -180,7 +193,7 @@ impl Group {
         if st.members.remove(id).is_some() {
             st.owner.retain(|_, o| o != id);
             let partitions = Self::partitions(&st, counts);
-            Self::rebalance(&mut st, partitions);
+            self.rebalance(&mut st, partitions);
         }
     }
 
@@ -196,7 +209,8 @@ impl Group {
     }
 
     /// Recomputes the target assignment and wakes every member.
-    fn rebalance(st: &mut State, partitions: BTreeMap<String, u32>) {
+    fn rebalance(&self, st: &mut State, partitions: BTreeMap<String, u32>) {
+        self.epoch.fetch_add(1, Ordering::AcqRel);
         let members: Vec<MemberInfo> = st
             .members
             .iter()
@@ -264,7 +278,7 @@ impl Group {
         }
         let partitions = Self::partitions(&st, counts);
         if !expired.is_empty() || partitions != st.partitions {
-            Self::rebalance(&mut st, partitions);
+            self.rebalance(&mut st, partitions);
         }
         let target = st.target.get(id).cloned().unwrap_or_default();
         let revoke: Vec<TopicPartition> = st
@@ -291,6 +305,7 @@ impl Group {
     /// waiting for them are woken.
     pub(crate) fn release(&self, id: &str, partitions: &[TopicPartition]) {
         let st = &mut *lock(&self.state);
+        self.epoch.fetch_add(1, Ordering::AcqRel);
         for tp in partitions {
             if st.owner.get(tp).is_some_and(|o| o == id) {
                 st.owner.remove(tp);

@@ -56,7 +56,8 @@ pub use broker::{
     Broker, Config, GroupInfo, GroupMember, DEFAULT_MAX_COMMIT_METADATA_BYTES, LOCK_FILE,
 };
 pub use consumer::{
-    Consumer, ConsumerConfig, ConsumerStats, ConsumerWaker, OffsetReset, RebalanceListener,
+    Consumer, ConsumerConfig, ConsumerStats, ConsumerWaker, OffsetReset, RebalanceContext,
+    RebalanceListener,
 };
 pub use dedup::{validate_producer_name, DEFAULT_DEDUP_WINDOW, MAX_PRODUCER_NAME_LEN};
 pub use error::{Error, Result};

@@ -223,6 +223,18 @@ pub struct Message {
 }
 
 impl Message {
+    /// Puts the message into a poll's sink.
+    #[inline]
+    pub(crate) fn push_into<S: Sink>(self, out: &mut S) {
+        out.push(&self.src, self.rec);
+    }
+
+    /// Bytes of its key and value.
+    #[inline]
+    pub(crate) fn payload_len(&self) -> u64 {
+        self.rec.payload_len()
+    }
+
     /// The message as a [`MessageRef`] (what the accessors below read).
     #[inline]
     pub fn as_message_ref(&self) -> MessageRef<'_> {

@@ -19,7 +19,7 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::consumer::{Consumer, ConsumerWaker, RebalanceListener};
+use crate::consumer::{Consumer, ConsumerWaker, RebalanceContext, RebalanceListener};
 use crate::error::{Error, Result};
 use crate::message::Message;
 
@@ -238,30 +238,30 @@ struct Guard {
 }
 
 impl RebalanceListener for Guard {
-    fn on_assign(&mut self, consumer: &mut Consumer, partitions: &[(String, u32)]) {
+    fn on_assign(&mut self, ctx: &mut RebalanceContext<'_>, partitions: &[(String, u32)]) {
         if let Some(u) = &mut *self.user.lock().unwrap_or_else(|p| p.into_inner()) {
-            u.on_assign(consumer, partitions);
+            u.on_assign(ctx, partitions);
         }
     }
 
-    fn on_revoke(&mut self, consumer: &mut Consumer, partitions: &[(String, u32)]) {
+    fn on_revoke(&mut self, ctx: &mut RebalanceContext<'_>, partitions: &[(String, u32)]) {
         self.shared.drain(partitions);
-        if let Err(e) = self.shared.commit(consumer, partitions) {
+        if let Err(e) = self.shared.commit(ctx.consumer(), partitions) {
             ::log::warn!("committing processed offsets before a rebalance failed: {e}");
         }
         self.shared.forget(partitions);
         if let Some(u) = &mut *self.user.lock().unwrap_or_else(|p| p.into_inner()) {
-            u.on_revoke(consumer, partitions);
+            u.on_revoke(ctx, partitions);
         }
     }
 
-    fn on_lost(&mut self, consumer: &mut Consumer, partitions: &[(String, u32)]) {
+    fn on_lost(&mut self, ctx: &mut RebalanceContext<'_>, partitions: &[(String, u32)]) {
         // The workers finish what they hold (it was handed out), but
         // nothing is committed: another member may own the partitions now.
         self.shared.drain(partitions);
         self.shared.forget(partitions);
         if let Some(u) = &mut *self.user.lock().unwrap_or_else(|p| p.into_inner()) {
-            u.on_lost(consumer, partitions);
+            u.on_lost(ctx, partitions);
         }
     }
 }

@@ -10,7 +10,7 @@ use std::time::Duration;
 use common::cfg;
 use mqlite::{
     AssignmentStrategy, Broker, Consumer, ConsumerConfig, Error, OffsetReset, ProducerConfig,
-    RebalanceListener, Record, TopicConfig,
+    RebalanceContext, RebalanceListener, Record, TopicConfig,
 };
 
 fn setup(partitions: u32, per_partition: u64) -> (tempfile::TempDir, Broker) {
@@ -98,13 +98,13 @@ fn members_share_partitions_and_hand_them_over() {
 struct Log(Arc<Mutex<Vec<String>>>);
 
 impl RebalanceListener for Log {
-    fn on_assign(&mut self, _: &mut Consumer, partitions: &[(String, u32)]) {
+    fn on_assign(&mut self, _: &mut RebalanceContext<'_>, partitions: &[(String, u32)]) {
         self.0
             .lock()
             .unwrap()
             .push(format!("assign {partitions:?}"));
     }
-    fn on_revoke(&mut self, consumer: &mut Consumer, partitions: &[(String, u32)]) {
+    fn on_revoke(&mut self, consumer: &mut RebalanceContext<'_>, partitions: &[(String, u32)]) {
         // Commit what was processed before the partitions go.
         consumer.commit().unwrap();
         self.0
@@ -238,13 +238,13 @@ fn a_member_that_stops_polling_is_removed() {
 struct LostLog(Arc<Mutex<Vec<String>>>);
 
 impl RebalanceListener for LostLog {
-    fn on_revoke(&mut self, _: &mut Consumer, partitions: &[(String, u32)]) {
+    fn on_revoke(&mut self, _: &mut RebalanceContext<'_>, partitions: &[(String, u32)]) {
         self.0
             .lock()
             .unwrap()
             .push(format!("revoke {partitions:?}"));
     }
-    fn on_lost(&mut self, consumer: &mut Consumer, partitions: &[(String, u32)]) {
+    fn on_lost(&mut self, consumer: &mut RebalanceContext<'_>, partitions: &[(String, u32)]) {
         let (t, p) = &partitions[0];
         let commit = match consumer.commit_offsets(&[(t, *p, 1, "")]) {
             Err(Error::CommitFailed(_)) => "refused",
@@ -263,7 +263,7 @@ impl RebalanceListener for LostLog {
 struct RevokeOnly(Arc<Mutex<Vec<(String, u32)>>>);
 
 impl RebalanceListener for RevokeOnly {
-    fn on_revoke(&mut self, _: &mut Consumer, partitions: &[(String, u32)]) {
+    fn on_revoke(&mut self, _: &mut RebalanceContext<'_>, partitions: &[(String, u32)]) {
         self.0.lock().unwrap().extend_from_slice(partitions);
     }
 }

@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use common::cfg;
 use mqlite::{
-    Broker, Consumer, ConsumerConfig, Error, ProcessingMode, Processor, ProcessorConfig,
-    ProducerConfig, RebalanceListener, Record, TopicConfig,
+    Broker, ConsumerConfig, Error, ProcessingMode, Processor, ProcessorConfig, ProducerConfig,
+    RebalanceContext, RebalanceListener, Record, TopicConfig,
 };
 
 fn setup(partitions: u32, per_partition: u64) -> (tempfile::TempDir, Broker) {
@@ -200,13 +200,13 @@ fn stop_gives_up_on_a_failing_message_without_committing_it() {
 struct Events(Arc<Mutex<Vec<String>>>);
 
 impl RebalanceListener for Events {
-    fn on_revoke(&mut self, _: &mut Consumer, partitions: &[(String, u32)]) {
+    fn on_revoke(&mut self, _: &mut RebalanceContext<'_>, partitions: &[(String, u32)]) {
         self.0
             .lock()
             .unwrap()
             .push(format!("revoke {partitions:?}"));
     }
-    fn on_lost(&mut self, _: &mut Consumer, partitions: &[(String, u32)]) {
+    fn on_lost(&mut self, _: &mut RebalanceContext<'_>, partitions: &[(String, u32)]) {
         self.0.lock().unwrap().push(format!("lost {partitions:?}"));
     }
 }

@@ -320,3 +320,40 @@ fn many_topics_child() {
     assert_eq!(mq.topics().len(), topics);
     eprintln!("reopened: {} fds open; many topics: ok", process_fds());
 }
+
+/// Messages a consumer fetched for `poll_one` and did not hand out yet are
+/// dropped when the broker closes: no mapping outlives the close but those
+/// of messages the application holds.
+#[test]
+fn messages_held_for_poll_one_are_released_at_close() {
+    let _serial = serial();
+    let (_tmp, dir) = data_dir();
+    let mq = Broker::open(&dir, cfg()).unwrap();
+    mq.create_topic("held", TopicConfig::new(1).segment_bytes(4096))
+        .unwrap();
+    let p = mq.producer(ProducerConfig::default()).unwrap();
+    for i in 0..100u32 {
+        p.send(Record::new("held").value(format!("value {i:04} {}", "y".repeat(200))))
+            .unwrap();
+    }
+    let mut c = mq
+        .consumer(ConsumerConfig::default().auto_offset_reset(OffsetReset::Earliest))
+        .unwrap();
+    c.assign(&[("held", 0)]).unwrap();
+    // One handed out; the rest of the poll's worth is held by the consumer.
+    let first = c.poll_one(Duration::ZERO).unwrap().unwrap();
+    assert_eq!(first.offset(), 0);
+    drop(first);
+    assert!(maps_under(&dir) > 0);
+    mq.close().unwrap();
+    assert_eq!(fds_under(&dir), 0);
+    assert_eq!(
+        maps_under(&dir),
+        0,
+        "the consumer, still alive, holds no mapping"
+    );
+    assert!(matches!(
+        c.poll_one(Duration::ZERO),
+        Err(mqlite::Error::Closed(_))
+    ));
+}

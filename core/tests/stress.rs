@@ -37,8 +37,8 @@ use std::time::{Duration, Instant};
 use common::Rng;
 use mqlite::{
     Acks, AssignmentStrategy, Broker, Compression, Consumer, ConsumerConfig, ConsumerWaker, Error,
-    Message, Partitioner, Producer, ProducerConfig, RebalanceListener, Record, RecordMetadata,
-    TopicConfig,
+    Message, Partitioner, Producer, ProducerConfig, RebalanceContext, RebalanceListener, Record,
+    RecordMetadata, TopicConfig,
 };
 
 /// Topics that exist from the start; every group reads them.
@@ -391,8 +391,8 @@ impl Shared {
     /// Brings the slot's idea of its member id in line with the consumer's.
     /// A new id the slot did not ask for means the consumer was expelled and
     /// joined again by itself: what it held is gone without a revoke.
-    fn sync_member(&self, g: usize, c: &Consumer, st: &mut SlotState) {
-        let now = c.member_id().map(str::to_owned);
+    fn sync_member(&self, g: usize, member_id: Option<&str>, st: &mut SlotState) {
+        let now = member_id.map(str::to_owned);
         if now == st.member {
             return;
         }
@@ -722,10 +722,10 @@ struct Listener {
 }
 
 impl RebalanceListener for Listener {
-    fn on_assign(&mut self, c: &mut Consumer, partitions: &[(String, u32)]) {
+    fn on_assign(&mut self, c: &mut RebalanceContext<'_>, partitions: &[(String, u32)]) {
         let sh = &self.sh;
         let mut st = lock(&self.state);
-        sh.sync_member(self.g, c, &mut st);
+        sh.sync_member(self.g, c.member_id(), &mut st);
         let me = c.member_id().unwrap_or("<none>").to_owned();
         for tp in partitions {
             sh.take_ownership(self.g, tp, &me);
@@ -753,11 +753,11 @@ impl RebalanceListener for Listener {
         sh.bump(&sh.ops.assigned, partitions.len() as u64);
     }
 
-    fn on_revoke(&mut self, c: &mut Consumer, partitions: &[(String, u32)]) {
+    fn on_revoke(&mut self, c: &mut RebalanceContext<'_>, partitions: &[(String, u32)]) {
         let sh = Arc::clone(&self.sh);
         let g = self.g;
         let mut st = lock(&self.state);
-        sh.sync_member(g, c, &mut st);
+        sh.sync_member(g, c.member_id(), &mut st);
         let me = c.member_id().unwrap_or("<none>").to_owned();
         // Manual committers hand over exactly what they processed, half the
         // time (the other half leaves duplicates for the next owner).
@@ -803,7 +803,7 @@ impl RebalanceListener for Listener {
         sh.bump(&sh.ops.revoked, partitions.len() as u64);
     }
 
-    fn on_lost(&mut self, c: &mut Consumer, partitions: &[(String, u32)]) {
+    fn on_lost(&mut self, c: &mut RebalanceContext<'_>, partitions: &[(String, u32)]) {
         let sh = &self.sh;
         let g = self.g;
         let mut st = lock(&self.state);
@@ -946,7 +946,7 @@ impl Slot {
             }
         };
         let mut st = lock(&self.state);
-        self.sh.sync_member(self.g, c, &mut st);
+        self.sh.sync_member(self.g, c.member_id(), &mut st);
         st.rejoining = false;
         drop(st);
         match res {
@@ -973,7 +973,7 @@ impl Slot {
         }
         {
             let mut st = lock(&self.state);
-            self.sh.sync_member(self.g, c, &mut st);
+            self.sh.sync_member(self.g, c.member_id(), &mut st);
             if !st.stints.is_empty() {
                 self.sh.violation(format!(
                     "group {}: left still holding {:?} (no on_revoke)",
@@ -1004,7 +1004,7 @@ impl Slot {
         let res = c.poll(timeout);
         self.sh.bump(&self.sh.ops.polls, 1);
         let mut st = lock(&self.state);
-        self.sh.sync_member(self.g, c, &mut st);
+        self.sh.sync_member(self.g, c.member_id(), &mut st);
         match res {
             Ok(msgs) => {
                 self.uncommitted |= !msgs.is_empty();

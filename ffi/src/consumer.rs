@@ -1,60 +1,33 @@
-//! Consumers: subscription, manual assignment, positions, polling and
-//! wakeups. (Commits, rebalance callbacks and group descriptions are in
-//! `group.rs`.)
+//! Consumers: subscription, manual assignment, positions and polling.
+//! (Commits, rebalance callbacks and group descriptions are in `group.rs`.)
 //!
-//! # Buffering and commits
-//!
-//! The engine's `poll` returns a batch (up to `max_poll_records`); `mql_poll`
-//! hands it out one message at a time from a buffer, and fetches again only
-//! once the buffer is empty. The engine's position of a partition counts
-//! every fetched message as consumed, so with messages still buffered it is
-//! ahead of what C has seen. Two rules keep every commit at exactly "the
-//! last message handed out to C, plus one":
-//!
-//! 1. `mql_commit` with messages buffered commits explicit offsets: per
-//!    assigned partition, the offset of its first buffered message, or the
-//!    engine's position when none is buffered (`commit_offsets`). With an
-//!    empty buffer it is the engine's own `commit`. The buffer stays, so
-//!    committing after every message costs no re-fetch.
-//! 2. Before any call that lets the engine commit on its own while messages
-//!    are buffered (leaving the group in `mql_subscribe*`, `mql_assign`,
-//!    `mql_unsubscribe`, `mql_consumer_close`, `mql_consumer_free`: revoke
-//!    callbacks and auto-commit), the consumer *rewinds*: it seeks every
-//!    partition with buffered messages back to the first of them and drops
-//!    the buffer, so the engine's positions equal what C has seen. Inside
-//!    the engine's `poll` (auto-commit, rebalances) the buffer is always
-//!    empty, since `mql_poll` only fetches then.
-//!
-//! Polling the engine for one message at a time would be as correct but
-//! pays the whole poll path (group sync, auto-commit check, fair rotation
-//! over partitions) per message; rewinding only happens on rare calls.
-//!
-//! A rebalance therefore never happens while messages of a revoked
-//! partition are buffered: every message handed out after a revoke was
-//! fetched after it.
+//! `mql_poll` forwards to the engine's `poll_one`, which hands out one
+//! message at a time from what one fetch brought, with exact positions,
+//! commits and rebalances; `mql_poll_batch` to its `poll`. The handle keeps
+//! only what C's calls need and the engine's do not take: the subscription
+//! built up one `mql_subscribe`/`mql_assign` at a time, and the topic
+//! names handed to C.
 //!
 //! # Calls from a rebalance callback
 //!
-//! The engine runs the rebalance listener inside `poll`, `subscribe` and
-//! `close`, lending it `&mut Consumer` (the very consumer the outer call is
-//! using). The glue stores that pointer in [`mql_consumer::lent`] for the
-//! duration of the C callback; a call the callback makes on the same handle
-//! uses the lent consumer instead of the handle's state (which the outer
-//! call holds mutably and which is never touched meanwhile). Calls that
-//! would need that state or could re-enter the engine's rebalance machinery
-//! (`mql_poll`, `mql_subscribe*`, `mql_assign`, `mql_unsubscribe`,
+//! The engine runs the rebalance listener inside `poll_one`, `subscribe`
+//! and `close`, with a `RebalanceContext` (commit, seek, position,
+//! assignment...). The glue stores a pointer to it in
+//! [`mql_consumer::lent`] for the duration of the C callback; a call the
+//! callback makes on the same handle uses the context instead of the
+//! handle's state (which the outer call holds mutably and which is never
+//! touched meanwhile). Calls the context does not offer (`mql_poll`,
+//! `mql_subscribe*`, `mql_assign`, `mql_unsubscribe`,
 //! `mql_consumer_close`, `mql_consumer_free`) are refused there with
-//! `MQL_INVALID_ARGUMENT`. The buffer is empty whenever a callback runs
-//! (rules above), so the engine's positions, and its `commit`, are exact
-//! there.
+//! `MQL_INVALID_ARGUMENT`.
 
 use std::cell::{Cell, RefCell, UnsafeCell};
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::ffi::{c_char, CString};
 use std::ptr::NonNull;
 use std::time::{Duration, Instant};
 
-use mqlite::{Consumer, ConsumerConfig, ConsumerWaker, Message};
+use mqlite::{Consumer, ConsumerConfig, ConsumerWaker, RebalanceContext};
 
 use crate::broker::mql_broker;
 use crate::config::mql_consumer_config;
@@ -85,11 +58,6 @@ pub struct mql_consumer {
     names: RefCell<HashMap<Box<str>, CString>>,
     /// Wakes the engine's `poll` (for `mql_consumer_waker`).
     waker: ConsumerWaker,
-    /// Messages fetched from the engine and dropped from the buffer without
-    /// being handed out (by a seek, a rewind or a close), and the bytes of
-    /// their keys and values: the engine's statistics count what it
-    /// fetched, and a dropped message may be fetched again.
-    pub(crate) dropped: Cell<(u64, u64)>,
 }
 
 /// The state of ordinary calls.
@@ -98,9 +66,6 @@ pub(crate) struct State {
     /// What the consumer reads (the engine's subscribe and assign take
     /// whole lists).
     sub: Subscription,
-    /// Messages fetched from the engine but not yet handed out by
-    /// `mql_poll`, in order.
-    pub(crate) buffer: VecDeque<Message>,
 }
 
 pub(crate) enum Subscription {
@@ -110,13 +75,13 @@ pub(crate) enum Subscription {
     Partitions(Vec<(String, u32)>),
 }
 
-/// Whether the engine lent its consumer to a rebalance listener.
+/// Whether the engine lent its rebalance context to the listener.
 #[derive(Clone, Copy)]
 pub(crate) enum Lending {
     /// No rebalance callback runs.
     Idle,
-    /// A rebalance callback runs; calls it makes use this consumer.
-    Lent(NonNull<Consumer>),
+    /// A rebalance callback runs; calls it makes use this context.
+    Lent(NonNull<RebalanceContext<'static>>),
     /// A call made from a rebalance callback is using the lent consumer.
     InUse,
 }
@@ -129,25 +94,71 @@ pub(crate) enum Lending {
 unsafe impl Send for Lending {}
 
 /// Calls into a consumer: an ordinary one (the whole state), or one from a
-/// rebalance callback (the engine's consumer only; the buffer is empty).
+/// rebalance callback (the engine's rebalance context).
 pub(crate) enum Access<'a> {
     Normal(&'a mut State),
-    Callback(&'a mut Consumer),
+    Callback(&'a mut RebalanceContext<'static>),
+}
+
+/// Methods of [`Access`] that forward to the engine's consumer or to the
+/// rebalance context, which have them under the same names.
+macro_rules! forward {
+    ($($(#[$doc:meta])* fn $name:ident(&mut self $(, $a:ident: $t:ty)*) -> $r:ty;)*) => {
+        impl Access<'_> {
+            $(
+                $(#[$doc])*
+                pub(crate) fn $name(&mut self $(, $a: $t)*) -> $r {
+                    match self {
+                        Access::Normal(s) => s.inner.$name($($a),*),
+                        Access::Callback(c) => c.$name($($a),*),
+                    }
+                }
+            )*
+        }
+    };
+}
+
+forward! {
+    /// The partitions read.
+    fn assignment(&mut self) -> Vec<(String, u32)>;
+    /// `seek`.
+    fn seek(&mut self, topic: &str, partition: u32, offset: u64) -> mqlite::Result<()>;
+    /// `seek_to_beginning`.
+    fn seek_to_beginning(&mut self, topic: &str, partition: u32) -> mqlite::Result<()>;
+    /// `seek_to_end`.
+    fn seek_to_end(&mut self, topic: &str, partition: u32) -> mqlite::Result<()>;
+    /// `position`.
+    fn position(&mut self, topic: &str, partition: u32) -> mqlite::Result<u64>;
+    /// `offsets_for_times`.
+    fn offsets_for_times(&mut self, query: &[(&str, u32, i64)]) -> mqlite::Result<Vec<Option<u64>>>;
+    /// `commit`.
+    fn commit(&mut self) -> mqlite::Result<()>;
+    /// `commit_offsets`.
+    fn commit_offsets(&mut self, offsets: &[(&str, u32, u64, &str)]) -> mqlite::Result<()>;
+    /// `committed`.
+    fn committed(&mut self, topic: &str, partition: u32) -> mqlite::Result<Option<mqlite::CommittedOffset>>;
+    /// `lag`.
+    fn lag(&mut self) -> mqlite::Result<Vec<(String, u32, u64)>>;
+    /// `stats`.
+    fn stats(&mut self) -> mqlite::ConsumerStats;
 }
 
 impl Access<'_> {
-    pub(crate) fn consumer(&mut self) -> &mut Consumer {
+    /// The member id, empty when not a member.
+    pub(crate) fn member_id(&mut self) -> String {
         match self {
-            Access::Normal(s) => &mut s.inner,
-            Access::Callback(c) => c,
+            Access::Normal(s) => s.inner.member_id(),
+            Access::Callback(c) => c.member_id(),
         }
+        .unwrap_or("")
+        .to_owned()
     }
 
-    /// The offset of the first buffered message of `topic`/`partition`.
-    pub(crate) fn first_buffered(&self, topic: &str, partition: u32) -> Option<u64> {
+    /// Whether the consumer was closed (never while a callback runs).
+    pub(crate) fn is_closed(&mut self) -> bool {
         match self {
-            Access::Normal(s) => s.first_buffered(topic, partition),
-            Access::Callback(_) => None,
+            Access::Normal(s) => s.inner.is_closed(),
+            Access::Callback(_) => false,
         }
     }
 }
@@ -179,12 +190,14 @@ impl mql_consumer {
                 // would be refused rather than make a second `&mut`.
                 self.lent.set(Lending::InUse);
                 let _back = Restore(&self.lent, Lending::Lent(p));
-                // SAFETY: `p` was made from the `&mut Consumer` the engine
-                // passed to the listener, which is still running (it is
-                // lent only for the duration of the C callback); neither
-                // the engine nor the outer call uses the consumer until the
+                // SAFETY: `p` was made from the `&mut RebalanceContext` the
+                // engine passed to the listener, which is still running (it
+                // is lent only for the duration of the C callback); neither
+                // the engine nor the outer call uses the context until the
                 // callback returns, and no other reference made from `p`
-                // is live (it is marked in use above).
+                // is live (it is marked in use above). The reference does
+                // not outlive `f` (the `'static` is never observable: the
+                // context's methods return owned values).
                 let c = unsafe { &mut *p.as_ptr() };
                 f(Access::Callback(c))
             }
@@ -234,10 +247,10 @@ impl mql_consumer {
         f(state)
     }
 
-    /// Lends `consumer` to calls from a rebalance callback until the
-    /// returned guard is dropped.
-    pub(crate) fn lend<'a>(&'a self, consumer: &mut Consumer) -> impl Drop + 'a {
-        let before = self.lent.replace(Lending::Lent(NonNull::from(consumer)));
+    /// Lends `ctx` to calls from a rebalance callback until the returned
+    /// guard is dropped.
+    pub(crate) fn lend<'a>(&'a self, ctx: &mut RebalanceContext<'_>) -> impl Drop + 'a {
+        let before = self.lent.replace(Lending::Lent(NonNull::from(ctx).cast()));
         Restore(&self.lent, before)
     }
 
@@ -262,76 +275,20 @@ fn busy(what: &str) -> Failure {
 }
 
 impl State {
-    /// Takes the state apart for a processor: rewinds (so that nothing
-    /// fetched but not handed out is skipped) and returns the engine's
-    /// consumer with what stays behind.
-    pub(crate) fn lend_out(mut self, dropped: &Cell<(u64, u64)>) -> (Consumer, Subscription) {
-        self.rewind(dropped);
+    /// Takes the state apart for a processor: the engine's consumer (with
+    /// the messages it holds) and what stays behind.
+    pub(crate) fn lend_out(self) -> (Consumer, Subscription) {
         (self.inner, self.sub)
     }
 
-    /// The state again, from what [`State::lend_out`] returned, with
-    /// messages fetched meanwhile and not handed out yet.
-    pub(crate) fn give_back(inner: Consumer, sub: Subscription, fetched: Vec<Message>) -> State {
-        State {
-            inner,
-            sub,
-            buffer: fetched.into(),
-        }
+    /// The state again, from what [`State::lend_out`] returned.
+    pub(crate) fn give_back(inner: Consumer, sub: Subscription) -> State {
+        State { inner, sub }
     }
 
     /// Whether the consumer has a subscription or assignment.
     pub(crate) fn subscribed(&self) -> bool {
         !matches!(self.sub, Subscription::None)
-    }
-
-    pub(crate) fn first_buffered(&self, topic: &str, partition: u32) -> Option<u64> {
-        self.buffer
-            .iter()
-            .find(|m| m.partition() == partition && m.topic() == topic)
-            .map(Message::offset)
-    }
-
-    /// Drops the buffered messages for which `drop` holds, counting them
-    /// in `dropped`.
-    fn drop_buffered(&mut self, dropped: &Cell<(u64, u64)>, drop: impl Fn(&Message) -> bool) {
-        let (mut records, mut bytes) = dropped.get();
-        self.buffer.retain(|m| {
-            if drop(m) {
-                records += 1;
-                bytes += message_bytes(m);
-                false
-            } else {
-                true
-            }
-        });
-        dropped.set((records, bytes));
-    }
-
-    /// Drops the buffered messages of one partition (after a seek).
-    pub(crate) fn drop_partition(
-        &mut self,
-        dropped: &Cell<(u64, u64)>,
-        topic: &str,
-        partition: u32,
-    ) {
-        self.drop_buffered(dropped, |m| {
-            m.partition() == partition && m.topic() == topic
-        });
-    }
-
-    /// Seeks every partition with buffered messages back to the first of
-    /// them and drops the buffer: the engine's positions then count only
-    /// what C has seen (see the module docs).
-    pub(crate) fn rewind(&mut self, dropped: &Cell<(u64, u64)>) {
-        while let Some(m) = self.buffer.front() {
-            let (topic, partition, offset) = (m.topic().to_owned(), m.partition(), m.offset());
-            // A failure means the consumer was closed (it commits nothing
-            // any more) or retention removed those records (no reader can
-            // get them again): nothing better to do either way.
-            let _ = self.inner.seek(&topic, partition, offset);
-            self.drop_partition(dropped, &topic, partition);
-        }
     }
 
     /// Whether subscriptions join a group that shares partitions.
@@ -372,7 +329,7 @@ impl State {
         }
     }
 
-    fn subscribe_more(&mut self, dropped: &Cell<(u64, u64)>, more: &[&str]) -> FfiResult {
+    fn subscribe_more(&mut self, more: &[&str]) -> FfiResult {
         if more.is_empty() {
             return Ok(());
         }
@@ -385,8 +342,7 @@ impl State {
                 topics.push(t.to_owned());
             }
         }
-        self.rewind(dropped);
-        // The engine changes nothing when it fails (e.g. an unknown topic).
+        // The engine changes nothing when it fails (e.g. an invalid name).
         let names: Vec<&str> = topics.iter().map(String::as_str).collect();
         self.inner.subscribe(&names)?;
         self.drop_old_pattern(|c| c.subscribe(&names))?;
@@ -426,8 +382,8 @@ pub struct mql_consumer_stats {
     pub records: u64,
     /// Bytes of keys and values of those messages.
     pub bytes: u64,
-    /// Fetches from the engine: calls to `mql_poll` that found no message
-    /// fetched earlier and waiting to be handed out.
+    /// Polls: calls to `mql_poll` and `mql_poll_batch` (a call that waits
+    /// without a limit counts once per hour of waiting).
     pub polls: u64,
     /// Group rebalances this consumer took part in.
     pub rebalances: u64,
@@ -488,12 +444,10 @@ pub unsafe extern "C" fn mql_consumer_new(
             state: UnsafeCell::new(Some(State {
                 inner,
                 sub: Subscription::None,
-                buffer: VecDeque::new(),
             })),
             lent: Cell::new(Lending::Idle),
             rebalance: Cell::new(None),
             names: RefCell::new(HashMap::new()),
-            dropped: Cell::new((0, 0)),
         };
         let raw = into_handle(handle);
         // The engine's listener for every subscription: it calls the C
@@ -537,7 +491,6 @@ pub unsafe extern "C" fn mql_consumer_free(consumer: *mut mql_consumer) {
         // SAFETY: forwarded caller contract.
         let closed = unsafe { arg_ref(consumer, "consumer") }.and_then(|h| {
             h.normal("mql_consumer_free", |c| {
-                c.rewind(&h.dropped);
                 c.inner.close();
                 Ok(())
             })
@@ -571,7 +524,6 @@ pub unsafe extern "C" fn mql_consumer_close(consumer: *mut mql_consumer) -> mql_
         // SAFETY: forwarded caller contract.
         let h = unsafe { arg_ref(consumer, "consumer") }?;
         h.normal("mql_consumer_close", |c| {
-            c.rewind(&h.dropped);
             c.inner.close();
             Ok(())
         })
@@ -609,7 +561,7 @@ pub unsafe extern "C" fn mql_subscribe(
         let h = unsafe { arg_ref(consumer, "consumer") }?;
         // SAFETY: as above.
         let topic = unsafe { arg_str(topic, "topic") }?;
-        h.normal("mql_subscribe", |c| c.subscribe_more(&h.dropped, &[topic]))
+        h.normal("mql_subscribe", |c| c.subscribe_more(&[topic]))
     })
 }
 
@@ -643,9 +595,7 @@ pub unsafe extern "C" fn mql_subscribe_many(
             // SAFETY: as above.
             names.push(unsafe { arg_str(t, &format!("topics[{i}]")) }?);
         }
-        h.normal("mql_subscribe_many", |c| {
-            c.subscribe_more(&h.dropped, &names)
-        })
+        h.normal("mql_subscribe_many", |c| c.subscribe_more(&names))
     })
 }
 
@@ -678,7 +628,6 @@ pub unsafe extern "C" fn mql_subscribe_pattern(
             if c.inner.is_closed() {
                 return Err(mqlite::Error::Closed("consumer").into());
             }
-            c.rewind(&h.dropped);
             c.inner.subscribe_pattern(pattern, None)?;
             c.sub = Subscription::Pattern;
             c.resume_broadcast();
@@ -721,7 +670,6 @@ pub unsafe extern "C" fn mql_assign(
             if !list.iter().any(|(t, p)| t == topic && *p == partition) {
                 list.push((topic.to_owned(), partition));
             }
-            c.rewind(&h.dropped);
             let pairs: Vec<(&str, u32)> = list.iter().map(|(t, p)| (t.as_str(), *p)).collect();
             c.inner.assign(&pairs)?;
             c.drop_old_pattern(|c| c.assign(&pairs))?;
@@ -751,7 +699,6 @@ pub unsafe extern "C" fn mql_unsubscribe(consumer: *mut mql_consumer) -> mql_sta
             if c.inner.is_closed() {
                 return Err(mqlite::Error::Closed("consumer").into());
             }
-            c.rewind(&h.dropped);
             c.inner.unsubscribe();
             c.sub = Subscription::None;
             Ok(())
@@ -789,11 +736,10 @@ pub unsafe extern "C" fn mql_assignment(
         }
         let count = Out::new(count, "count")?;
         let assigned = h.any("mql_assignment", |mut a| {
-            let c = a.consumer();
-            if c.is_closed() {
+            if a.is_closed() {
                 return Err(mqlite::Error::Closed("consumer").into());
             }
-            Ok(c.assignment())
+            Ok(a.assignment())
         })?;
         let n = assigned.len().min(capacity);
         let out = OutArray::optional(partitions, n, "partitions")?;
@@ -902,8 +848,7 @@ pub unsafe extern "C" fn mql_seek_to_end(
     })
 }
 
-/// The body of the seek functions: `seek` on the engine's consumer, then
-/// drops the partition's buffered messages.
+/// The body of the seek functions.
 ///
 /// # Safety
 /// `consumer` is NULL or a live consumer; `topic` is NULL or a
@@ -913,19 +858,13 @@ unsafe fn seek_with(
     topic: *const c_char,
     partition: u32,
     what: &str,
-    seek: impl FnOnce(&mut Consumer, &str, u32) -> mqlite::Result<()>,
+    seek: impl FnOnce(&mut Access<'_>, &str, u32) -> mqlite::Result<()>,
 ) -> FfiResult {
     // SAFETY: forwarded caller contract (for both).
     let h = unsafe { arg_ref(consumer, "consumer") }?;
     // SAFETY: as above.
     let topic = unsafe { arg_str(topic, "topic") }?;
-    h.any(what, |mut a| {
-        seek(a.consumer(), topic, partition)?;
-        if let Access::Normal(c) = a {
-            c.drop_partition(&h.dropped, topic, partition);
-        }
-        Ok(())
-    })
+    h.any(what, |mut a| Ok(seek(&mut a, topic, partition)?))
 }
 
 /// The offset of the next message `mql_poll` will return from an assigned
@@ -954,11 +893,7 @@ pub unsafe extern "C" fn mql_position(
         // SAFETY: as above.
         let topic = unsafe { arg_str(topic, "topic") }?;
         let out = Out::new(out, "out")?;
-        let position = h.any("mql_position", |mut a| {
-            let engine = a.consumer().position(topic, partition)?;
-            // Fetched but not yet handed out: still ahead of the application.
-            Ok(a.first_buffered(topic, partition).unwrap_or(engine))
-        })?;
+        let position = h.any("mql_position", |mut a| Ok(a.position(topic, partition)?))?;
         // SAFETY: `out` is valid for writes by the caller's contract.
         unsafe { out.write(position) };
         Ok(())
@@ -1002,9 +937,10 @@ pub unsafe extern "C" fn mql_offsets_for_times(
             let t = unsafe { arg_str(e.topic, &format!("query[{i}].topic")) }?;
             q.push((t, e.partition, e.timestamp));
         }
-        let found = h.any("mql_offsets_for_times", |mut a| {
-            Ok(a.consumer().offsets_for_times(&q)?)
-        })?;
+        let found = h.any(
+            "mql_offsets_for_times",
+            |mut a| Ok(a.offsets_for_times(&q)?),
+        )?;
         let found: Vec<u64> = found
             .into_iter()
             .map(|o| o.unwrap_or(MQL_OFFSET_UNKNOWN))
@@ -1023,11 +959,12 @@ pub unsafe extern "C" fn mql_offsets_for_times(
 /// as it takes). Messages come in offset order per partition, fairly across
 /// partitions.
 ///
-/// The consumer fetches up to `max_poll_records` messages from the engine
-/// at once and hands them out one per call; a group member takes part in
-/// rebalances (running its rebalance callback), auto-commits and counts as
-/// alive only when it fetches, i.e. when every message of the previous
-/// fetch was handed out.
+/// The consumer fetches up to `max_poll_records` messages at once and
+/// hands them out one per call; positions, commits and statistics count
+/// only what was handed out. A group member takes part in rebalances
+/// (running its rebalance callback) at every call, whatever it fetched:
+/// messages fetched for a partition it gives up are dropped, and the new
+/// owner reads them from the committed offset.
 ///
 /// Returns `MQL_TIMEOUT`, with `*out` untouched, when nothing arrived in
 /// time, or at once when `mql_waker_wakeup` was called during the wait or
@@ -1054,24 +991,8 @@ pub unsafe extern "C" fn mql_poll(
         let h = unsafe { arg_ref(consumer, "consumer") }?;
         let out = Out::new(out, "out")?;
         h.normal("mql_poll", |c| {
-            if c.inner.is_closed() {
-                // Messages fetched before the close are not handed out.
-                c.drop_buffered(&h.dropped, |_| true);
-                return Err(mqlite::Error::Closed("consumer").into());
-            }
-            if c.buffer.is_empty() {
-                if let Subscription::None = c.sub {
-                    return Err(Failure::invalid(
-                        "the consumer has no subscription or assignment (call mql_subscribe or mql_assign first)",
-                    ));
-                }
-                let fetched = fetch(&mut c.inner, timeout_ms)?;
-                c.buffer.extend(fetched);
-            }
-            let m = c
-                .buffer
-                .pop_front()
-                .ok_or_else(|| Failure::invalid("no message"))?;
+            c.check_pollable()?;
+            let m = poll_until(timeout_ms, |wait| Ok(c.inner.poll_one(wait)?))?;
             // SAFETY: `out` is valid for writes by the caller's contract.
             unsafe { out.write(into_handle(mql_message::new(m))) };
             Ok(())
@@ -1081,10 +1002,9 @@ pub unsafe extern "C" fn mql_poll(
 
 /// `mql_poll`, handing out every message of one fetch at once: the messages
 /// fetched earlier and not handed out yet if there are any (no new fetch),
-/// otherwise a fetch from the engine (up to `max_poll_records` messages,
-/// waiting up to `timeout_ms` like `mql_poll`). Afterwards nothing is
-/// buffered: positions, commits and statistics count every message of the
-/// batch as handed out. Cheaper per message than `mql_poll`, which
+/// otherwise a fetch (up to `max_poll_records` messages, waiting up to
+/// `timeout_ms` like `mql_poll`). Positions, commits and statistics count
+/// every message of the batch as handed out. Cheaper per message than `mql_poll`, which
 /// allocates each message on its own.
 ///
 /// Returns `MQL_TIMEOUT`, with `*out` untouched, as `mql_poll` does.
@@ -1108,20 +1028,12 @@ pub unsafe extern "C" fn mql_poll_batch(
         let h = unsafe { arg_ref(consumer, "consumer") }?;
         let out = Out::new(out, "out")?;
         h.normal("mql_poll_batch", |c| {
-            if c.inner.is_closed() {
-                c.drop_buffered(&h.dropped, |_| true);
-                return Err(mqlite::Error::Closed("consumer").into());
-            }
-            let batch = if c.buffer.is_empty() {
-                if let Subscription::None = c.sub {
-                    return Err(Failure::invalid(
-                        "the consumer has no subscription or assignment (call mql_subscribe or mql_assign first)",
-                    ));
-                }
-                mql_message_batch::new(fetch(&mut c.inner, timeout_ms)?)
-            } else {
-                mql_message_batch::new(c.buffer.drain(..))
-            };
+            c.check_pollable()?;
+            let got = poll_until(timeout_ms, |wait| {
+                let v = c.inner.poll(wait)?;
+                Ok((!v.is_empty()).then_some(v))
+            })?;
+            let batch = mql_message_batch::new(got);
             // SAFETY: `out` is valid for writes by the caller's contract.
             unsafe { out.write(into_handle(batch)) };
             Ok(())
@@ -1129,13 +1041,29 @@ pub unsafe extern "C" fn mql_poll_batch(
     })
 }
 
-/// The bytes of a message's key and value.
-fn message_bytes(m: &Message) -> u64 {
-    (m.key().map_or(0, <[u8]>::len) + m.value().map_or(0, <[u8]>::len)) as u64
+impl State {
+    /// Fails unless a poll can read: the consumer is open and has a
+    /// subscription or assignment.
+    fn check_pollable(&self) -> FfiResult {
+        if self.inner.is_closed() {
+            return Err(mqlite::Error::Closed("consumer").into());
+        }
+        if let Subscription::None = self.sub {
+            return Err(Failure::invalid(
+                "the consumer has no subscription or assignment (call mql_subscribe or mql_assign first)",
+            ));
+        }
+        Ok(())
+    }
 }
 
-/// One fetch from the engine: a non-empty batch, or `MQL_TIMEOUT`.
-fn fetch(inner: &mut Consumer, timeout_ms: i32) -> FfiResult<Vec<Message>> {
+/// Calls `poll` (an engine poll waiting up to its argument) until it gives
+/// something, for up to `timeout_ms` (negative: no limit); `MQL_TIMEOUT`
+/// when the time is up or a wakeup came first.
+fn poll_until<T>(
+    timeout_ms: i32,
+    mut poll: impl FnMut(Duration) -> FfiResult<Option<T>>,
+) -> FfiResult<T> {
     // The engine's poll returns nothing both when the time is up and when
     // it was woken; before the deadline it can only have been woken.
     let woken = || {
@@ -1151,8 +1079,7 @@ fn fetch(inner: &mut Consumer, timeout_ms: i32) -> FfiResult<Vec<Message>> {
     };
     loop {
         let start = Instant::now();
-        let v = inner.poll(wait)?;
-        if !v.is_empty() {
+        if let Some(v) = poll(wait)? {
             return Ok(v);
         }
         if start.elapsed() < wait {
@@ -1193,7 +1120,7 @@ pub unsafe extern "C" fn mql_consumer_waker(
 
 /// Wakes the consumer's `mql_poll`: the one blocked now, or else the next
 /// one, returns `MQL_TIMEOUT` at once (a wakeup while `mql_poll` still has
-/// fetched messages to hand out takes effect at the next fetch). Safe to
+/// fetched messages to hand out takes effect once they are handed out). Safe to
 /// call from any thread, also while the consumer's thread is inside
 /// `mql_poll`, and after the consumer was freed (then it does nothing).
 ///
@@ -1246,17 +1173,10 @@ pub unsafe extern "C" fn mql_consumer_get_stats(
         let h = unsafe { arg_ref(consumer, "consumer") }?;
         let out = Out::new(out, "out")?;
         let stats = h.any("mql_consumer_get_stats", |mut a| {
-            let s = a.consumer().stats();
-            // The engine counted what it fetched: not what is still
-            // buffered, nor what was dropped unseen.
-            let (mut records, mut bytes) = h.dropped.get();
-            if let Access::Normal(c) = a {
-                records += c.buffer.len() as u64;
-                bytes += c.buffer.iter().map(message_bytes).sum::<u64>();
-            }
+            let s = a.stats();
             Ok(mql_consumer_stats {
-                records: s.records.saturating_sub(records),
-                bytes: s.bytes.saturating_sub(bytes),
+                records: s.records,
+                bytes: s.bytes,
                 polls: s.polls,
                 rebalances: s.rebalances,
                 skipped: s.skipped,

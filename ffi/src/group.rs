@@ -1,16 +1,15 @@
 //! Consumer groups: rebalance callbacks, commits and committed offsets, lag,
-//! member ids and group descriptions. See `consumer.rs` for how commits
-//! count exactly the messages handed out to C, and how calls from a
-//! rebalance callback reach the consumer.
+//! member ids and group descriptions. See `consumer.rs` for how calls from
+//! a rebalance callback reach the consumer.
 
 use std::ffi::{c_char, c_void, CString};
 use std::ptr::{self, NonNull};
 
-use mqlite::{Consumer, GroupInfo, RebalanceListener};
+use mqlite::{GroupInfo, RebalanceContext, RebalanceListener};
 
 use crate::broker::mql_broker;
 use crate::callback::{contained, UserData};
-use crate::consumer::{mql_consumer, mql_topic_partition, Access, State};
+use crate::consumer::{mql_consumer, mql_topic_partition};
 use crate::error::{c_text, guard, guard_value, mql_status, Failure, FfiResult};
 use crate::producer::MQL_OFFSET_UNKNOWN;
 use crate::util::{arg_ref, arg_slice, arg_str, free_handle, into_handle, opt_str, Out, TextOut};
@@ -58,10 +57,9 @@ pub enum mql_rebalance_event {
 /// are valid during the call (the strings until the consumer is freed).
 ///
 /// With auto-commit on, the engine commits the positions of revoked
-/// partitions right after the revoke callback returns (what `mql_commit`
-/// there would commit): offsets the callback committed with
-/// `mql_commit_offsets` are then overwritten. Turn auto-commit off to
-/// commit offsets of your own choosing on revoke.
+/// partitions (what `mql_commit` would commit) just before the revoke
+/// callback runs: offsets the callback commits with `mql_commit_offsets`
+/// are the last word.
 pub type mql_rebalance_callback = Option<
     unsafe extern "C" fn(
         user_data: *mut c_void,
@@ -105,7 +103,7 @@ impl CListener {
 
     fn run(
         &mut self,
-        consumer: &mut Consumer,
+        ctx: &mut RebalanceContext<'_>,
         event: mql_rebalance_event,
         parts: &[(String, u32)],
     ) {
@@ -123,7 +121,7 @@ impl CListener {
                 partition: *p,
             })
             .collect();
-        let _lent = h.lend(consumer);
+        let _lent = h.lend(ctx);
         contained((), || {
             // SAFETY: `cb.f` is a C function with the
             // mql_rebalance_callback contract, registered with its user
@@ -144,28 +142,16 @@ impl CListener {
 }
 
 impl RebalanceListener for CListener {
-    fn on_assign(&mut self, consumer: &mut Consumer, partitions: &[(String, u32)]) {
-        self.run(
-            consumer,
-            mql_rebalance_event::MQL_REBALANCE_ASSIGN,
-            partitions,
-        );
+    fn on_assign(&mut self, ctx: &mut RebalanceContext<'_>, partitions: &[(String, u32)]) {
+        self.run(ctx, mql_rebalance_event::MQL_REBALANCE_ASSIGN, partitions);
     }
 
-    fn on_revoke(&mut self, consumer: &mut Consumer, partitions: &[(String, u32)]) {
-        self.run(
-            consumer,
-            mql_rebalance_event::MQL_REBALANCE_REVOKE,
-            partitions,
-        );
+    fn on_revoke(&mut self, ctx: &mut RebalanceContext<'_>, partitions: &[(String, u32)]) {
+        self.run(ctx, mql_rebalance_event::MQL_REBALANCE_REVOKE, partitions);
     }
 
-    fn on_lost(&mut self, consumer: &mut Consumer, partitions: &[(String, u32)]) {
-        self.run(
-            consumer,
-            mql_rebalance_event::MQL_REBALANCE_LOST,
-            partitions,
-        );
+    fn on_lost(&mut self, ctx: &mut RebalanceContext<'_>, partitions: &[(String, u32)]) {
+        self.run(ctx, mql_rebalance_event::MQL_REBALANCE_LOST, partitions);
     }
 }
 
@@ -221,48 +207,6 @@ pub struct mql_committed_offset {
     pub timestamp: i64,
 }
 
-impl State {
-    /// Commits, per assigned partition, the offset after the last message
-    /// handed out to C (see the module docs of `consumer.rs`).
-    fn commit_handed_out(&mut self) -> FfiResult {
-        if self.buffer.is_empty() {
-            return Ok(self.inner.commit()?);
-        }
-        // The first buffered offset of each partition with buffered messages
-        // (the buffer is in offset order per partition).
-        let mut first: Vec<(&str, u32, u64)> = Vec::new();
-        for m in &self.buffer {
-            if !first
-                .iter()
-                .any(|&(t, p, _)| p == m.partition() && t == m.topic())
-            {
-                first.push((m.topic(), m.partition(), m.offset()));
-            }
-        }
-        let assigned = self.inner.assignment();
-        let mut offsets = Vec::with_capacity(assigned.len());
-        for (t, p) in &assigned {
-            let at = first
-                .iter()
-                .find(|&&(ft, fp, _)| fp == *p && ft == t)
-                .map(|&(_, _, o)| o);
-            let offset = match at {
-                Some(o) => o,
-                // Nothing buffered: the engine's position is what C saw.
-                // (One not resolved yet gets resolved now; one that cannot
-                // be, with the ERROR reset policy, is left out, as the
-                // engine's own commit leaves out unresolved ones.)
-                None => match self.inner.position(t, *p) {
-                    Ok(o) => o,
-                    Err(_) => continue,
-                },
-            };
-            offsets.push((t.as_str(), *p, offset, ""));
-        }
-        Ok(self.inner.commit_offsets(&offsets)?)
-    }
-}
-
 /// Commits, for every partition the consumer reads, the offset after the
 /// last message `mql_poll` handed out (messages fetched from the engine but
 /// not handed out yet are not committed). Returns once the offsets are on
@@ -282,12 +226,7 @@ pub unsafe extern "C" fn mql_commit(consumer: *mut mql_consumer) -> mql_status {
     guard(|| {
         // SAFETY: forwarded caller contract.
         let h = unsafe { arg_ref(consumer, "consumer") }?;
-        h.any("mql_commit", |a| match a {
-            Access::Normal(c) => c.commit_handed_out(),
-            // The buffer is empty while a callback runs: the engine's
-            // positions are exactly what C saw.
-            Access::Callback(c) => Ok(c.commit()?),
-        })
+        h.any("mql_commit", |mut a| Ok(a.commit()?))
     })
 }
 
@@ -326,9 +265,7 @@ pub unsafe extern "C" fn mql_commit_offsets(
             let meta = unsafe { opt_str(e.metadata, &format!("offsets[{i}].metadata")) }?;
             list.push((topic, e.partition, e.offset, meta.unwrap_or("")));
         }
-        h.any("mql_commit_offsets", |mut a| {
-            Ok(a.consumer().commit_offsets(&list)?)
-        })
+        h.any("mql_commit_offsets", |mut a| Ok(a.commit_offsets(&list)?))
     })
 }
 
@@ -369,9 +306,7 @@ pub unsafe extern "C" fn mql_committed(
         let topic = unsafe { arg_str(topic, "topic") }?;
         let offset = Out::new(offset, "offset")?;
         let text = TextOut::new(metadata, metadata_len, metadata_len_out, "metadata")?;
-        let c = h.any("mql_committed", |mut a| {
-            Ok(a.consumer().committed(topic, partition)?)
-        })?;
+        let c = h.any("mql_committed", |mut a| Ok(a.committed(topic, partition)?))?;
         let (o, meta) = c.map_or((MQL_OFFSET_UNKNOWN, String::new()), |c| {
             (c.offset, c.metadata)
         });
@@ -412,10 +347,7 @@ pub unsafe extern "C" fn mql_lag(
         let topic = unsafe { arg_str(topic, "topic") }?;
         let out = Out::new(out, "out")?;
         let lag = h.any("mql_lag", |mut a| {
-            let buffered = a.first_buffered(topic, partition);
-            let c = a.consumer();
-            let lag = c
-                .lag()?
+            a.lag()?
                 .into_iter()
                 .find(|(t, p, _)| t == topic && *p == partition)
                 .map(|(_, _, lag)| lag)
@@ -423,18 +355,7 @@ pub unsafe extern "C" fn mql_lag(
                     Failure::invalid(format!(
                         "partition {topic}/{partition} is not assigned to this consumer"
                     ))
-                })?;
-            // Without a commit the engine measures from its position, which
-            // counts buffered messages as read: measure from the first of
-            // them instead (end - first = lag + position - first).
-            let committed = c.committed(topic, partition).ok().flatten();
-            Ok(match (buffered, committed) {
-                (Some(first), None) => {
-                    let position = c.position(topic, partition)?;
-                    lag + position.saturating_sub(first)
-                }
-                _ => lag,
-            })
+                })
         })?;
         // SAFETY: `out` is valid for writes by the caller's contract.
         unsafe { out.write(lag) };
@@ -466,9 +387,7 @@ pub unsafe extern "C" fn mql_consumer_member_id(
         // SAFETY: forwarded caller contract.
         let h = unsafe { arg_ref(consumer, "consumer") }?;
         let text = TextOut::new(buf, buf_len, len_out, "buf")?;
-        let id = h.any("mql_consumer_member_id", |mut a| {
-            Ok(a.consumer().member_id().unwrap_or("").to_owned())
-        })?;
+        let id = h.any("mql_consumer_member_id", |mut a| Ok(a.member_id()))?;
         // SAFETY: valid for writes by the caller's contract.
         unsafe { text.write(id.as_bytes()) };
         Ok(())

@@ -2,8 +2,8 @@
 //! (the engine's `Processor`), committing only what was processed.
 //!
 //! The engine's `Processor` owns its consumer, so `mql_processor_new` takes
-//! the engine's consumer out of the `mql_consumer` handle (rewinding its
-//! buffer first, so nothing fetched but not handed out is skipped) and
+//! the engine's consumer out of the `mql_consumer` handle (with the
+//! messages it fetched and did not hand out yet) and
 //! `mql_processor_free` puts it back; in between, calls on the consumer
 //! handle fail with `MQL_INVALID_ARGUMENT` ("lent to a processor"), except
 //! from its rebalance callback, which still runs during
@@ -13,7 +13,6 @@ use std::cell::{Cell, UnsafeCell};
 use std::ffi::{c_int, c_void};
 use std::ptr::NonNull;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use mqlite::{Message, ProcessingMode, Processor, ProcessorConfig, ProcessorStop};
 
@@ -283,7 +282,7 @@ pub unsafe extern "C" fn mql_processor_new(
                 ));
             }
             let state = slot.take().ok_or_else(|| Failure::invalid("no consumer"))?;
-            Ok(state.lend_out(&h.dropped))
+            Ok(state.lend_out())
         })?;
         // The engine fails only for what was checked above (group id,
         // threads, max_in_flight); the consumer then goes back to the
@@ -292,7 +291,7 @@ pub unsafe extern "C" fn mql_processor_new(
             Ok(p) => p,
             Err((e, consumer)) => {
                 h.slot("mql_processor_new", |slot| {
-                    *slot = Some(State::give_back(*consumer, sub, Vec::new()));
+                    *slot = Some(State::give_back(*consumer, sub));
                     Ok(())
                 })?;
                 return Err(e.into());
@@ -525,16 +524,13 @@ unsafe fn give_back(processor: *mut mql_processor) -> FfiResult {
         let mql_processor {
             sub, inner, stop, ..
         } = *p;
-        let mut consumer = inner.into_inner().into_consumer();
-        let mut fetched = Vec::new();
+        let consumer = inner.into_inner().into_consumer();
         if stop.retire() {
             // The wakeup of the stop, if the run did not use it, would end
-            // the next `mql_poll` at once: a poll that does not wait takes
-            // it (or fetches messages, which `mql_poll` hands out; an error
-            // means the consumer was closed, which `mql_poll` reports).
-            fetched = consumer.poll(Duration::ZERO).unwrap_or_default();
+            // the next `mql_poll` at once.
+            consumer.waker().clear();
         }
-        *slot = Some(State::give_back(consumer, sub, fetched));
+        *slot = Some(State::give_back(consumer, sub));
         Ok(())
     })
 }

@@ -563,12 +563,13 @@ impl Broker {
             broadcast = false,
             max_poll_records = 500,
             wanted_partitions = None,
-            on_commit = None
+            on_commit = None,
+            enable_auto_offset_store = true
         ),
         text_signature = "($self, group_id=None, *, client_id='consumer', assignment_strategy='averagely', \
                           auto_offset_reset='earliest', enable_auto_commit=True, auto_commit_interval_ms=5000, \
                           max_poll_interval_ms=300000, broadcast=False, max_poll_records=500, \
-                          wanted_partitions=None, on_commit=None)"
+                          wanted_partitions=None, on_commit=None, enable_auto_offset_store=True)"
     )]
     #[allow(clippy::too_many_arguments)] // one per argument of the Python signature
     fn consumer(
@@ -584,6 +585,7 @@ impl Broker {
         max_poll_records: i64,
         wanted_partitions: Option<&Bound<'_, PyAny>>,
         on_commit: Option<Bound<'_, PyAny>>,
+        enable_auto_offset_store: bool,
     ) -> PyResult<Consumer> {
         let py = slf.py();
         slf.get().check_open(py)?;
@@ -635,32 +637,22 @@ impl Broker {
             }
             None => None,
         };
-        let auto_commit = (enable_auto_commit && group_id.is_some())
-            .then(|| std::time::Duration::from_millis(interval));
         let mut config = mqlite::ConsumerConfig::default()
             .client_id(client_id)
             .assignment_strategy(strategy)
             .auto_offset_reset(reset)
             .max_poll_records(max_poll_records as usize)
             .wanted_partitions(wanted)
-            // The binding commits itself (consumer.rs): what was handed out.
-            .enable_auto_commit(false)
+            .enable_auto_commit(enable_auto_commit)
+            .enable_auto_offset_store(enable_auto_offset_store)
             .auto_commit_interval_ms(interval)
             .max_poll_interval_ms(max_poll_interval)
             .broadcast(broadcast);
         config.group_id = group_id;
         let broker = &slf.get().inner;
         let inner = broker.consumer(config).py_err(py)?;
-        let spare = broker
-            .consumer(mqlite::ConsumerConfig::default())
-            .py_err(py)?;
         Ok(Consumer::new(
-            NewConsumer {
-                inner,
-                spare,
-                auto_commit,
-                on_commit,
-            },
+            NewConsumer { inner, on_commit },
             slf.clone().unbind(),
         ))
     }

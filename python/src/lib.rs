@@ -13,7 +13,11 @@
 //!
 //! Objects belong to the process that made them: in a child forked with
 //! `os.fork()` they raise `mqlite.Closed` (`fork.rs`).
-#![forbid(unsafe_code)]
+//!
+//! `unsafe` is denied everywhere but in one place: lending the engine's
+//! rebalance context to the calls a Python callback makes on its consumer
+//! (`consumer/rebalance.rs`).
+#![deny(unsafe_code)]
 
 mod broker;
 mod callbacks;

@@ -79,9 +79,11 @@ int main(int argc, char **argv) {
     mql_consumer *c;
     CHECK_OK(mql_consumer_new(mq, "g", cc, &c));
     mql_consumer_config_free(cc);
-    CHECK_FAIL(mql_subscribe(c, "nope"), MQL_UNKNOWN_TOPIC, "nope");
-    const char *mixed[2] = {"small", "nope"};
-    CHECK_FAIL(mql_subscribe_many(c, mixed, 2), MQL_UNKNOWN_TOPIC, "nope");
+    /* A topic that does not exist yet is waited for; an invalid name is
+     * refused. */
+    CHECK_FAIL(mql_subscribe(c, "bad/name"), MQL_INVALID_TOPIC_NAME, "bad/name");
+    const char *mixed[2] = {"small", "bad/name"};
+    CHECK_FAIL(mql_subscribe_many(c, mixed, 2), MQL_INVALID_TOPIC_NAME, "bad/name");
     CHECK_FAIL(mql_assign(c, "nope", 0), MQL_UNKNOWN_TOPIC, "nope");
 
     /* Unknown partitions. */

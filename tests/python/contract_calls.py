@@ -92,7 +92,8 @@ def make_env(path: Path) -> Env:
     broker.create_topic("t", partitions=2, segment_bytes=SEGMENT)
     producer = broker.producer(name="p")
     producer.send("t", b"v", partition=0)
-    consumer = broker.consumer("g")
+    # Offsets stored by hand, so that store_offsets() is a valid call.
+    consumer = broker.consumer("g", enable_auto_offset_store=False)
     consumer.assign([("t", 0), ("t", 1)])
     processor_consumer = broker.consumer("g2")
     processor_consumer.subscribe("t")
@@ -139,6 +140,7 @@ METHOD_CALLS: List[Call] = [
             "max_poll_records": 10,
             "wanted_partitions": [("t", 0)],
             "on_commit": callback,
+            "enable_auto_offset_store": True,
         },
         {
             "group_id": "str?",
@@ -152,6 +154,7 @@ METHOD_CALLS: List[Call] = [
             "max_poll_records": "uint",
             "wanted_partitions": "pairs?",
             "on_commit": "callable?",
+            "enable_auto_offset_store": "bool",
         },
     ),
     Call(
@@ -323,6 +326,8 @@ METHOD_CALLS: List[Call] = [
         {"num_messages": "uint", "timeout": "timeout?"},
     ),
     Call("Consumer", "lag"),
+    Call("Consumer", "pause", {"partitions": [("t", 0)]}, {"partitions": "pairs"}),
+    Call("Consumer", "paused"),
     Call("Consumer", "offsets_for_times", {"partitions": [("t", 0, 0)]}, {"partitions": "times"}),
     Call("Consumer", "poll", {"timeout": 0.0}, {"timeout": "timeout?"}),
     Call("Consumer", "poll_batch", {"timeout": 0.0}, {"timeout": "timeout?"}),
@@ -333,9 +338,11 @@ METHOD_CALLS: List[Call] = [
         {"topic": "t", "partition": 0, "offset": 0},
         {"topic": "str", "partition": "u32", "offset": "uint"},
     ),
+    Call("Consumer", "resume", {"partitions": [("t", 0)]}, {"partitions": "pairs"}),
     Call("Consumer", "seek_to_beginning", {"topic": "t", "partition": 0}, {"topic": "str", "partition": "u32"}),
     Call("Consumer", "seek_to_end", {"topic": "t", "partition": 0}, {"topic": "str", "partition": "u32"}),
     Call("Consumer", "stats"),
+    Call("Consumer", "store_offsets", {"offsets": [("t", 0, 1)]}, {"offsets": "offsets"}),
     Call(
         "Consumer",
         "subscribe",
@@ -540,6 +547,15 @@ BAD: Dict[str, List[Tuple[Any, Expected]]] = {
         ([("t", 0, "now")], TypeError),
         ([("t", -1, 0)], mqlite.InvalidArgument),
         ([("t", 0, 2**64)], (TypeError, OverflowError)),
+    ],
+    "offsets": [
+        (None, TypeError),
+        ("t", TypeError),
+        (5, TypeError),
+        ([("t", 0)], TypeError),
+        ([("t", 0, "1")], TypeError),
+        ([("t", 0, -1)], mqlite.InvalidArgument),
+        ([("t", -1, 0)], mqlite.InvalidArgument),
     ],
     "offsets?": [
         ("t", TypeError),

@@ -46,7 +46,6 @@ def test_unknown_topic(mq: mqlite.Broker) -> None:
         lambda: mq.delete_topic("nope"),
         lambda: mq.add_partitions("nope", 2),
         lambda: mq.offset_for_timestamp("nope", 0, 0),
-        lambda: c.subscribe(["nope"]),
         lambda: c.assign([("nope", 0)]),
     ]
     for call in calls:

@@ -230,8 +230,8 @@ def test_resubscribe_replaces_callbacks(mq: mqlite.Broker) -> None:
     # The old subscription's revoke runs the old callback.
     assert events == ["old assign [('t', 0)]", "old revoke [('t', 0)]", "new assign [('u', 0)]"]
     # A refused subscription keeps the current one (and its callbacks).
-    with pytest.raises(mqlite.UnknownTopic):
-        c.subscribe("nope", on_assign=lambda c, p: events.append("never"))
+    with pytest.raises(mqlite.InvalidTopicName):
+        c.subscribe("bad/name", on_assign=lambda c, p: events.append("never"))
     c.unsubscribe()
     assert events[-1] == "new assign [('u', 0)]"
 

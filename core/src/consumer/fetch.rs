@@ -297,6 +297,9 @@ impl Consumer {
                 break;
             }
             let a = &mut self.assigned[(start + k) % n];
+            if a.paused {
+                continue;
+            }
             let res = Self::fetch(a, reset, share.min(left), out);
             a.park();
             self.stats.skipped += std::mem::take(&mut a.skipped);

@@ -1,7 +1,10 @@
 //! Consumers: assignment, subscription, positions and polling.
 
 mod fetch;
+mod flow;
+mod held;
 mod partition;
+mod rebalance;
 
 use std::sync::atomic::{fence, AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -15,7 +18,9 @@ use crate::log::{PartitionLog, Waiter};
 use crate::message::{Message, MessageBatch, Sink};
 use crate::offsets::{validate_group_name, CommittedOffset};
 use crate::topic::Topic;
+pub(crate) use held::Held;
 use partition::Assigned;
+pub use rebalance::{RebalanceContext, RebalanceListener};
 
 /// Where to start when there is no valid position (Kafka's
 /// `auto.offset.reset`).
@@ -76,6 +81,12 @@ pub struct ConsumerConfig {
     /// RocketMQ's broadcasting: every consumer gets every partition, with
     /// offsets of its own (stored under `<group_id>+<client_id>`).
     pub broadcast: bool,
+    /// Kafka's `enable.auto.offset.store`: every message handed out counts
+    /// as processed, and commits (manual and automatic) take the positions
+    /// (default true). Off, commits take only the offsets the application
+    /// stored with [`Consumer::store_offsets`] once it processed them: with
+    /// auto-commit, the at-least-once idiom.
+    pub enable_auto_offset_store: bool,
 }
 
 impl Default for ConsumerConfig {
@@ -91,6 +102,7 @@ impl Default for ConsumerConfig {
             auto_commit_interval_ms: 5000,
             max_poll_interval_ms: 300_000,
             broadcast: false,
+            enable_auto_offset_store: true,
         }
     }
 }
@@ -152,44 +164,17 @@ impl ConsumerConfig {
         self
     }
 
+    /// Sets `enable_auto_offset_store` (off: commits take only what
+    /// [`Consumer::store_offsets`] stored).
+    pub fn enable_auto_offset_store(mut self, on: bool) -> Self {
+        self.enable_auto_offset_store = on;
+        self
+    }
+
     /// Turns broadcast mode on or off.
     pub fn broadcast(mut self, on: bool) -> Self {
         self.broadcast = on;
         self
-    }
-}
-
-/// Called when a group member's partitions change (Kafka's
-/// `ConsumerRebalanceListener`). Both run inside `poll` (or `subscribe`,
-/// `close`), on the consumer's thread, with the consumer at hand: commit in
-/// `on_revoke` to hand over exactly what was processed.
-pub trait RebalanceListener: Send {
-    /// The consumer now owns `partitions` (its positions start at the
-    /// group's committed offsets).
-    fn on_assign(&mut self, consumer: &mut Consumer, partitions: &[(String, u32)]) {
-        let _ = (consumer, partitions);
-    }
-
-    /// The consumer is about to give up `partitions`: they go to another
-    /// member once this returns.
-    fn on_revoke(&mut self, consumer: &mut Consumer, partitions: &[(String, u32)]) {
-        let _ = (consumer, partitions);
-    }
-
-    /// The consumer has already lost `partitions` (Kafka's
-    /// `onPartitionsLost`): it was removed from the group for not polling
-    /// within `max_poll_interval_ms`, and the group may have handed them
-    /// to other members already. Unlike [`on_revoke`](Self::on_revoke),
-    /// nothing can be committed for them any more: they are no longer in
-    /// the assignment (so [`Consumer::commit`] has nothing to commit), a
-    /// [`Consumer::commit_offsets`] for them fails with
-    /// [`Error::CommitFailed`], and no auto-commit runs. Drop the state kept
-    /// for them. The consumer then joins the group again.
-    ///
-    /// The default calls `on_revoke`, as Kafka's does, so that clean-up
-    /// written there runs in both cases.
-    fn on_lost(&mut self, consumer: &mut Consumer, partitions: &[(String, u32)]) {
-        self.on_revoke(consumer, partitions);
     }
 }
 
@@ -207,8 +192,9 @@ struct WakeState {
 }
 
 impl ConsumerWaker {
-    /// Forgets a wake-up not yet consumed by a `poll`.
-    pub(crate) fn clear(&self) {
+    /// Forgets a wakeup no `poll` has taken yet (one made for a poll that
+    /// did not need it, such as a stop request that came after the work).
+    pub fn clear(&self) {
         self.inner.flag.store(false, Ordering::SeqCst);
     }
 
@@ -251,6 +237,8 @@ struct Membership {
     topics: Vec<String>,
     pattern: Option<regex::Regex>,
     generation: u64,
+    /// The group's [`Group::epoch`] when this member last synced with it.
+    epoch: u64,
 }
 
 /// Reads records from assigned partitions or subscribed topics.
@@ -262,6 +250,9 @@ pub struct Consumer {
     broker: Arc<BrokerInner>,
     config: ConsumerConfig,
     assigned: Vec<Assigned>,
+    /// The topics subscribed to, by name (those that do not exist yet are
+    /// waited for), and those of them that exist.
+    sub_names: Vec<String>,
     subscription: Vec<Arc<Topic>>,
     waiter: Option<Arc<Waiter>>,
     next_start: usize,
@@ -278,6 +269,11 @@ pub struct Consumer {
     last_auto_commit: Instant,
     wake: ConsumerWaker,
     stats: ConsumerStats,
+    /// Messages fetched for [`Consumer::poll_one`] and not handed out yet.
+    held: Arc<Held>,
+    /// When handing out held messages must wait for the work of a poll
+    /// (see [`held`]).
+    maintain_at: Option<Instant>,
 }
 
 impl std::fmt::Debug for Consumer {
@@ -314,10 +310,13 @@ impl Consumer {
             Some(g) => Some(broker.group(g)?),
             None => None,
         };
+        let held = Arc::new(Held::default());
+        broker.register_held(&held);
         Ok(Consumer {
             broker,
             config,
             assigned: Vec::new(),
+            sub_names: Vec::new(),
             subscription: Vec::new(),
             waiter: None,
             next_start: 0,
@@ -330,6 +329,8 @@ impl Consumer {
             last_auto_commit: Instant::now(),
             wake: ConsumerWaker::default(),
             stats: ConsumerStats::default(),
+            held,
+            maintain_at: None,
         })
     }
 
@@ -363,6 +364,7 @@ impl Consumer {
         }
         // A group member leaves first, revoking (and committing) all it
         // owned, the partitions it keeps reading included.
+        self.put_back();
         self.leave_group();
         let mut next = Vec::with_capacity(wanted.len());
         for (topic, log) in wanted {
@@ -371,6 +373,7 @@ impl Consumer {
             }
             next.push(self.keep_or_new(topic, log));
         }
+        self.sub_names.clear();
         self.subscription.clear();
         self.pattern = None;
         self.pattern_version = None;
@@ -436,20 +439,28 @@ impl Consumer {
         listener: Option<Box<dyn RebalanceListener>>,
     ) -> Result<()> {
         self.check_open()?;
-        let mut subs = Vec::with_capacity(topics.len());
+        let mut names: Vec<String> = Vec::with_capacity(topics.len());
         for &t in topics {
-            let topic = self.broker.topic(t)?;
-            if !subs.iter().any(|s: &Arc<Topic>| Arc::ptr_eq(s, &topic)) {
-                subs.push(topic);
+            // A topic that does not exist yet is waited for (as Kafka's
+            // consumer does); a damaged one is refused.
+            match self.broker.topic(t) {
+                Ok(_) => {}
+                Err(Error::UnknownTopic(_)) => crate::topic::validate_topic_name(t)?,
+                Err(e) => return Err(e),
+            }
+            if !names.iter().any(|n| n == t) {
+                names.push(t.to_owned());
             }
         }
-        if pattern.is_none() && subs.is_empty() {
+        if pattern.is_none() && names.is_empty() {
             return Err(Error::InvalidArgument(
                 "subscribe to at least one topic".into(),
             ));
         }
+        self.put_back();
         self.leave_group();
         self.assigned.clear();
+        self.sub_names.clear();
         self.subscription.clear();
         self.pattern = None;
         self.pattern_version = None;
@@ -458,7 +469,6 @@ impl Consumer {
         }
         if self.clustering() {
             let group = Arc::clone(self.offsets.as_ref().expect("a group consumer has a group"));
-            let names: Vec<String> = subs.iter().map(|t| t.name().to_string()).collect();
             let spec = self.member_spec(&names, pattern.as_ref());
             let broker = Arc::clone(&self.broker);
             let id = group.join(&self.config.client_id, spec, &|t| broker.partition_count(t))?;
@@ -468,10 +478,11 @@ impl Consumer {
                 topics: names,
                 pattern,
                 generation: 0,
+                epoch: 0,
             });
             self.group_sync()?;
         } else {
-            self.subscription = subs;
+            self.sub_names = names;
             self.pattern = pattern;
             self.pattern_version = None;
             self.refresh_subscription();
@@ -503,7 +514,9 @@ impl Consumer {
     /// nothing until the next `subscribe` or `assign`. A group member
     /// leaves its group (committing first with auto-commit).
     pub fn unsubscribe(&mut self) {
+        self.put_back();
         self.leave_group();
+        self.sub_names.clear();
         self.subscription.clear();
         self.assigned.clear();
         self.pattern = None;
@@ -516,6 +529,7 @@ impl Consumer {
         if self.member.is_none() {
             return;
         }
+        self.put_back();
         let owned = self.assignment();
         if !owned.is_empty() {
             self.revoke(&owned);
@@ -529,6 +543,9 @@ impl Consumer {
     /// Runs the revoke listener and auto-commit for `partitions`, then
     /// drops them from the assignment and releases them to the group.
     fn revoke(&mut self, partitions: &[(String, u32)]) {
+        // Held messages go back: those of the revoked partitions are the
+        // new owner's, from the committed offset.
+        self.put_back();
         // As Kafka: auto-commit first, then the listener (whose own commit,
         // if any, is the last word).
         if self.config.enable_auto_commit {
@@ -538,7 +555,7 @@ impl Consumer {
             }
         }
         if let Some(mut l) = self.listener.take() {
-            l.on_revoke(self, partitions);
+            l.on_revoke(&mut RebalanceContext::new(self), partitions);
             self.listener = Some(l);
         }
         self.assigned.retain(|a| {
@@ -565,10 +582,11 @@ impl Consumer {
                 group.name()
             );
             let lost = self.assignment();
+            self.put_back();
             self.assigned.clear();
             if !lost.is_empty() {
                 if let Some(mut l) = self.listener.take() {
-                    l.on_lost(self, &lost);
+                    l.on_lost(&mut RebalanceContext::new(self), &lost);
                     self.listener = Some(l);
                 }
             }
@@ -613,6 +631,7 @@ impl Consumer {
             self.revoke(&sync.revoke);
         }
         if !sync.acquired.is_empty() {
+            self.put_back();
             for (t, p) in &sync.acquired {
                 let topic = match self.broker.topic(t) {
                     Ok(t) => t,
@@ -626,7 +645,7 @@ impl Consumer {
                 self.assigned.push(a);
             }
             if let Some(mut l) = self.listener.take() {
-                l.on_assign(self, &sync.acquired);
+                l.on_assign(&mut RebalanceContext::new(self), &sync.acquired);
                 self.listener = Some(l);
             }
         }
@@ -646,26 +665,31 @@ impl Consumer {
 
     /// Brings the assignment in line with the subscribed topics' partitions.
     fn refresh_subscription(&mut self) {
-        // A pattern is matched again only when topics were created,
-        // deleted or grew since the last time.
+        if self.member.is_some() {
+            return;
+        }
+        // Topics are looked up (and a pattern matched) again only when
+        // topics were created, deleted or grew since the last time: a
+        // subscribed topic that does not exist yet is read once it does.
         let version = self.broker.topics_version();
-        if let Some(re) = self
-            .pattern
-            .as_ref()
-            .filter(|_| self.pattern_version != Some(version))
+        if (self.pattern.is_some() || !self.sub_names.is_empty())
+            && self.pattern_version != Some(version)
         {
             self.pattern_version = Some(version);
+            if let Some(re) = &self.pattern {
+                self.sub_names = self.matching_topics(re);
+            }
             self.subscription = self
-                .matching_topics(re)
+                .sub_names
                 .iter()
                 .filter_map(|n| self.broker.topic(n).ok())
                 .collect();
         }
-        if self.member.is_some() {
-            return;
-        }
         if self.subscription.is_empty() {
-            self.assigned.retain(|a| !a.topic.is_deleted());
+            if self.assigned.iter().any(|a| a.topic.is_deleted()) {
+                self.put_back();
+                self.assigned.retain(|a| !a.topic.is_deleted());
+            }
             return;
         }
         self.subscription.retain(|t| !t.is_deleted());
@@ -678,6 +702,7 @@ impl Consumer {
         {
             return;
         }
+        self.put_back();
         let subs = self.subscription.clone();
         let mut next = Vec::with_capacity(want);
         for t in subs {
@@ -717,8 +742,9 @@ impl Consumer {
         self.check_open()?;
         self.refresh_subscription();
         let i = self.find(topic, partition)?;
+        let cursor = self.assigned[i].log.cursor(offset)?;
+        self.put_back_partition(i);
         let a = &mut self.assigned[i];
-        let cursor = a.log.cursor(offset)?;
         a.forget_cursor();
         a.cursor = Some(cursor);
         a.park();
@@ -736,6 +762,9 @@ impl Consumer {
         let i = self.find(topic, partition)?;
         let reset = self.config.auto_offset_reset;
         let a = &mut self.assigned[i];
+        if a.held > 0 {
+            return Ok(a.handed);
+        }
         let res = Self::resolve(a, reset);
         self.stats.skipped += std::mem::take(&mut a.skipped);
         self.stats.offset_resets += std::mem::take(&mut a.resets);
@@ -746,7 +775,7 @@ impl Consumer {
     fn has_data(&self) -> bool {
         self.assigned
             .iter()
-            .any(|a| a.position.is_none_or(|p| a.log.end_offset() > p))
+            .any(|a| !a.paused && a.position.is_none_or(|p| a.log.end_offset() > p))
     }
 
     /// Returns the next messages (at most `max_poll_records`), taken fairly
@@ -778,10 +807,33 @@ impl Consumer {
     fn poll_into<S: Sink>(&mut self, timeout: Duration, out: &mut S) -> Result<()> {
         self.check_open()?;
         self.stats.polls += 1;
+        self.poll_prologue()?;
+        // Messages held for `poll_one` come first.
+        if !self.drain_held(out) {
+            self.poll_wait(timeout, out)?;
+        }
+        self.stats.records += out.len() as u64;
+        self.stats.bytes += out.payload_bytes();
+        Ok(())
+    }
+
+    /// The work every poll does first: auto-commit when due, rebalances,
+    /// topic changes.
+    fn poll_prologue(&mut self) -> Result<()> {
         self.maybe_auto_commit();
+        self.schedule_maintenance();
         self.group_sync()?;
         self.refresh_subscription();
-        let deadline = Instant::now() + timeout;
+        Ok(())
+    }
+
+    /// Fetches into `out`, waiting up to `timeout` for data.
+    fn poll_wait<S: Sink>(&mut self, timeout: Duration, out: &mut S) -> Result<()> {
+        let now = Instant::now();
+        // A timeout too far away to represent waits as good as forever.
+        let deadline = now
+            .checked_add(timeout)
+            .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 86_400));
         loop {
             if self.wake.inner.flag.swap(false, Ordering::SeqCst) {
                 break;
@@ -800,8 +852,6 @@ impl Consumer {
             self.check_open()?;
             self.group_sync()?;
         }
-        self.stats.records += out.len() as u64;
-        self.stats.bytes += out.payload_bytes();
         Ok(())
     }
 
@@ -850,10 +900,15 @@ impl Consumer {
                 })
             })
             .filter_map(|a| {
+                let offset = if self.config.enable_auto_offset_store {
+                    a.visible_position()?
+                } else {
+                    a.stored?
+                };
                 Some((
                     a.topic.name().to_string(),
                     a.log.partition(),
-                    committed_now(a.position?, ""),
+                    committed_now(offset, ""),
                 ))
             })
             .collect()
@@ -956,7 +1011,10 @@ impl Consumer {
                 Some(c) => c,
                 None => {
                     let a = &mut self.assigned[i];
-                    let from = Self::resolve(a, reset).unwrap_or(0);
+                    let from = match a.visible_position() {
+                        Some(p) if a.held > 0 => p,
+                        _ => Self::resolve(a, reset).unwrap_or(0),
+                    };
                     a.park();
                     from
                 }
@@ -1058,6 +1116,7 @@ impl Consumer {
             return;
         }
         if self.broker.check_open().is_ok() {
+            self.put_back();
             if self.member.is_some() {
                 self.leave_group();
             } else if self.config.enable_auto_commit && self.offsets.is_some() {
@@ -1067,7 +1126,9 @@ impl Consumer {
             }
         }
         self.closed = true;
+        self.held.clear();
         self.assigned.clear();
+        self.sub_names.clear();
         self.subscription.clear();
     }
 }

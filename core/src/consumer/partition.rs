@@ -110,6 +110,15 @@ pub(super) struct Assigned {
     pub(super) out_of_range: Option<(u64, u64)>,
     /// Resets of an out-of-range committed offset since the last count.
     pub(super) resets: u64,
+    /// Messages of this partition held for `poll_one` (see `held`).
+    pub(super) held: u32,
+    /// With messages held: the offset of the next one to hand out.
+    pub(super) handed: u64,
+    /// Not read until resumed ([`Consumer::pause`](super::Consumer::pause)).
+    pub(super) paused: bool,
+    /// The offset stored by [`Consumer::store_offsets`], what commits take
+    /// when `enable_auto_offset_store` is off.
+    pub(super) stored: Option<u64>,
 }
 
 impl Assigned {
@@ -135,6 +144,10 @@ impl Assigned {
             skipped: 0,
             out_of_range,
             resets: 0,
+            held: 0,
+            handed: 0,
+            paused: false,
+            stored: None,
         }
     }
 
@@ -143,8 +156,10 @@ impl Assigned {
         let fresh = Assigned::new(Arc::clone(&self.topic), Arc::clone(&self.log), resume);
         let skipped = self.skipped;
         let resets = self.resets;
+        let paused = self.paused;
         *self = fresh;
         self.skipped = skipped;
         self.resets = resets;
+        self.paused = paused;
     }
 }

@@ -1,52 +1,62 @@
 //! The Rust side of `Consumer`: construction, locking, access to the engine
-//! consumer (lent or through the state mutex), polling and closing.
+//! consumer (through the state mutex, or the rebalance context lent to a
+//! callback), polling and closing.
 
-use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
-use std::thread;
 use std::time::{Duration, Instant};
 
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 
-use super::lending::{Access, Borrowed, Shared, Slot};
+use super::rebalance::{Borrow, Borrowed, Shared};
 use super::state::{Counters, State};
-use super::{lock, warn, Consumer, Message, NewConsumer, REFRESH, WAIT_SLICE};
+use super::{lock, Consumer, Message, NewConsumer, WAIT_SLICE};
 use crate::broker::Broker;
 use crate::errors::{closed, to_py, IntoPy};
 use crate::fork::Local;
+
+/// The engine consumer, as a call reaches it.
+pub(super) enum Access<'a> {
+    /// Through the state mutex.
+    Outer(MutexGuard<'a, State>),
+    /// The rebalance context lent to a callback on this thread.
+    Lent(Borrowed<'a>),
+}
+
+/// Runs `$body` with `$c` bound to the engine consumer or the lent
+/// rebalance context: the calls allowed inside a callback have the same
+/// names on both.
+macro_rules! on_either {
+    ($acc:expr, |$c:ident| $body:expr) => {
+        match &mut $acc {
+            $crate::consumer::inner::Access::Outer(st) => {
+                let $c = &mut st.consumer;
+                $body
+            }
+            $crate::consumer::inner::Access::Lent(b) => {
+                let $c = b.ctx();
+                $body
+            }
+        }
+    };
+}
+pub(super) use on_either;
 
 impl Consumer {
     pub(crate) fn new(n: NewConsumer, broker: Py<Broker>) -> Self {
         let config = n.inner.config();
         let group_id = config.group_id.clone();
         let clustering = group_id.is_some() && !config.broadcast;
-        let now = Instant::now();
         Consumer {
             waker: n.inner.waker(),
             group_id,
             clustering,
-            auto_commit: n.auto_commit.is_some(),
             state: Local::new(Mutex::new(State {
                 consumer: n.inner,
-                buffer: VecDeque::new(),
-                last_fetch: now,
-                auto_commit: n.auto_commit,
-                last_auto_commit: now,
                 shut: false,
             })),
-            shared: Local::new(Arc::new(Shared {
-                lending: AtomicBool::new(false),
-                slot: Mutex::new(Slot {
-                    spare: Some(n.spare),
-                    lent: None,
-                }),
-                failed: AtomicBool::new(false),
-                error: Mutex::new(None),
-                callbacks: Mutex::new(Vec::new()),
-                on_commit: Mutex::new(n.on_commit),
-            })),
+            shared: Local::new(Arc::new(Shared::new(n.on_commit))),
             closed: AtomicBool::new(false),
             woken: AtomicBool::new(false),
             counters: Counters::default(),
@@ -101,9 +111,9 @@ impl Consumer {
         Message { inner }
     }
 
-    /// Takes the engine consumer out for a processor: puts buffered
-    /// messages back (nothing is skipped), leaves an idle stand-in, and
-    /// makes calls raise until [`Consumer::give_back`].
+    /// Takes the engine consumer out for a processor (the messages it holds
+    /// go with it), leaves an idle stand-in, and makes calls raise until
+    /// [`Consumer::give_back`].
     pub(crate) fn take_engine(&self, py: Python<'_>) -> PyResult<mqlite::Consumer> {
         if self.lent_here() {
             return Err(PyRuntimeError::new_err(
@@ -117,7 +127,6 @@ impl Consumer {
             .inner
             .consumer(mqlite::ConsumerConfig::default())
             .py_err(py)?;
-        st.unbuffer();
         let real = std::mem::replace(&mut st.consumer, stand_in);
         self.processing.store(true, Ordering::Release);
         Ok(real)
@@ -127,7 +136,6 @@ impl Consumer {
     pub(crate) fn give_back(&self, py: Python<'_>, consumer: mqlite::Consumer) {
         let mut st = self.lock(py);
         let stand_in = std::mem::replace(&mut st.consumer, consumer);
-        st.last_fetch = Instant::now();
         self.processing.store(false, Ordering::Release);
         // A `close()` made in a rebalance callback meanwhile.
         if self.closed.load(Ordering::Acquire) {
@@ -149,14 +157,10 @@ impl Consumer {
         }
     }
 
-    /// Whether the engine consumer is lent to a callback on this thread.
+    /// Whether a rebalance callback runs on this thread.
     #[inline]
     pub(super) fn lent_here(&self) -> bool {
-        self.shared.lending.load(Ordering::Acquire)
-            && lock(&self.shared.slot)
-                .lent
-                .as_ref()
-                .is_some_and(|l| l.thread == thread::current().id())
+        self.shared.lent_here()
     }
 
     /// Locks the state and checks the consumer is open. A `close()` made in
@@ -179,7 +183,11 @@ impl Consumer {
     }
 
     /// The state, for a call that may not run inside a callback.
-    fn outer<'a>(&'a self, py: Python<'_>, what: &str) -> PyResult<MutexGuard<'a, State>> {
+    pub(super) fn outer<'a>(
+        &'a self,
+        py: Python<'_>,
+        what: &str,
+    ) -> PyResult<MutexGuard<'a, State>> {
         if self.lent_here() {
             return Err(PyRuntimeError::new_err(format!(
                 "{what}() cannot be called inside on_assign or on_revoke"
@@ -188,27 +196,18 @@ impl Consumer {
         self.open_state(py)
     }
 
-    /// The engine consumer: lent to this thread's callback, or through the
-    /// state mutex (checking the consumer is open if `open`).
+    /// The engine consumer: the context lent to this thread's callback, or
+    /// through the state mutex (checking the consumer is open if `open`).
     pub(super) fn access_with(&self, py: Python<'_>, open: bool) -> PyResult<Access<'_>> {
         self.check_forked(py)?;
-        if self.shared.lending.load(Ordering::Acquire) {
-            let mut slot = lock(&self.shared.slot);
-            if let Some(l) = slot
-                .lent
-                .as_mut()
-                .filter(|l| l.thread == thread::current().id())
-            {
-                return match l.consumer.take() {
-                    Some(c) => Ok(Access::Lent(Borrowed {
-                        shared: &self.shared,
-                        consumer: Some(c),
-                    })),
-                    None => Err(PyRuntimeError::new_err(
-                        "the consumer is busy (a call from a callback is using it)",
-                    )),
-                };
+        match self.shared.borrow() {
+            Borrow::Lent(b) => return Ok(Access::Lent(b)),
+            Borrow::Busy => {
+                return Err(PyRuntimeError::new_err(
+                    "the consumer is busy (a call from a callback is using it)",
+                ))
             }
+            Borrow::None => {}
         }
         if self.processing.load(Ordering::Acquire) {
             return Err(Self::busy());
@@ -226,20 +225,16 @@ impl Consumer {
 
     /// Closes the engine consumer (once), without the GIL if that may commit.
     pub(super) fn shut_down(&self, py: Python<'_>, st: &mut State) {
-        let broker_open = !self.broker.get().inner.is_closed();
-        let err = if self.group_id.is_some() {
-            py.detach(|| st.shut_down(broker_open))
+        if self.group_id.is_some() {
+            py.detach(|| st.shut_down());
         } else {
-            st.shut_down(broker_open)
-        };
-        if let Some(e) = err {
-            warn(py, "auto-commit at close failed", &e);
+            st.shut_down();
         }
     }
 
     /// After a call into the engine that may have run callbacks: completes a
     /// `close()` made in one, raises what one raised.
-    fn after_call(&self, py: Python<'_>, st: &mut State) -> PyResult<()> {
+    pub(super) fn after_call(&self, py: Python<'_>, st: &mut State) -> PyResult<()> {
         let was_closed = self.closed.load(Ordering::Acquire);
         if was_closed {
             self.shut_down(py, st);
@@ -257,49 +252,13 @@ impl Consumer {
         self.closed.load(Ordering::Acquire) || self.broker.get().is_closed()
     }
 
-    /// Pops the next buffered message, or puts the buffer back when a
-    /// consumer with a group has not polled the engine for [`REFRESH`].
-    ///
-    /// The clock is read at every message (about 25 ns, some 20% of the
-    /// cost of handing out a message): reading it every N messages only
-    /// would let a consumer that slows down after a burst go N slow
-    /// messages without noticing.
-    #[inline]
-    fn take_buffered(&self, st: &mut State) -> Option<mqlite::Message> {
-        if st.buffer.is_empty() {
-            return None;
-        }
-        if self.group_id.is_some() && st.last_fetch.elapsed() >= REFRESH {
-            st.unbuffer();
-            return None;
-        }
-        let m = st.buffer.pop_front()?;
-        self.counters.handed(&m);
-        Some(m)
-    }
-
-    /// Commits if an automatic commit is due, without the GIL.
-    fn auto_commit(&self, py: Python<'_>, st: &mut State) {
-        if st.auto_commit_due() {
-            if let Some(e) = py.detach(|| st.consumer.commit().err()) {
-                warn(py, "auto-commit failed", &e);
-            }
-        }
-    }
-
-    /// Polls the engine without waiting, keeping the GIL.
-    fn fetch_now(&self, py: Python<'_>, st: &mut State) -> PyResult<()> {
-        self.auto_commit(py, st);
-        let res = st.fetch(Duration::ZERO);
-        self.after_call(py, st)?;
-        res.py_err(py)
-    }
-
     /// The next message, waiting up to `timeout` (`None`: no limit); None
     /// when the timeout passed or `wakeup()` was called.
     ///
-    /// Tries with the GIL held first; waits without it, in slices of at most
-    /// [`WAIT_SLICE`], checking for signals between slices.
+    /// A message the engine holds is handed out with the GIL held; a poll
+    /// that does not wait keeps it too, but for a consumer with a group
+    /// (which may commit or rebalance there); waits are without it, in
+    /// slices of at most [`WAIT_SLICE`], checking for signals between them.
     pub(super) fn next_message(
         &self,
         py: Python<'_>,
@@ -307,15 +266,25 @@ impl Consumer {
     ) -> PyResult<Option<mqlite::Message>> {
         {
             let mut st = self.outer(py, "poll")?;
-            if let Some(m) = self.take_buffered(&mut st) {
+            if let Some(m) = st.consumer.next_held() {
                 return Ok(Some(m));
             }
             if self.woken.swap(false, Ordering::AcqRel) {
                 return Ok(None);
             }
-            self.fetch_now(py, &mut st)?;
-            if let Some(m) = self.take_buffered(&mut st) {
-                return Ok(Some(m));
+            let c = &mut st.consumer;
+            let res = if self.group_id.is_some() {
+                py.detach(|| self.poll_engine(c, Duration::ZERO))
+            } else {
+                self.poll_engine(c, Duration::ZERO)
+            };
+            match res {
+                Ok(Some(m)) => return Ok(Some(m)),
+                Ok(None) => self.after_call(py, &mut st)?,
+                Err(e) => {
+                    self.after_call(py, &mut st)?;
+                    return Err(to_py(py, e));
+                }
             }
         }
         let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
@@ -334,39 +303,24 @@ impl Consumer {
                     (d - now).min(WAIT_SLICE)
                 }
             };
-            let (got, auto_err) = py.detach(|| {
+            let got = py.detach(|| {
                 let mut st = lock(&self.state);
                 // A close or a callback's exception is dealt with below.
-                let settle = || {
-                    self.closed.load(Ordering::Acquire)
-                        || self.shared.failed.load(Ordering::Acquire)
-                        || self.processing.load(Ordering::Acquire)
-                };
-                if settle() {
-                    return (Ok(None), None);
+                if self.closed.load(Ordering::Acquire)
+                    || self.shared.failed.load(Ordering::Acquire)
+                    || self.processing.load(Ordering::Acquire)
+                {
+                    return Ok(None);
                 }
-                if self.broker.get().inner.is_closed() {
-                    return (Err(mqlite::Error::Closed("broker")), None);
-                }
-                if let Some(m) = self.take_buffered(&mut st) {
-                    return (Ok(Some(m)), None);
-                }
-                let auto_err = if st.auto_commit_due() {
-                    st.consumer.commit().err()
-                } else {
-                    None
-                };
-                let res = st.fetch(slice);
-                let m = if settle() {
-                    None
-                } else {
-                    self.take_buffered(&mut st)
-                };
-                (res.map(|()| m), auto_err)
+                self.poll_engine(&mut st.consumer, slice)
             });
-            if let Some(e) = auto_err {
-                warn(py, "auto-commit failed", &e);
-            }
+            // A message handed out is returned, whatever happened meanwhile
+            // (a close from another thread counts it as read).
+            let got = match got {
+                Ok(Some(m)) => return Ok(Some(m)),
+                Ok(None) => None,
+                Err(e) => Some(e),
+            };
             if self.processing.load(Ordering::Acquire) {
                 return Err(Self::busy());
             }
@@ -374,24 +328,42 @@ impl Consumer {
                 let mut st = self.lock(py);
                 self.after_call(py, &mut st)?;
             }
-            if let Some(m) = got.py_err(py)? {
-                return Ok(Some(m));
+            if let Some(e) = got {
+                return Err(to_py(py, e));
             }
             py.check_signals()?;
         }
     }
 
-    /// Runs `f` on the state with the buffer put back, without the GIL for
-    /// a consumer with a group (it may commit), then deals with what
-    /// callbacks did.
-    pub(super) fn with_unbuffered<R: Send>(
+    /// The engine's `poll_one`. When a rebalance callback raised in it, the
+    /// message it returned goes back (the partition is sought back to it,
+    /// to be read again) and the call raises the callback's exception.
+    fn poll_engine(
+        &self,
+        c: &mut mqlite::Consumer,
+        timeout: Duration,
+    ) -> mqlite::Result<Option<mqlite::Message>> {
+        let got = c.poll_one(timeout)?;
+        if self.shared.failed.load(Ordering::Acquire) {
+            if let Some(m) = got {
+                // Fails only when the partition went away meanwhile (its
+                // new owner reads it) or retention removed the message.
+                let _ = c.seek(m.topic(), m.partition(), m.offset());
+            }
+            return Ok(None);
+        }
+        Ok(got)
+    }
+
+    /// Runs `f` on the engine consumer, without the GIL for a consumer with
+    /// a group (it may commit), then deals with what callbacks did.
+    pub(super) fn with_engine<R: Send>(
         &self,
         py: Python<'_>,
         what: &str,
         f: impl FnOnce(&mut mqlite::Consumer) -> mqlite::Result<R> + Send,
     ) -> PyResult<R> {
         let mut st = self.outer(py, what)?;
-        st.unbuffer();
         let c = &mut st.consumer;
         let res = if self.group_id.is_some() {
             py.detach(|| f(c))

@@ -1,66 +1,20 @@
 //! `mqlite.Consumer`, `mqlite.Message` and `mqlite.ConsumerStats`.
 //!
-//! # Buffering and commits
-//!
-//! The engine's `poll` returns up to `max_poll_records` messages at once; the
-//! binding keeps them in a buffer and hands them out one at a time (or a list
-//! at a time with `consume()`). The engine's positions are then ahead of what
-//! Python has seen, and the engine commits positions. So that a commit covers
-//! exactly the messages handed out to Python:
-//!
-//! - the engine is polled only when the buffer is empty. A consumer with a
-//!   `group_id` that still has buffered messages after [`REFRESH`] puts them
-//!   back first, so that it keeps taking part in its group (rebalances,
-//!   `max_poll_interval_ms`, auto-commits) while it hands out buffered
-//!   messages. The rebalances that run inside the engine's poll thus never
-//!   find a buffered message: a revoked partition has none to hand out after
-//!   the revoke, and a commit in `on_revoke` commits what was handed out;
-//! - calls that commit or move positions outside a poll (`commit()`, `seek()`,
-//!   `assign()`, `subscribe()`, `unsubscribe()`, `close()`) first put
-//!   buffered messages back ([`State::unbuffer`]: each partition is sought
-//!   back to its first buffered offset, and read again later);
-//! - a consumer without a `group_id` commits nothing, so `consume()` may poll
-//!   the engine again while it holds messages for the caller.
-//!
-//! Auto-commit is done here, not by the engine (which is given
-//! `enable_auto_commit = false`): every `auto_commit_interval_ms`, just before
-//! an engine poll and without the GIL; after the `on_revoke` callback when a
-//! rebalance or `unsubscribe()` takes partitions away; and at `close()`.
-//!
-//! # Rebalance callbacks and re-entrancy
-//!
-//! The engine runs a group member's [`mqlite::RebalanceListener`] inside
-//! `poll` (and `subscribe`, `unsubscribe`, `assign`, `close`) on the calling
-//! thread, passing it the engine consumer as `&mut`, while the call that
-//! reached the engine holds this object's state mutex. The Python callbacks
-//! get this object and may call `commit()`, `seek()`, `position()` and the
-//! like on it, which cannot take the mutex (the same thread holds it).
-//!
-//! So the listener lends the engine consumer out for the duration of the
-//! callback: it swaps it with a spare, idle engine consumer
-//! (`std::mem::replace` on the `&mut` it was given), parks the real one in
-//! [`Shared::slot`] tagged with the current thread, calls Python, and swaps
-//! back before returning to the engine. A call made on that thread while the
-//! consumer is lent takes it from the slot and puts it back when done; a call
-//! from another thread waits for the mutex as usual. The engine is suspended
-//! in the listener call while the spare stands in for it, so it never sees
-//! the spare. No `unsafe` is needed. Calls that would run the engine's group
-//! logic again (`poll`, `consume`, iteration, `subscribe`, `unsubscribe`,
-//! `assign`) raise `RuntimeError` inside a callback; `close()` there closes
-//! the consumer once the call that ran the callback is done.
-//!
-//! An exception raised by a callback is kept and raised by the call that ran
-//! the callback, once the engine is done (the rebalance itself goes on).
+//! The consumer forwards to the engine's: `poll()` and iteration to
+//! `poll_one` (which hands out one message at a time from what one fetch
+//! brought, with exact positions, commits and rebalances), `poll_batch()`
+//! to `poll_one` and the messages held after it. Rebalance callbacks get
+//! this object; the calls they make on it reach the engine's rebalance
+//! context (`rebalance.rs`).
 //!
 //! # The GIL
 //!
-//! A poll that finds buffered or available messages keeps the GIL. Waits,
-//! commits (an fsync), and `subscribe`/`unsubscribe`/`assign`/`close` of a
-//! consumer with a `group_id` (which may commit) release it. The listener
-//! attaches to Python for the callbacks, whichever way it was reached; the
-//! auto-commit after `on_revoke` runs on whichever side of the GIL the
-//! engine call was (the listener cannot tell without `unsafe`): a rebalance
-//! met by a poll that did not have to wait commits with the GIL held.
+//! Handing out a message the engine holds keeps the GIL, and so does a
+//! poll that does not wait, but for a consumer with a group (which may
+//! commit or rebalance there). Waits, commits (an fsync), and
+//! `subscribe`/`unsubscribe`/`assign`/`close` of a consumer with a
+//! `group_id` release it. The listener attaches to Python for the
+//! callbacks, whichever way it was reached.
 //!
 //! The engine holds none of its own locks while it runs the listener, and
 //! no thread waits for this object's state mutex with the GIL held
@@ -68,11 +22,12 @@
 
 mod args;
 mod inner;
-mod lending;
 mod message;
+#[allow(unsafe_code)] // lends a context pointer to callbacks (module docs)
+mod rebalance;
 mod state;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -83,8 +38,9 @@ use pyo3::types::{PyDict, PyTuple, PyWeakrefReference};
 
 pub(crate) use args::topic_partitions;
 use args::{callback, commit_offsets_arg, subscription, time_queries};
-use lending::{Callbacks, Listener, Shared};
+use inner::on_either;
 pub use message::{ConsumerStats, Message};
+use rebalance::{Callbacks, Listener, Shared};
 use state::{Counters, State};
 
 use crate::broker::Broker;
@@ -96,24 +52,8 @@ use crate::util::{arg_u32, arg_u64};
 /// for `close()` from another thread.
 const WAIT_SLICE: Duration = Duration::from_millis(100);
 
-/// How long a consumer with a `group_id` hands out buffered messages before
-/// it puts them back and polls the engine again (module documentation): the
-/// longest a rebalance or an auto-commit waits for a consumer that keeps
-/// polling.
-const REFRESH: Duration = Duration::from_millis(100);
-
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// Logs a failed automatic commit on the "mqlite" logger.
-fn warn(py: Python<'_>, what: &str, e: &mqlite::Error) {
-    let _ = (|| -> PyResult<()> {
-        py.import("logging")?
-            .call_method1("getLogger", ("mqlite",))?
-            .call_method1("warning", ("%s: %s", what, e.to_string()))?;
-        Ok(())
-    })();
 }
 
 /// Reads records from assigned partitions or subscribed topics.
@@ -131,11 +71,11 @@ fn warn(py: Python<'_>, what: &str, e: &mqlite::Error) {
 /// `on_revoke` callbacks run. A member that does not poll within
 /// `max_poll_interval_ms` loses its partitions.
 ///
-/// Messages are fetched from the engine in batches (`max_poll_records`) and
-/// handed out one at a time; a commit covers only messages handed out. A
-/// consumer with a `group_id` goes back to the engine when it has not for
-/// 100 ms, at its next poll, so a rebalance or an auto-commit waits at most
-/// that long for a consumer that keeps polling.
+/// Messages are fetched in batches (`max_poll_records`) and handed out one
+/// at a time; positions and commits cover only messages handed out. A
+/// member takes part in rebalances at every poll, whatever was fetched:
+/// messages fetched for a partition it gives up are dropped, and the new
+/// owner reads them from the committed offset.
 ///
 /// Blocking waits release the GIL and wake up at least every 100 ms to
 /// check for signals, so Ctrl-C interrupts them. A consumer may be used from
@@ -145,7 +85,7 @@ fn warn(py: Python<'_>, what: &str, e: &mqlite::Error) {
 #[pyclass(frozen, weakref, module = "mqlite")]
 pub struct Consumer {
     /// Leaked instead of closed in a forked child (`fork.rs`), like
-    /// `shared`, which holds an engine consumer too (the spare).
+    /// `shared`.
     state: Local<Mutex<State>>,
     shared: Local<Arc<Shared>>,
     closed: AtomicBool,
@@ -157,8 +97,6 @@ pub struct Consumer {
     group_id: Option<String>,
     /// A group member shares partitions (`group_id`, not broadcast).
     clustering: bool,
-    /// Commits automatically (`group_id` and `enable_auto_commit`).
-    auto_commit: bool,
     /// An `mqlite.Processor` holds the engine consumer (`processor.rs`):
     /// `state.consumer` is an idle stand-in and calls raise.
     processing: AtomicBool,
@@ -172,20 +110,14 @@ impl Drop for Consumer {
         }
         // No callback runs for a consumer being destroyed.
         let _dropped = self.shared.clear_callbacks();
-        let broker_open = !self.broker.get().inner.is_closed();
         let st = self.state.get_mut().unwrap_or_else(PoisonError::into_inner);
-        if let Some(e) = st.shut_down(broker_open) {
-            Python::try_attach(|py| warn(py, "auto-commit at close failed", &e));
-        }
+        st.shut_down();
     }
 }
 
 /// Builds the Python consumer over engine consumer `inner`.
 pub(crate) struct NewConsumer {
     pub inner: mqlite::Consumer,
-    /// An idle engine consumer of the same broker (see [`Slot::spare`](lending::Slot::spare)).
-    pub spare: mqlite::Consumer,
-    pub auto_commit: Option<Duration>,
     pub on_commit: Option<Py<PyAny>>,
 }
 
@@ -219,7 +151,7 @@ impl Consumer {
             self.check_partition(py, t, *p)?;
         }
         let refs: Vec<(&str, u32)> = parts.iter().map(|(t, p)| (t.as_str(), *p)).collect();
-        self.with_unbuffered(py, "assign", |c| {
+        self.with_engine(py, "assign", |c| {
             // The engine's assign() leaves the group after taking the
             // partitions it keeps out of the assignment, so those would miss
             // on_revoke and the commit: leave first.
@@ -318,7 +250,6 @@ impl Consumer {
             shared: Arc::clone(&this.shared),
             callbacks: Arc::clone(&callbacks),
             this: PyWeakrefReference::new(slf.as_any())?.unbind(),
-            auto_commit: this.auto_commit,
         });
         let pattern = if sub.patterns.is_empty() {
             None
@@ -335,7 +266,7 @@ impl Consumer {
         };
         lock(&this.shared.callbacks).push(callbacks);
         let names: Vec<&str> = sub.names.iter().map(String::as_str).collect();
-        let res = this.with_unbuffered(py, "subscribe", move |c| match pattern {
+        let res = this.with_engine(py, "subscribe", move |c| match pattern {
             None => c.subscribe_with(&names, listener),
             Some(p) => c.subscribe_pattern(&p, Some(listener)),
         });
@@ -363,7 +294,7 @@ impl Consumer {
     ///     RuntimeError: Called inside `on_assign` or `on_revoke`.
     fn unsubscribe(&self, py: Python<'_>) -> PyResult<()> {
         self.check_forked(py)?;
-        self.with_unbuffered(py, "unsubscribe", |c| {
+        self.with_engine(py, "unsubscribe", |c| {
             c.unsubscribe();
             Ok(())
         })
@@ -378,7 +309,8 @@ impl Consumer {
     ///     mqlite.Closed: The consumer is closed.
     fn assignment(&self, py: Python<'_>) -> PyResult<Vec<(String, u32)>> {
         self.check_forked(py)?;
-        Ok(self.access(py)?.consumer().assignment())
+        let mut acc = self.access(py)?;
+        Ok(on_either!(acc, |c| c.assignment()))
     }
 
     /// Sets the next offset to read from an assigned partition.
@@ -399,13 +331,7 @@ impl Consumer {
         let partition = arg_u32(py, "partition", partition)?;
         let offset = arg_u64(py, "offset", offset)?;
         let mut acc = self.access(py)?;
-        // The buffer is dropped only once the seek succeeded: a seek that
-        // fails changes nothing, the buffered messages included.
-        acc.consumer().seek(topic, partition, offset).py_err(py)?;
-        if let Some(st) = acc.state() {
-            st.drop_partition(topic, partition);
-        }
-        Ok(())
+        on_either!(acc, |c| c.seek(topic, partition, offset)).py_err(py)
     }
 
     /// Moves to the first retained offset of an assigned partition.
@@ -423,13 +349,7 @@ impl Consumer {
         self.check_forked(py)?;
         let partition = arg_u32(py, "partition", partition)?;
         let mut acc = self.access(py)?;
-        acc.consumer()
-            .seek_to_beginning(topic, partition)
-            .py_err(py)?;
-        if let Some(st) = acc.state() {
-            st.drop_partition(topic, partition);
-        }
-        Ok(())
+        on_either!(acc, |c| c.seek_to_beginning(topic, partition)).py_err(py)
     }
 
     /// Moves to the end of an assigned partition: only records written from
@@ -448,11 +368,7 @@ impl Consumer {
         self.check_forked(py)?;
         let partition = arg_u32(py, "partition", partition)?;
         let mut acc = self.access(py)?;
-        acc.consumer().seek_to_end(topic, partition).py_err(py)?;
-        if let Some(st) = acc.state() {
-            st.drop_partition(topic, partition);
-        }
-        Ok(())
+        on_either!(acc, |c| c.seek_to_end(topic, partition)).py_err(py)
     }
 
     /// The next offset this consumer will return from a partition.
@@ -473,13 +389,7 @@ impl Consumer {
         self.check_forked(py)?;
         let partition = arg_u32(py, "partition", partition)?;
         let mut acc = self.access(py)?;
-        if let Some(o) = acc
-            .state()
-            .and_then(|st| st.first_buffered(topic, partition))
-        {
-            return Ok(o);
-        }
-        acc.consumer().position(topic, partition).py_err(py)
+        on_either!(acc, |c| c.position(topic, partition)).py_err(py)
     }
 
     /// For each (topic, partition, timestamp_ms), the earliest offset whose
@@ -507,10 +417,8 @@ impl Consumer {
         let q = time_queries(py, partitions)?;
         let refs: Vec<(&str, u32, i64)> =
             q.iter().map(|(t, p, ts)| (t.as_str(), *p, *ts)).collect();
-        self.access(py)?
-            .consumer()
-            .offsets_for_times(&refs)
-            .py_err(py)
+        let mut acc = self.access(py)?;
+        on_either!(acc, |c| c.offsets_for_times(&refs)).py_err(py)
     }
 
     /// Commits offsets to the group, durably: the commit is on disk when
@@ -593,35 +501,31 @@ impl Consumer {
         }
         let (res, done) = {
             let mut acc = self.access(py)?;
-            if explicit.is_none() {
-                if let Some(st) = acc.state() {
-                    st.unbuffer();
-                }
-            }
-            let c = acc.consumer();
-            let res = py.detach(|| match &explicit {
-                Some(ex) => {
-                    let refs: Vec<(&str, u32, u64, &str)> = ex
-                        .iter()
-                        .map(|(t, p, o, m)| (t.as_str(), *p, *o, m.as_str()))
-                        .collect();
-                    c.commit_offsets(&refs)
-                }
-                None => c.commit(),
-            });
-            let done: Vec<(String, u32, u64)> = match (&explicit, &res) {
-                (Some(ex), _) => ex.iter().map(|(t, p, o, _)| (t.clone(), *p, *o)).collect(),
-                (None, Ok(())) => c
-                    .assignment()
-                    .into_iter()
-                    .filter_map(|(t, p)| {
-                        let o = c.committed(&t, p).ok()??.offset;
-                        Some((t, p, o))
-                    })
-                    .collect(),
-                (None, Err(_)) => Vec::new(),
-            };
-            (res, done)
+            on_either!(acc, |c| {
+                let res = py.detach(|| match &explicit {
+                    Some(ex) => {
+                        let refs: Vec<(&str, u32, u64, &str)> = ex
+                            .iter()
+                            .map(|(t, p, o, m)| (t.as_str(), *p, *o, m.as_str()))
+                            .collect();
+                        c.commit_offsets(&refs)
+                    }
+                    None => c.commit(),
+                });
+                let done: Vec<(String, u32, u64)> = match (&explicit, &res) {
+                    (Some(ex), _) => ex.iter().map(|(t, p, o, _)| (t.clone(), *p, *o)).collect(),
+                    (None, Ok(())) => c
+                        .assignment()
+                        .into_iter()
+                        .filter_map(|(t, p)| {
+                            let o = c.committed(&t, p).ok()??.offset;
+                            Some((t, p, o))
+                        })
+                        .collect(),
+                    (None, Err(_)) => Vec::new(),
+                };
+                (res, done)
+            })
         }; // The consumer is free again: on_commit may use it.
         let err = res.err().map(|e| to_py(py, e));
         let on_commit = lock(&self.shared.on_commit)
@@ -672,18 +576,19 @@ impl Consumer {
             _ => None,
         };
         let mut acc = self.access(py)?;
-        let c = acc.consumer();
-        let wanted = wanted.unwrap_or_else(|| c.assignment());
         let out = PyDict::new(py);
-        if wanted.is_empty() {
-            // Still raises without a group_id.
-            c.committed("", 0).py_err(py)?;
-        }
-        for (t, p) in wanted {
-            if let Some(co) = c.committed(&t, p).py_err(py)? {
-                out.set_item((t, p), (co.offset, co.metadata))?;
+        on_either!(acc, |c| {
+            let wanted = wanted.unwrap_or_else(|| c.assignment());
+            if wanted.is_empty() {
+                // Still raises without a group_id.
+                c.committed("", 0).py_err(py)?;
             }
-        }
+            for (t, p) in wanted {
+                if let Some(co) = c.committed(&t, p).py_err(py)? {
+                    out.set_item((t, p), (co.offset, co.metadata))?;
+                }
+            }
+        });
         Ok(out)
     }
 
@@ -698,22 +603,96 @@ impl Consumer {
     fn lag<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         self.check_forked(py)?;
         let mut acc = self.access(py)?;
-        let lags = acc.consumer().lag().py_err(py)?;
+        let lags = on_either!(acc, |c| c.lag()).py_err(py)?;
         let out = PyDict::new(py);
-        for (t, p, mut lag) in lags {
-            // Buffered messages were not handed out: the position counts
-            // from the first of them.
-            if let Some(first) = acc.state().and_then(|st| st.first_buffered(&t, p)) {
-                let c = acc.consumer();
-                if c.committed(&t, p).ok().flatten().is_none() {
-                    if let Ok(pos) = c.position(&t, p) {
-                        lag += pos.saturating_sub(first);
-                    }
-                }
-            }
+        for (t, p, lag) in lags {
             out.set_item((t, p), lag)?;
         }
         Ok(out)
+    }
+
+    /// Stops reading these partitions until `resume()`: polls return
+    /// nothing of theirs (messages fetched for them and not returned yet are
+    /// put back), but they stay assigned: a group member keeps them, and
+    /// commits cover them. A rebalance that takes a partition away forgets
+    /// that it was paused.
+    ///
+    /// Args:
+    ///     partitions: A list of (topic, partition) pairs, each assigned.
+    ///
+    /// Raises:
+    ///     mqlite.InvalidArgument: A partition is not assigned (nothing is
+    ///         paused then).
+    ///     mqlite.Closed: The consumer or its broker is closed.
+    ///     TypeError: `partitions` is not a list of pairs.
+    fn pause(&self, py: Python<'_>, partitions: &Bound<'_, PyAny>) -> PyResult<()> {
+        self.check_forked(py)?;
+        let parts = topic_partitions(py, "pause()", partitions)?;
+        let refs: Vec<(&str, u32)> = parts.iter().map(|(t, p)| (t.as_str(), *p)).collect();
+        let mut acc = self.access(py)?;
+        on_either!(acc, |c| c.pause(&refs)).py_err(py)
+    }
+
+    /// Reads these partitions again after `pause()`, from where they were.
+    ///
+    /// Args:
+    ///     partitions: A list of (topic, partition) pairs, each assigned.
+    ///
+    /// Raises:
+    ///     mqlite.InvalidArgument: A partition is not assigned (nothing is
+    ///         resumed then).
+    ///     mqlite.Closed: The consumer or its broker is closed.
+    ///     TypeError: `partitions` is not a list of pairs.
+    fn resume(&self, py: Python<'_>, partitions: &Bound<'_, PyAny>) -> PyResult<()> {
+        self.check_forked(py)?;
+        let parts = topic_partitions(py, "resume()", partitions)?;
+        let refs: Vec<(&str, u32)> = parts.iter().map(|(t, p)| (t.as_str(), *p)).collect();
+        let mut acc = self.access(py)?;
+        on_either!(acc, |c| c.resume(&refs)).py_err(py)
+    }
+
+    /// The paused partitions.
+    ///
+    /// Returns:
+    ///     list[tuple[str, int]]: (topic, partition) pairs.
+    ///
+    /// Raises:
+    ///     mqlite.Closed: The consumer or its broker is closed.
+    fn paused(&self, py: Python<'_>) -> PyResult<Vec<(String, u32)>> {
+        self.check_forked(py)?;
+        let mut acc = self.access(py)?;
+        Ok(on_either!(acc, |c| c.paused()))
+    }
+
+    /// Stores offsets as processed, for the next commit (manual, or
+    /// automatic with `enable_auto_commit`) to take: with
+    /// `enable_auto_offset_store=False`, commits take only what was stored
+    /// (confluent-kafka's `store_offsets`, the at-least-once idiom). Nothing
+    /// is written until a commit.
+    ///
+    /// Args:
+    ///     offsets: A list of (topic, partition, offset) tuples, `offset`
+    ///         the next offset to read (the last processed plus one:
+    ///         `message.offset + 1`).
+    ///
+    /// Raises:
+    ///     mqlite.InvalidArgument: `enable_auto_offset_store` is on, the
+    ///         consumer has no `group_id`, or a partition is not assigned
+    ///         (nothing is stored then).
+    ///     mqlite.Closed: The consumer or its broker is closed.
+    ///     TypeError: `offsets` is of the wrong type.
+    fn store_offsets(&self, py: Python<'_>, offsets: &Bound<'_, PyAny>) -> PyResult<()> {
+        self.check_forked(py)?;
+        let entries: Vec<(String, u32, u64)> = commit_offsets_arg(py, offsets)?
+            .into_iter()
+            .map(|(t, p, o, _)| (t, p, o))
+            .collect();
+        let refs: Vec<(&str, u32, u64)> = entries
+            .iter()
+            .map(|(t, p, o)| (t.as_str(), *p, *o))
+            .collect();
+        let mut acc = self.access(py)?;
+        on_either!(acc, |c| c.store_offsets(&refs)).py_err(py)
     }
 
     /// Counters of what this consumer did so far (also once closed).
@@ -726,12 +705,12 @@ impl Consumer {
     ///         consumer.
     fn stats(&self, py: Python<'_>) -> PyResult<ConsumerStats> {
         self.check_forked(py)?;
-        let s = self.access_with(py, false)?.consumer().stats();
-        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        let mut acc = self.access_with(py, false)?;
+        let s = on_either!(acc, |c| c.stats());
         Ok(ConsumerStats {
-            records: get(&self.counters.records),
-            bytes: get(&self.counters.bytes),
-            polls: get(&self.counters.polls),
+            records: s.records,
+            bytes: s.bytes,
+            polls: self.counters.polls.load(Ordering::Relaxed),
             rebalances: s.rebalances,
             skipped: s.skipped,
             commits: s.commits,
@@ -746,11 +725,8 @@ impl Consumer {
         if self.is_closed() {
             return Ok(None);
         }
-        Ok(self
-            .access_with(py, false)?
-            .consumer()
-            .member_id()
-            .map(str::to_owned))
+        let mut acc = self.access_with(py, false)?;
+        Ok(on_either!(acc, |c| c.member_id().map(str::to_owned)))
     }
 
     /// Makes a `poll()` (or `consume()`, or iteration) blocked in another
@@ -841,26 +817,18 @@ impl Consumer {
         // Closed meanwhile: return what was taken; the next call raises.
         if let Ok(mut st) = self.open_state(py) {
             while out.len() < n {
-                if st.buffer.is_empty() {
-                    // Only a consumer without a group may poll the engine
-                    // while it holds messages for the caller (module
-                    // documentation). An error comes back next poll.
-                    if self.group_id.is_some()
-                        || st.fetch(Duration::ZERO).is_err()
-                        || st.buffer.is_empty()
-                    {
-                        break;
+                // A consumer with a group takes what the engine holds (more
+                // could commit or rebalance, with the GIL held); one without
+                // fetches again. An error comes back next poll.
+                let next = match st.consumer.next_held() {
+                    Some(m) => Some(m),
+                    None if self.group_id.is_none() => {
+                        st.consumer.poll_one(Duration::ZERO).ok().flatten()
                     }
-                }
-                if self.group_id.is_some() && st.last_fetch.elapsed() >= REFRESH {
-                    st.unbuffer();
-                    break;
-                }
-                let k = (n - out.len()).min(st.buffer.len());
-                for m in st.buffer.drain(..k) {
-                    self.counters.handed(&m);
-                    out.push(m);
-                }
+                    None => None,
+                };
+                let Some(m) = next else { break };
+                out.push(m);
             }
         }
         Ok(out.into_iter().map(|inner| Message { inner }).collect())
@@ -898,9 +866,7 @@ impl Consumer {
         let mut out = vec![first];
         // Closed meanwhile: return what was taken; the next call raises.
         if let Ok(mut st) = self.open_state(py) {
-            out.reserve(st.buffer.len());
-            for m in st.buffer.drain(..) {
-                self.counters.handed(&m);
+            while let Some(m) = st.consumer.next_held() {
                 out.push(m);
             }
         }
@@ -924,8 +890,8 @@ impl Consumer {
         }
     }
 
-    /// Stops the consumer: puts back buffered messages, commits what was
-    /// handed out (with `enable_auto_commit`), and leaves the group (after
+    /// Stops the consumer: commits what was handed out (with
+    /// `enable_auto_commit`), and leaves the group (after
     /// `on_revoke`), so its partitions go to the other members at once.
     /// Later calls raise `mqlite.Closed` and iteration ends. A `poll()`
     /// waiting in another thread returns at once. Closing twice is fine.
