@@ -388,6 +388,14 @@ typedef struct mql_stopper mql_stopper;
 typedef struct mql_topic_config mql_topic_config;
 
 /**
+ * A snapshot of a topic (`mql_topic_describe`): its name, configuration
+ * and partitions, taken at the call. Read it with the `mql_topic_info_*`
+ * accessors; release it with `mql_topic_info_free`. Immutable: safe to
+ * read from several threads at once.
+ */
+typedef struct mql_topic_info mql_topic_info;
+
+/**
  * Wakes a consumer blocked in `mql_poll` from another thread. Made by
  * `mql_consumer_waker`, released by `mql_waker_free`. Safe to use from
  * several threads at once, and after its consumer was freed (it then
@@ -649,6 +657,87 @@ typedef struct mql_recovery_stats {
      */
     uint64_t quarantined_bytes;
 } mql_recovery_stats;
+
+/**
+ * A topic's configuration as plain values (`mql_topic_info_config`): what
+ * `mql_topic_config_*` set when it was created, and `mql_topic_add_partitions`
+ * since.
+ */
+typedef struct mql_topic_settings {
+    /**
+     * Number of partitions.
+     */
+    uint32_t partitions;
+    /**
+     * Size each segment file is preallocated to, in bytes.
+     */
+    uint64_t segment_bytes;
+    /**
+     * Closed segments whose newest record is older than this many
+     * milliseconds are deleted; -1: kept forever.
+     */
+    int64_t retention_ms;
+    /**
+     * The oldest closed segments are deleted while a partition holds more
+     * than this many bytes; -1: no limit.
+     */
+    int64_t retention_bytes;
+    /**
+     * Largest encoded record (a batch of one) accepted, in bytes.
+     */
+    uint32_t max_message_bytes;
+    /**
+     * Bytes of log between two entries of the sparse indexes.
+     */
+    uint32_t index_interval_bytes;
+    /**
+     * Records are stamped with the time they are appended (Kafka's
+     * `LogAppendTime`) instead of the producer's.
+     */
+    bool log_append_time;
+    /**
+     * Time retention keeps the segments some consumer group has not
+     * committed past.
+     */
+    bool retention_respects_groups;
+} mql_topic_settings;
+
+/**
+ * One partition of a topic description (`mql_topic_info_partition`).
+ */
+typedef struct mql_partition_info {
+    /**
+     * Partition number.
+     */
+    uint32_t partition;
+    /**
+     * First retained offset.
+     */
+    uint64_t start_offset;
+    /**
+     * Offset the next record will get (`end_offset - start_offset`
+     * records are retained).
+     */
+    uint64_t end_offset;
+    /**
+     * Bytes of log on disk.
+     */
+    uint64_t size_bytes;
+    /**
+     * Number of segment files.
+     */
+    uint64_t segments;
+    /**
+     * Flushes to disk since the data directory was opened (concurrent
+     * `acks = -1` senders share them).
+     */
+    uint64_t flushes;
+    /**
+     * What recovery found and repaired in it when the data directory was
+     * opened (as `mql_partition_recovery`).
+     */
+    struct mql_recovery_stats recovery;
+} mql_partition_info;
 
 /**
  * What a producer did so far (`mql_producer_get_stats`).
@@ -1608,6 +1697,40 @@ enum mql_status mql_open(const char *path,
 enum mql_status mql_close(struct mql_broker *broker);
 
 /**
+ * Flushes every partition of every topic to disk (the engine's
+ * `Broker::flush`): once it returns, everything written so far survives a
+ * crash of the machine, whatever `acks` it was sent with.
+ *
+ * Errors: `MQL_CLOSED`, I/O errors (`MQL_IO`, `MQL_DISK_FULL`), and
+ * `MQL_POISONED` for a partition an earlier failed write or flush
+ * poisoned.
+ *
+ * Ownership: borrows `broker` for the call; nothing to free.
+ *
+ * # Safety
+ * `broker` is NULL or a live broker.
+ */
+enum mql_status mql_flush(struct mql_broker *broker);
+
+/**
+ * Applies every topic's retention now (the engine's
+ * `Broker::enforce_retention`; the background thread does it every
+ * `retention_check_interval_ms`, segment rolls too): deletes the closed
+ * segments older than `retention_ms` or beyond `retention_bytes`. The
+ * number of segments deleted goes to `*deleted`.
+ *
+ * Errors: `MQL_CLOSED`.
+ *
+ * Ownership: borrows every argument for the call; the result is a plain
+ * value; nothing to free.
+ *
+ * # Safety
+ * `broker` is NULL or a live broker; `deleted` is NULL or valid for
+ * writing a `size_t`.
+ */
+enum mql_status mql_enforce_retention(struct mql_broker *broker, size_t *deleted);
+
+/**
  * Creates a topic. `config` may be NULL for one partition and the default
  * settings; it is copied.
  *
@@ -1705,6 +1828,143 @@ enum mql_status mql_partition_recovery(struct mql_broker *broker,
                                        const char *name,
                                        uint32_t partition,
                                        struct mql_recovery_stats *out);
+
+/**
+ * Describes topic `name`: its configuration and, for each partition, its
+ * offsets, size on disk, segment count, flushes and what recovery
+ * repaired (the engine's `Broker::topic`, Python's `Broker.topic()`).
+ *
+ * Errors: `MQL_UNKNOWN_TOPIC`, `MQL_CORRUPT` or `MQL_UNSUPPORTED_VERSION`
+ * (a damaged topic), `MQL_CLOSED`.
+ *
+ * Ownership: on `MQL_OK`, `*out` is a new topic info owned by the caller;
+ * release it with `mql_topic_info_free`.
+ *
+ * # Safety
+ * `broker` is NULL or a live broker; `name` is NULL or a NUL-terminated
+ * string; `out` is NULL or valid for writing a pointer.
+ */
+enum mql_status mql_topic_describe(struct mql_broker *broker,
+                                   const char *name,
+                                   struct mql_topic_info **out);
+
+/**
+ * Releases a topic info. NULL does nothing.
+ *
+ * Ownership: takes back the topic info the caller owned; the name its
+ * accessor returned dies with it.
+ *
+ * # Safety
+ * `info` is NULL or a live topic info from `mql_topic_describe`, not used
+ * again.
+ */
+void mql_topic_info_free(struct mql_topic_info *info);
+
+/**
+ * The topic's name; NULL if `info` is NULL.
+ *
+ * Ownership: owned by the topic info, valid until `mql_topic_info_free`.
+ *
+ * # Safety
+ * `info` is NULL or a live topic info.
+ */
+const char *mql_topic_info_name(const struct mql_topic_info *info);
+
+/**
+ * The topic's configuration, into `*out`.
+ *
+ * Ownership: borrows every argument for the call; the result is plain
+ * values; nothing to free.
+ *
+ * # Safety
+ * `info` is NULL or a live topic info; `out` is NULL or valid for writing
+ * an `mql_topic_settings`.
+ */
+enum mql_status mql_topic_info_config(const struct mql_topic_info *info,
+                                      struct mql_topic_settings *out);
+
+/**
+ * Number of partitions described; 0 if `info` is NULL.
+ *
+ * Ownership: returns a plain value; nothing to free.
+ *
+ * # Safety
+ * `info` is NULL or a live topic info.
+ */
+size_t mql_topic_info_partition_count(const struct mql_topic_info *info);
+
+/**
+ * Partition `index` (0-based: partition `index` of the topic) into `*out`.
+ *
+ * Errors: `MQL_INVALID_ARGUMENT` when `index` is not below
+ * `mql_topic_info_partition_count`.
+ *
+ * Ownership: borrows every argument for the call; the result is plain
+ * values; nothing to free.
+ *
+ * # Safety
+ * `info` is NULL or a live topic info; `out` is NULL or valid for writing
+ * an `mql_partition_info`.
+ */
+enum mql_status mql_topic_info_partition(const struct mql_topic_info *info,
+                                         size_t index,
+                                         struct mql_partition_info *out);
+
+/**
+ * The earliest offset of `topic`/`partition` whose record timestamp is at
+ * or after `timestamp_ms`, into `*offset`; `MQL_OFFSET_UNKNOWN` when every
+ * record is older (the engine's `Broker::offset_for_timestamp`; a
+ * consumer's `mql_offsets_for_times` does the same for many partitions).
+ *
+ * Errors: `MQL_UNKNOWN_TOPIC`, `MQL_UNKNOWN_PARTITION`, `MQL_CLOSED`, I/O
+ * and corruption errors reading the time index.
+ *
+ * Ownership: borrows every argument for the call; the result is a plain
+ * value; nothing to free.
+ *
+ * # Safety
+ * `broker` is NULL or a live broker; `topic` is NULL or a NUL-terminated
+ * string; `offset` is NULL or valid for writing a `uint64_t`.
+ */
+enum mql_status mql_offset_for_timestamp(struct mql_broker *broker,
+                                         const char *topic,
+                                         uint32_t partition,
+                                         int64_t timestamp_ms,
+                                         uint64_t *offset);
+
+/**
+ * The partition Kafka's default partitioner picks for the `key_len` bytes
+ * of `key` among `partitions`, into `*out`: `(murmur2(key) & 0x7fffffff) %
+ * partitions`, where a keyed record without an explicit partition goes.
+ * `key` may be NULL only with `key_len` 0 (the empty key).
+ *
+ * Errors: `MQL_INVALID_ARGUMENT` when `partitions` is 0.
+ *
+ * Ownership: borrows every argument for the call; the result is a plain
+ * value; nothing to free.
+ *
+ * # Safety
+ * `key` is NULL or valid for reads of `key_len` bytes; `out` is NULL or
+ * valid for writing a `uint32_t`.
+ */
+enum mql_status mql_partition_for_key(const void *key,
+                                      size_t key_len,
+                                      uint32_t partitions,
+                                      uint32_t *out);
+
+/**
+ * Kafka's murmur2 hash (seed `0x9747b28c`) of the `len` bytes of `data`,
+ * as a signed 32-bit value, into `*out`. `data` may be NULL only with
+ * `len` 0.
+ *
+ * Ownership: borrows every argument for the call; the result is a plain
+ * value; nothing to free.
+ *
+ * # Safety
+ * `data` is NULL or valid for reads of `len` bytes; `out` is NULL or valid
+ * for writing an `int32_t`.
+ */
+enum mql_status mql_murmur2(const void *data, size_t len, int32_t *out);
 
 /**
  * Makes a producer. `config` may be NULL for the defaults (see
@@ -1897,6 +2157,10 @@ enum mql_status mql_producer_flush(struct mql_producer *producer);
  * `timeout_ms` milliseconds (the records stay queued and are still
  * delivered later). Like it, `MQL_OK` at once on a closed producer.
  *
+ * On `MQL_TIMEOUT` the error text ends with how many records are still
+ * queued ("...: N records still queued"), and `mql_producer_queued` gives
+ * the number.
+ *
  * Errors: `MQL_TIMEOUT`, `MQL_CLOSED` after `mql_close` of the broker, I/O
  * errors.
  *
@@ -1906,6 +2170,24 @@ enum mql_status mql_producer_flush(struct mql_producer *producer);
  * `producer` is NULL or a live producer.
  */
 enum mql_status mql_producer_flush_timeout(struct mql_producer *producer, uint64_t timeout_ms);
+
+/**
+ * Number of records sent with `mql_produce` whose delivery callback has
+ * not run yet (queued in a batch, being written, waiting for the flush of
+ * `acks = -1`, or with the callback still to run), into `*out`:
+ * confluent-kafka's `len(producer)`. 0 once `mql_producer_flush` returned
+ * (unless other threads sent meanwhile). Records sent with `mql_send*`
+ * are done when the call returns and never count. Works on a closed
+ * producer (0: closing delivered everything).
+ *
+ * Ownership: borrows every argument for the call; the result is a plain
+ * value; nothing to free.
+ *
+ * # Safety
+ * `producer` is NULL or a live producer; `out` is NULL or valid for
+ * writing a `size_t`.
+ */
+enum mql_status mql_producer_queued(struct mql_producer *producer, size_t *out);
 
 /**
  * Closes the producer: writes and flushes what is pending, runs the

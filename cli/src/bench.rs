@@ -37,7 +37,7 @@ pub struct BenchArgs {
     /// Use a temporary topic in the data directory (`--dir`, which is then
     /// locked) instead of a temporary data directory, to measure that disk.
     #[arg(long)]
-    in_data_dir: bool,
+    pub in_data_dir: bool,
     /// Print JSON.
     #[arg(long)]
     json: bool,

@@ -109,6 +109,17 @@ pub fn groups(broker: &Broker, json: bool) -> CliResult {
 
 pub fn describe_group(broker: &Broker, group: &str, json: bool) -> CliResult {
     let info = broker.describe_group(group)?;
+    // The engine describes any name (a group nobody used is empty); a
+    // name `groups` does not list and with nothing to show is a mistake.
+    if info.members.is_empty()
+        && info.committed.is_empty()
+        && !broker.groups().iter().any(|g| g == group)
+    {
+        return Err(format!(
+            "unknown consumer group {group:?}: it has no committed offsets and no members"
+        )
+        .into());
+    }
     let rows = offset_rows(broker, &info);
     let mut out = BufWriter::new(io::stdout().lock());
     if json {

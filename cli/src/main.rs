@@ -9,12 +9,16 @@
 //! `dump` and `verify` read the files without the lock, change nothing and
 //! work alongside the owner.
 //!
+//! Only `topic create` creates a missing data directory; every other command fails on one (`no such data directory:
+//! <path>`), and every command on a `--dir` that is a file.
+//!
 //! Errors go to stderr as one line, `mqlite: <error>`, with exit code 1;
 //! usage errors (and `repair` refusing to cut unconfirmed) exit with code 2.
 //! The reference is `docs/cli.md`.
 
 mod bench;
 mod consume;
+mod datadir;
 mod dump;
 mod groups;
 mod output;
@@ -202,6 +206,12 @@ fn main() -> ExitCode {
 fn run(cli: Cli) -> CliResult {
     // Commands that read the files without the lock, and `repair`, which
     // checks them before it opens the directory.
+    match &cli.command {
+        Command::Topic(TopicCommand::Create { .. }) => datadir::creatable(&cli.dir)?,
+        // Its own temporary directory unless `--in-data-dir`.
+        Command::Bench(args) if !args.in_data_dir => {}
+        _ => datadir::existing(&cli.dir)?,
+    }
     let command = match cli.command {
         Command::Tail(args) => return tail::tail(&cli.dir, args),
         Command::Dump(args) => return dump::dump(&cli.dir, args),

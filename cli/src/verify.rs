@@ -123,11 +123,7 @@ impl Report {
 /// Checks the data directory `data`: every topic and the groups' committed
 /// offsets, or only topic `only` when given.
 pub fn check_dir(data: &Path, only: Option<&str>, progress: bool) -> CliResult<Report> {
-    match std::fs::metadata(data) {
-        Ok(m) if m.is_dir() => {}
-        Ok(_) => return Err(format!("{} is not a directory", data.display()).into()),
-        Err(e) => return Err(format!("no data directory at {}: {e}", data.display()).into()),
-    }
+    crate::datadir::existing(data)?;
     let tdir = data.join("topics");
     let names = match only {
         Some(t) => {

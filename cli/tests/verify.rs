@@ -158,7 +158,7 @@ fn verify_changes_nothing_and_says_the_same_twice() {
     // A directory that does not exist is not created.
     let missing = dir.join("nope");
     let err = fails(&missing, &["verify"], 1);
-    assert!(err.contains("no data directory"), "{err}");
+    assert!(err.contains("no such data directory"), "{err}");
     assert!(!missing.exists());
 }
 

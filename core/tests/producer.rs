@@ -680,3 +680,82 @@ fn a_send_inside_a_send_routes_both() {
     }
     assert_eq!(mq.topic("audit").unwrap().partitions[0].end_offset, 5);
 }
+
+/// `queued()` counts asynchronous records until their callback ran: in an
+/// open batch, waiting for the flush of `acks=all`, and during the
+/// callback itself; synchronous sends never count.
+#[test]
+fn queued_counts_async_records_until_their_callbacks_ran() {
+    let (_tmp, mq) = setup(2);
+    let p = Arc::new(
+        mq.producer(ProducerConfig::default().linger_ms(60_000))
+            .unwrap(),
+    );
+    assert_eq!(p.queued(), 0);
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    for i in 0..10 {
+        let (seen, me) = (Arc::clone(&seen), Arc::downgrade(&p));
+        let rec = Record::new("t").partition(0).value(format!("v{i}"));
+        p.send_async(rec, move |r| {
+            r.unwrap();
+            let q = me.upgrade().map(|p| p.queued());
+            seen.lock().unwrap().push(q);
+        })
+        .unwrap();
+        assert_eq!(p.queued(), i + 1);
+    }
+    // A synchronous send to the other partition neither counts nor drains.
+    p.send(Record::new("t").partition(1).value("sync")).unwrap();
+    assert_eq!(p.queued(), 10);
+    p.flush().unwrap();
+    assert_eq!(p.queued(), 0);
+    let seen: Vec<Option<usize>> = seen.lock().unwrap().clone();
+    // Each callback still counts itself and those after it.
+    assert_eq!(seen, (1..=10).rev().map(Some).collect::<Vec<_>>());
+
+    // acks=all: a flush that times out leaves them counted; a full flush
+    // delivers them.
+    let p = mq
+        .producer(ProducerConfig::default().acks(Acks::All).linger_ms(60_000))
+        .unwrap();
+    let delivered = Arc::new(AtomicU64::new(0));
+    for _ in 0..50 {
+        let delivered = Arc::clone(&delivered);
+        p.send_async(Record::new("t").value([1u8; 100]), move |r| {
+            r.unwrap();
+            delivered.fetch_add(1, Ordering::SeqCst);
+        })
+        .unwrap();
+    }
+    assert_eq!(p.queued(), 50);
+    assert!(matches!(
+        p.flush_timeout(Duration::ZERO),
+        Err(Error::Timeout(0))
+    ));
+    assert_eq!(
+        p.queued() as u64 + delivered.load(Ordering::SeqCst),
+        50,
+        "each record is queued or delivered"
+    );
+    p.flush().unwrap();
+    assert_eq!((p.queued(), delivered.load(Ordering::SeqCst)), (0, 50));
+
+    // A duplicate (by sequence) is reported too, and counted until then; a
+    // refused send is not counted.
+    let p = mq.producer(ProducerConfig::default()).unwrap();
+    p.send(Record::new("t").partition(0).sequence(0).value("s0"))
+        .unwrap();
+    let dup = Arc::new(Mutex::new(None));
+    let d = Arc::clone(&dup);
+    p.send_async(
+        Record::new("t").partition(0).sequence(0).value("s0"),
+        move |r| *d.lock().unwrap() = Some(r.unwrap().duplicate),
+    )
+    .unwrap();
+    p.flush().unwrap();
+    assert_eq!((*dup.lock().unwrap(), p.queued()), (Some(true), 0));
+    assert!(p
+        .send_async(Record::new("nope").value("x"), |_| {})
+        .is_err());
+    assert_eq!(p.queued(), 0);
+}

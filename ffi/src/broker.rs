@@ -110,6 +110,58 @@ pub unsafe extern "C" fn mql_close(broker: *mut mql_broker) -> mql_status {
     })
 }
 
+/// Flushes every partition of every topic to disk (the engine's
+/// `Broker::flush`): once it returns, everything written so far survives a
+/// crash of the machine, whatever `acks` it was sent with.
+///
+/// Errors: `MQL_CLOSED`, I/O errors (`MQL_IO`, `MQL_DISK_FULL`), and
+/// `MQL_POISONED` for a partition an earlier failed write or flush
+/// poisoned.
+///
+/// Ownership: borrows `broker` for the call; nothing to free.
+///
+/// # Safety
+/// `broker` is NULL or a live broker.
+#[no_mangle]
+pub unsafe extern "C" fn mql_flush(broker: *mut mql_broker) -> mql_status {
+    guard(|| {
+        // SAFETY: forwarded caller contract.
+        let b = unsafe { arg_ref(broker, "broker") }?;
+        b.inner.flush()?;
+        Ok(())
+    })
+}
+
+/// Applies every topic's retention now (the engine's
+/// `Broker::enforce_retention`; the background thread does it every
+/// `retention_check_interval_ms`, segment rolls too): deletes the closed
+/// segments older than `retention_ms` or beyond `retention_bytes`. The
+/// number of segments deleted goes to `*deleted`.
+///
+/// Errors: `MQL_CLOSED`.
+///
+/// Ownership: borrows every argument for the call; the result is a plain
+/// value; nothing to free.
+///
+/// # Safety
+/// `broker` is NULL or a live broker; `deleted` is NULL or valid for
+/// writing a `size_t`.
+#[no_mangle]
+pub unsafe extern "C" fn mql_enforce_retention(
+    broker: *mut mql_broker,
+    deleted: *mut usize,
+) -> mql_status {
+    guard(|| {
+        // SAFETY: forwarded caller contract.
+        let b = unsafe { arg_ref(broker, "broker") }?;
+        let deleted = Out::new(deleted, "deleted")?;
+        let n = b.inner.enforce_retention()?;
+        // SAFETY: valid for writes by the caller's contract.
+        unsafe { deleted.write(n) };
+        Ok(())
+    })
+}
+
 /// Creates a topic. `config` may be NULL for one partition and the default
 /// settings; it is copied.
 ///

@@ -83,6 +83,8 @@ mod config;
 
 mod broker;
 
+mod topic;
+
 mod producer;
 
 mod callback;
@@ -112,6 +114,7 @@ pub use message::*;
 pub use names::*;
 pub use processor::*;
 pub use producer::*;
+pub use topic::*;
 
 use std::ffi::{c_char, CStr};
 

@@ -632,6 +632,10 @@ pub unsafe extern "C" fn mql_producer_flush(producer: *mut mql_producer) -> mql_
 /// `timeout_ms` milliseconds (the records stay queued and are still
 /// delivered later). Like it, `MQL_OK` at once on a closed producer.
 ///
+/// On `MQL_TIMEOUT` the error text ends with how many records are still
+/// queued ("...: N records still queued"), and `mql_producer_queued` gives
+/// the number.
+///
 /// Errors: `MQL_TIMEOUT`, `MQL_CLOSED` after `mql_close` of the broker, I/O
 /// errors.
 ///
@@ -647,7 +651,42 @@ pub unsafe extern "C" fn mql_producer_flush_timeout(
     guard(|| {
         // SAFETY: forwarded caller contract.
         let p = unsafe { arg_ref(producer, "producer") }?;
-        p.inner.flush_timeout(Duration::from_millis(timeout_ms))?;
+        match p.inner.flush_timeout(Duration::from_millis(timeout_ms)) {
+            Ok(()) => Ok(()),
+            Err(e @ mqlite::Error::Timeout(_)) => Err(Failure::new(
+                mql_status::MQL_TIMEOUT,
+                format!("{e}: {} records still queued", p.inner.queued()),
+            )),
+            Err(e) => Err(e.into()),
+        }
+    })
+}
+
+/// Number of records sent with `mql_produce` whose delivery callback has
+/// not run yet (queued in a batch, being written, waiting for the flush of
+/// `acks = -1`, or with the callback still to run), into `*out`:
+/// confluent-kafka's `len(producer)`. 0 once `mql_producer_flush` returned
+/// (unless other threads sent meanwhile). Records sent with `mql_send*`
+/// are done when the call returns and never count. Works on a closed
+/// producer (0: closing delivered everything).
+///
+/// Ownership: borrows every argument for the call; the result is a plain
+/// value; nothing to free.
+///
+/// # Safety
+/// `producer` is NULL or a live producer; `out` is NULL or valid for
+/// writing a `size_t`.
+#[no_mangle]
+pub unsafe extern "C" fn mql_producer_queued(
+    producer: *mut mql_producer,
+    out: *mut usize,
+) -> mql_status {
+    guard(|| {
+        // SAFETY: forwarded caller contract.
+        let p = unsafe { arg_ref(producer, "producer") }?;
+        let out = Out::new(out, "out")?;
+        // SAFETY: valid for writes by the caller's contract.
+        unsafe { out.write(p.inner.queued()) };
         Ok(())
     })
 }

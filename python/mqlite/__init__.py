@@ -24,17 +24,20 @@ what.
 
 Errors are subclasses of :class:`mqlite.Error`, whose ``code`` attribute is
 the engine's stable numeric error code (shared with the C API); each class
-also has its code as a class attribute. One class per error kind::
+also has its code as a class attribute. One class per error kind; three
+are also built-in exceptions, so ``except ValueError`` catches a bad
+argument and ``except BufferError`` a full producer buffer (``Timeout`` is
+also a ``TimeoutError``)::
 
     Error (code 0 only on instances not raised by the engine)
     +-- IoError (1)
     |   +-- DiskFull (2)
     +-- Locked (3)
-    +-- InvalidArgument (4)
+    +-- InvalidArgument (4), also a ValueError
     |   +-- InvalidTopicName (100)
     |   +-- InvalidConfig (103)
     +-- Closed (5)
-    +-- Timeout (6)
+    +-- Timeout (6), also a TimeoutError (raised by no call today)
     +-- TopicExists (101)
     +-- UnknownTopic (102)
     +-- UnknownPartition (200)
@@ -43,7 +46,7 @@ also has its code as a class attribute. One class per error kind::
     +-- Corrupt (300)
     +-- UnsupportedVersion (301)
     +-- MessageTooLarge (400)
-    +-- BufferFull (401)
+    +-- BufferFull (401), also a BufferError
     +-- OutOfOrderSequence (402)
     +-- ProducerFenced (403)
     +-- CommitFailed (500)
@@ -57,7 +60,7 @@ Arguments of the wrong type raise ``TypeError``; integers too large for
 their argument raise ``OverflowError``; a ``str`` that cannot be UTF-8 (a
 lone surrogate) raises ``UnicodeEncodeError`` (a ``ValueError``); negative
 or out-of-range values raise ``mqlite.InvalidArgument`` (or its subclass
-``InvalidConfig``).
+``InvalidConfig``), also a ``ValueError``.
 
 Logging: the engine's warnings (recovery cut a damaged log, a committed
 offset was reset, background work failed) go to the ``logging`` logger

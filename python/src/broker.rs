@@ -762,6 +762,8 @@ impl Broker {
 ///     end_offset (int): Offset the next record will get.
 ///     size_bytes (int): Bytes of log on disk.
 ///     segments (int): Number of segment files.
+///     flushes (int): Flushes to disk since the data directory was opened
+///         (concurrent `acks="all"` senders share them).
 ///     truncated_bytes (int): Bytes recovery removed from the tail on open.
 ///     dropped_batches (int): Batches recovery removed on open.
 ///     torn_tails (int): Torn tails (partial last writes) recovery cut.
@@ -789,6 +791,9 @@ pub struct PartitionInfo {
     size_bytes: u64,
     /// int: Number of segment files.
     segments: usize,
+    /// int: Flushes to disk since the data directory was opened (concurrent
+    /// `acks="all"` senders share them).
+    flushes: u64,
     /// int: Bytes recovery removed from the tail on open.
     truncated_bytes: u64,
     /// int: Batches recovery removed on open.
@@ -811,13 +816,14 @@ impl PartitionInfo {
     fn __repr__(&self) -> String {
         format!(
             "PartitionInfo(partition={}, start_offset={}, end_offset={}, size_bytes={}, segments={}, \
-             truncated_bytes={}, dropped_batches={}, torn_tails={}, corruptions={}, lost_records={}, \
+             flushes={}, truncated_bytes={}, dropped_batches={}, torn_tails={}, corruptions={}, lost_records={}, \
              quarantined_bytes={})",
             self.partition,
             self.start_offset,
             self.end_offset,
             self.size_bytes,
             self.segments,
+            self.flushes,
             self.truncated_bytes,
             self.dropped_batches,
             self.torn_tails,
@@ -891,6 +897,7 @@ impl From<mqlite::TopicInfo> for TopicInfo {
                     end_offset: p.end_offset,
                     size_bytes: p.size_bytes,
                     segments: p.segments,
+                    flushes: p.flushes,
                     truncated_bytes: p.recovery.truncated_bytes,
                     dropped_batches: p.recovery.dropped_batches,
                     torn_tails: p.recovery.torn_tails,

@@ -58,6 +58,9 @@ pub(crate) struct Delivery {
     queue: Mutex<VecDeque<Event>>,
     /// Events in `queue`, read without the lock on the fast paths.
     len: AtomicUsize,
+    /// `Delivered` events queued or being run: records whose `on_delivery`
+    /// callback has not run yet (counted by `len(producer)`).
+    reports: AtomicUsize,
     /// Threads waiting in [`Delivery::wait`] (notified only when some are).
     waiters: AtomicUsize,
     ready: Condvar,
@@ -89,6 +92,7 @@ impl Delivery {
         Delivery {
             queue: Mutex::new(VecDeque::new()),
             len: AtomicUsize::new(0),
+            reports: AtomicUsize::new(0),
             waiters: AtomicUsize::new(0),
             ready: Condvar::new(),
             server: Mutex::new(None),
@@ -99,6 +103,9 @@ impl Delivery {
 
     /// Queues an event. Called by the core's threads: never touches Python.
     pub(crate) fn push(&self, event: Event) {
+        if matches!(event, Event::Delivered { .. }) {
+            self.reports.fetch_add(1, Ordering::AcqRel);
+        }
         let mut q = lock(&self.queue);
         q.push_back(event);
         self.len.store(q.len(), Ordering::Release);
@@ -106,6 +113,12 @@ impl Delivery {
         if self.waiters.load(Ordering::Acquire) > 0 {
             self.ready.notify_all();
         }
+    }
+
+    /// Records whose `on_delivery` callback is queued here and has not run
+    /// (or not finished running) yet.
+    pub(crate) fn reports(&self) -> usize {
+        self.reports.load(Ordering::Acquire)
     }
 
     /// Whether events are waiting.
@@ -208,7 +221,12 @@ impl Delivery {
             }
             while let Some(event) = batch.pop_front() {
                 served += 1;
-                if let Err(e) = self.run(py, event) {
+                let report = matches!(event, Event::Delivered { .. });
+                let res = self.run(py, event);
+                if report {
+                    self.reports.fetch_sub(1, Ordering::AcqRel);
+                }
+                if let Err(e) = res {
                     // Put the rest back in front of what came since.
                     let mut q = lock(&self.queue);
                     batch.append(&mut q);

@@ -2,9 +2,19 @@
 //!
 //! Every exception raised by the engine carries the core's stable numeric
 //! [`mqlite::Error::code`] as its `code` attribute (also set on each class).
+//!
+//! Three classes are also built-in exceptions, so that code catching those
+//! catches them: `InvalidArgument` (and so its subclasses
+//! `InvalidTopicName` and `InvalidConfig`) is a `ValueError`, `Timeout` a
+//! `TimeoutError`, `BufferFull` a `BufferError`. `create_exception!` gives a
+//! class one base, so these ([`Dual`]) are made at module init by calling
+//! `type(name, bases, namespace)`, and raised from the class objects kept
+//! then.
 
-use pyo3::exceptions::PyException;
+use pyo3::exceptions::{PyBufferError, PyException, PyTimeoutError, PyValueError};
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyDict, PyTuple, PyType};
 use pyo3::{create_exception, PyTypeInfo};
 
 create_exception!(
@@ -33,27 +43,9 @@ create_exception!(
 );
 create_exception!(
     mqlite,
-    InvalidArgument,
-    Error,
-    "An argument was out of its allowed range or malformed (code 4)."
-);
-create_exception!(
-    mqlite,
     Closed,
     Error,
     "The broker, producer or consumer is closed (code 5)."
-);
-create_exception!(
-    mqlite,
-    Timeout,
-    Error,
-    "An operation waited longer than allowed (code 6)."
-);
-create_exception!(
-    mqlite,
-    InvalidTopicName,
-    InvalidArgument,
-    "A topic name broke one of the naming rules (code 100)."
 );
 create_exception!(
     mqlite,
@@ -66,12 +58,6 @@ create_exception!(
     UnknownTopic,
     Error,
     "No topic of that name (code 102)."
-);
-create_exception!(
-    mqlite,
-    InvalidConfig,
-    InvalidArgument,
-    "A topic configuration value is invalid (code 103)."
 );
 create_exception!(
     mqlite,
@@ -111,12 +97,6 @@ create_exception!(
 );
 create_exception!(
     mqlite,
-    BufferFull,
-    Error,
-    "The producer's buffer_memory stayed full for max_block_ms (code 401). Attributes: buffered, limit, waited_ms."
-);
-create_exception!(
-    mqlite,
     OutOfOrderSequence,
     Error,
     "With strict_sequences, a sequence skipped ahead of the next expected one: a gap, records in between were never written (code 402). Attributes: topic, partition, expected, received. A re-sent sequence (at or below the last written) is not an error: send() returns metadata with duplicate=True."
@@ -135,11 +115,104 @@ create_exception!(
     "A commit was refused: a partition is not owned by this group member, because a rebalance gave it to another (code 500)."
 );
 
+/// The classes with a built-in exception among their bases (see the module
+/// docs), or whose parent is one of those.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Dual {
+    InvalidArgument,
+    Timeout,
+    InvalidTopicName,
+    InvalidConfig,
+    BufferFull,
+}
+
+/// The class objects of [`Dual`], by its order, made once.
+static DUAL: [PyOnceLock<Py<PyType>>; 5] = [
+    PyOnceLock::new(),
+    PyOnceLock::new(),
+    PyOnceLock::new(),
+    PyOnceLock::new(),
+    PyOnceLock::new(),
+];
+
+impl Dual {
+    /// The class name and docstring.
+    fn spec(self) -> (&'static str, &'static str) {
+        match self {
+            Dual::InvalidArgument => (
+                "InvalidArgument",
+                "An argument was out of its allowed range or malformed (code 4). Also a ValueError.",
+            ),
+            Dual::Timeout => (
+                "Timeout",
+                "An operation waited longer than allowed (code 6). Also a TimeoutError. It is raised by no call of this module: Producer.flush(timeout) returns the number of records still queued instead; the class stays, with the code shared with the C and Rust APIs.",
+            ),
+            Dual::InvalidTopicName => (
+                "InvalidTopicName",
+                "A topic name broke one of the naming rules (code 100). Also a ValueError.",
+            ),
+            Dual::InvalidConfig => (
+                "InvalidConfig",
+                "A topic configuration value is invalid (code 103). Also a ValueError.",
+            ),
+            Dual::BufferFull => (
+                "BufferFull",
+                "The producer's buffer_memory stayed full for max_block_ms (code 401). Attributes: buffered, limit, waited_ms. Also a BufferError.",
+            ),
+        }
+    }
+
+    /// The bases, in order: the mqlite parent first, then the built-in one.
+    fn bases<'py>(self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        let root = py.get_type::<Error>();
+        match self {
+            Dual::InvalidArgument => PyTuple::new(py, [root, py.get_type::<PyValueError>()]),
+            Dual::Timeout => PyTuple::new(py, [root, py.get_type::<PyTimeoutError>()]),
+            Dual::BufferFull => PyTuple::new(py, [root, py.get_type::<PyBufferError>()]),
+            Dual::InvalidTopicName | Dual::InvalidConfig => {
+                PyTuple::new(py, [Dual::InvalidArgument.class(py)?])
+            }
+        }
+    }
+
+    /// The class object, made on first use with `type(name, bases,
+    /// namespace)`.
+    fn class(self, py: Python<'_>) -> PyResult<Bound<'_, PyType>> {
+        DUAL[self as usize]
+            .get_or_try_init(py, || {
+                let (name, doc) = self.spec();
+                let namespace = PyDict::new(py);
+                namespace.set_item("__module__", "mqlite")?;
+                namespace.set_item("__qualname__", name)?;
+                namespace.set_item("__doc__", doc)?;
+                let class = py
+                    .get_type::<PyType>()
+                    .call1((name, self.bases(py)?, namespace))?;
+                Ok::<_, PyErr>(class.cast_into::<PyType>()?.unbind())
+            })
+            .map(|c| c.bind(py).clone())
+    }
+}
+
 /// Builds an exception of class `T` with `message` and the `code` attribute.
 fn make<T: PyTypeInfo>(py: Python<'_>, message: String, code: i32) -> PyErr {
-    let err = PyErr::new::<T, _>(message);
-    // Setting an attribute on a fresh exception instance cannot fail in
-    // practice; if it did, the exception is still raised, without `code`.
+    with_code(py, PyErr::new::<T, _>(message), code)
+}
+
+/// Builds an exception of the [`Dual`] class `class` with `message` and the
+/// `code` attribute (or, if the class could not be made, the error that
+/// prevented it).
+fn make_dual(py: Python<'_>, class: Dual, message: String, code: i32) -> PyErr {
+    match class.class(py) {
+        Ok(ty) => with_code(py, PyErr::from_type(ty, (message,)), code),
+        Err(e) => e,
+    }
+}
+
+/// Sets `code` on the instance of `err`. Setting an attribute on a fresh
+/// exception instance cannot fail in practice; if it did, the exception is
+/// still raised, without `code`.
+fn with_code(py: Python<'_>, err: PyErr, code: i32) -> PyErr {
     let _ = err.value(py).setattr("code", code);
     err
 }
@@ -167,13 +240,13 @@ pub fn to_py(py: Python<'_>, e: mqlite::Error) -> PyErr {
         E::Io { .. } => make::<IoError>(py, msg, code),
         E::DiskFull { .. } => make::<DiskFull>(py, msg, code),
         E::Locked { .. } => make::<Locked>(py, msg, code),
-        E::InvalidArgument(_) => make::<InvalidArgument>(py, msg, code),
+        E::InvalidArgument(_) => make_dual(py, Dual::InvalidArgument, msg, code),
         E::Closed(_) => make::<Closed>(py, msg, code),
-        E::Timeout(_) => make::<Timeout>(py, msg, code),
-        E::InvalidTopicName { .. } => make::<InvalidTopicName>(py, msg, code),
+        E::Timeout(_) => make_dual(py, Dual::Timeout, msg, code),
+        E::InvalidTopicName { .. } => make_dual(py, Dual::InvalidTopicName, msg, code),
         E::TopicExists(_) => make::<TopicExists>(py, msg, code),
         E::UnknownTopic(_) => make::<UnknownTopic>(py, msg, code),
-        E::InvalidConfig(_) => make::<InvalidConfig>(py, msg, code),
+        E::InvalidConfig(_) => make_dual(py, Dual::InvalidConfig, msg, code),
         E::UnknownPartition { .. } => make::<UnknownPartition>(py, msg, code),
         E::OffsetOutOfRange { .. } => make::<OffsetOutOfRange>(py, msg, code),
         E::Poisoned { .. } => make::<Poisoned>(py, msg, code),
@@ -186,7 +259,7 @@ pub fn to_py(py: Python<'_>, e: mqlite::Error) -> PyErr {
             waited_ms,
         } => with_attrs(
             py,
-            make::<BufferFull>(py, msg, code),
+            make_dual(py, Dual::BufferFull, msg, code),
             &[
                 ("buffered", buffered as u64),
                 ("limit", limit as u64),
@@ -352,6 +425,16 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let root = py.get_type::<Error>();
     root.setattr("code", 0)?;
     m.add("Error", root)?;
+    for class in [
+        Dual::InvalidArgument,
+        Dual::Timeout,
+        Dual::InvalidTopicName,
+        Dual::InvalidConfig,
+        Dual::BufferFull,
+    ] {
+        // Made now, so that a failure fails the import instead of a raise.
+        class.class(py)?;
+    }
     for e in samples() {
         let code = e.code();
         let ty = to_py(py, e).get_type(py);

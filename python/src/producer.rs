@@ -380,6 +380,14 @@ impl Producer {
     /// Fails with `mqlite.Closed` once the producer or its broker is
     /// closed, or in a forked child.
     #[inline]
+    /// Records not done yet: in the engine (until its completion queued the
+    /// report here) plus the reports not yet run. Read in that order, a
+    /// record moving between the two is counted twice rather than missed.
+    fn queued(&self) -> usize {
+        let engine = self.inner.queued();
+        engine + self.delivery.reports()
+    }
+
     fn check_open(&self, py: Python<'_>) -> PyResult<()> {
         if self.inner.forked() {
             return Err(self.broker.get().forked_error(py, "producer"));
@@ -843,17 +851,25 @@ impl Producer {
     /// asks, and runs their callbacks (on this thread). Releases the GIL
     /// while it waits.
     ///
+    /// As in confluent-kafka, a flush that runs out of time is not an
+    /// error: it returns how many records are still queued (they stay
+    /// queued and are delivered later, by a later `flush()`, `poll()` or
+    /// `close()`).
+    ///
     /// Args:
     ///     timeout: Most seconds to wait (None: no limit).
     ///
+    /// Returns:
+    ///     int: The number of records still queued, as `len(producer)`: 0
+    ///         when every record was delivered and its callback ran (unless
+    ///         other threads produced meanwhile).
+    ///
     /// Raises:
-    ///     mqlite.Timeout: Records were still pending after `timeout`
-    ///         (callbacks of those done were run).
     ///     mqlite.Closed: The producer or its broker is closed.
     ///     mqlite.InvalidArgument: `timeout` is negative.
     ///     Exception: What an `on_delivery` callback raised.
     #[pyo3(signature = (timeout = None))]
-    fn flush(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<()> {
+    fn flush(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<usize> {
         let timeout = crate::util::timeout(py, timeout)?;
         self.check_open(py)?;
         let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
@@ -867,8 +883,7 @@ impl Producer {
                 Err(mqlite::Error::Timeout(_)) => {
                     self.delivery.serve(py, false)?;
                     if deadline.is_some_and(|d| Instant::now() >= d) {
-                        let ms = timeout.map_or(0, |t| t.as_millis() as u64);
-                        return Err(to_py(py, mqlite::Error::Timeout(ms)));
+                        return Ok(self.queued());
                     }
                     py.check_signals()?;
                 }
@@ -879,7 +894,31 @@ impl Producer {
             }
         }
         self.delivery.serve(py, true)?;
-        Ok(())
+        Ok(self.queued())
+    }
+
+    /// The number of records sent with `produce()` that are not done yet:
+    /// queued in a batch, being written, waiting for the flush of
+    /// `acks="all"`, or whose `on_delivery` callback has not run
+    /// (confluent-kafka's `len(producer)`). `send()` and `send_batch()` are
+    /// done when they return and never count. 0 after `close()`, which
+    /// delivers everything.
+    ///
+    /// Raises:
+    ///     mqlite.Closed: In a process forked from the one that made the
+    ///         producer.
+    fn __len__(&self, py: Python<'_>) -> PyResult<usize> {
+        if self.inner.forked() {
+            return Err(self.broker.get().forked_error(py, "producer"));
+        }
+        Ok(self.queued())
+    }
+
+    /// Always True: a producer is true even when nothing is queued (its
+    /// `len()` is 0), so `if producer:` tests for a producer, not for queued
+    /// records.
+    fn __bool__(&self) -> bool {
+        true
     }
 
     /// The highest sequence this producer wrote to any partition, or None.

@@ -114,6 +114,7 @@ HANDLES = {
     "mql_message_batch": "mbatch",
     "mql_waker": "wk",
     "mql_group_info": "gi",
+    "mql_topic_info": "ti",
     "mql_name_list": "names",
     "mql_processor": "proc",
     "mql_stopper": "stp",
@@ -141,6 +142,7 @@ static mql_message *msg;
 static mql_message_batch *mbatch;
 static mql_waker *wk;
 static mql_group_info *gi;
+static mql_topic_info *ti;
 static mql_name_list *names;
 static mql_processor *proc;
 static mql_stopper *stp;
@@ -191,6 +193,8 @@ static void setup(const char *dir) {
     CHECK_OK(mql_commit(cons));
     CHECK_OK(mql_describe_group(mq, "g", &gi));
     CHECK(mql_group_info_committed_count(gi) == 1);
+    CHECK_OK(mql_topic_describe(mq, "t", &ti));
+    CHECK(mql_topic_info_partition_count(ti) == 1);
     CHECK_OK(mql_groups(mq, &names));
     CHECK(mql_name_list_len(names) == 1);
     /* A processor over a consumer of its own. */
@@ -205,6 +209,7 @@ static void teardown(void) {
     mql_processor_free(proc);
     mql_consumer_free(cons2);
     mql_group_info_free(gi);
+    mql_topic_info_free(ti);
     mql_name_list_free(names);
     mql_waker_free(wk);
     mql_message_free(msg);
@@ -292,6 +297,7 @@ AFTER_CLOSE = {
     ("producer_closed", "mql_producer_id"): ("MQL_OK", "ids still work"),
     ("producer_closed", "mql_producer_epoch"): ("MQL_OK", "ids still work"),
     ("producer_closed", "mql_producer_buffered_bytes"): ("MQL_OK", "as mql_producer_get_stats"),
+    ("producer_closed", "mql_producer_queued"): ("MQL_OK", "the count still reads: 0, closing delivered everything"),
     ("consumer_closed", "mql_consumer_close"): ("MQL_OK", "closing again does nothing"),
     ("consumer_closed", "mql_consumer_waker"): ("MQL_OK", "a waker of a closed consumer wakes nothing, harmlessly"),
     ("consumer_closed", "mql_consumer_get_stats"): ("MQL_OK", "what the consumer did stays readable"),
@@ -302,6 +308,7 @@ AFTER_CLOSE = {
     ("broker_closed", "mql_producer_id"): ("MQL_OK", "ids still work"),
     ("broker_closed", "mql_producer_epoch"): ("MQL_OK", "ids still work"),
     ("broker_closed", "mql_producer_buffered_bytes"): ("MQL_OK", "as mql_producer_get_stats"),
+    ("broker_closed", "mql_producer_queued"): ("MQL_OK", "as for a closed producer"),
     ("broker_closed", "mql_consumer_close"): ("MQL_OK", "closing is always allowed"),
     ("broker_closed", "mql_consumer_waker"): ("MQL_OK", "as for a closed consumer"),
     ("broker_closed", "mql_consumer_get_stats"): ("MQL_OK", "as for a closed consumer"),

@@ -26,7 +26,7 @@ import mqlite
 CLASSES: Tuple[type, ...] = (mqlite.Broker, mqlite.Producer, mqlite.Consumer, mqlite.Processor)
 
 #: Dunder methods that are part of the public protocol of those classes.
-PROTOCOL = ("__enter__", "__exit__", "__iter__", "__next__")
+PROTOCOL = ("__enter__", "__exit__", "__iter__", "__next__", "__len__")
 
 
 def public_methods(cls: type) -> List[str]:
@@ -232,6 +232,7 @@ METHOD_CALLS: List[Call] = [
     Call("Producer", "__exit__", args=(None, None, None)),
     Call("Producer", "close"),
     Call("Producer", "flush", {"timeout": 5.0}, {"timeout": "timeout?"}),
+    Call("Producer", "__len__"),
     Call("Producer", "last_sequence"),
     Call("Producer", "next_sequence"),
     Call("Producer", "poll", {"timeout": 0.0}, {"timeout": "timeout?"}),

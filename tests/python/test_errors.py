@@ -168,3 +168,74 @@ def test_bad_timeouts(mq: mqlite.Broker) -> None:
             mq.producer().flush(timeout=bad)
     with pytest.raises(mqlite.InvalidArgument):
         c.consume(0, timeout=0)
+
+
+def test_three_classes_are_also_builtin_exceptions() -> None:
+    pairs = [
+        (mqlite.InvalidArgument, ValueError),
+        (mqlite.InvalidTopicName, ValueError),
+        (mqlite.InvalidConfig, ValueError),
+        (mqlite.Timeout, TimeoutError),
+        (mqlite.BufferFull, BufferError),
+    ]
+    for cls, builtin in pairs:
+        assert issubclass(cls, builtin) and issubclass(cls, mqlite.Error), cls
+        assert cls.__module__ == "mqlite" and cls.__qualname__ == cls.__name__
+    # The others are not.
+    for cls in (mqlite.UnknownTopic, mqlite.Closed, mqlite.IoError):
+        assert not issubclass(cls, (ValueError, TimeoutError, BufferError)), cls
+    # The tree below them is unchanged.
+    assert mqlite.InvalidTopicName.__mro__[1] is mqlite.InvalidArgument
+    assert mqlite.InvalidConfig.__mro__[1] is mqlite.InvalidArgument
+    assert mqlite.InvalidArgument.__mro__[1] is mqlite.Error
+
+
+def test_except_value_error_catches_bad_arguments(mq: mqlite.Broker) -> None:
+    def bad_partitions() -> None:
+        mqlite.partition_for_key(b"k", 0)
+
+    def bad_name() -> None:
+        mq.create_topic("a b")
+
+    def bad_config() -> None:
+        mq.create_topic("t", segment_bytes=1)
+
+    def bad_timeout() -> None:
+        mq.producer().flush(timeout=-1)
+
+    for call, cls, code in [
+        (bad_partitions, mqlite.InvalidArgument, 4),
+        (bad_name, mqlite.InvalidTopicName, 100),
+        (bad_config, mqlite.InvalidConfig, 103),
+        (bad_timeout, mqlite.InvalidArgument, 4),
+    ]:
+        try:
+            call()
+        except ValueError as e:
+            assert type(e) is cls and isinstance(e, mqlite.Error), repr(e)
+            assert e.code == code  # type: ignore[attr-defined]
+            assert str(e)
+        else:
+            raise AssertionError(f"{call.__name__} raised nothing")
+    assert mq.topics() == []
+
+
+def test_except_buffer_error_catches_a_full_buffer(mq: mqlite.Broker) -> None:
+    mq.create_topic("t", segment_bytes=1 << 20)
+    p = mq.producer(acks="all", linger_ms=60_000, buffer_memory=4096, max_block_ms=0)
+    with pytest.raises(BufferError) as info:
+        for _ in range(100):
+            p.produce("t", b"x" * 1000)
+    e = info.value
+    assert type(e) is mqlite.BufferFull and e.code == 401  # type: ignore[attr-defined]
+    assert e.limit == 4096  # type: ignore[attr-defined]
+    p.flush()
+
+
+def test_timeout_instances_behave_as_timeout_errors() -> None:
+    # No call of the module raises Timeout (Producer.flush returns what is
+    # still queued); an instance is still an ordinary TimeoutError.
+    e = mqlite.Timeout("timed out after 5 ms")
+    assert isinstance(e, TimeoutError) and isinstance(e, OSError)
+    assert str(e) == "timed out after 5 ms" and e.args == ("timed out after 5 ms",)
+    assert e.code == 6

@@ -152,18 +152,50 @@ def test_produce_acks_0_reports_unknown_offsets(mq: mqlite.Broker) -> None:
     assert mq.topic("t").partitions[0].end_offset == 4
 
 
-def test_flush_timeout_raises_timeout(mq: mqlite.Broker) -> None:
+def test_flush_timeout_returns_what_is_still_queued(mq: mqlite.Broker) -> None:
     mq.create_topic("t")
     p = mq.producer(acks="all", linger_ms=60_000)
     got: list[Report] = []
     for _ in range(50):
         p.produce("t", b"x" * 100, on_delivery=lambda err, msg: got.append((err, msg)))
-    # With no time at all the appended batch cannot have been flushed yet.
-    with pytest.raises(mqlite.Timeout) as info:
-        p.flush(timeout=0)
-    assert info.value.code == 6
-    p.flush(timeout=30)
+    # With no time at all the appended batch cannot have been flushed yet:
+    # not an error, the records are still queued.
+    left = p.flush(timeout=0)
+    assert isinstance(left, int) and 0 < left <= 50
+    assert left + len(got) == 50, (left, len(got))
+    assert p.flush(timeout=30) == 0
     assert len(got) == 50 and all(err is None for err, _ in got)
+    assert p.flush() == 0 and p.flush(timeout=0) == 0  # nothing queued
+
+
+def test_len_counts_records_until_their_callback_ran(mq: mqlite.Broker) -> None:
+    mq.create_topic("t", partitions=2)
+    p = mq.producer(linger_ms=60_000)
+    assert len(p) == 0
+    seen: list[int] = []
+    for i in range(10):
+        p.produce("t", b"v", partition=0, on_delivery=lambda err, msg: seen.append(len(p)))
+        assert len(p) == i + 1
+    p.produce("t", b"no callback", partition=0)  # counted until written
+    assert len(p) == 11
+    p.send("t", b"sync", partition=1)  # done when it returns: not counted
+    p.send_batch("t", [b"a", b"b"], partition=1)
+    assert len(p) == 11
+    # poll() serves only what is done: the batch still lingers.
+    assert p.poll(0) == 0 and len(p) == 11
+    assert p.flush() == 0
+    assert len(p) == 0
+    # Each callback still counted itself and the callbacks after it.
+    assert seen == list(range(10, 0, -1))
+    # A callback not yet served keeps its record counted.
+    q = mq.producer()  # linger 0: written at once, report queued
+    q.produce("t", b"x", on_delivery=lambda err, msg: None)
+    assert len(q) == 1
+    assert q.poll(5.0) == 1 and len(q) == 0
+    # After close everything was delivered.
+    q.produce("t", b"y", on_delivery=lambda err, msg: None)
+    q.close()
+    assert len(q) == 0
 
 
 def test_close_serves_the_remaining_callbacks(mq: mqlite.Broker) -> None:
@@ -369,3 +401,8 @@ def test_log_append_time_topic(mq: "mqlite.Broker") -> None:
     c.assign([("lat", 0)])
     m = c.poll(timeout=1.0)
     assert m is not None and m.timestamp == md.timestamp
+
+
+def test_a_producer_is_true_with_nothing_queued(mq: mqlite.Broker) -> None:
+    p = mq.producer()
+    assert len(p) == 0 and bool(p) is True

@@ -81,3 +81,17 @@ def test_offset_for_timestamp(mq: mqlite.Broker) -> None:
     assert mq.offset_for_timestamp("t", 0, 1035) == 4
     assert mq.offset_for_timestamp("t", 0, 1090) == 9
     assert mq.offset_for_timestamp("t", 0, 5000) is None
+
+
+def test_flushes_count_acks_all_flushes(mq: mqlite.Broker) -> None:
+    mq.create_topic("f", partitions=2)
+    assert [pi.flushes for pi in mq.topic("f").partitions] == [0, 0]
+    p = mq.producer(acks="all")
+    for _ in range(3):
+        p.send("f", b"durable", partition=1)
+    before = mq.topic("f").partitions[1].flushes
+    assert 1 <= before <= 3
+    assert mq.topic("f").partitions[0].flushes == 0
+    p.send("f", b"one more", partition=1)
+    assert mq.topic("f").partitions[1].flushes == before + 1
+    assert "flushes=" in repr(mq.topic("f").partitions[1])

@@ -299,6 +299,8 @@ impl Inner {
                         ::log::warn!("a delivery callback panicked");
                     }
                 }
+                // Every completion is of a record `enqueue` counted.
+                self.queued.fetch_sub(1, Ordering::AcqRel);
             }
             IN_CALLBACK.with(|c| c.set(false));
             drop(guard);

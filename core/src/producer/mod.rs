@@ -83,6 +83,9 @@ pub(crate) struct Inner {
     work: Condvar,
     /// Records in unsent batches (a cheap check for the direct send path).
     pending: AtomicUsize,
+    /// Records accepted by an asynchronous send whose delivery report has
+    /// not run yet ([`Producer::queued`]).
+    queued: AtomicUsize,
     completions: Mutex<std::collections::VecDeque<Done>>,
     firing: Mutex<()>,
     stats: Counters,
@@ -222,6 +225,7 @@ impl Producer {
                 space: Condvar::new(),
                 work: Condvar::new(),
                 pending: AtomicUsize::new(0),
+                queued: AtomicUsize::new(0),
                 completions: Mutex::new(Default::default()),
                 firing: Mutex::new(()),
                 stats: Counters::default(),
@@ -432,9 +436,21 @@ impl Producer {
     }
 
     /// Like [`Producer::flush`], giving up with [`Error::Timeout`] after
-    /// `timeout`.
+    /// `timeout`; the records not done by then stay queued (and are still
+    /// delivered later): [`Producer::queued`] counts them.
     pub fn flush_timeout(&self, timeout: Duration) -> Result<()> {
         self.inner.flush(Some(timeout))
+    }
+
+    /// Number of records sent asynchronously ([`Producer::send_async`] and
+    /// [`Producer::send_async_borrowed`]) whose delivery callback has not
+    /// run yet: in an open batch, being written, waiting for the flush of
+    /// `acks=all`, or with the callback still to run (confluent-kafka's
+    /// `len(producer)`). 0 once a [`Producer::flush`] returned, unless other
+    /// threads sent meanwhile. Synchronous sends are done when they return
+    /// and never count.
+    pub fn queued(&self) -> usize {
+        self.inner.queued.load(Ordering::Acquire)
     }
 
     /// The highest application sequence ([`Record::sequence`]) this
@@ -1106,6 +1122,7 @@ impl Inner {
                     duplicate: true,
                     ..md.clone()
                 };
+                self.queued.fetch_add(1, Ordering::AcqRel);
                 lock(&self.completions).push_back(Done {
                     cb,
                     result: Ok(dup),
@@ -1141,6 +1158,7 @@ impl Inner {
         st.buffered += single;
         self.stats.set_buffered(st.buffered);
         self.pending.fetch_add(1, Ordering::Release);
+        self.queued.fetch_add(1, Ordering::AcqRel);
         if full || !linger {
             self.append_pending(&mut st, key);
         } else if started {
