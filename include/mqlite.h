@@ -2363,9 +2363,11 @@ enum mql_status mql_consumer_close(struct mql_consumer *consumer);
  * group: its members share the partitions, and the share changes as
  * members come and go (see `mql_consumer_set_rebalance_callback`). A
  * member that changes its subscription leaves and joins again (revoking
- * what it owned, with a commit when auto-commit is on).
+ * what it owned, with a commit when auto-commit is on). A topic that does
+ * not exist yet is read once it is created (as Kafka's consumer waits for
+ * it).
  *
- * Errors: `MQL_UNKNOWN_TOPIC` (nothing changes then),
+ * Errors: `MQL_INVALID_TOPIC_NAME` (nothing changes then),
  * `MQL_INVALID_ARGUMENT` (the group uses another assignment strategy, or
  * from a rebalance callback), `MQL_CLOSED`.
  *
@@ -2383,7 +2385,7 @@ enum mql_status mql_subscribe(struct mql_consumer *consumer, const char *topic);
  * none, like `mql_subscribe`. With `n` 0 nothing changes (`topics` may
  * then be NULL).
  *
- * Errors: `MQL_UNKNOWN_TOPIC` (nothing changes then), `MQL_CLOSED`,
+ * Errors: `MQL_INVALID_TOPIC_NAME` (nothing changes then), `MQL_CLOSED`,
  * `MQL_NULL_ARGUMENT` (also for a NULL element), `MQL_INVALID_ARGUMENT`
  * (as for `mql_subscribe`).
  *

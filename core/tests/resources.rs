@@ -164,11 +164,10 @@ fn descriptors_do_not_grow_with_sealed_segments_and_close_releases_everything() 
     assert_eq!(process_fds(), baseline_fds);
 }
 
-#[test]
-fn a_live_message_keeps_its_segment_mapped_without_descriptors() {
-    let _serial = serial();
-    let (_tmp, dir) = data_dir();
-    let mq = Broker::open(&dir, cfg()).unwrap();
+/// A broker on `dir` with topic `held` of 100 records over several 4 KiB
+/// segments, and a consumer assigned its partition from the start.
+fn hundred_records_over_segments(dir: &Path) -> (Broker, mqlite::Consumer) {
+    let mq = Broker::open(dir, cfg()).unwrap();
     mq.create_topic("held", TopicConfig::new(1).segment_bytes(4096))
         .unwrap();
     let p = mq.producer(ProducerConfig::default()).unwrap();
@@ -180,6 +179,14 @@ fn a_live_message_keeps_its_segment_mapped_without_descriptors() {
         .consumer(ConsumerConfig::default().auto_offset_reset(OffsetReset::Earliest))
         .unwrap();
     c.assign(&[("held", 0)]).unwrap();
+    (mq, c)
+}
+
+#[test]
+fn a_live_message_keeps_its_segment_mapped_without_descriptors() {
+    let _serial = serial();
+    let (_tmp, dir) = data_dir();
+    let (mq, mut c) = hundred_records_over_segments(&dir);
     let mut all = Vec::new();
     loop {
         let batch = c.poll(Duration::ZERO).unwrap();
@@ -328,18 +335,7 @@ fn many_topics_child() {
 fn messages_held_for_poll_one_are_released_at_close() {
     let _serial = serial();
     let (_tmp, dir) = data_dir();
-    let mq = Broker::open(&dir, cfg()).unwrap();
-    mq.create_topic("held", TopicConfig::new(1).segment_bytes(4096))
-        .unwrap();
-    let p = mq.producer(ProducerConfig::default()).unwrap();
-    for i in 0..100u32 {
-        p.send(Record::new("held").value(format!("value {i:04} {}", "y".repeat(200))))
-            .unwrap();
-    }
-    let mut c = mq
-        .consumer(ConsumerConfig::default().auto_offset_reset(OffsetReset::Earliest))
-        .unwrap();
-    c.assign(&[("held", 0)]).unwrap();
+    let (mq, mut c) = hundred_records_over_segments(&dir);
     // One handed out; the rest of the poll's worth is held by the consumer.
     let first = c.poll_one(Duration::ZERO).unwrap().unwrap();
     assert_eq!(first.offset(), 0);

@@ -539,9 +539,11 @@ pub unsafe extern "C" fn mql_consumer_close(consumer: *mut mql_consumer) -> mql_
 /// group: its members share the partitions, and the share changes as
 /// members come and go (see `mql_consumer_set_rebalance_callback`). A
 /// member that changes its subscription leaves and joins again (revoking
-/// what it owned, with a commit when auto-commit is on).
+/// what it owned, with a commit when auto-commit is on). A topic that does
+/// not exist yet is read once it is created (as Kafka's consumer waits for
+/// it).
 ///
-/// Errors: `MQL_UNKNOWN_TOPIC` (nothing changes then),
+/// Errors: `MQL_INVALID_TOPIC_NAME` (nothing changes then),
 /// `MQL_INVALID_ARGUMENT` (the group uses another assignment strategy, or
 /// from a rebalance callback), `MQL_CLOSED`.
 ///
@@ -569,7 +571,7 @@ pub unsafe extern "C" fn mql_subscribe(
 /// none, like `mql_subscribe`. With `n` 0 nothing changes (`topics` may
 /// then be NULL).
 ///
-/// Errors: `MQL_UNKNOWN_TOPIC` (nothing changes then), `MQL_CLOSED`,
+/// Errors: `MQL_INVALID_TOPIC_NAME` (nothing changes then), `MQL_CLOSED`,
 /// `MQL_NULL_ARGUMENT` (also for a NULL element), `MQL_INVALID_ARGUMENT`
 /// (as for `mql_subscribe`).
 ///

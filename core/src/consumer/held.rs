@@ -49,10 +49,9 @@ impl Held {
         self.queue.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Drops every held message (the broker closes).
+    /// Drops every held message (the broker closes), outside the lock.
     pub(crate) fn clear(&self) {
-        let dropped = std::mem::take(&mut *self.lock());
-        drop(dropped);
+        drop(std::mem::take(&mut *self.lock()));
     }
 }
 
@@ -66,6 +65,13 @@ impl Assigned {
         } else {
             self.position
         }
+    }
+
+    /// Counts held message `m` of this partition as handed out.
+    #[inline]
+    fn handed_out(&mut self, m: &Message) {
+        self.held -= 1;
+        self.handed = m.offset() + 1;
     }
 
     /// Goes back to the first held message (the next fetch reads it again).
@@ -134,9 +140,7 @@ impl Consumer {
     #[inline]
     fn hand_out(&mut self) -> Option<Message> {
         let (i, m) = self.held.lock().pop_front()?;
-        let a = &mut self.assigned[i as usize];
-        a.held -= 1;
-        a.handed = m.offset() + 1;
+        self.assigned[i as usize].handed_out(&m);
         self.stats.records += 1;
         self.stats.bytes += m.payload_len();
         Some(m)
@@ -192,9 +196,7 @@ impl Consumer {
         let n = queue.len().min(self.config.max_poll_records);
         out.reserve(n);
         for (i, m) in queue.drain(..n) {
-            let a = &mut self.assigned[i as usize];
-            a.held -= 1;
-            a.handed = m.offset() + 1;
+            self.assigned[i as usize].handed_out(&m);
             m.push_into(out);
         }
         true

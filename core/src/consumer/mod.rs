@@ -397,7 +397,9 @@ impl Consumer {
     }
 
     /// Reads every partition of `topics`, including partitions added later.
-    /// Nothing changes if any topic is unknown.
+    /// A topic that does not exist yet is read once it is created (as
+    /// Kafka's consumer waits for it). Nothing changes if a name is invalid
+    /// or a topic is damaged.
     ///
     /// With a `group_id` (and not in broadcast mode) the consumer joins the
     /// group and gets its share of the partitions, which changes as members
@@ -1011,9 +1013,10 @@ impl Consumer {
                 Some(c) => c,
                 None => {
                     let a = &mut self.assigned[i];
-                    let from = match a.visible_position() {
-                        Some(p) if a.held > 0 => p,
-                        _ => Self::resolve(a, reset).unwrap_or(0),
+                    let from = if a.held > 0 {
+                        a.handed
+                    } else {
+                        Self::resolve(a, reset).unwrap_or(0)
                     };
                     a.park();
                     from

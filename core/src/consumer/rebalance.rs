@@ -1,8 +1,6 @@
 //! Rebalance listeners (Kafka's `ConsumerRebalanceListener`) and the
 //! context they run with.
 
-use std::time::Duration;
-
 use super::{Consumer, ConsumerStats};
 use crate::error::Result;
 use crate::offsets::CommittedOffset;
@@ -110,12 +108,6 @@ impl<'a> RebalanceContext<'a> {
     /// [`Consumer::waker`].
     pub fn waker(&self) -> super::ConsumerWaker {
         self.consumer.waker()
-    }
-
-    /// The consumer's `max_poll_interval_ms`, for listeners that do long
-    /// work.
-    pub fn max_poll_interval(&self) -> Duration {
-        Duration::from_millis(self.consumer.config().max_poll_interval_ms)
     }
 }
 

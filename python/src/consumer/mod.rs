@@ -207,8 +207,14 @@ impl Consumer {
     ///         lost its partitions by being removed from the group;
     ///         `on_revoke` is called instead when not given.
     ///
+    /// A topic that does not exist yet is read once it is created (as
+    /// Kafka's consumer waits for it); names beside an expression must
+    /// exist.
+    ///
     /// Raises:
-    ///     mqlite.UnknownTopic: A topic does not exist.
+    ///     mqlite.UnknownTopic: A name given beside an expression does not
+    ///         exist.
+    ///     mqlite.InvalidTopicName: A topic name is invalid.
     ///     mqlite.InvalidArgument: An empty list, an invalid or
     ///         unsupported expression, a strategy other than the group's, or
     ///         callbacks without a `group_id` (or with `broadcast`).
