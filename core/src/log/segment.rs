@@ -417,7 +417,7 @@ impl Segment {
 
     /// The batch at `pos`, or `None` at the end of the published data.
     /// A damaged batch is an [`Error::Corrupt`].
-    #[inline]
+    #[inline(always)]
     pub(crate) fn batch_at(&self, pos: usize) -> Result<Option<BatchHeader>> {
         let end = self.end();
         if pos >= end {
