@@ -7,28 +7,73 @@ VPY := $(VENV)/bin/python
 CARGO ?= cargo
 PROFILE_DIR := target/release
 DEMO_DIR := demo-data
+# The crate version (Cargo.toml) and the SONAME's major number.
+VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)
+SOMAJOR := $(firstword $(subst ., ,$(VERSION)))
 
-.PHONY: all test demo bench bench-smoke soak fuzz venv ext ffi rust-test c-test py-test lint fmt header clean
+.PHONY: all test demo bench bench-smoke soak fuzz venv venv-test venv-bench ext ffi rust-test c-test py-test \
+	readme-test install-test install uninstall lint fmt header clean
 
 all: ext ffi
 
-# A local virtualenv with the build and test tools.
-# Reinstalled when a requirements file changes.
-$(VENV)/.ready: tests/python/requirements.txt bench/requirements.txt
+# A local virtualenv. `venv` holds only the build tool (maturin): all that
+# `make demo` needs. `make test` adds the test tools and the bench peers
+# (tests/python/test_bench_scripts.py runs bench/peers.py and
+# bench/report.py end to end); `make bench` adds the bench peers alone.
+# Each set is reinstalled when its requirements file changes.
+$(VENV)/.ready:
 	test -x $(VPY) || $(PYTHON) -m venv $(VENV)
 	$(VPY) -m pip install -q --upgrade pip
-	$(VPY) -m pip install -q "maturin>=1.9,<2" -r tests/python/requirements.txt -r bench/requirements.txt
+	$(VPY) -m pip install -q "maturin>=1.9,<2"
+	touch $@
+
+$(VENV)/.ready-test: $(VENV)/.ready tests/python/requirements.txt bench/requirements.txt
+	$(VPY) -m pip install -q -r tests/python/requirements.txt -r bench/requirements.txt
+	touch $@
+
+$(VENV)/.ready-bench: $(VENV)/.ready bench/requirements.txt
+	$(VPY) -m pip install -q -r bench/requirements.txt
 	touch $@
 
 venv: $(VENV)/.ready
+venv-test: $(VENV)/.ready-test
+venv-bench: $(VENV)/.ready-bench
 
 # The Python extension, installed into the virtualenv.
 ext: venv
 	VIRTUAL_ENV=$(abspath $(VENV)) PATH=$(abspath $(VENV))/bin:$$PATH $(VENV)/bin/maturin develop --release -q
 
 # The C library: target/release/libmqlite.{so,a}.
+# ffi/build.rs gives the shared library its SONAME, libmqlite.so.$(SOMAJOR), and
+# links that name to libmqlite.so here (checked again below).
 ffi:
 	$(CARGO) build --release -p mqlite-ffi
+	test -e $(PROFILE_DIR)/libmqlite.so.$(SOMAJOR) || ln -sfn libmqlite.so $(PROFILE_DIR)/libmqlite.so.$(SOMAJOR)
+
+# `make install PREFIX=/usr/local` (DESTDIR for staging): include/mqlite.h,
+# lib/libmqlite.so.$(VERSION) (SONAME libmqlite.so.$(SOMAJOR)) with its
+# libmqlite.so.$(SOMAJOR) and libmqlite.so links, lib/libmqlite.a, and
+# lib/pkgconfig/mqlite.pc (generated from ffi/mqlite.pc.in).
+PREFIX ?= /usr/local
+LIBDIR ?= $(PREFIX)/lib
+INCLUDEDIR ?= $(PREFIX)/include
+DESTDIR ?=
+install: ffi
+	install -d $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(LIBDIR)/pkgconfig
+	install -m 644 include/mqlite.h $(DESTDIR)$(INCLUDEDIR)/mqlite.h
+	install -m 755 $(PROFILE_DIR)/libmqlite.so $(DESTDIR)$(LIBDIR)/libmqlite.so.$(VERSION)
+	ln -sfn libmqlite.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libmqlite.so.$(SOMAJOR)
+	ln -sfn libmqlite.so.$(SOMAJOR) $(DESTDIR)$(LIBDIR)/libmqlite.so
+	install -m 644 $(PROFILE_DIR)/libmqlite.a $(DESTDIR)$(LIBDIR)/libmqlite.a
+	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@LIBDIR@|$(LIBDIR)|g' -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|g' \
+		-e 's|@VERSION@|$(VERSION)|g' ffi/mqlite.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/mqlite.pc
+	chmod 644 $(DESTDIR)$(LIBDIR)/pkgconfig/mqlite.pc
+	@echo "installed mqlite $(VERSION) into $(DESTDIR)$(PREFIX)"
+
+uninstall:
+	rm -f $(DESTDIR)$(INCLUDEDIR)/mqlite.h $(DESTDIR)$(LIBDIR)/libmqlite.so.$(VERSION) \
+		$(DESTDIR)$(LIBDIR)/libmqlite.so.$(SOMAJOR) $(DESTDIR)$(LIBDIR)/libmqlite.so \
+		$(DESTDIR)$(LIBDIR)/libmqlite.a $(DESTDIR)$(LIBDIR)/pkgconfig/mqlite.pc
 
 rust-test:
 	$(CARGO) test --workspace
@@ -39,8 +84,20 @@ rust-test:
 c-test: ffi
 	PYTHON=$(PYTHON) bash tests/c/run.sh $(PROFILE_DIR)
 
-py-test: ext
-	$(VPY) -m pytest -q tests/python
+# PYTEST_ARGS="-k name" selects tests.
+PYTEST_ARGS ?=
+py-test: ext venv-test
+	$(VPY) -m pytest -q tests/python $(PYTEST_ARGS)
+
+# The README's quick-start blocks (Python, Rust, C), each run twice on the
+# same data directory (tests/readme/run_readme.py).
+readme-test: ext ffi
+	$(VPY) tests/readme/run_readme.py
+
+# `make install` into a temporary prefix, then C programs built against it
+# with pkg-config, shared and static; checks the SONAME (tests/install/run.sh).
+install-test: ffi
+	bash tests/install/run.sh
 
 # The Rust peer bench's own tests, then the bench at a tiny size, only to
 # prove it runs (no speed is asserted; its own workspace, so `rust-test`
@@ -49,7 +106,7 @@ bench-smoke:
 	$(CARGO) test --release -q --manifest-path bench/rust-peers/Cargo.toml
 	$(CARGO) run --release -q --manifest-path bench/rust-peers/Cargo.toml -- --quick --out target/bench/rust-peers-quick.json
 
-test: rust-test c-test py-test bench-smoke
+test: rust-test c-test py-test install-test bench-smoke
 	@echo "all tests passed"
 
 lint:
@@ -76,7 +133,7 @@ demo: ext ffi
 	$(PROFILE_DIR)/mqlite --dir $(DEMO_DIR) group describe billing
 
 # The peer comparison (bench/peers.py, bench/rust-peers) ends in docs/benchmarks.md and .png.
-bench: ext
+bench: ext venv-bench
 	$(CARGO) bench -p mqlite --bench log
 	$(VPY) bench/python_rates.py
 	command -v redis-server >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server; } \

@@ -33,6 +33,9 @@
 #define MQLITE_VERSION_MINOR 1
 #define MQLITE_VERSION_PATCH 0
 #define MQLITE_VERSION "0.1.0"
+/* The version as one integer, major * 1000000 + minor * 1000 + patch (1000
+ * for 0.1.0), for #if tests; mql_version_number() gives the library's. */
+#define MQLITE_VERSION_NUMBER 1000
 
 /**
  * Initialiser for an mql_record: every pointer NULL and every length 0,
@@ -1019,6 +1022,15 @@ extern "C" {
  * Ownership: static storage, owned by the library; never free it.
  */
 const char *mql_version(void);
+
+/**
+ * The library's version as one integer, `major * 1000000 + minor * 1000 +
+ * patch` (1000 for 0.1.0): the same as `MQLITE_VERSION_NUMBER` in the
+ * header the program was compiled with, unless it links a different
+ * library. Compare it with `MQLITE_VERSION_NUMBER` to check at run time
+ * that the library is at least as new as the header.
+ */
+int32_t mql_version_number(void);
 
 /**
  * Text of the latest failure on the calling thread, or `""` when no call on

@@ -133,6 +133,42 @@ pub extern "C" fn mql_version() -> *const c_char {
     error::guard_value(VERSION.as_ptr(), || VERSION.as_ptr())
 }
 
+/// The library's version as one integer, `major * 1000000 + minor * 1000 +
+/// patch` (1000 for 0.1.0): the same as `MQLITE_VERSION_NUMBER` in the
+/// header the program was compiled with, unless it links a different
+/// library. Compare it with `MQLITE_VERSION_NUMBER` to check at run time
+/// that the library is at least as new as the header.
+#[no_mangle]
+pub extern "C" fn mql_version_number() -> i32 {
+    const NUMBER: i32 = version_number(
+        env!("CARGO_PKG_VERSION_MAJOR"),
+        env!("CARGO_PKG_VERSION_MINOR"),
+        env!("CARGO_PKG_VERSION_PATCH"),
+    );
+    error::guard_value(NUMBER, || NUMBER)
+}
+
+/// `major * 1000000 + minor * 1000 + patch` from the decimal version parts,
+/// at compile time (a part that is not a number below 1000 fails the build).
+const fn version_number(major: &str, minor: &str, patch: &str) -> i32 {
+    const fn part(s: &str) -> i32 {
+        let b = s.as_bytes();
+        assert!(
+            !b.is_empty() && b.len() <= 3,
+            "a version part is 1-3 digits"
+        );
+        let mut n = 0;
+        let mut i = 0;
+        while i < b.len() {
+            assert!(b[i].is_ascii_digit(), "a version part is decimal");
+            n = n * 10 + (b[i] - b'0') as i32;
+            i += 1;
+        }
+        n
+    }
+    part(major) * 1_000_000 + part(minor) * 1_000 + part(patch)
+}
+
 /// Compile-time backing for the thread rules in the crate docs: brokers,
 /// producers and messages may be shared between threads; consumers may be
 /// moved between them.

@@ -85,6 +85,15 @@ fn header_is_up_to_date() {
     }
 }
 
+/// `major * 1000000 + minor * 1000 + patch` of the crate version, computed
+/// here independently of the library's own `mql_version_number`.
+fn version_number() -> u32 {
+    let part = |s: &str| -> u32 { s.parse().expect("a decimal version part") };
+    part(env!("CARGO_PKG_VERSION_MAJOR")) * 1_000_000
+        + part(env!("CARGO_PKG_VERSION_MINOR")) * 1_000
+        + part(env!("CARGO_PKG_VERSION_PATCH"))
+}
+
 /// The version #defines in cbindgen.toml must follow the crate version.
 #[test]
 fn version_defines_match_the_crate() {
@@ -103,6 +112,7 @@ fn version_defines_match_the_crate() {
             env!("CARGO_PKG_VERSION_PATCH")
         ),
         format!("#define MQLITE_VERSION \"{}\"", env!("CARGO_PKG_VERSION")),
+        format!("#define MQLITE_VERSION_NUMBER {}", version_number()),
     ];
     for line in want {
         assert!(
