@@ -106,7 +106,7 @@ bench-smoke:
 	$(CARGO) test --release -q --manifest-path bench/rust-peers/Cargo.toml
 	$(CARGO) run --release -q --manifest-path bench/rust-peers/Cargo.toml -- --quick --out target/bench/rust-peers-quick.json
 
-test: rust-test c-test py-test install-test bench-smoke
+test: rust-test c-test py-test readme-test install-test bench-smoke
 	@echo "all tests passed"
 
 lint:

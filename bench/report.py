@@ -338,7 +338,35 @@ def summary_lines(suites: dict[str, Suite]) -> list[str]:
     return head + lines
 
 
-def render(suites: dict[str, Suite], png_name: Optional[str]) -> str:
+# The page's hand-written parts, which a new rendering keeps: the sections
+# from this marker up to "## How to reproduce" (other benches' tables and
+# readings), and any sections after "How to reproduce".
+KEEP_MARK = "<!-- Not generated: bench/report.py keeps the sections from here to \"How to reproduce\". -->"
+REPRODUCE = "## How to reproduce"
+
+
+def kept_parts(old: str) -> tuple[list[str], list[str]]:
+    """The hand-written lines of an earlier page: (before, after) "How to reproduce"."""
+    lines = old.splitlines()
+    before: list[str] = []
+    after: list[str] = []
+    if KEEP_MARK in lines:
+        start = lines.index(KEEP_MARK)
+        end = lines.index(REPRODUCE, start) if REPRODUCE in lines[start:] else len(lines)
+        before = lines[start:end]
+    if REPRODUCE in lines:
+        rest = lines[lines.index(REPRODUCE) + 1 :]
+        nxt = next((i for i, line in enumerate(rest) if line.startswith("## ")), None)
+        if nxt is not None:
+            after = rest[nxt:]
+    return before, after
+
+
+def render(
+    suites: dict[str, Suite],
+    png_name: Optional[str],
+    kept: tuple[list[str], list[str]] = ([], []),
+) -> str:
     out = [
         "# Benchmarks: mqlite against its peers",
         "",
@@ -381,8 +409,9 @@ def render(suites: dict[str, Suite], png_name: Optional[str]) -> str:
             out += ["Notes from the run:", ""]
             out += [f"- {md_escape(str(n))}" for n in notes]
             out.append("")
+    out += kept[0]
     out += [
-        "## How to reproduce",
+        REPRODUCE,
         "",
         "```sh",
         "make bench",
@@ -396,6 +425,9 @@ def render(suites: dict[str, Suite], png_name: Optional[str]) -> str:
         "`--quick`), then `.venv/bin/python bench/report.py`.",
         "",
     ]
+    out += kept[1]
+    if kept[1]:
+        out.append("")
     return "\n".join(out)
 
 
@@ -504,7 +536,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     png = args.png or args.out.with_suffix(".png")
     chart(suites, png)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(render(suites, os.path.relpath(png, args.out.parent)))
+    kept = kept_parts(args.out.read_text()) if args.out.exists() else ([], [])
+    args.out.write_text(render(suites, os.path.relpath(png, args.out.parent), kept))
     print(f"wrote {args.out} and {png}")
     for t in targets(suites):
         status, detail = judge(t)

@@ -98,6 +98,30 @@ def test_peers_and_report(tmp_path: Path) -> None:
         assert f"### {group}\n" in page
     assert "![messages per second, log scale, per group](benchmarks.png)" in page
     assert "| mqlite from Python ahead of every Python peer in every group |" in page
+
+    # Hand-written sections (the engine's own benches, appended readings)
+    # survive a new rendering, in their places; a rendered table does not.
+    report = importlib.util.spec_from_file_location("report", REPORT)
+    assert report is not None and report.loader is not None
+    mod = importlib.util.module_from_spec(report)
+    sys.modules["report"] = mod
+    report.loader.exec_module(mod)
+    mine = f"{mod.KEEP_MARK}\n\n## The engine\n\nkept figure 1.23 M\n\n"
+    appended = "## Appended later\n\nkept figure 4.56 M\n"
+    reproduce = page.index(mod.REPRODUCE)
+    stale = page[:reproduce].replace("| mqlite from Python", "| stale row")
+    md.write_text(stale + mine + page[reproduce:] + "\n" + appended)
+    proc = subprocess.run(
+        [sys.executable, str(REPORT), "--in", str(tmp_path / "python-peers.json"), "--out", str(md)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    again = md.read_text()
+    assert "stale row" not in again
+    assert again.count("kept figure 1.23 M") == 1 and again.count("kept figure 4.56 M") == 1
+    assert again.index("kept figure 1.23 M") < again.index(mod.REPRODUCE) < again.index("## Appended later")
     assert "no Rust figures" in page
     assert "make bench" in page
     png = (tmp_path / "docs" / "benchmarks.png").read_bytes()
