@@ -44,8 +44,9 @@ ext: venv
 	VIRTUAL_ENV=$(abspath $(VENV)) PATH=$(abspath $(VENV))/bin:$$PATH $(VENV)/bin/maturin develop --release -q
 
 # The C library: target/release/libmqlite.{so,a}.
-# ffi/build.rs gives the shared library its SONAME, libmqlite.so.$(SOMAJOR), and
-# links that name to libmqlite.so here (checked again below).
+# ffi/build.rs gives the shared library its SONAME, libmqlite.so.$(SOMAJOR),
+# and links that name to libmqlite.so in $(PROFILE_DIR) so programs linked
+# there run; the second line makes sure the link exists.
 ffi:
 	$(CARGO) build --release -p mqlite-ffi
 	test -e $(PROFILE_DIR)/libmqlite.so.$(SOMAJOR) || ln -sfn libmqlite.so $(PROFILE_DIR)/libmqlite.so.$(SOMAJOR)
