@@ -887,6 +887,20 @@ typedef void (*mql_rebalance_callback)(void *user_data,
                                        size_t n);
 
 /**
+ * A commit report (`mql_commit_async`): `status` is the commit's outcome,
+ * `MQL_OK` with `error_message` NULL, or the failure's status with its
+ * text (NUL-terminated, valid during the call only). `user_data` is the
+ * pointer given with the callback.
+ *
+ * Runs on the thread that called `mql_commit_async`, before it returns,
+ * and may call functions on the consumer (those a rebalance callback may
+ * call, when `mql_commit_async` was itself called from one).
+ */
+typedef void (*mql_commit_callback)(void *user_data,
+                                    enum mql_status status,
+                                    const char *error_message);
+
+/**
  * A committed offset of a partition: the next offset the group reads
  * there (the last processed plus one), with optional metadata.
  */
@@ -914,6 +928,24 @@ typedef struct mql_committed_offset {
      */
     int64_t timestamp;
 } mql_committed_offset;
+
+/**
+ * A partition and an offset, for `mql_store_offsets`.
+ */
+typedef struct mql_partition_offset {
+    /**
+     * The topic, NUL-terminated.
+     */
+    const char *topic;
+    /**
+     * The partition.
+     */
+    uint32_t partition;
+    /**
+     * The next offset to read: the last processed plus one.
+     */
+    uint64_t offset;
+} mql_partition_offset;
 
 /**
  * Settings of a processor, for `mql_processor_new`. A plain value:
@@ -1664,6 +1696,21 @@ enum mql_status mql_consumer_config_set_max_poll_interval_ms(struct mql_consumer
  * meanwhile.
  */
 enum mql_status mql_consumer_config_set_broadcast(struct mql_consumer_config *config, bool on);
+
+/**
+ * Whether each message `mql_poll` hands out counts as processed for
+ * commits (default true). Off, commits (`mql_commit`, automatic ones and
+ * those on close or revoke) take only the offsets stored with
+ * `mql_store_offsets`: store after processing for at-least-once delivery.
+ *
+ * Ownership: borrows `config` for the call; the caller still owns it.
+ *
+ * # Safety
+ * `config` is NULL or a live consumer config not used by another thread
+ * meanwhile.
+ */
+enum mql_status mql_consumer_config_set_enable_auto_offset_store(struct mql_consumer_config *config,
+                                                                 bool on);
 
 /**
  * Opens (creating if needed) the data directory at `path`, takes its
@@ -2736,6 +2783,29 @@ enum mql_status mql_consumer_set_rebalance_callback(struct mql_consumer *consume
 enum mql_status mql_commit(struct mql_consumer *consumer);
 
 /**
+ * Commits like `mql_commit`, then reports the outcome to `callback` with
+ * `user_data` (Kafka's `commitAsync` with a callback): the callback runs
+ * exactly once, with the status this function then returns, once the
+ * offsets are on disk (or the commit failed). The commit itself is made
+ * in place: an in-process commit is one local write and sync, with no
+ * round trip to overlap. Allowed from a rebalance callback.
+ *
+ * Errors (returned and reported): as `mql_commit`. `MQL_NULL_ARGUMENT`
+ * for a NULL `consumer` or `callback` is only returned (the callback is
+ * not called; use `mql_commit` without a callback).
+ *
+ * Ownership: borrows `consumer` for the call; `user_data` stays the
+ * caller's and is not used after the call returns.
+ *
+ * # Safety
+ * `consumer` is NULL or a live consumer; `callback` is NULL or a function
+ * with the `mql_commit_callback` contract.
+ */
+enum mql_status mql_commit_async(struct mql_consumer *consumer,
+                                 mql_commit_callback callback,
+                                 void *user_data);
+
+/**
  * Commits the `n` given offsets (all or nothing): each entry's `offset` is
  * the next offset to read in its partition (the last processed plus one),
  * stored with its `metadata` (NULL for none). With `n` 0 nothing is
@@ -2956,6 +3026,97 @@ size_t mql_group_info_committed_count(const struct mql_group_info *info);
 enum mql_status mql_group_info_committed(const struct mql_group_info *info,
                                          size_t index,
                                          struct mql_committed_offset *out);
+
+/**
+ * Stops reading the `n` partitions of `partitions` until `mql_resume`
+ * (Kafka's `pause`): `mql_poll` and `mql_poll_batch` return nothing of
+ * theirs (messages fetched for them and not handed out yet are put back),
+ * but they stay assigned: a group member keeps them and their positions,
+ * and commits cover them. Pausing a paused partition changes nothing; a
+ * rebalance that takes a partition away forgets that it was paused. With
+ * `n` 0 nothing changes (`partitions` may then be NULL). Allowed from a
+ * rebalance callback.
+ *
+ * Errors: `MQL_INVALID_ARGUMENT` (a partition is not assigned to this
+ * consumer, or of a topic or partition that does not exist: nothing is
+ * paused then), `MQL_NULL_ARGUMENT` (also for a NULL topic),
+ * `MQL_CLOSED`.
+ *
+ * Ownership: borrows every argument for the call; nothing to free.
+ *
+ * # Safety
+ * `consumer` is NULL or a live consumer; `partitions` is NULL or points to
+ * `n` entries whose topics are NULL or NUL-terminated strings.
+ */
+enum mql_status mql_pause(struct mql_consumer *consumer,
+                          const struct mql_topic_partition *partitions,
+                          size_t n);
+
+/**
+ * Reads the `n` partitions of `partitions` again after `mql_pause`, from
+ * their positions. Resuming a partition that is not paused changes
+ * nothing. With `n` 0 nothing changes (`partitions` may then be NULL).
+ * Allowed from a rebalance callback.
+ *
+ * Errors: `MQL_INVALID_ARGUMENT` (a partition is not assigned: nothing is
+ * resumed then), `MQL_NULL_ARGUMENT` (also for a NULL topic),
+ * `MQL_CLOSED`.
+ *
+ * Ownership: borrows every argument for the call; nothing to free.
+ *
+ * # Safety
+ * `consumer` is NULL or a live consumer; `partitions` is NULL or points to
+ * `n` entries whose topics are NULL or NUL-terminated strings.
+ */
+enum mql_status mql_resume(struct mql_consumer *consumer,
+                           const struct mql_topic_partition *partitions,
+                           size_t n);
+
+/**
+ * The paused partitions, like `mql_assignment`: writes the first
+ * `min(n, capacity)` of them to `partitions` and their number `n` to
+ * `*count`; call with `partitions` NULL and `capacity` 0 to get the count
+ * only. The topic names are owned by the consumer and stay valid until it
+ * is freed. Allowed from a rebalance callback.
+ *
+ * Errors: `MQL_CLOSED`; `MQL_NULL_ARGUMENT` for a NULL `partitions` with
+ * a nonzero `capacity`. Nothing is written then.
+ *
+ * Ownership: borrows every argument for the call; nothing to free.
+ *
+ * # Safety
+ * `consumer` is NULL or a live consumer; `partitions` is NULL or valid for
+ * writing `capacity` elements; `count` is NULL or valid for writing a
+ * `size_t`.
+ */
+enum mql_status mql_paused(struct mql_consumer *consumer,
+                           struct mql_topic_partition *partitions,
+                           size_t capacity,
+                           size_t *count);
+
+/**
+ * Stores the `n` entries of `offsets` as processed, for the next commit
+ * (`mql_commit`, or automatic with auto-commit) to take (all or nothing):
+ * each entry's `offset` is the next offset to read, the last processed
+ * plus one (Kafka's `store_offsets`). With
+ * `mql_consumer_config_set_enable_auto_offset_store` off, commits take
+ * only what was stored: the at-least-once idiom (store after processing).
+ * Nothing is written until a commit. With `n` 0 nothing changes
+ * (`offsets` may then be NULL). Allowed from a rebalance callback.
+ *
+ * Errors: `MQL_INVALID_ARGUMENT` (auto offset store is on, the consumer
+ * has no group id, or a partition is not assigned: nothing is stored
+ * then), `MQL_NULL_ARGUMENT` (also for a NULL topic), `MQL_CLOSED`.
+ *
+ * Ownership: borrows every argument for the call; nothing to free.
+ *
+ * # Safety
+ * `consumer` is NULL or a live consumer; `offsets` is NULL or points to
+ * `n` entries whose topics are NULL or NUL-terminated strings.
+ */
+enum mql_status mql_store_offsets(struct mql_consumer *consumer,
+                                  const struct mql_partition_offset *offsets,
+                                  size_t n);
 
 /**
  * Makes a processor over `consumer`, which needs a group id (the processor

@@ -1016,3 +1016,26 @@ pub unsafe extern "C" fn mql_consumer_config_set_broadcast(
         Ok(())
     })
 }
+
+/// Whether each message `mql_poll` hands out counts as processed for
+/// commits (default true). Off, commits (`mql_commit`, automatic ones and
+/// those on close or revoke) take only the offsets stored with
+/// `mql_store_offsets`: store after processing for at-least-once delivery.
+///
+/// Ownership: borrows `config` for the call; the caller still owns it.
+///
+/// # Safety
+/// `config` is NULL or a live consumer config not used by another thread
+/// meanwhile.
+#[no_mangle]
+pub unsafe extern "C" fn mql_consumer_config_set_enable_auto_offset_store(
+    config: *mut mql_consumer_config,
+    on: bool,
+) -> mql_status {
+    guard(|| {
+        // SAFETY: forwarded caller contract.
+        let c = unsafe { arg_mut(config, "config") }?;
+        c.inner.enable_auto_offset_store = on;
+        Ok(())
+    })
+}

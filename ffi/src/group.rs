@@ -230,6 +230,68 @@ pub unsafe extern "C" fn mql_commit(consumer: *mut mql_consumer) -> mql_status {
     })
 }
 
+/// A commit report (`mql_commit_async`): `status` is the commit's outcome,
+/// `MQL_OK` with `error_message` NULL, or the failure's status with its
+/// text (NUL-terminated, valid during the call only). `user_data` is the
+/// pointer given with the callback.
+///
+/// Runs on the thread that called `mql_commit_async`, before it returns,
+/// and may call functions on the consumer (those a rebalance callback may
+/// call, when `mql_commit_async` was itself called from one).
+pub type mql_commit_callback = Option<
+    unsafe extern "C" fn(user_data: *mut c_void, status: mql_status, error_message: *const c_char),
+>;
+
+/// Commits like `mql_commit`, then reports the outcome to `callback` with
+/// `user_data` (Kafka's `commitAsync` with a callback): the callback runs
+/// exactly once, with the status this function then returns, once the
+/// offsets are on disk (or the commit failed). The commit itself is made
+/// in place: an in-process commit is one local write and sync, with no
+/// round trip to overlap. Allowed from a rebalance callback.
+///
+/// Errors (returned and reported): as `mql_commit`. `MQL_NULL_ARGUMENT`
+/// for a NULL `consumer` or `callback` is only returned (the callback is
+/// not called; use `mql_commit` without a callback).
+///
+/// Ownership: borrows `consumer` for the call; `user_data` stays the
+/// caller's and is not used after the call returns.
+///
+/// # Safety
+/// `consumer` is NULL or a live consumer; `callback` is NULL or a function
+/// with the `mql_commit_callback` contract.
+#[no_mangle]
+pub unsafe extern "C" fn mql_commit_async(
+    consumer: *mut mql_consumer,
+    callback: mql_commit_callback,
+    user_data: *mut c_void,
+) -> mql_status {
+    guard(|| {
+        // SAFETY: forwarded caller contract.
+        let h = unsafe { arg_ref(consumer, "consumer") }?;
+        let cb = callback.ok_or_else(|| Failure::null("callback"))?;
+        // The consumer's state is released before the callback runs, so
+        // that the callback may call functions on the consumer.
+        let result = h.any("mql_commit_async", |mut a| Ok(a.commit()?));
+        let (status, text) = match &result {
+            Ok(()) => (mql_status::MQL_OK, None),
+            Err(f) => (f.status, Some(c_text(f.message.clone()))),
+        };
+        contained((), || {
+            // SAFETY: `cb` is a C function with the mql_commit_callback
+            // contract, given with `user_data` by the caller; it runs on the
+            // caller's thread during the call; `text` outlives the call.
+            unsafe {
+                cb(
+                    user_data,
+                    status,
+                    text.as_ref().map_or(ptr::null(), |t| t.as_ptr()),
+                )
+            }
+        });
+        result
+    })
+}
+
 /// Commits the `n` given offsets (all or nothing): each entry's `offset` is
 /// the next offset to read in its partition (the last processed plus one),
 /// stored with its `metadata` (NULL for none). With `n` 0 nothing is

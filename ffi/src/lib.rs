@@ -93,6 +93,8 @@ mod consumer;
 
 mod group;
 
+mod flow;
+
 mod processor;
 
 mod message;
@@ -109,6 +111,7 @@ pub use callback::*;
 pub use config::*;
 pub use consumer::*;
 pub use error::*;
+pub use flow::*;
 pub use group::*;
 pub use message::*;
 pub use names::*;

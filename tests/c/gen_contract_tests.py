@@ -128,6 +128,8 @@ STRUCTS = {
     "mql_partition_timestamp": "pt_ok",
     "mql_committed_offset": "co_ok",
     "mql_processor_config": "pcfg_ok",
+    "mql_topic_partition": "tp_ok",
+    "mql_partition_offset": "po_ok",
 }
 
 PRELUDE = r"""
@@ -154,6 +156,8 @@ static mql_interceptor ic_ok[1];
 static mql_partition_timestamp pt_ok[1] = {{"t", 0, 0}};
 static mql_committed_offset co_ok[1] = {{"t", 0, 0, "m", 0}};
 static mql_processor_config pcfg_ok[1] = {MQL_PROCESSOR_CONFIG_INIT};
+static mql_topic_partition tp_ok[1] = {{"t", 0}};
+static mql_partition_offset po_ok[1] = {{"t", 0, 1}};
 static const char *topics_ok[1] = {"t"};
 
 /* An out-parameter's storage, pre-filled with 0x5A, must be untouched. */

@@ -2,7 +2,9 @@
  * constant number of descriptors per partition, none per sealed segment,
  * none at all after mql_close though a producer, a consumer and a message
  * made from the broker are still alive. The live message keeps its segment
- * mapped (its bytes stay readable) until it is freed. */
+ * mapped (its bytes stay readable) until it is freed. The same when the
+ * consumer handed out one message and holds the rest of what it fetched
+ * (over many segments): the held messages are dropped at mql_close. */
 #define _DEFAULT_SOURCE
 #include <dirent.h>
 #include <limits.h>
@@ -86,18 +88,62 @@ static size_t sealed_segments(const char *root) {
     return sealed;
 }
 
-int main(int argc, char **argv) {
-    const char *dir = scratch_dir(argc, argv);
-    mql_broker *mq = open_data(dir, "data");
-    char data[PATH_MAX], root[PATH_MAX];
-    join_path(data, sizeof data, dir, "data");
+/* Opens `name` under `dir`, its canonical path into `root`, with topic t
+ * of PARTITIONS partitions of small segments. */
+static mql_broker *open_scene(const char *dir, const char *name, char *root) {
+    mql_broker *mq = open_data(dir, name);
+    char data[PATH_MAX];
+    join_path(data, sizeof data, dir, name);
     CHECK(realpath(data, root) != NULL);
-
     mql_topic_config *tc;
     CHECK_OK(mql_topic_config_new(PARTITIONS, &tc));
     CHECK_OK(mql_topic_config_set_segment_bytes(tc, 4096));
     CHECK_OK(mql_topic_create(mq, "t", tc));
     mql_topic_config_free(tc);
+    return mq;
+}
+
+/* mql_poll hands out ONE message; the consumer holds the rest of its fetch
+ * (hundreds of messages over many segments). mql_close releases every
+ * descriptor and the held messages' mappings: only the handed-out message
+ * keeps one, until it is freed. */
+static void held_messages(const char *dir) {
+    char root[PATH_MAX];
+    mql_broker *mq = open_scene(dir, "held", root);
+    mql_producer *p;
+    CHECK_OK(mql_producer_new(mq, NULL, &p));
+    send_round(p, 1000);
+    CHECK_OK(mql_producer_flush(p));
+    CHECK(sealed_segments(root) >= 50);
+    mql_consumer *c;
+    CHECK_OK(mql_consumer_new(mq, NULL, NULL, &c));
+    CHECK_OK(mql_subscribe(c, "t"));
+    mql_message *first = NULL, *m = NULL;
+    CHECK_OK(mql_poll(c, 1000, &first));
+    CHECK(mql_message_offset(first) == 0);
+    int before = maps_under(root);
+    CHECK_OK(mql_close(mq));
+    int maps = maps_under(root);
+    printf("one message handed out, the rest held: %d maps; after mql_close: %d fds, %d maps\n", before,
+           fds_under(root), maps);
+    CHECK(before > 3); /* many segments mapped, the held messages' among them */
+    CHECK(fds_under(root) == 0);
+    CHECK(maps >= 1 && maps <= 3);
+    size_t len = 0;
+    const char *v = mql_message_value(first, &len);
+    CHECK(len == 300 && v[0] == 'x' && v[299] == 'x');
+    mql_message_free(first);
+    CHECK(maps_under(root) == 0);
+    CHECK_FAIL(mql_poll(c, 0, &m), MQL_CLOSED, "closed");
+    CHECK(fds_under(root) == 0 && maps_under(root) == 0);
+    mql_consumer_free(c);
+    mql_producer_free(p);
+}
+
+int main(int argc, char **argv) {
+    const char *dir = scratch_dir(argc, argv);
+    char root[PATH_MAX];
+    mql_broker *mq = open_scene(dir, "data", root);
     CHECK(fds_under(root) == PARTITIONS); /* the active segment's log */
 
     mql_producer_config *pc;
@@ -148,6 +194,7 @@ int main(int argc, char **argv) {
     CHECK(fds_under(root) == 0 && maps_under(root) == 0);
     mql_producer_free(p);
     mql_consumer_free(c);
+    held_messages(dir);
     puts("resources: ok");
     return 0;
 }

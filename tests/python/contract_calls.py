@@ -343,7 +343,12 @@ METHOD_CALLS: List[Call] = [
     Call("Consumer", "seek_to_beginning", {"topic": "t", "partition": 0}, {"topic": "str", "partition": "u32"}),
     Call("Consumer", "seek_to_end", {"topic": "t", "partition": 0}, {"topic": "str", "partition": "u32"}),
     Call("Consumer", "stats"),
-    Call("Consumer", "store_offsets", {"offsets": [("t", 0, 1)]}, {"offsets": "offsets"}),
+    Call(
+        "Consumer",
+        "store_offsets",
+        {"offsets": [("t", 0, 1)], "message": None},
+        {"offsets": "offsets?", "message": "message?"},
+    ),
     Call(
         "Consumer",
         "subscribe",
@@ -587,6 +592,7 @@ BAD: Dict[str, List[Tuple[Any, Expected]]] = {
         ("a\0b", mqlite.InvalidArgument),
     ],
     "consumer": [(None, TypeError), (5, TypeError), ("c", TypeError)],
+    "message?": [(5, TypeError), ("m", TypeError), (("t", 0, 1), TypeError)],
 }
 
 #: ProducerRecord.replace(**changes): changes that must fail.

@@ -95,3 +95,32 @@ def test_reopened_partitions_hold_one_descriptor(data_dir: Path) -> None:
     assert len(fds_under(data_dir)) == 20
     mq.close()
     assert fds_under(data_dir) == []
+
+
+def test_messages_held_for_poll_are_released_at_close(data_dir: Path) -> None:
+    """poll() hands out one message and the engine holds the rest of what it
+    fetched (hundreds of messages over many segments): closing the broker
+    releases every descriptor, and the held messages' mappings; only the
+    handed-out message keeps one."""
+    mq = mqlite.open(data_dir, prefault=False, retention_check_interval_ms=0)
+    mq.create_topic("t", partitions=2, segment_bytes=4096)
+    p = mq.producer(acks="all")
+    for i in range(1000):
+        p.send("t", b"x" * 300, partition=i % 2)
+    assert sealed_segments(mq, "t") >= 50
+    c = mq.consumer()
+    c.subscribe("t")
+    first = c.poll(timeout=1.0)
+    assert first is not None and first.offset == 0
+    # Many segments are mapped, those of the held messages among them.
+    assert maps_under(data_dir) > 3
+    mq.close()
+    assert fds_under(data_dir) == []
+    assert 1 <= maps_under(data_dir) <= 3
+    assert first.value == b"x" * 300
+    del first
+    assert maps_under(data_dir) == 0
+    # The consumer is still referenced, closed, and holds nothing.
+    with pytest.raises(mqlite.Closed):
+        c.poll(timeout=0)
+    assert fds_under(data_dir) == [] and maps_under(data_dir) == 0

@@ -61,10 +61,11 @@ impl Consumer {
     /// written until a commit.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] with `enable_auto_offset_store` on,
-    /// without a `group_id`, or for a partition not assigned (nothing is
-    /// stored then).
+    /// [`Error::Closed`] once closed; [`Error::InvalidArgument`] with
+    /// `enable_auto_offset_store` on, without a `group_id`, or for a
+    /// partition not assigned (nothing is stored then).
     pub fn store_offsets(&mut self, offsets: &[(&str, u32, u64)]) -> Result<()> {
+        self.check_open()?;
         if self.config.enable_auto_offset_store {
             return Err(Error::InvalidArgument(
                 "store_offsets needs enable_auto_offset_store off".into(),

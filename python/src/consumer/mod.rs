@@ -673,26 +673,57 @@ impl Consumer {
     /// Stores offsets as processed, for the next commit (manual, or
     /// automatic with `enable_auto_commit`) to take: with
     /// `enable_auto_offset_store=False`, commits take only what was stored
-    /// (confluent-kafka's `store_offsets`, the at-least-once idiom). Nothing
-    /// is written until a commit.
+    /// (confluent-kafka's `store_offsets`, the at-least-once idiom: store
+    /// after processing). Nothing is written until a commit. Give exactly
+    /// one of `offsets` and `message`.
     ///
     /// Args:
     ///     offsets: A list of (topic, partition, offset) tuples, `offset`
     ///         the next offset to read (the last processed plus one:
     ///         `message.offset + 1`).
+    ///     message: A processed message: stores its offset plus one.
     ///
     /// Raises:
     ///     mqlite.InvalidArgument: `enable_auto_offset_store` is on, the
-    ///         consumer has no `group_id`, or a partition is not assigned
-    ///         (nothing is stored then).
+    ///         consumer has no `group_id`, a partition is not assigned
+    ///         (nothing is stored then), or neither or both of `offsets` and
+    ///         `message` were given.
     ///     mqlite.Closed: The consumer or its broker is closed.
-    ///     TypeError: `offsets` is of the wrong type.
-    fn store_offsets(&self, py: Python<'_>, offsets: &Bound<'_, PyAny>) -> PyResult<()> {
+    ///     TypeError: `offsets` or `message` is of the wrong type.
+    #[pyo3(signature = (offsets = None, message = None))]
+    fn store_offsets(
+        &self,
+        py: Python<'_>,
+        offsets: Option<&Bound<'_, PyAny>>,
+        message: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
         self.check_forked(py)?;
-        let entries: Vec<(String, u32, u64)> = commit_offsets_arg(py, offsets)?
-            .into_iter()
-            .map(|(t, p, o, _)| (t, p, o))
-            .collect();
+        let offsets = offsets.filter(|o| !o.is_none());
+        let message = match message.filter(|m| !m.is_none()) {
+            Some(m) => {
+                let m = m.cast::<Message>().map_err(|_| {
+                    pyo3::exceptions::PyTypeError::new_err(
+                        "store_offsets() message must be an mqlite.Message",
+                    )
+                })?;
+                let m = &m.get().inner;
+                Some((m.topic().to_owned(), m.partition(), m.offset() + 1))
+            }
+            None => None,
+        };
+        let entries: Vec<(String, u32, u64)> = match (offsets, message) {
+            (Some(o), None) => commit_offsets_arg(py, o)?
+                .into_iter()
+                .map(|(t, p, o, _)| (t, p, o))
+                .collect(),
+            (None, Some(m)) => vec![m],
+            _ => {
+                return Err(invalid_argument(
+                    py,
+                    "store_offsets() takes exactly one of offsets and message",
+                ))
+            }
+        };
         let refs: Vec<(&str, u32, u64)> = entries
             .iter()
             .map(|(t, p, o)| (t.as_str(), *p, *o))
