@@ -12,7 +12,12 @@
 //! | 300-399 | segments and the on-disk format |
 //! | 400-499 | producers |
 //! | 500-599 | consumers and groups |
+//!
+//! The list of kinds ([`ErrorKind`]) is written once, below: the C status
+//! names (`mql_status`) and the Python exception classes (their names,
+//! parents and built-in bases) are read from it.
 
+use std::ffi::CStr;
 use std::io;
 use std::path::PathBuf;
 
@@ -183,31 +188,161 @@ pub enum Error {
     },
 }
 
+/// Defines [`ErrorKind`] and [`Error::kind`] from the one list of kinds:
+/// `Variant = code, C status name, Python class name` and optionally the
+/// Python parent kind and built-in base class. Every [`Error`] variant must
+/// be listed (`Error::kind` does not compile otherwise).
+macro_rules! error_kinds {
+    (@opt) => { None };
+    (@opt $x:expr) => { Some($x) };
+    ($(
+        $(#[doc = $doc:literal])+
+        $kind:ident = $code:literal, $status:ident, $class:ident
+            $(, parent $parent:ident)? $(, also $builtin:ident)?;
+    )+) => {
+        /// What kind of error an [`Error`] is: its stable code, its name in
+        /// C (the `mql_status` value) and in Python (the exception class).
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        #[non_exhaustive]
+        pub enum ErrorKind {
+            $($(#[doc = $doc])+ $kind = $code,)+
+        }
+
+        impl ErrorKind {
+            /// Every kind, in code order.
+            pub const ALL: &'static [ErrorKind] = &[$(ErrorKind::$kind),+];
+
+            /// The stable numeric code, shared with C and Python.
+            pub fn code(self) -> i32 {
+                self as i32
+            }
+
+            /// The kind with the stable code `code`, if there is one.
+            pub fn from_code(code: i32) -> Option<ErrorKind> {
+                match code {
+                    $($code => Some(ErrorKind::$kind),)+
+                    _ => None,
+                }
+            }
+
+            /// The name of the [`Error`] variant, e.g. `"UnknownTopic"`.
+            pub fn name(self) -> &'static str {
+                match self {
+                    $(ErrorKind::$kind => stringify!($kind),)+
+                }
+            }
+
+            /// The C status name, e.g. `"MQL_UNKNOWN_TOPIC"`.
+            pub fn status_name(self) -> &'static str {
+                match self {
+                    $(ErrorKind::$kind => stringify!($status),)+
+                }
+            }
+
+            /// [`ErrorKind::status_name`] as a static C string.
+            pub fn status_cstr(self) -> &'static CStr {
+                match self {
+                    $(ErrorKind::$kind => const {
+                        match CStr::from_bytes_with_nul(
+                            concat!(stringify!($status), "\0").as_bytes(),
+                        ) {
+                            Ok(c) => c,
+                            Err(_) => panic!("status names have no NUL"),
+                        }
+                    },)+
+                }
+            }
+
+            /// The Python exception class name, e.g. `"UnknownTopic"`.
+            pub fn class_name(self) -> &'static str {
+                match self {
+                    $(ErrorKind::$kind => stringify!($class),)+
+                }
+            }
+
+            /// The kind whose Python class is the parent of this one's
+            /// (`None`: the root class `mqlite.Error`).
+            pub fn class_parent(self) -> Option<ErrorKind> {
+                match self {
+                    $(ErrorKind::$kind => error_kinds!(@opt $(ErrorKind::$parent)?),)+
+                }
+            }
+
+            /// The Python built-in exception this kind's class also derives
+            /// from, e.g. `"ValueError"`, so that code catching it catches
+            /// this kind too.
+            pub fn builtin_base(self) -> Option<&'static str> {
+                match self {
+                    $(ErrorKind::$kind => error_kinds!(@opt $(stringify!($builtin))?),)+
+                }
+            }
+
+            /// One sentence saying what the kind means.
+            pub fn description(self) -> &'static str {
+                match self {
+                    $(ErrorKind::$kind => concat!($($doc),+).trim_ascii(),)+
+                }
+            }
+        }
+
+        impl Error {
+            /// The kind of this error.
+            pub fn kind(&self) -> ErrorKind {
+                match self {
+                    $(Error::$kind { .. } => ErrorKind::$kind,)+
+                }
+            }
+        }
+    };
+}
+
+error_kinds! {
+    /// An operating-system I/O error.
+    Io = 1, MQL_IO, IoError;
+    /// No space left on the disk, or over the file-size limit.
+    DiskFull = 2, MQL_DISK_FULL, DiskFull, parent Io;
+    /// The data directory is held by another handle, in this process or another.
+    Locked = 3, MQL_LOCKED, Locked;
+    /// An argument was out of its allowed range or malformed.
+    InvalidArgument = 4, MQL_INVALID_ARGUMENT, InvalidArgument, also ValueError;
+    /// The handle (broker, producer, consumer) is closed.
+    Closed = 5, MQL_CLOSED, Closed;
+    /// An operation waited longer than allowed.
+    Timeout = 6, MQL_TIMEOUT, Timeout, also TimeoutError;
+    /// A topic name broke one of the naming rules.
+    InvalidTopicName = 100, MQL_INVALID_TOPIC_NAME, InvalidTopicName, parent InvalidArgument;
+    /// The topic already exists.
+    TopicExists = 101, MQL_TOPIC_EXISTS, TopicExists;
+    /// No topic of that name.
+    UnknownTopic = 102, MQL_UNKNOWN_TOPIC, UnknownTopic;
+    /// A topic configuration value is invalid.
+    InvalidConfig = 103, MQL_INVALID_CONFIG, InvalidConfig, parent InvalidArgument;
+    /// The partition does not exist in the topic.
+    UnknownPartition = 200, MQL_UNKNOWN_PARTITION, UnknownPartition;
+    /// The offset is outside the partition's retained range.
+    OffsetOutOfRange = 201, MQL_OFFSET_OUT_OF_RANGE, OffsetOutOfRange;
+    /// An earlier write or fsync failed; the partition refuses writes until reopened.
+    Poisoned = 202, MQL_POISONED, Poisoned;
+    /// Data on disk failed a length or CRC check.
+    Corrupt = 300, MQL_CORRUPT, Corrupt;
+    /// The data was written by a format version this build cannot read.
+    UnsupportedVersion = 301, MQL_UNSUPPORTED_VERSION, UnsupportedVersion;
+    /// A record is larger than the topic's max_message_bytes.
+    MessageTooLarge = 400, MQL_MESSAGE_TOO_LARGE, MessageTooLarge;
+    /// The producer's buffer_memory stayed full for max_block_ms.
+    BufferFull = 401, MQL_BUFFER_FULL, BufferFull, also BufferError;
+    /// A sequence number skipped ahead of the next expected one: records in between were never written.
+    OutOfOrderSequence = 402, MQL_OUT_OF_ORDER_SEQUENCE, OutOfOrderSequence;
+    /// A newer producer of the same name exists; this one may no longer write.
+    ProducerFenced = 403, MQL_PRODUCER_FENCED, ProducerFenced;
+    /// A commit was refused: a partition is not owned by this group member, because a rebalance gave it to another.
+    CommitFailed = 500, MQL_COMMIT_FAILED, CommitFailed;
+}
+
 impl Error {
     /// The stable numeric code of this error kind, shared with C and Python.
     pub fn code(&self) -> i32 {
-        match self {
-            Error::Io { .. } => 1,
-            Error::DiskFull { .. } => 2,
-            Error::Locked { .. } => 3,
-            Error::InvalidArgument(_) => 4,
-            Error::Closed(_) => 5,
-            Error::Timeout(_) => 6,
-            Error::InvalidTopicName { .. } => 100,
-            Error::TopicExists(_) => 101,
-            Error::UnknownTopic(_) => 102,
-            Error::InvalidConfig(_) => 103,
-            Error::UnknownPartition { .. } => 200,
-            Error::OffsetOutOfRange { .. } => 201,
-            Error::Poisoned { .. } => 202,
-            Error::Corrupt { .. } => 300,
-            Error::UnsupportedVersion { .. } => 301,
-            Error::MessageTooLarge { .. } => 400,
-            Error::BufferFull { .. } => 401,
-            Error::OutOfOrderSequence { .. } => 402,
-            Error::ProducerFenced { .. } => 403,
-            Error::CommitFailed(_) => 500,
-        }
+        self.kind().code()
     }
 
     /// A copy of this error for a second receiver (several delivery
@@ -340,5 +475,47 @@ pub(crate) trait IoContext<T> {
 impl<T> IoContext<T> for io::Result<T> {
     fn ctx(self, context: impl FnOnce() -> String) -> Result<T> {
         self.map_err(|e| Error::io(context(), e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Codes, C names and Python class names are each distinct, every code
+    /// finds its kind back, and parents come before their children (so
+    /// that bindings can make the classes in list order).
+    #[test]
+    fn kinds_are_distinct_and_found_back() {
+        let mut codes = std::collections::HashSet::new();
+        let mut statuses = std::collections::HashSet::new();
+        let mut classes = std::collections::HashSet::new();
+        for (i, &k) in ErrorKind::ALL.iter().enumerate() {
+            assert!(codes.insert(k.code()), "{k:?}");
+            assert!(statuses.insert(k.status_name()), "{k:?}");
+            assert!(classes.insert(k.class_name()), "{k:?}");
+            assert_eq!(ErrorKind::from_code(k.code()), Some(k));
+            assert_eq!(k.status_cstr().to_str(), Ok(k.status_name()));
+            assert!(k.status_name().starts_with("MQL_"), "{k:?}");
+            assert!(!k.description().is_empty() && !k.description().starts_with(' '));
+            if let Some(p) = k.class_parent() {
+                assert!(ErrorKind::ALL[..i].contains(&p), "{k:?} before its parent");
+            }
+        }
+        assert_eq!(ErrorKind::from_code(0), None);
+        assert_eq!(ErrorKind::from_code(7), None);
+    }
+
+    #[test]
+    fn errors_know_their_kind() {
+        let e = Error::UnknownTopic("t".into());
+        assert_eq!(e.kind(), ErrorKind::UnknownTopic);
+        assert_eq!(e.code(), 102);
+        let e = Error::io("x", io::Error::from_raw_os_error(libc::ENOSPC));
+        assert_eq!(e.kind(), ErrorKind::DiskFull);
+        assert_eq!(e.code(), 2);
+        assert_eq!(ErrorKind::DiskFull.class_parent(), Some(ErrorKind::Io));
+        assert_eq!(ErrorKind::BufferFull.builtin_base(), Some("BufferError"));
+        assert_eq!(ErrorKind::Io.class_name(), "IoError");
     }
 }

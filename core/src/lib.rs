@@ -60,7 +60,7 @@ pub use consumer::{
     RebalanceListener,
 };
 pub use dedup::{validate_producer_name, DEFAULT_DEDUP_WINDOW, MAX_PRODUCER_NAME_LEN};
-pub use error::{Error, Result};
+pub use error::{Error, ErrorKind, Result};
 pub use log::batch::Header;
 pub use log::compression::Compression;
 pub use log::RecoveryStats;

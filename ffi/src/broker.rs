@@ -1,42 +1,18 @@
 //! The data-directory handle and topic administration.
 
 use std::ffi::c_char;
-use std::path::PathBuf;
 
 use mqlite::{Broker, Config, PartitionInfo, TopicConfig};
 
 use crate::config::{mql_config, mql_topic_config};
 use crate::error::{guard, mql_status, Failure, FfiResult};
-use crate::util::{arg_ref, arg_str, into_handle, opt_ref, Out};
+use crate::util::{arg, into_handle, out};
 
 /// An open data directory (the engine's `Broker`). Made by `mql_open`,
 /// closed and released by `mql_close`. Safe to use from several threads at
 /// once.
 pub struct mql_broker {
     pub(crate) inner: Broker,
-}
-
-/// A path argument. On Unix any bytes are accepted (a path is an OS string,
-/// not necessarily UTF-8); elsewhere it must be UTF-8.
-///
-/// # Safety
-/// `p` is NULL or a NUL-terminated string.
-unsafe fn arg_path(p: *const c_char, name: &str) -> FfiResult<PathBuf> {
-    #[cfg(unix)]
-    {
-        use std::os::unix::ffi::OsStrExt;
-        if p.is_null() {
-            return Err(Failure::null(name));
-        }
-        // SAFETY: non-NULL and NUL-terminated by the caller's contract.
-        let bytes = unsafe { std::ffi::CStr::from_ptr(p) }.to_bytes();
-        Ok(PathBuf::from(std::ffi::OsStr::from_bytes(bytes)))
-    }
-    #[cfg(not(unix))]
-    {
-        // SAFETY: forwarded caller contract.
-        unsafe { arg_str(p, name) }.map(PathBuf::from)
-    }
 }
 
 /// Opens (creating if needed) the data directory at `path`, takes its
@@ -60,11 +36,9 @@ pub unsafe extern "C" fn mql_open(
     out: *mut *mut mql_broker,
 ) -> mql_status {
     guard(|| {
-        // SAFETY: forwarded caller contract (for all three).
-        let path = unsafe { arg_path(path, "path") }?;
-        // SAFETY: as above.
-        let config = unsafe { opt_ref(config, "config") }?;
-        let out = Out::new(out, "out")?;
+        let path = arg!(path path);
+        let config = arg!(opt_ref config);
+        let out = out!(out);
         let config = config.map_or_else(Config::default, |c| c.inner.clone());
         let inner = Broker::open(path, config)?;
         // SAFETY: `out` is valid for writes by the caller's contract.
@@ -125,8 +99,7 @@ pub unsafe extern "C" fn mql_close(broker: *mut mql_broker) -> mql_status {
 #[no_mangle]
 pub unsafe extern "C" fn mql_flush(broker: *mut mql_broker) -> mql_status {
     guard(|| {
-        // SAFETY: forwarded caller contract.
-        let b = unsafe { arg_ref(broker, "broker") }?;
+        let b = arg!(ref broker);
         b.inner.flush()?;
         Ok(())
     })
@@ -152,9 +125,8 @@ pub unsafe extern "C" fn mql_enforce_retention(
     deleted: *mut usize,
 ) -> mql_status {
     guard(|| {
-        // SAFETY: forwarded caller contract.
-        let b = unsafe { arg_ref(broker, "broker") }?;
-        let deleted = Out::new(deleted, "deleted")?;
+        let b = arg!(ref broker);
+        let deleted = out!(deleted);
         let n = b.inner.enforce_retention()?;
         // SAFETY: valid for writes by the caller's contract.
         unsafe { deleted.write(n) };
@@ -180,12 +152,9 @@ pub unsafe extern "C" fn mql_topic_create(
     config: *const mql_topic_config,
 ) -> mql_status {
     guard(|| {
-        // SAFETY: forwarded caller contract (for all three).
-        let b = unsafe { arg_ref(broker, "broker") }?;
-        // SAFETY: as above.
-        let name = unsafe { arg_str(name, "name") }?;
-        // SAFETY: as above.
-        let config = unsafe { opt_ref(config, "config") }?;
+        let b = arg!(ref broker);
+        let name = arg!(str name);
+        let config = arg!(opt_ref config);
         let config = config.map_or_else(TopicConfig::default, |c| c.inner.clone());
         b.inner.create_topic(name, config)?;
         Ok(())
@@ -208,10 +177,8 @@ pub unsafe extern "C" fn mql_topic_delete(
     name: *const c_char,
 ) -> mql_status {
     guard(|| {
-        // SAFETY: forwarded caller contract (for both).
-        let b = unsafe { arg_ref(broker, "broker") }?;
-        // SAFETY: as above.
-        let name = unsafe { arg_str(name, "name") }?;
+        let b = arg!(ref broker);
+        let name = arg!(str name);
         b.inner.delete_topic(name)?;
         Ok(())
     })
@@ -234,10 +201,8 @@ pub unsafe extern "C" fn mql_topic_add_partitions(
     total: u32,
 ) -> mql_status {
     guard(|| {
-        // SAFETY: forwarded caller contract (for both).
-        let b = unsafe { arg_ref(broker, "broker") }?;
-        // SAFETY: as above.
-        let name = unsafe { arg_str(name, "name") }?;
+        let b = arg!(ref broker);
+        let name = arg!(str name);
         b.inner.add_partitions(name, total)?;
         Ok(())
     })
@@ -259,11 +224,9 @@ pub unsafe extern "C" fn mql_topic_partition_count(
     out: *mut u32,
 ) -> mql_status {
     guard(|| {
-        // SAFETY: forwarded caller contract (for all three).
-        let b = unsafe { arg_ref(broker, "broker") }?;
-        // SAFETY: as above.
-        let name = unsafe { arg_str(name, "name") }?;
-        let out = Out::new(out, "out")?;
+        let b = arg!(ref broker);
+        let name = arg!(str name);
+        let out = out!(out);
         let n = b.inner.topic(name)?.partitions.len() as u32;
         // SAFETY: `out` is valid for writes by the caller's contract.
         unsafe { out.write(n) };
@@ -291,12 +254,10 @@ pub unsafe extern "C" fn mql_topic_offsets(
     end: *mut u64,
 ) -> mql_status {
     guard(|| {
-        // SAFETY: forwarded caller contract (for all four).
-        let b = unsafe { arg_ref(broker, "broker") }?;
-        // SAFETY: as above.
-        let name = unsafe { arg_str(name, "name") }?;
-        let start = Out::new(start, "start")?;
-        let end = Out::new(end, "end")?;
+        let b = arg!(ref broker);
+        let name = arg!(str name);
+        let start = out!(start);
+        let end = out!(end);
         let p = partition_info(b, name, partition)?;
         // SAFETY: both are valid for writes by the caller's contract.
         unsafe {
@@ -380,11 +341,9 @@ pub unsafe extern "C" fn mql_partition_recovery(
     out: *mut mql_recovery_stats,
 ) -> mql_status {
     guard(|| {
-        // SAFETY: forwarded caller contract (for all three).
-        let b = unsafe { arg_ref(broker, "broker") }?;
-        // SAFETY: as above.
-        let name = unsafe { arg_str(name, "name") }?;
-        let out = Out::new(out, "out")?;
+        let b = arg!(ref broker);
+        let name = arg!(str name);
+        let out = out!(out);
         let p = partition_info(b, name, partition)?;
         // SAFETY: `out` is valid for writes by the caller's contract.
         unsafe { out.write(p.recovery.into()) };

@@ -11,8 +11,30 @@ use mqlite::{
 };
 
 use crate::callback::{mql_interceptor, mql_partition_selector, selector, CInterceptor, UserData};
-use crate::error::{guard, guard_value, mql_status, Failure};
-use crate::util::{arg_mut, arg_ref, arg_str, free_handle, into_handle, opt_str, Out};
+use crate::error::{guard, mql_status, Failure, FfiResult};
+use crate::util::{arg, free, into_handle, out};
+
+/// The body of a setter: checks `config` (`arg!(mut config)`) and then
+/// sets its `field` to `value`, which may return early with `?`.
+macro_rules! set {
+    ($config:ident, $field:ident = $value:expr) => {
+        guard(|| {
+            // The config first: a NULL config is reported before a bad value.
+            let c = arg!(mut $config);
+            c.inner.$field = $value;
+            Ok(())
+        })
+    };
+}
+
+/// `value` when `ok`, else `MQL_INVALID_ARGUMENT` with `message`.
+fn valid<T, M: Into<String>>(value: T, ok: bool, message: impl FnOnce() -> M) -> FfiResult<T> {
+    if ok {
+        Ok(value)
+    } else {
+        Err(Failure::invalid(message()))
+    }
+}
 
 /// Settings of a data directory handle, for `mql_open`.
 pub struct mql_config {
@@ -31,7 +53,7 @@ pub struct mql_config {
 #[no_mangle]
 pub unsafe extern "C" fn mql_config_new(out: *mut *mut mql_config) -> mql_status {
     guard(|| {
-        let out = Out::new(out, "out")?;
+        let out = out!(out);
         // SAFETY: `out` is valid for writes by the caller's contract.
         unsafe {
             out.write(into_handle(mql_config {
@@ -50,8 +72,7 @@ pub unsafe extern "C" fn mql_config_new(out: *mut *mut mql_config) -> mql_status
 /// `config` is NULL or a live config from `mql_config_new`, not used again.
 #[no_mangle]
 pub unsafe extern "C" fn mql_config_free(config: *mut mql_config) {
-    // SAFETY: forwarded caller contract.
-    guard_value((), || unsafe { free_handle(config) })
+    free!(config)
 }
 
 /// Whether to fault in segment pages in the background before the writer
@@ -67,12 +88,7 @@ pub unsafe extern "C" fn mql_config_set_prefault(
     config: *mut mql_config,
     prefault: bool,
 ) -> mql_status {
-    guard(|| {
-        // SAFETY: forwarded caller contract.
-        let c = unsafe { arg_mut(config, "config") }?;
-        c.inner.prefault = prefault;
-        Ok(())
-    })
+    set!(config, prefault = prefault)
 }
 
 /// Unix permission bits of created data files (default 0600). At most
@@ -87,17 +103,12 @@ pub unsafe extern "C" fn mql_config_set_file_mode(
     config: *mut mql_config,
     mode: u32,
 ) -> mql_status {
-    guard(|| {
-        // SAFETY: forwarded caller contract.
-        let c = unsafe { arg_mut(config, "config") }?;
-        if mode > 0o7777 {
-            return Err(Failure::invalid(format!(
-                "file mode must be at most 07777, got {mode:#o}"
-            )));
-        }
-        c.inner.file_mode = mode;
-        Ok(())
-    })
+    set!(
+        config,
+        file_mode = valid(mode, mode <= 0o7777, || {
+            format!("file mode must be at most 07777, got {mode:#o}")
+        })?
+    )
 }
 
 /// How often a background thread applies retention, in milliseconds
@@ -113,12 +124,7 @@ pub unsafe extern "C" fn mql_config_set_retention_check_interval_ms(
     config: *mut mql_config,
     interval_ms: u64,
 ) -> mql_status {
-    guard(|| {
-        // SAFETY: forwarded caller contract.
-        let c = unsafe { arg_mut(config, "config") }?;
-        c.inner.retention_check_interval_ms = interval_ms;
-        Ok(())
-    })
+    set!(config, retention_check_interval_ms = interval_ms)
 }
 
 /// Largest metadata string a commit may carry, in bytes (default 4096,
@@ -134,12 +140,7 @@ pub unsafe extern "C" fn mql_config_set_max_commit_metadata_bytes(
     config: *mut mql_config,
     max_bytes: usize,
 ) -> mql_status {
-    guard(|| {
-        // SAFETY: forwarded caller contract.
-        let c = unsafe { arg_mut(config, "config") }?;
-        c.inner.max_commit_metadata_bytes = max_bytes;
-        Ok(())
-    })
+    set!(config, max_commit_metadata_bytes = max_bytes)
 }
 
 /// Configuration of a topic, for `mql_topic_create`.
@@ -163,7 +164,7 @@ pub unsafe extern "C" fn mql_topic_config_new(
     out: *mut *mut mql_topic_config,
 ) -> mql_status {
     guard(|| {
-        let out = Out::new(out, "out")?;
+        let out = out!(out);
         let inner = TopicConfig::new(partitions);
         inner.validate()?;
         // SAFETY: `out` is valid for writes by the caller's contract.
@@ -181,8 +182,7 @@ pub unsafe extern "C" fn mql_topic_config_new(
 /// again.
 #[no_mangle]
 pub unsafe extern "C" fn mql_topic_config_free(config: *mut mql_topic_config) {
-    // SAFETY: forwarded caller contract.
-    guard_value((), || unsafe { free_handle(config) })
+    free!(config)
 }
 
 /// Size each segment file is preallocated to (4 KiB to 2 GiB, checked by
@@ -199,8 +199,7 @@ pub unsafe extern "C" fn mql_topic_config_set_segment_bytes(
     bytes: u64,
 ) -> mql_status {
     guard(|| {
-        // SAFETY: forwarded caller contract.
-        let c = unsafe { arg_mut(config, "config") }?;
+        let c = arg!(mut config);
         c.inner = c.inner.clone().segment_bytes(bytes);
         Ok(())
     })
@@ -220,12 +219,7 @@ pub unsafe extern "C" fn mql_topic_config_set_retention_ms(
     config: *mut mql_topic_config,
     ms: i64,
 ) -> mql_status {
-    guard(|| {
-        // SAFETY: forwarded caller contract.
-        let c = unsafe { arg_mut(config, "config") }?;
-        c.inner.retention_ms = unlimited_or(ms, "retention_ms")?;
-        Ok(())
-    })
+    set!(config, retention_ms = unlimited_or(ms, "retention_ms")?)
 }
 
 /// Deletes the oldest closed segments while a partition holds more than
@@ -242,12 +236,10 @@ pub unsafe extern "C" fn mql_topic_config_set_retention_bytes(
     config: *mut mql_topic_config,
     bytes: i64,
 ) -> mql_status {
-    guard(|| {
-        // SAFETY: forwarded caller contract.
-        let c = unsafe { arg_mut(config, "config") }?;
-        c.inner.retention_bytes = unlimited_or(bytes, "retention_bytes")?;
-        Ok(())
-    })
+    set!(
+        config,
+        retention_bytes = unlimited_or(bytes, "retention_bytes")?
+    )
 }
 
 /// Largest encoded record (a record is stored as a batch of one, with 61
@@ -264,12 +256,7 @@ pub unsafe extern "C" fn mql_topic_config_set_max_message_bytes(
     config: *mut mql_topic_config,
     bytes: u32,
 ) -> mql_status {
-    guard(|| {
-        // SAFETY: forwarded caller contract.
-        let c = unsafe { arg_mut(config, "config") }?;
-        c.inner.max_message_bytes = bytes;
-        Ok(())
-    })
+    set!(config, max_message_bytes = bytes)
 }
 
 /// Stamps records with the time they are appended instead of the time the
@@ -285,12 +272,7 @@ pub unsafe extern "C" fn mql_topic_config_set_log_append_time(
     config: *mut mql_topic_config,
     on: bool,
 ) -> mql_status {
-    guard(|| {
-        // SAFETY: forwarded caller contract.
-        let c = unsafe { arg_mut(config, "config") }?;
-        c.inner.log_append_time = on;
-        Ok(())
-    })
+    set!(config, log_append_time = on)
 }
 
 /// Makes time retention (`retention_ms`) keep the segments some consumer
@@ -307,12 +289,7 @@ pub unsafe extern "C" fn mql_topic_config_set_retention_respects_groups(
     config: *mut mql_topic_config,
     on: bool,
 ) -> mql_status {
-    guard(|| {
-        // SAFETY: forwarded caller contract.
-        let c = unsafe { arg_mut(config, "config") }?;
-        c.inner.retention_respects_groups = on;
-        Ok(())
-    })
+    set!(config, retention_respects_groups = on)
 }
 
 fn unlimited_or(v: i64, what: &str) -> Result<Option<u64>, Failure> {
@@ -344,7 +321,7 @@ pub struct mql_producer_config {
 #[no_mangle]
 pub unsafe extern "C" fn mql_producer_config_new(out: *mut *mut mql_producer_config) -> mql_status {
     guard(|| {
-        let out = Out::new(out, "out")?;
+        let out = out!(out);
         // SAFETY: `out` is valid for writes by the caller's contract.
         unsafe {
             out.write(into_handle(mql_producer_config {
@@ -364,8 +341,7 @@ pub unsafe extern "C" fn mql_producer_config_new(out: *mut *mut mql_producer_con
 /// used again.
 #[no_mangle]
 pub unsafe extern "C" fn mql_producer_config_free(config: *mut mql_producer_config) {
-    // SAFETY: forwarded caller contract.
-    guard_value((), || unsafe { free_handle(config) })
+    free!(config)
 }
 
 /// Durability of every send, as Kafka's `acks`: 0 (do not wait), 1 (the
@@ -383,12 +359,7 @@ pub unsafe extern "C" fn mql_producer_config_set_acks(
     config: *mut mql_producer_config,
     acks: i32,
 ) -> mql_status {
-    guard(|| {
-        // SAFETY: forwarded caller contract.
-        let c = unsafe { arg_mut(config, "config") }?;
-        c.inner.acks = Acks::from_i32(acks)?;
-        Ok(())
-    })
+    set!(config, acks = Acks::from_i32(acks)?)
 }
 
 /// Idempotence (default on): the producer gets an id and epoch, every
@@ -407,12 +378,7 @@ pub unsafe extern "C" fn mql_producer_config_set_idempotent(
     config: *mut mql_producer_config,
     idempotent: bool,
 ) -> mql_status {
-    guard(|| {
-        // SAFETY: forwarded caller contract.
-        let c = unsafe { arg_mut(config, "config") }?;
-        c.inner.idempotent = idempotent;
-        Ok(())
-    })
+    set!(config, idempotent = idempotent)
 }
 
 /// A durable name for the producer (Pulsar's producer name), or NULL for
@@ -435,10 +401,8 @@ pub unsafe extern "C" fn mql_producer_config_set_name(
     name: *const c_char,
 ) -> mql_status {
     guard(|| {
-        // SAFETY: forwarded caller contract (for both).
-        let c = unsafe { arg_mut(config, "config") }?;
-        // SAFETY: as above.
-        let name = unsafe { opt_str(name, "name") }?;
+        let c = arg!(mut config);
+        let name = arg!(opt_str name);
         if let Some(n) = name {
             mqlite::validate_producer_name(n)?;
         }
@@ -462,12 +426,7 @@ pub unsafe extern "C" fn mql_producer_config_set_linger_ms(
     config: *mut mql_producer_config,
     linger_ms: u64,
 ) -> mql_status {
-    guard(|| {
-        // SAFETY: forwarded caller contract.
-        let c = unsafe { arg_mut(config, "config") }?;
-        c.inner.linger_ms = linger_ms;
-        Ok(())
-    })
+    set!(config, linger_ms = linger_ms)
 }
 
 /// A partition's batch of asynchronous sends is written once it holds this
@@ -484,12 +443,7 @@ pub unsafe extern "C" fn mql_producer_config_set_batch_size(
     config: *mut mql_producer_config,
     bytes: usize,
 ) -> mql_status {
-    guard(|| {
-        // SAFETY: forwarded caller contract.
-        let c = unsafe { arg_mut(config, "config") }?;
-        c.inner.batch_size = bytes;
-        Ok(())
-    })
+    set!(config, batch_size = bytes)
 }
 
 /// Most bytes the producer holds in batches not yet written and in batches
@@ -507,15 +461,10 @@ pub unsafe extern "C" fn mql_producer_config_set_buffer_memory(
     config: *mut mql_producer_config,
     bytes: usize,
 ) -> mql_status {
-    guard(|| {
-        // SAFETY: forwarded caller contract.
-        let c = unsafe { arg_mut(config, "config") }?;
-        if bytes == 0 {
-            return Err(Failure::invalid("buffer_memory must be at least 1"));
-        }
-        c.inner.buffer_memory = bytes;
-        Ok(())
-    })
+    set!(
+        config,
+        buffer_memory = valid(bytes, bytes > 0, || "buffer_memory must be at least 1")?
+    )
 }
 
 /// How long a send waits for room in `buffer_memory` before failing with
@@ -531,12 +480,7 @@ pub unsafe extern "C" fn mql_producer_config_set_max_block_ms(
     config: *mut mql_producer_config,
     max_block_ms: u64,
 ) -> mql_status {
-    guard(|| {
-        // SAFETY: forwarded caller contract.
-        let c = unsafe { arg_mut(config, "config") }?;
-        c.inner.max_block_ms = max_block_ms;
-        Ok(())
-    })
+    set!(config, max_block_ms = max_block_ms)
 }
 
 /// The codec of every batch the producer writes: `"none"` (the default),
@@ -553,14 +497,10 @@ pub unsafe extern "C" fn mql_producer_config_set_compression(
     config: *mut mql_producer_config,
     codec: *const c_char,
 ) -> mql_status {
-    guard(|| {
-        // SAFETY: forwarded caller contract (for both).
-        let c = unsafe { arg_mut(config, "config") }?;
-        // SAFETY: as above.
-        let codec = unsafe { arg_str(codec, "codec") }?;
-        c.inner.compression = codec.parse::<Compression>()?;
-        Ok(())
-    })
+    set!(
+        config,
+        compression = arg!(str codec).parse::<Compression>()?
+    )
 }
 
 /// How the producer chooses the partition of a record without a key or an
@@ -580,14 +520,7 @@ pub unsafe extern "C" fn mql_producer_config_set_partitioner(
     config: *mut mql_producer_config,
     name: *const c_char,
 ) -> mql_status {
-    guard(|| {
-        // SAFETY: forwarded caller contract (for both).
-        let c = unsafe { arg_mut(config, "config") }?;
-        // SAFETY: as above.
-        let name = unsafe { arg_str(name, "name") }?;
-        c.inner.partitioner = name.parse::<Partitioner>()?;
-        Ok(())
-    })
+    set!(config, partitioner = arg!(str name).parse::<Partitioner>()?)
 }
 
 /// A custom partition selector (RocketMQ's `MessageQueueSelector`):
@@ -616,8 +549,7 @@ pub unsafe extern "C" fn mql_producer_config_set_partitioner_fn(
     user_data: *mut c_void,
 ) -> mql_status {
     guard(|| {
-        // SAFETY: forwarded caller contract.
-        let c = unsafe { arg_mut(config, "config") }?;
+        let c = arg!(mut config);
         let select = select.ok_or_else(|| Failure::null("select"))?;
         c.inner.partitioner = selector(select, UserData::new(user_data));
         Ok(())
@@ -639,17 +571,12 @@ pub unsafe extern "C" fn mql_producer_config_set_dedup_window(
     config: *mut mql_producer_config,
     batches: usize,
 ) -> mql_status {
-    guard(|| {
-        // SAFETY: forwarded caller contract.
-        let c = unsafe { arg_mut(config, "config") }?;
-        if !(1..=1000).contains(&batches) {
-            return Err(Failure::invalid(format!(
-                "dedup_window must be between 1 and 1000 batches, got {batches}"
-            )));
-        }
-        c.inner.dedup_window = batches;
-        Ok(())
-    })
+    set!(
+        config,
+        dedup_window = valid(batches, (1..=1000).contains(&batches), || {
+            format!("dedup_window must be between 1 and 1000 batches, got {batches}")
+        })?
+    )
 }
 
 /// Whether a record's sequence may skip ahead of the next one its partition
@@ -667,12 +594,7 @@ pub unsafe extern "C" fn mql_producer_config_set_strict_sequences(
     config: *mut mql_producer_config,
     strict: bool,
 ) -> mql_status {
-    guard(|| {
-        // SAFETY: forwarded caller contract.
-        let c = unsafe { arg_mut(config, "config") }?;
-        c.inner.strict_sequences = strict;
-        Ok(())
-    })
+    set!(config, strict_sequences = strict)
 }
 
 /// Adds an interceptor (see `mql_interceptor`); interceptors run in the
@@ -696,10 +618,8 @@ pub unsafe extern "C" fn mql_producer_config_add_interceptor(
     interceptor: *const mql_interceptor,
 ) -> mql_status {
     guard(|| {
-        // SAFETY: forwarded caller contract (for both).
-        let c = unsafe { arg_mut(config, "config") }?;
-        // SAFETY: as above.
-        let ic = unsafe { arg_ref(interceptor, "interceptor") }?;
+        let c = arg!(mut config);
+        let ic = arg!(ref interceptor);
         if ic.on_send.is_none() && ic.on_acknowledgement.is_none() {
             return Err(Failure::invalid(
                 "the interceptor has neither on_send nor on_acknowledgement",
@@ -744,7 +664,7 @@ pub struct mql_consumer_config {
 #[no_mangle]
 pub unsafe extern "C" fn mql_consumer_config_new(out: *mut *mut mql_consumer_config) -> mql_status {
     guard(|| {
-        let out = Out::new(out, "out")?;
+        let out = out!(out);
         // SAFETY: `out` is valid for writes by the caller's contract.
         unsafe {
             out.write(into_handle(mql_consumer_config {
@@ -764,8 +684,7 @@ pub unsafe extern "C" fn mql_consumer_config_new(out: *mut *mut mql_consumer_con
 /// used again.
 #[no_mangle]
 pub unsafe extern "C" fn mql_consumer_config_free(config: *mut mql_consumer_config) {
-    // SAFETY: forwarded caller contract.
-    guard_value((), || unsafe { free_handle(config) })
+    free!(config)
 }
 
 /// Where to start without a valid position: one of the `mql_offset_reset`
@@ -782,21 +701,19 @@ pub unsafe extern "C" fn mql_consumer_config_set_auto_offset_reset(
     config: *mut mql_consumer_config,
     reset: c_int,
 ) -> mql_status {
-    guard(|| {
-        // SAFETY: forwarded caller contract.
-        let c = unsafe { arg_mut(config, "config") }?;
-        c.inner.auto_offset_reset = match reset {
+    set!(
+        config,
+        auto_offset_reset = match reset {
             r if r == mql_offset_reset::Earliest as c_int => OffsetReset::Earliest,
             r if r == mql_offset_reset::Latest as c_int => OffsetReset::Latest,
             r if r == mql_offset_reset::Error as c_int => OffsetReset::Error,
             r => {
                 return Err(Failure::invalid(format!(
                 "auto_offset_reset must be MQL_OFFSET_RESET_EARLIEST, _LATEST or _ERROR, got {r}"
-            )))
+            )));
             }
-        };
-        Ok(())
-    })
+        }
+    )
 }
 
 /// Most records the consumer fetches from the engine at once (default 500,
@@ -813,15 +730,10 @@ pub unsafe extern "C" fn mql_consumer_config_set_max_poll_records(
     config: *mut mql_consumer_config,
     n: usize,
 ) -> mql_status {
-    guard(|| {
-        // SAFETY: forwarded caller contract.
-        let c = unsafe { arg_mut(config, "config") }?;
-        if n == 0 {
-            return Err(Failure::invalid("max_poll_records must be at least 1"));
-        }
-        c.inner.max_poll_records = n;
-        Ok(())
-    })
+    set!(
+        config,
+        max_poll_records = valid(n, n > 0, || "max_poll_records must be at least 1")?
+    )
 }
 
 /// This consumer's name (default `"consumer"`): the start of its member id
@@ -842,10 +754,8 @@ pub unsafe extern "C" fn mql_consumer_config_set_client_id(
     client_id: *const c_char,
 ) -> mql_status {
     guard(|| {
-        // SAFETY: forwarded caller contract (for both).
-        let c = unsafe { arg_mut(config, "config") }?;
-        // SAFETY: as above.
-        let id = unsafe { arg_str(client_id, "client_id") }?;
+        let c = arg!(mut config);
+        let id = arg!(str client_id);
         mqlite::validate_topic_name(id).map_err(|e| match e {
             mqlite::Error::InvalidTopicName { reason, .. } => {
                 Failure::invalid(format!("client_id {id:?}: {reason}"))
@@ -877,10 +787,8 @@ pub unsafe extern "C" fn mql_consumer_config_set_assignment_strategy(
     strategy: *const c_char,
 ) -> mql_status {
     guard(|| {
-        // SAFETY: forwarded caller contract (for both).
-        let c = unsafe { arg_mut(config, "config") }?;
-        // SAFETY: as above.
-        let name = unsafe { arg_str(strategy, "strategy") }?;
+        let c = arg!(mut config);
+        let name = arg!(str strategy);
         c.inner.assignment_strategy = name.parse::<AssignmentStrategy>()?;
         Ok(())
     })
@@ -907,10 +815,8 @@ pub unsafe extern "C" fn mql_consumer_config_add_wanted_partition(
     partition: u32,
 ) -> mql_status {
     guard(|| {
-        // SAFETY: forwarded caller contract (for both).
-        let c = unsafe { arg_mut(config, "config") }?;
-        // SAFETY: as above.
-        let topic = unsafe { arg_str(topic, "topic") }?;
+        let c = arg!(mut config);
+        let topic = arg!(str topic);
         let wanted = &mut c.inner.wanted_partitions;
         if !wanted.iter().any(|(t, p)| t == topic && *p == partition) {
             wanted.push((topic.to_owned(), partition));
@@ -936,12 +842,7 @@ pub unsafe extern "C" fn mql_consumer_config_set_enable_auto_commit(
     config: *mut mql_consumer_config,
     on: bool,
 ) -> mql_status {
-    guard(|| {
-        // SAFETY: forwarded caller contract.
-        let c = unsafe { arg_mut(config, "config") }?;
-        c.inner.enable_auto_commit = on;
-        Ok(())
-    })
+    set!(config, enable_auto_commit = on)
 }
 
 /// Interval of automatic commits in milliseconds (default 5000; 0 commits
@@ -957,12 +858,7 @@ pub unsafe extern "C" fn mql_consumer_config_set_auto_commit_interval_ms(
     config: *mut mql_consumer_config,
     interval_ms: u64,
 ) -> mql_status {
-    guard(|| {
-        // SAFETY: forwarded caller contract.
-        let c = unsafe { arg_mut(config, "config") }?;
-        c.inner.auto_commit_interval_ms = interval_ms;
-        Ok(())
-    })
+    set!(config, auto_commit_interval_ms = interval_ms)
 }
 
 /// A group member that does not fetch from the engine for this many
@@ -983,8 +879,7 @@ pub unsafe extern "C" fn mql_consumer_config_set_max_poll_interval_ms(
     interval_ms: u64,
 ) -> mql_status {
     guard(|| {
-        // SAFETY: forwarded caller contract.
-        let c = unsafe { arg_mut(config, "config") }?;
+        let c = arg!(mut config);
         if interval_ms == 0 {
             return Err(Failure::invalid("max_poll_interval_ms must be at least 1"));
         }
@@ -1009,12 +904,7 @@ pub unsafe extern "C" fn mql_consumer_config_set_broadcast(
     config: *mut mql_consumer_config,
     on: bool,
 ) -> mql_status {
-    guard(|| {
-        // SAFETY: forwarded caller contract.
-        let c = unsafe { arg_mut(config, "config") }?;
-        c.inner.broadcast = on;
-        Ok(())
-    })
+    set!(config, broadcast = on)
 }
 
 /// Whether each message `mql_poll` hands out counts as processed for

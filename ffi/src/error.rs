@@ -5,6 +5,13 @@ use std::cell::RefCell;
 use std::ffi::{c_char, c_int, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
+use mqlite::ErrorKind;
+
+// The values must stay written out here for cbindgen, which cannot read
+// the core's list of error kinds (`mqlite::ErrorKind`); the test
+// `statuses_match_core_kinds` checks that they match it one to one, name
+// and number.
+
 /// The result of every fallible function. `MQL_OK` (0) is success; the other
 /// values are the engine's stable error codes (allocated in blocks per
 /// domain: 1-99 general, 100-199 topics, 200-299 partitions, 300-399 on-disk
@@ -120,38 +127,30 @@ impl mql_status {
     pub(crate) fn from_core(e: &mqlite::Error) -> mql_status {
         match mql_status::from_code(e.code()) {
             // The FFI-only codes are never core codes.
-            Some(MQL_OK | MQL_NULL_ARGUMENT | MQL_INVALID_UTF8 | MQL_PANIC) | None => MQL_IO,
-            Some(s) => s,
+            Some(s) if !s.is_ffi_only() => s,
+            _ => MQL_IO,
         }
     }
 
+    /// The status name: the FFI's own four here, the engine's from the
+    /// core's list of error kinds.
     fn name(self) -> &'static CStr {
         match self {
             MQL_OK => c"MQL_OK",
-            MQL_IO => c"MQL_IO",
-            MQL_DISK_FULL => c"MQL_DISK_FULL",
-            MQL_LOCKED => c"MQL_LOCKED",
-            MQL_INVALID_ARGUMENT => c"MQL_INVALID_ARGUMENT",
-            MQL_CLOSED => c"MQL_CLOSED",
-            MQL_TIMEOUT => c"MQL_TIMEOUT",
             MQL_NULL_ARGUMENT => c"MQL_NULL_ARGUMENT",
             MQL_INVALID_UTF8 => c"MQL_INVALID_UTF8",
             MQL_PANIC => c"MQL_PANIC",
-            MQL_INVALID_TOPIC_NAME => c"MQL_INVALID_TOPIC_NAME",
-            MQL_TOPIC_EXISTS => c"MQL_TOPIC_EXISTS",
-            MQL_UNKNOWN_TOPIC => c"MQL_UNKNOWN_TOPIC",
-            MQL_INVALID_CONFIG => c"MQL_INVALID_CONFIG",
-            MQL_UNKNOWN_PARTITION => c"MQL_UNKNOWN_PARTITION",
-            MQL_OFFSET_OUT_OF_RANGE => c"MQL_OFFSET_OUT_OF_RANGE",
-            MQL_POISONED => c"MQL_POISONED",
-            MQL_CORRUPT => c"MQL_CORRUPT",
-            MQL_UNSUPPORTED_VERSION => c"MQL_UNSUPPORTED_VERSION",
-            MQL_MESSAGE_TOO_LARGE => c"MQL_MESSAGE_TOO_LARGE",
-            MQL_BUFFER_FULL => c"MQL_BUFFER_FULL",
-            MQL_OUT_OF_ORDER_SEQUENCE => c"MQL_OUT_OF_ORDER_SEQUENCE",
-            MQL_PRODUCER_FENCED => c"MQL_PRODUCER_FENCED",
-            MQL_COMMIT_FAILED => c"MQL_COMMIT_FAILED",
+            s => ErrorKind::from_code(s as c_int)
+                .map_or(c"MQL_UNKNOWN_STATUS", ErrorKind::status_cstr),
         }
+    }
+
+    /// Whether the status is the FFI's own, not an engine error kind.
+    fn is_ffi_only(self) -> bool {
+        matches!(
+            self,
+            MQL_OK | MQL_NULL_ARGUMENT | MQL_INVALID_UTF8 | MQL_PANIC
+        )
     }
 }
 
@@ -492,6 +491,27 @@ mod tests {
             let f = Failure::from(e);
             assert_eq!(f.status as c_int, code, "{}", f.message);
         }
+    }
+
+    /// The statuses written out above and the core's list of error kinds
+    /// match one to one: same number, same name, and back.
+    #[test]
+    fn statuses_match_core_kinds() {
+        for &k in ErrorKind::ALL {
+            let s =
+                mql_status::from_code(k.code()).unwrap_or_else(|| panic!("no status for {k:?}"));
+            assert!(!s.is_ffi_only(), "{k:?}");
+            assert_eq!(format!("{s:?}"), k.status_name());
+            assert_eq!(s.name(), k.status_cstr());
+        }
+        for s in ALL {
+            let kind = ErrorKind::from_code(s as c_int);
+            assert_eq!(kind.is_none(), s.is_ffi_only(), "{s:?}");
+            if let Some(k) = kind {
+                assert_eq!(k.status_name(), format!("{s:?}"));
+            }
+        }
+        assert_eq!(ALL.len(), ErrorKind::ALL.len() + 4);
     }
 
     #[test]

@@ -6,7 +6,7 @@ use std::sync::OnceLock;
 use mqlite::Message;
 
 use crate::error::{guard, guard_value, mql_status, Failure};
-use crate::util::{arg_ref, free_handle, Out};
+use crate::util::{arg, free, out, Out};
 
 /// One consumed record. Made by `mql_poll`, released by
 /// `mql_message_free`; or borrowed from an `mql_message_batch`
@@ -80,10 +80,7 @@ unsafe fn bytes_out(bytes: Option<&[u8]>, len: *mut usize) -> *const c_void {
 #[no_mangle]
 pub unsafe extern "C" fn mql_message_topic(message: *const mql_message) -> *const c_char {
     guard_value(std::ptr::null(), || {
-        // SAFETY: forwarded caller contract.
-        let Ok(m) = (unsafe { arg_ref(message, "message") }) else {
-            return std::ptr::null();
-        };
+        let m = arg!(ref message else std::ptr::null());
         m.topic
             .get_or_init(|| {
                 // Topic names are validated ASCII without NUL bytes.
@@ -102,8 +99,8 @@ pub unsafe extern "C" fn mql_message_topic(message: *const mql_message) -> *cons
 #[no_mangle]
 pub unsafe extern "C" fn mql_message_partition(message: *const mql_message) -> u32 {
     guard_value(0, || {
-        // SAFETY: forwarded caller contract.
-        unsafe { arg_ref(message, "message") }.map_or(0, |m| m.inner.partition())
+        let m = arg!(ref message else 0);
+        m.inner.partition()
     })
 }
 
@@ -116,8 +113,8 @@ pub unsafe extern "C" fn mql_message_partition(message: *const mql_message) -> u
 #[no_mangle]
 pub unsafe extern "C" fn mql_message_offset(message: *const mql_message) -> u64 {
     guard_value(0, || {
-        // SAFETY: forwarded caller contract.
-        unsafe { arg_ref(message, "message") }.map_or(0, |m| m.inner.offset())
+        let m = arg!(ref message else 0);
+        m.inner.offset()
     })
 }
 
@@ -131,8 +128,8 @@ pub unsafe extern "C" fn mql_message_offset(message: *const mql_message) -> u64 
 #[no_mangle]
 pub unsafe extern "C" fn mql_message_timestamp(message: *const mql_message) -> i64 {
     guard_value(-1, || {
-        // SAFETY: forwarded caller contract.
-        unsafe { arg_ref(message, "message") }.map_or(-1, |m| m.inner.timestamp())
+        let m = arg!(ref message else -1);
+        m.inner.timestamp()
     })
 }
 
@@ -152,10 +149,7 @@ pub unsafe extern "C" fn mql_message_key(
     len: *mut usize,
 ) -> *const c_void {
     guard_value(std::ptr::null(), || {
-        // SAFETY: forwarded caller contract.
-        let Ok(m) = (unsafe { arg_ref(message, "message") }) else {
-            return std::ptr::null();
-        };
+        let m = arg!(ref message else std::ptr::null());
         // SAFETY: forwarded caller contract.
         unsafe { bytes_out(m.inner.key(), len) }
     })
@@ -177,10 +171,7 @@ pub unsafe extern "C" fn mql_message_value(
     len: *mut usize,
 ) -> *const c_void {
     guard_value(std::ptr::null(), || {
-        // SAFETY: forwarded caller contract.
-        let Ok(m) = (unsafe { arg_ref(message, "message") }) else {
-            return std::ptr::null();
-        };
+        let m = arg!(ref message else std::ptr::null());
         // SAFETY: forwarded caller contract.
         unsafe { bytes_out(m.inner.value(), len) }
     })
@@ -195,8 +186,8 @@ pub unsafe extern "C" fn mql_message_value(
 #[no_mangle]
 pub unsafe extern "C" fn mql_message_header_count(message: *const mql_message) -> usize {
     guard_value(0, || {
-        // SAFETY: forwarded caller contract.
-        unsafe { arg_ref(message, "message") }.map_or(0, |m| m.headers().len())
+        let m = arg!(ref message else 0);
+        m.headers().len()
     })
 }
 
@@ -224,12 +215,11 @@ pub unsafe extern "C" fn mql_message_header(
     value_len: *mut usize,
 ) -> mql_status {
     guard(|| {
-        // SAFETY: forwarded caller contract.
-        let m = unsafe { arg_ref(message, "message") }?;
-        let name = Out::new(name, "name")?;
-        let name_len = Out::new(name_len, "name_len")?;
-        let value = Out::new(value, "value")?;
-        let value_len = Out::new(value_len, "value_len")?;
+        let m = arg!(ref message);
+        let name = out!(name);
+        let name_len = out!(name_len);
+        let value = out!(value);
+        let value_len = out!(value_len);
         let headers = m.headers();
         let h = headers.get(index).ok_or_else(|| {
             Failure::invalid(format!(
@@ -274,8 +264,8 @@ impl mql_message_batch {
 #[no_mangle]
 pub unsafe extern "C" fn mql_message_batch_len(batch: *const mql_message_batch) -> usize {
     guard_value(0, || {
-        // SAFETY: forwarded caller contract.
-        unsafe { arg_ref(batch, "batch") }.map_or(0, |b| b.messages.len())
+        let b = arg!(ref batch else 0);
+        b.messages.len()
     })
 }
 
@@ -295,10 +285,9 @@ pub unsafe extern "C" fn mql_message_batch_get(
     index: usize,
 ) -> *const mql_message {
     guard_value(std::ptr::null(), || {
-        // SAFETY: forwarded caller contract.
-        unsafe { arg_ref(batch, "batch") }
-            .ok()
-            .and_then(|b| b.messages.get(index))
+        let b = arg!(ref batch else std::ptr::null());
+        b.messages
+            .get(index)
             .map_or(std::ptr::null(), |m| m as *const mql_message)
     })
 }
@@ -313,8 +302,7 @@ pub unsafe extern "C" fn mql_message_batch_get(
 /// `batch` is NULL or a live batch from `mql_poll_batch`, not used again.
 #[no_mangle]
 pub unsafe extern "C" fn mql_message_batch_free(batch: *mut mql_message_batch) {
-    // SAFETY: forwarded caller contract.
-    guard_value((), || unsafe { free_handle(batch) })
+    free!(batch)
 }
 
 /// Releases a message. NULL does nothing.
@@ -326,6 +314,5 @@ pub unsafe extern "C" fn mql_message_batch_free(batch: *mut mql_message_batch) {
 /// (nor any pointer its accessors returned).
 #[no_mangle]
 pub unsafe extern "C" fn mql_message_free(message: *mut mql_message) {
-    // SAFETY: forwarded caller contract.
-    guard_value((), || unsafe { free_handle(message) })
+    free!(message)
 }

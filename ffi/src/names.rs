@@ -6,7 +6,7 @@ use std::ffi::{c_char, CString};
 
 use crate::broker::mql_broker;
 use crate::error::{guard, guard_value, mql_status, Failure};
-use crate::util::{arg_ref, free_handle, into_handle, Out};
+use crate::util::{arg, free, into_handle, out};
 
 /// A list of names, sorted, owned by the caller: read it with
 /// `mql_name_list_len` and `mql_name_list_get`, release it with
@@ -39,9 +39,8 @@ unsafe fn list(
     names: impl FnOnce(&mqlite::Broker) -> Vec<String>,
 ) -> mql_status {
     guard(|| {
-        // SAFETY: forwarded caller contract (for both).
-        let b = unsafe { arg_ref(broker, "broker") }?;
-        let out = Out::new(out, "out")?;
+        let b = arg!(ref broker);
+        let out = out!(out);
         if b.inner.is_closed() {
             return Err(Failure::from(mqlite::Error::Closed("broker")));
         }
@@ -135,8 +134,8 @@ pub unsafe extern "C" fn mql_damaged(
 #[no_mangle]
 pub unsafe extern "C" fn mql_name_list_len(list: *const mql_name_list) -> usize {
     guard_value(0, || {
-        // SAFETY: forwarded caller contract.
-        unsafe { arg_ref(list, "list") }.map_or(0, |l| l.names.len())
+        let l = arg!(ref list else 0);
+        l.names.len()
     })
 }
 
@@ -153,11 +152,8 @@ pub unsafe extern "C" fn mql_name_list_get(
     index: usize,
 ) -> *const c_char {
     guard_value(std::ptr::null(), || {
-        // SAFETY: forwarded caller contract.
-        unsafe { arg_ref(list, "list") }
-            .ok()
-            .and_then(|l| l.names.get(index))
-            .map_or(std::ptr::null(), |n| n.as_ptr())
+        let l = arg!(ref list else std::ptr::null());
+        l.names.get(index).map_or(std::ptr::null(), |n| n.as_ptr())
     })
 }
 
@@ -171,6 +167,5 @@ pub unsafe extern "C" fn mql_name_list_get(
 /// `mql_damaged`, not used again.
 #[no_mangle]
 pub unsafe extern "C" fn mql_name_list_free(list: *mut mql_name_list) {
-    // SAFETY: forwarded caller contract.
-    guard_value((), || unsafe { free_handle(list) })
+    free!(list)
 }

@@ -9,10 +9,8 @@ use mqlite::{BorrowedRecord, Header, Producer, ProducerConfig, Record, RecordMet
 use crate::broker::mql_broker;
 use crate::callback::{deliver, mql_delivery_callback, UserData};
 use crate::config::mql_producer_config;
-use crate::error::{guard, guard_value, mql_status, Failure, FfiResult};
-use crate::util::{
-    arg_bytes, arg_ref, arg_slice, arg_str, free_handle, into_handle, opt_ref, Out, OutArray,
-};
+use crate::error::{guard, mql_status, Failure, FfiResult};
+use crate::util::{arg, arg_bytes, arg_slice, arg_str, free, into_handle, out, Out};
 
 /// Sends records to the topics of one data directory. Made by
 /// `mql_producer_new`, released by `mql_producer_free`. Safe to use from
@@ -339,11 +337,9 @@ pub unsafe extern "C" fn mql_producer_new(
     out: *mut *mut mql_producer,
 ) -> mql_status {
     guard(|| {
-        // SAFETY: forwarded caller contract (for all three).
-        let b = unsafe { arg_ref(broker, "broker") }?;
-        // SAFETY: as above.
-        let config = unsafe { opt_ref(config, "config") }?;
-        let out = Out::new(out, "out")?;
+        let b = arg!(ref broker);
+        let config = arg!(opt_ref config);
+        let out = out!(out);
         let config = config.map_or_else(ProducerConfig::default, |c| c.inner.clone());
         let inner = b.inner.producer(config)?;
         // SAFETY: `out` is valid for writes by the caller's contract.
@@ -364,8 +360,7 @@ pub unsafe extern "C" fn mql_producer_new(
 /// again (by any thread), and not called from one of its own callbacks.
 #[no_mangle]
 pub unsafe extern "C" fn mql_producer_free(producer: *mut mql_producer) {
-    // SAFETY: forwarded caller contract.
-    guard_value((), || unsafe { free_handle(producer) })
+    free!(producer)
 }
 
 fn send(
@@ -416,15 +411,11 @@ pub unsafe extern "C" fn mql_send(
     out: *mut mql_metadata,
 ) -> mql_status {
     guard(|| {
-        // SAFETY: forwarded caller contract (for all the pointers).
-        let p = unsafe { arg_ref(producer, "producer") }?;
-        // SAFETY: as above.
-        let topic = unsafe { arg_str(topic, "topic") }?;
-        // SAFETY: as above.
-        let key = unsafe { arg_bytes(key, key_len, "key") }?;
-        // SAFETY: as above.
-        let value = unsafe { arg_bytes(value, value_len, "value") }?;
-        let out = Out::optional(out, "out")?;
+        let p = arg!(ref producer);
+        let topic = arg!(str topic);
+        let key = arg!(bytes key, key_len);
+        let value = arg!(bytes value, value_len);
+        let out = out!(opt out);
         let record = BorrowedRecord {
             topic,
             partition: None,
@@ -464,11 +455,9 @@ pub unsafe extern "C" fn mql_send_record(
     out: *mut mql_metadata,
 ) -> mql_status {
     guard(|| {
-        // SAFETY: forwarded caller contract (for all three).
-        let p = unsafe { arg_ref(producer, "producer") }?;
-        // SAFETY: as above.
-        let r = unsafe { arg_ref(record, "record") }?;
-        let out = Out::optional(out, "out")?;
+        let p = arg!(ref producer);
+        let r = arg!(ref record);
+        let out = out!(opt out);
         // SAFETY: the record's pointers satisfy its field docs by the
         // caller's contract, for the duration of this call.
         let args = unsafe { record_args(r, &record_place) }?;
@@ -526,10 +515,8 @@ pub unsafe extern "C" fn mql_produce(
     user_data: *mut c_void,
 ) -> mql_status {
     guard(|| {
-        // SAFETY: forwarded caller contract (for both).
-        let p = unsafe { arg_ref(producer, "producer") }?;
-        // SAFETY: as above.
-        let r = unsafe { arg_ref(record, "record") }?;
+        let p = arg!(ref producer);
+        let r = arg!(ref record);
         // SAFETY: the record's pointers satisfy its field docs by the
         // caller's contract, for the duration of this call (the engine
         // copies the data before send_async_borrowed returns).
@@ -574,11 +561,9 @@ pub unsafe extern "C" fn mql_send_batch(
     out: *mut mql_metadata,
 ) -> mql_status {
     guard(|| {
-        // SAFETY: forwarded caller contract (for all three).
-        let p = unsafe { arg_ref(producer, "producer") }?;
-        // SAFETY: as above.
-        let raw = unsafe { arg_slice(records, count, "records") }?;
-        let out = OutArray::optional(out, count, "out")?;
+        let p = arg!(ref producer);
+        let raw = arg!(slice records, count);
+        let out = out!(array out, count);
         let mut args = Vec::with_capacity(raw.len());
         for (i, r) in raw.iter().enumerate() {
             // SAFETY: each record's pointers satisfy its field docs by the
@@ -621,8 +606,7 @@ pub unsafe extern "C" fn mql_send_batch(
 #[no_mangle]
 pub unsafe extern "C" fn mql_producer_flush(producer: *mut mql_producer) -> mql_status {
     guard(|| {
-        // SAFETY: forwarded caller contract.
-        let p = unsafe { arg_ref(producer, "producer") }?;
+        let p = arg!(ref producer);
         p.inner.flush()?;
         Ok(())
     })
@@ -649,8 +633,7 @@ pub unsafe extern "C" fn mql_producer_flush_timeout(
     timeout_ms: u64,
 ) -> mql_status {
     guard(|| {
-        // SAFETY: forwarded caller contract.
-        let p = unsafe { arg_ref(producer, "producer") }?;
+        let p = arg!(ref producer);
         match p.inner.flush_timeout(Duration::from_millis(timeout_ms)) {
             Ok(()) => Ok(()),
             Err(e @ mqlite::Error::Timeout(_)) => Err(Failure::new(
@@ -682,9 +665,8 @@ pub unsafe extern "C" fn mql_producer_queued(
     out: *mut usize,
 ) -> mql_status {
     guard(|| {
-        // SAFETY: forwarded caller contract.
-        let p = unsafe { arg_ref(producer, "producer") }?;
-        let out = Out::new(out, "out")?;
+        let p = arg!(ref producer);
+        let out = out!(out);
         // SAFETY: valid for writes by the caller's contract.
         unsafe { out.write(p.inner.queued()) };
         Ok(())
@@ -706,8 +688,7 @@ pub unsafe extern "C" fn mql_producer_queued(
 #[no_mangle]
 pub unsafe extern "C" fn mql_producer_close(producer: *mut mql_producer) -> mql_status {
     guard(|| {
-        // SAFETY: forwarded caller contract.
-        let p = unsafe { arg_ref(producer, "producer") }?;
+        let p = arg!(ref producer);
         p.inner.close()?;
         Ok(())
     })
@@ -748,9 +729,8 @@ unsafe fn sequence_into(
     get: impl FnOnce(&mqlite::Producer) -> mqlite::Result<i64>,
 ) -> mql_status {
     guard(|| {
-        // SAFETY: forwarded caller contract.
-        let p = unsafe { arg_ref(producer, "producer") }?;
-        let out = Out::new(out, "out")?;
+        let p = arg!(ref producer);
+        let out = out!(out);
         let value = get(&p.inner)?;
         // SAFETY: `out` is valid for writes by the caller's contract.
         unsafe { out.write(value) };
@@ -798,9 +778,8 @@ pub unsafe extern "C" fn mql_producer_get_stats(
     out: *mut mql_producer_stats,
 ) -> mql_status {
     guard(|| {
-        // SAFETY: forwarded caller contract.
-        let p = unsafe { arg_ref(producer, "producer") }?;
-        let out = Out::new(out, "out")?;
+        let p = arg!(ref producer);
+        let out = out!(out);
         let s = p.inner.stats();
         let stats = mql_producer_stats {
             records: s.records,
@@ -830,9 +809,8 @@ pub unsafe extern "C" fn mql_producer_get_stats(
 #[no_mangle]
 pub unsafe extern "C" fn mql_producer_id(producer: *mut mql_producer, out: *mut i64) -> mql_status {
     guard(|| {
-        // SAFETY: forwarded caller contract.
-        let p = unsafe { arg_ref(producer, "producer") }?;
-        let out = Out::new(out, "out")?;
+        let p = arg!(ref producer);
+        let out = out!(out);
         // SAFETY: `out` is valid for writes by the caller's contract.
         unsafe { out.write(p.inner.producer_id()) };
         Ok(())
@@ -854,9 +832,8 @@ pub unsafe extern "C" fn mql_producer_epoch(
     out: *mut i16,
 ) -> mql_status {
     guard(|| {
-        // SAFETY: forwarded caller contract.
-        let p = unsafe { arg_ref(producer, "producer") }?;
-        let out = Out::new(out, "out")?;
+        let p = arg!(ref producer);
+        let out = out!(out);
         // SAFETY: `out` is valid for writes by the caller's contract.
         unsafe { out.write(p.inner.epoch()) };
         Ok(())
@@ -878,9 +855,8 @@ pub unsafe extern "C" fn mql_producer_buffered_bytes(
     out: *mut u64,
 ) -> mql_status {
     guard(|| {
-        // SAFETY: forwarded caller contract.
-        let p = unsafe { arg_ref(producer, "producer") }?;
-        let out = Out::new(out, "out")?;
+        let p = arg!(ref producer);
+        let out = out!(out);
         // SAFETY: `out` is valid for writes by the caller's contract.
         unsafe { out.write(p.inner.buffered_bytes()) };
         Ok(())

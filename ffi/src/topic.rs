@@ -11,7 +11,7 @@ use mqlite::{PartitionInfo, TopicConfig, TopicInfo};
 use crate::broker::{mql_broker, mql_recovery_stats};
 use crate::error::{c_text, guard, guard_value, mql_status, Failure};
 use crate::producer::MQL_OFFSET_UNKNOWN;
-use crate::util::{arg_bytes, arg_ref, arg_str, free_handle, into_handle, Out};
+use crate::util::{arg, free, into_handle, out};
 
 /// A topic's configuration as plain values (`mql_topic_info_config`): what
 /// `mql_topic_config_*` set when it was created, and `mql_topic_add_partitions`
@@ -138,11 +138,9 @@ pub unsafe extern "C" fn mql_topic_describe(
     out: *mut *mut mql_topic_info,
 ) -> mql_status {
     guard(|| {
-        // SAFETY: forwarded caller contract (for all three).
-        let b = unsafe { arg_ref(broker, "broker") }?;
-        // SAFETY: as above.
-        let name = unsafe { arg_str(name, "name") }?;
-        let out = Out::new(out, "out")?;
+        let b = arg!(ref broker);
+        let name = arg!(str name);
+        let out = out!(out);
         let info = mql_topic_info::from(b.inner.topic(name)?);
         // SAFETY: `out` is valid for writes by the caller's contract.
         unsafe { out.write(into_handle(info)) };
@@ -160,8 +158,7 @@ pub unsafe extern "C" fn mql_topic_describe(
 /// again.
 #[no_mangle]
 pub unsafe extern "C" fn mql_topic_info_free(info: *mut mql_topic_info) {
-    // SAFETY: forwarded caller contract.
-    guard_value((), || unsafe { free_handle(info) })
+    free!(info)
 }
 
 /// The topic's name; NULL if `info` is NULL.
@@ -173,8 +170,8 @@ pub unsafe extern "C" fn mql_topic_info_free(info: *mut mql_topic_info) {
 #[no_mangle]
 pub unsafe extern "C" fn mql_topic_info_name(info: *const mql_topic_info) -> *const c_char {
     guard_value(ptr::null(), || {
-        // SAFETY: forwarded caller contract.
-        unsafe { arg_ref(info, "info") }.map_or(ptr::null(), |t| t.name.as_ptr())
+        let t = arg!(ref info else ptr::null());
+        t.name.as_ptr()
     })
 }
 
@@ -192,9 +189,8 @@ pub unsafe extern "C" fn mql_topic_info_config(
     out: *mut mql_topic_settings,
 ) -> mql_status {
     guard(|| {
-        // SAFETY: forwarded caller contract.
-        let t = unsafe { arg_ref(info, "info") }?;
-        let out = Out::new(out, "out")?;
+        let t = arg!(ref info);
+        let out = out!(out);
         // SAFETY: valid for writes by the caller's contract.
         unsafe { out.write(t.config) };
         Ok(())
@@ -210,8 +206,8 @@ pub unsafe extern "C" fn mql_topic_info_config(
 #[no_mangle]
 pub unsafe extern "C" fn mql_topic_info_partition_count(info: *const mql_topic_info) -> usize {
     guard_value(0, || {
-        // SAFETY: forwarded caller contract.
-        unsafe { arg_ref(info, "info") }.map_or(0, |t| t.partitions.len())
+        let t = arg!(ref info else 0);
+        t.partitions.len()
     })
 }
 
@@ -233,9 +229,8 @@ pub unsafe extern "C" fn mql_topic_info_partition(
     out: *mut mql_partition_info,
 ) -> mql_status {
     guard(|| {
-        // SAFETY: forwarded caller contract.
-        let t = unsafe { arg_ref(info, "info") }?;
-        let out = Out::new(out, "out")?;
+        let t = arg!(ref info);
+        let out = out!(out);
         let p = t.partitions.get(index).ok_or_else(|| {
             Failure::invalid(format!(
                 "partition index {index} is out of range (the topic has {})",
@@ -271,11 +266,9 @@ pub unsafe extern "C" fn mql_offset_for_timestamp(
     offset: *mut u64,
 ) -> mql_status {
     guard(|| {
-        // SAFETY: forwarded caller contract (for all three).
-        let b = unsafe { arg_ref(broker, "broker") }?;
-        // SAFETY: as above.
-        let topic = unsafe { arg_str(topic, "topic") }?;
-        let offset = Out::new(offset, "offset")?;
+        let b = arg!(ref broker);
+        let topic = arg!(str topic);
+        let offset = out!(offset);
         let o = b
             .inner
             .offset_for_timestamp(topic, partition, timestamp_ms)?
@@ -307,9 +300,8 @@ pub unsafe extern "C" fn mql_partition_for_key(
     out: *mut u32,
 ) -> mql_status {
     guard(|| {
-        // SAFETY: forwarded caller contract.
-        let key = unsafe { arg_bytes(key, key_len, "key") }?.unwrap_or(&[]);
-        let out = Out::new(out, "out")?;
+        let key = arg!(bytes key, key_len).unwrap_or(&[]);
+        let out = out!(out);
         if partitions == 0 {
             return Err(Failure::invalid("partitions must be at least 1, got 0"));
         }
@@ -333,9 +325,8 @@ pub unsafe extern "C" fn mql_partition_for_key(
 #[no_mangle]
 pub unsafe extern "C" fn mql_murmur2(data: *const c_void, len: usize, out: *mut i32) -> mql_status {
     guard(|| {
-        // SAFETY: forwarded caller contract.
-        let data = unsafe { arg_bytes(data, len, "data") }?.unwrap_or(&[]);
-        let out = Out::new(out, "out")?;
+        let data = arg!(bytes data, len).unwrap_or(&[]);
+        let out = out!(out);
         let h = mqlite::murmur2(data);
         // SAFETY: valid for writes by the caller's contract.
         unsafe { out.write(h) };

@@ -1,9 +1,92 @@
-//! Checked conversions of C arguments: pointers, strings, buffers.
+//! Checked conversions of C arguments: pointers, strings, buffers; and the
+//! preamble macros exported functions check their arguments with
+//! ([`arg!`], [`out!`], [`free!`]).
 
 use std::ffi::{c_char, c_void, CStr};
+use std::path::PathBuf;
 use std::ptr::NonNull;
 
 use crate::error::{mql_status, Failure, FfiResult};
+
+/// Checks a pointer argument of an exported function and binds what it
+/// points to, naming the argument in the error by its own name
+/// (`stringify!`). Returns early from the body (with `?`) on a bad pointer:
+///
+/// - `arg!(ref p)`: `&T` ([`arg_ref`]); `arg!(mut p)`: `&mut T`
+///   ([`arg_mut`]); `arg!(opt_ref p)`: `Option<&T>`, NULL allowed
+///   ([`opt_ref`]);
+/// - `arg!(str p)`: `&str` ([`arg_str`]); `arg!(opt_str p)`: `Option<&str>`
+///   ([`opt_str`]); `arg!(path p)`: a `PathBuf` ([`arg_path`]);
+/// - `arg!(bytes p, len)`: `Option<&[u8]>` ([`arg_bytes`]); `arg!(slice p,
+///   n)`: `&[T]` ([`arg_slice`]);
+/// - `arg!(ref p else fallback)`: `&T`, or returns `fallback` (from an
+///   accessor's closure) when `p` is NULL or misaligned.
+///
+/// Every exported function that uses it documents, in its `# Safety`
+/// section, that each pointer argument is NULL or valid as its checker
+/// requires; that contract is what the one `unsafe` block here relies on.
+macro_rules! arg {
+    (@call $f:ident($($a:expr),*)) => {
+        // SAFETY: the exported function this expands in states in its
+        // `# Safety` section that the argument is NULL or valid as
+        // `$f` requires (a live object used by nothing else meanwhile for
+        // `arg_mut`, a NUL-terminated string for `arg_str`, readable memory
+        // of the given length for `arg_bytes` and `arg_slice`, a handle not
+        // used again for `free_handle`); `$f` checks NULL, alignment and
+        // lengths itself.
+        unsafe { $crate::util::$f($($a),*) }
+    };
+    (ref $p:ident else $fallback:expr) => {
+        match $crate::util::arg!(@call arg_ref($p, stringify!($p))) {
+            Ok(v) => v,
+            Err(_) => return $fallback,
+        }
+    };
+    (ref $p:ident) => { $crate::util::arg!(@call arg_ref($p, stringify!($p)))? };
+    (mut $p:ident) => { $crate::util::arg!(@call arg_mut($p, stringify!($p)))? };
+    (opt_ref $p:ident) => { $crate::util::arg!(@call opt_ref($p, stringify!($p)))? };
+    (str $p:ident) => { $crate::util::arg!(@call arg_str($p, stringify!($p)))? };
+    (opt_str $p:ident) => { $crate::util::arg!(@call opt_str($p, stringify!($p)))? };
+    (path $p:ident) => { $crate::util::arg!(@call arg_path($p, stringify!($p)))? };
+    (bytes $p:ident, $len:ident) => {
+        $crate::util::arg!(@call arg_bytes($p, $len, stringify!($p)))?
+    };
+    (slice $p:ident, $n:ident) => {
+        $crate::util::arg!(@call arg_slice($p, $n, stringify!($p)))?
+    };
+}
+pub(crate) use arg;
+
+/// Checks an out-parameter of an exported function before any work is done,
+/// naming it in the error by its own name; returns early (with `?`) when it
+/// is bad:
+///
+/// - `out!(p)`: an [`Out`], non-NULL and aligned;
+/// - `out!(opt p)`: an `Option<Out>`, NULL allowed (the caller does not
+///   want the result);
+/// - `out!(array p, n)`: an `Option<OutArray>` of `n` elements, NULL
+///   allowed.
+macro_rules! out {
+    (opt $p:ident) => {
+        $crate::util::Out::optional($p, stringify!($p))?
+    };
+    (array $p:ident, $n:ident) => {
+        $crate::util::OutArray::optional($p, $n, stringify!($p))?
+    };
+    ($p:ident) => {
+        $crate::util::Out::new($p, stringify!($p))?
+    };
+}
+pub(crate) use out;
+
+/// The body of a `_free` function: takes back and drops the handle `p`
+/// made by [`into_handle`] (NULL does nothing), a panic included.
+macro_rules! free {
+    ($p:ident) => {
+        $crate::error::guard_value((), || $crate::util::arg!(@call free_handle($p)))
+    };
+}
+pub(crate) use free;
 
 /// `p` as a shared reference: `MQL_NULL_ARGUMENT` when NULL,
 /// `MQL_INVALID_ARGUMENT` when misaligned.
@@ -157,6 +240,29 @@ pub(crate) unsafe fn arg_str<'a>(p: *const c_char, name: &str) -> FfiResult<&'a 
             ),
         )
     })
+}
+
+/// A path argument. On Unix any bytes are accepted (a path is an OS string,
+/// not necessarily UTF-8); elsewhere it must be UTF-8.
+///
+/// # Safety
+/// `p` is NULL or a NUL-terminated string.
+pub(crate) unsafe fn arg_path(p: *const c_char, name: &str) -> FfiResult<PathBuf> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::ffi::OsStrExt;
+        if p.is_null() {
+            return Err(Failure::null(name));
+        }
+        // SAFETY: non-NULL and NUL-terminated by the caller's contract.
+        let bytes = unsafe { std::ffi::CStr::from_ptr(p) }.to_bytes();
+        Ok(PathBuf::from(std::ffi::OsStr::from_bytes(bytes)))
+    }
+    #[cfg(not(unix))]
+    {
+        // SAFETY: forwarded caller contract.
+        unsafe { arg_str(p, name) }.map(PathBuf::from)
+    }
 }
 
 /// Like [`arg_str`], with NULL allowed (`None`).

@@ -239,3 +239,29 @@ def test_timeout_instances_behave_as_timeout_errors() -> None:
     assert isinstance(e, TimeoutError) and isinstance(e, OSError)
     assert str(e) == "timed out after 5 ms" and e.args == ("timed out after 5 ms",)
     assert e.code == 6
+
+
+def test_classes_follow_the_core_list_of_kinds() -> None:
+    """Every core error kind has its own class, with its code, and every
+    exception class of the module is one of them (or the root)."""
+    kinds = mqlite._mqlite._error_kinds()  # type: ignore[attr-defined]
+    assert len({code for code, _, _ in kinds}) == len(kinds)
+    assert len({status for _, _, status in kinds}) == len(kinds)
+    classes = {name: getattr(mqlite, name) for _, name, _ in kinds}
+    assert len(set(classes.values())) == len(kinds)
+    for code, name, status in kinds:
+        cls = classes[name]
+        assert cls.__name__ == name and cls.code == code, name
+        assert issubclass(cls, mqlite.Error)
+        assert status.startswith("MQL_")
+    exported = {
+        name
+        for name in mqlite.__all__
+        if isinstance(getattr(mqlite, name), type)
+        and issubclass(getattr(mqlite, name), mqlite.Error)
+    }
+    assert exported == set(classes) | {"Error"}
+    assert issubclass(mqlite.CommitFailed, mqlite.Error) and mqlite.CommitFailed.code == 500
+    assert issubclass(mqlite.BufferFull, BufferError)
+    assert issubclass(mqlite.Timeout, TimeoutError)
+    assert issubclass(mqlite.InvalidConfig, ValueError)

@@ -44,7 +44,7 @@ use rebalance::{Callbacks, Listener, Shared};
 use state::{Counters, State};
 
 use crate::broker::Broker;
-use crate::errors::{invalid_argument, to_py, Closed, IntoPy};
+use crate::errors::{invalid_argument, is_kind, to_py, IntoPy};
 use crate::fork::Local;
 use crate::util::{arg_u32, arg_u64};
 
@@ -922,7 +922,7 @@ impl Consumer {
         self.counters.polls.fetch_add(1, Ordering::Relaxed);
         match self.next_message(py, None) {
             Ok(m) => Ok(m.map(|inner| Message { inner })),
-            Err(e) if e.is_instance_of::<Closed>(py) && self.is_closed() => Ok(None),
+            Err(e) if is_kind(py, &e, mqlite::ErrorKind::Closed) && self.is_closed() => Ok(None),
             Err(e) => Err(e),
         }
     }
