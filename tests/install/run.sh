@@ -61,6 +61,8 @@ if ! command -v pkg-config >/dev/null 2>&1; then
 fi
 if command -v pkg-config >/dev/null 2>&1; then
     export PKG_CONFIG_PATH=$LIB/pkgconfig
+    HOW_SHARED="pkg-config --libs mqlite"
+    HOW_STATIC="pkg-config --static --libs mqlite"
     [ "$(pkg-config --modversion mqlite)" = "$VERSION" ] || fail "pkg-config --modversion mqlite"
     CFLAGS_PC=$(pkg-config --cflags mqlite)
     LIBS_SHARED=$(pkg-config --libs mqlite)
@@ -73,6 +75,8 @@ else
     CFLAGS_PC=$(field Cflags)
     LIBS_SHARED=$(field Libs)
     LIBS_STATIC="$LIBS_SHARED $(field Libs.private)"
+    HOW_SHARED="mqlite.pc's Libs"
+    HOW_STATIC="mqlite.pc's Libs and Libs.private"
 fi
 [[ " $LIBS_STATIC " == *" -lpthread "* ]] || fail "the static flags lack Libs.private: $LIBS_STATIC"
 
@@ -120,7 +124,7 @@ out=$(LD_LIBRARY_PATH=$LIB "$WORK/app-shared" "$WORK/data-shared") || fail "the 
 # The library it loaded is the installed one.
 LD_LIBRARY_PATH=$LIB ldd "$WORK/app-shared" | grep -q "$LIB/libmqlite.so.$MAJOR" ||
     fail "the shared program does not load $LIB/libmqlite.so.$MAJOR"
-echo "ok: shared link with pkg-config --libs mqlite ($LIBS_SHARED)"
+echo "ok: shared link with $HOW_SHARED ($LIBS_SHARED)"
 
 # Static: the archive instead of the shared library beside it.
 LIBS_ARCHIVE=${LIBS_STATIC//-lmqlite/-l:libmqlite.a}
@@ -131,5 +135,5 @@ if readelf -d "$WORK/app-static" | grep -q "(NEEDED).*libmqlite"; then
 fi
 out=$(env -u LD_LIBRARY_PATH "$WORK/app-static" "$WORK/data-static") || fail "the static program failed"
 [ "$out" = "$VERSION ok" ] || fail "the static program printed '$out'"
-echo "ok: static link with pkg-config --static --libs mqlite ($LIBS_ARCHIVE)"
+echo "ok: static link with $HOW_STATIC ($LIBS_ARCHIVE)"
 echo "install-test: all passed"
