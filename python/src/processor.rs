@@ -19,7 +19,9 @@
 //! without the GIL, waking every 100 ms to check for signals (Ctrl-C stops
 //! the processor, then raises) and for a `stop()` the engine processor has
 //! not seen yet (it clears its stop flag when it starts). The engine's
-//! worker threads attach to Python only to call the handler.
+//! worker threads attach to Python only to call the handler, once per batch
+//! the engine dispatches (a run of one partition's messages): the handler
+//! is called for each message of the batch with the GIL taken once.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Mutex, PoisonError};
@@ -113,18 +115,26 @@ impl Processor {
         }
     }
 
-    /// Calls the handler for one message on a worker thread.
-    fn handle(&self, handler: &Py<PyAny>, m: &mqlite::Message) -> bool {
+    /// Calls the handler for each message of a batch on a worker thread,
+    /// attached to Python (holding the GIL) once for the whole batch.
+    /// Returns how many it processed: up to the first that failed.
+    fn handle(&self, handler: &Py<PyAny>, batch: &[mqlite::Message]) -> usize {
         Python::attach(|py| {
-            let msg = Consumer::message(m.clone());
-            let res = handler.bind(py).call1((msg,)).and_then(|r| r.is_truthy());
-            match res {
-                Ok(ok) => ok,
-                Err(e) => {
-                    log_failure(py, m, &e);
-                    false
+            let handler = handler.bind(py);
+            for (i, m) in batch.iter().enumerate() {
+                let res = Bound::new(py, Consumer::message(m.clone()))
+                    .and_then(|msg| handler.call1((msg,)))
+                    .and_then(|r| r.is_truthy());
+                match res {
+                    Ok(true) => {}
+                    Ok(false) => return i,
+                    Err(e) => {
+                        log_failure(py, m, &e);
+                        return i;
+                    }
                 }
             }
+            batch.len()
         })
     }
 }
@@ -301,7 +311,7 @@ impl Processor {
         let result = std::thread::scope(|s| {
             let proc = &mut proc;
             let worker = s.spawn(move || {
-                let r = proc.run(|m| self.handle(handler, m));
+                let r = proc.run_batches(|batch| self.handle(handler, batch));
                 let _ = done_tx.send(());
                 r
             });
