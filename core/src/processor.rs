@@ -108,8 +108,8 @@ pub struct ProcessorStop {
 impl ProcessorStop {
     /// Asks the processor to stop: it dispatches nothing more, lets the
     /// workers finish what they hold (a message whose handler fails is left
-    /// for later instead of being retried), commits what was processed and
-    /// returns.
+    /// for later instead of being retried, with the rest of its batch),
+    /// commits what was processed and returns.
     pub fn stop(&self) {
         self.flag.store(true, Ordering::SeqCst);
         self.waker.wakeup();

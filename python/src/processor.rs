@@ -219,9 +219,12 @@ impl Processor {
     /// Polls the consumer and calls `handler(message)` on the worker
     /// threads until `stop()` is called; blocks meanwhile.
     ///
-    /// A truthy return marks the message processed; a falsy one, or an
-    /// exception (logged on the "mqlite" logger), has it retried after
-    /// `retry_backoff_ms`. The handler gets the same `Message` objects as
+    /// Messages reach the workers in batches (runs of one partition's
+    /// messages, in offset order); a worker calls the handler for each
+    /// message of its batch holding the GIL once for the batch. A truthy
+    /// return marks the message processed; a falsy one, or an exception
+    /// (logged on the "mqlite" logger), has it retried after
+    /// `retry_backoff_ms` (the messages after it in its batch wait for it). The handler gets the same `Message` objects as
     /// the consumer yields. While `run()` runs, the consumer's own methods
     /// raise `RuntimeError`. Before returning, the workers finish the
     /// messages they hold and what was processed is committed.
@@ -255,7 +258,8 @@ impl Processor {
 
     /// Stops `run()`: nothing more is dispatched, the workers finish what
     /// they hold (a message whose handler fails is left unprocessed and
-    /// uncommitted instead of being retried), what was processed is
+    /// uncommitted instead of being retried, with the messages after it in
+    /// its batch), what was processed is
     /// committed and `run()` returns. May
     /// be called from any thread, the handler included. Called before
     /// `run()`, it makes the next `run()` return at once. In a process
