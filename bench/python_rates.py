@@ -6,7 +6,8 @@ N messages of 100 bytes (default 1,000,000); the 1 KiB rows send N/4 and
 the send(acks="all") row N/200 (one flush per message). FILTER keeps only
 the rows whose name contains it (and the baselines). Prints messages/s for
 each row and the ratio to collections.deque, the ceiling for per-call
-overhead. Medians of 3 runs.
+overhead (the Processor row: to the plain poll_batch loop over the same
+data, the loop a Processor replaces). Medians of 3 runs.
 
 The send and produce rows build each message in the loop, as a user would,
 like the deque rows. The send_batch rows send lists built before the clock
@@ -78,7 +79,7 @@ def rows_to_run(rows):
     """All rows, or those whose name contains argv[2] (and the baselines)."""
     if len(sys.argv) <= 2:
         return rows
-    return [r for r in rows if sys.argv[2] in r[2] or r[2].startswith("collections")]
+    return [r for r in rows if sys.argv[2] in r[2] or r[2].startswith(("collections", "plain"))]
 
 
 def send(n, make, acks):
@@ -167,6 +168,53 @@ def iterate_group(mq):
     return secs
 
 
+def fill(mq):
+    """N messages in topic t, for the rows that read them."""
+    mq.producer(acks=1).send_batch("t", [message(i) for i in range(N)])
+
+
+def poll_batch_loop(mq):
+    """The plain loop a Processor replaces: poll_batch, a trivial handler per
+    message, commit."""
+    fill(mq)
+    c = mq.consumer("plain", enable_auto_commit=False)
+    c.assign([("t", 0)])
+    handler = lambda m: True  # noqa: E731
+    t = time.perf_counter()
+    n = 0
+    while n < N:
+        for m in c.poll_batch(timeout=1.0):
+            handler(m)
+            n += 1
+    c.commit()
+    secs = time.perf_counter() - t
+    c.close()
+    return secs
+
+
+def processor(mq, threads=4):
+    """A Processor (orderly) over the same data, with a trivial handler that
+    stops it after the last message."""
+    fill(mq)
+    c = mq.consumer("proc", enable_auto_commit=False)
+    c.assign([("t", 0)])
+    proc = mqlite.Processor(c, threads)
+    count = [0]
+
+    def handler(m):
+        count[0] += 1
+        if count[0] == N:
+            proc.stop()
+        return True
+
+    t = time.perf_counter()
+    stats = proc.run(handler)
+    secs = time.perf_counter() - t
+    assert stats.processed == N, stats
+    c.close()
+    return secs
+
+
 LAT_RATE = 20_000
 LAT_SECS = 2.0
 
@@ -229,11 +277,13 @@ def main():
         ("get", N, "collections.deque.popleft", deque_get),
         ("get", N, "mqlite: iterate a Consumer, reading .value", lambda: with_topic(iterate)),
         ("get", N, "mqlite: iterate two Consumers of a group, one partition each", lambda: with_topic(iterate_group)),
+        ("proc", N, "plain poll_batch loop, trivial handler, one commit", lambda: with_topic(poll_batch_loop)),
+        ("proc", N, "Processor, trivial handler (orderly, 4 threads)", lambda: with_topic(processor)),
     ]
     rows = rows_to_run(rows)
     base = {}
     print(f"{N:,} messages of 100 bytes ({N_1K:,} of 1 KiB); medians of 3 runs")
-    print("| row | messages/s | ratio to deque |")
+    print("| row | messages/s | ratio to the first row of its group (deque; poll_batch loop) |")
     print("|---|---:|---:|")
     for kind, n, name, fn in rows:
         secs = statistics.median(fn() for _ in range(3))

@@ -10,13 +10,15 @@
 use std::fs::OpenOptions;
 use std::hint::black_box;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use memmap2::MmapMut;
 use mqlite::log::batch::{self, RecordRef};
 use mqlite::raw::{partition_log, RawLog};
 use mqlite::{
-    Acks, BorrowedRecord, Broker, Compression, Config, ConsumerConfig, ProducerConfig, TopicConfig,
+    Acks, BorrowedRecord, Broker, Compression, Config, ConsumerConfig, Processor, ProcessorConfig,
+    ProducerConfig, TopicConfig,
 };
 
 const SEGMENT: u64 = 512 << 20;
@@ -343,6 +345,39 @@ fn consume(n: u64, size: usize, batch: bool) -> f64 {
     secs
 }
 
+/// `n` one-record batches handled by a `Processor` (orderly, 4 workers)
+/// with a trivial handler that stops it after the last one: the same data
+/// as the `Consumer::poll` rows.
+fn process(n: u64, size: usize) -> f64 {
+    let (mq, log, dir) = open("process", true);
+    let value = vec![7u8; size];
+    for _ in 0..n {
+        log.append(&[record(&value)]).expect("append");
+    }
+    let mut consumer = mq
+        .consumer(ConsumerConfig::group("bench").enable_auto_commit(false))
+        .expect("consumer");
+    consumer.assign(&[("t", 0)]).expect("assign");
+    let mut proc = Processor::new(consumer, ProcessorConfig::default()).expect("processor");
+    let stop = proc.stopper();
+    let got = AtomicU64::new(0);
+    let secs = time(|| {
+        let stats = proc
+            .run(|m| {
+                black_box(m.value());
+                if got.fetch_add(1, Ordering::Relaxed) + 1 == n {
+                    stop.stop();
+                }
+                true
+            })
+            .expect("run");
+        assert_eq!(stats.processed, n);
+    });
+    drop(proc);
+    close(mq, &dir);
+    secs
+}
+
 /// `n` messages of two partitions read by a group of two consumers, each
 /// on its own thread.
 fn consume_group(n: u64, size: usize) -> f64 {
@@ -659,6 +694,9 @@ fn main() {
         }
         bench("Consumer::poll", n, &|| consume(n, size, false));
         bench("Consumer::poll_batch", n, &|| consume(n, size, true));
+        bench("Processor::run, trivial handler, 4 threads", n, &|| {
+            process(n, size)
+        });
         bench("Consumer::poll, group of 2 (2 partitions)", n, &|| {
             consume_group(n, size)
         });

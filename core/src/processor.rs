@@ -4,16 +4,21 @@
 //! processed.
 //!
 //! The calling thread polls and dispatches; `threads` workers run the
-//! handler. In [`ProcessingMode::Orderly`] every partition goes to one
-//! worker, so its messages are handled one at a time, in order; in
-//! [`ProcessingMode::Concurrently`] any worker takes any message. A message
+//! handler. What one poll returned is dispatched in batches, each a run of
+//! one partition's messages in offset order, so that the bookkeeping (and a
+//! binding's entry into its language, such as taking Python's GIL) is paid
+//! once per batch rather than once per message. In
+//! [`ProcessingMode::Orderly`] every partition goes to one worker, so its
+//! messages are handled one at a time, in order; in
+//! [`ProcessingMode::Concurrently`] a poll's messages are split into about
+//! one batch per worker and any worker takes any batch. A message
 //! whose handler returns `false` is retried after `retry_backoff_ms` (in
 //! orderly mode its partition waits for it). Per partition, the committed
 //! offset is the first offset not yet processed, committed every
 //! `commit_interval_ms`, before a partition is revoked in a rebalance (after
 //! its messages in flight are done) and when the processor stops.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
@@ -103,8 +108,8 @@ pub struct ProcessorStop {
 impl ProcessorStop {
     /// Asks the processor to stop: it dispatches nothing more, lets the
     /// workers finish what they hold (a message whose handler fails is left
-    /// for later instead of being retried), commits what was processed and
-    /// returns.
+    /// for later instead of being retried, with the rest of its batch),
+    /// commits what was processed and returns.
     pub fn stop(&self) {
         self.flag.store(true, Ordering::SeqCst);
         self.waker.wakeup();
@@ -113,11 +118,14 @@ impl ProcessorStop {
 
 type Key = (String, u32);
 
-/// Per-partition bookkeeping of dispatched and finished offsets.
+/// Per-partition bookkeeping of dispatched and finished batches.
 #[derive(Debug, Default)]
 struct Tracker {
-    /// Offsets dispatched and not yet finished.
-    in_flight: HashMap<Key, BTreeSet<u64>>,
+    /// Batches dispatched and not yet finished, per partition: the first
+    /// offset each has not processed, and how many messages it has left.
+    in_flight: HashMap<Key, BTreeMap<u64, usize>>,
+    /// Messages dispatched and not yet finished, over all partitions.
+    total: usize,
     /// The offset after the last dispatched one.
     next: HashMap<Key, u64>,
     /// The last offset committed.
@@ -125,17 +133,13 @@ struct Tracker {
 }
 
 impl Tracker {
-    fn total_in_flight(&self) -> usize {
-        self.in_flight.values().map(BTreeSet::len).sum()
-    }
-
     /// The first offset of `k` not processed yet.
     fn watermark(&self, k: &Key) -> Option<u64> {
         let next = *self.next.get(k)?;
         Some(
             self.in_flight
                 .get(k)
-                .and_then(|s| s.iter().next().copied())
+                .and_then(|s| s.keys().next().copied())
                 .unwrap_or(next),
         )
     }
@@ -149,11 +153,35 @@ impl Tracker {
             })
             .collect()
     }
+
+    /// Records a batch as dispatched.
+    fn dispatched(&mut self, b: &Batch) {
+        let (Some(first), Some(last)) = (b.messages.first(), b.messages.last()) else {
+            return;
+        };
+        self.in_flight
+            .entry(b.key.clone())
+            .or_default()
+            .insert(first.offset(), b.messages.len());
+        self.total += b.messages.len();
+        let next = self.next.entry(b.key.clone()).or_insert(0);
+        *next = (*next).max(last.offset() + 1);
+    }
 }
 
+/// A run of one partition's messages, in offset order, for one worker.
+struct Batch {
+    key: Key,
+    messages: Vec<Message>,
+}
+
+/// A batch finished: every message processed (or given up on), or, when
+/// the processor stopped while a message kept failing, the messages from
+/// `left_at` on left unprocessed (never committed past).
 struct Done {
     key: Key,
-    offset: u64,
+    first: u64,
+    left_at: Option<u64>,
 }
 
 /// State shared by the polling loop and the rebalance listener.
@@ -166,9 +194,17 @@ struct Shared {
 impl Shared {
     fn finish(&self, d: Done) {
         let mut t = self.tracker.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(s) = t.in_flight.get_mut(&d.key) {
-            s.remove(&d.offset);
+        let Some(s) = t.in_flight.get_mut(&d.key) else {
+            return;
+        };
+        let Some(n) = s.remove(&d.first) else {
+            return;
+        };
+        if let Some(at) = d.left_at {
+            // Stays in flight from there on: commits never pass it.
+            s.insert(at, 0);
         }
+        t.total -= n;
     }
 
     /// Takes in every completion reported so far; with `wait_for`, blocks
@@ -181,9 +217,11 @@ impl Shared {
         loop {
             let busy = {
                 let t = self.tracker.lock().unwrap_or_else(|p| p.into_inner());
-                wait_for
-                    .iter()
-                    .any(|k| t.in_flight.get(k).is_some_and(|s| !s.is_empty()))
+                wait_for.iter().any(|k| {
+                    t.in_flight
+                        .get(k)
+                        .is_some_and(|s| s.values().any(|&n| n > 0))
+                })
             };
             if !busy {
                 return;
@@ -221,7 +259,9 @@ impl Shared {
     fn forget(&self, keys: &[Key]) {
         let mut t = self.tracker.lock().unwrap_or_else(|p| p.into_inner());
         for k in keys {
-            t.in_flight.remove(k);
+            if let Some(s) = t.in_flight.remove(k) {
+                t.total -= s.values().sum::<usize>();
+            }
             t.next.remove(k);
             t.committed.remove(k);
         }
@@ -349,6 +389,31 @@ impl Processor {
     where
         F: Fn(&Message) -> bool + Send + Sync,
     {
+        self.run_batches(|batch| {
+            batch
+                .iter()
+                .take_while(|m| {
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handler(m)))
+                        .unwrap_or(false)
+                })
+                .count()
+        })
+    }
+
+    /// As [`Processor::run`], with a handler given a batch at a time: a run
+    /// of one partition's messages in offset order. It handles them in
+    /// order and returns how many it processed: all of them, or the index
+    /// of the first that failed, which is then retried (after
+    /// `retry_backoff_ms`, handing the handler the batch from that message
+    /// on) as [`Processor::run`] retries a message. A panic counts as a
+    /// failure of the first message of the slice.
+    ///
+    /// # Errors
+    /// As [`Processor::run`].
+    pub fn run_batches<F>(&mut self, handler: F) -> Result<ProcessorStats>
+    where
+        F: Fn(&[Message]) -> usize + Send + Sync,
+    {
         // The consumer's own auto-commit would commit what was fetched, not
         // what was processed: off while the processor runs.
         let auto_commit = self.consumer.set_auto_commit(false);
@@ -363,55 +428,24 @@ impl Processor {
             shared: Arc::clone(&shared),
             user: Arc::clone(&user),
         })));
-        let processed = AtomicU64::new(0);
-        let retries = AtomicU64::new(0);
-        let failed = AtomicU64::new(0);
+        let counts = Counts::default();
         let config = self.config.clone();
         let result = std::thread::scope(|s| {
             let mut senders = Vec::with_capacity(config.threads);
             for _ in 0..config.threads {
-                let (tx, rx) = mpsc::channel::<Message>();
+                let (tx, rx) = mpsc::channel::<Batch>();
                 senders.push(tx);
                 let done_tx = done_tx.clone();
-                let (handler, processed, retries, failed, config) =
-                    (&handler, &processed, &retries, &failed, &config);
+                let (handler, counts, config) = (&handler, &counts, &config);
                 let stopping = Arc::clone(&self.stop.flag);
                 s.spawn(move || {
-                    'messages: for m in rx {
-                        let mut tries = 0u32;
-                        loop {
-                            let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                                handler(&m)
-                            }))
-                            .unwrap_or(false);
-                            if ok {
-                                processed.fetch_add(1, Ordering::Relaxed);
-                                break;
-                            }
-                            if config.max_retries.is_some_and(|max| tries >= max) {
-                                ::log::warn!(
-                                    "giving up on {}/{} offset {} after {tries} retries",
-                                    m.topic(),
-                                    m.partition(),
-                                    m.offset()
-                                );
-                                failed.fetch_add(1, Ordering::Relaxed);
-                                break;
-                            }
-                            if stopping.load(Ordering::SeqCst) {
-                                // Stopping: leave it unprocessed (never
-                                // reported done, so never committed); the
-                                // next run or member gets it again.
-                                continue 'messages;
-                            }
-                            tries += 1;
-                            retries.fetch_add(1, Ordering::Relaxed);
-                            std::thread::sleep(Duration::from_millis(config.retry_backoff_ms));
-                        }
-                        let key = (m.topic().to_owned(), m.partition());
+                    for b in rx {
+                        let left_at = work(&b.messages, handler, config, counts, &stopping);
+                        let first = b.messages.first().map_or(0, Message::offset);
                         let _ = done_tx.send(Done {
-                            key,
-                            offset: m.offset(),
+                            key: b.key,
+                            first,
+                            left_at,
                         });
                     }
                 });
@@ -442,14 +476,14 @@ impl Processor {
         result?;
         final_commit?;
         Ok(ProcessorStats {
-            processed: processed.load(Ordering::Relaxed),
-            retries: retries.load(Ordering::Relaxed),
-            failed: failed.load(Ordering::Relaxed),
+            processed: counts.processed.load(Ordering::Relaxed),
+            retries: counts.retries.load(Ordering::Relaxed),
+            failed: counts.failed.load(Ordering::Relaxed),
             commits: shared.commits.load(Ordering::Relaxed),
         })
     }
 
-    fn poll_loop(&mut self, shared: &Arc<Shared>, senders: &[mpsc::Sender<Message>]) -> Result<()> {
+    fn poll_loop(&mut self, shared: &Arc<Shared>, senders: &[mpsc::Sender<Batch>]) -> Result<()> {
         let n = senders.len();
         let mut next_worker = 0usize;
         let mut last_commit = Instant::now();
@@ -467,11 +501,15 @@ impl Processor {
                 .tracker
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
-                .total_in_flight();
+                .total;
             if in_flight >= self.config.max_in_flight {
-                // Wait for a worker to finish something.
+                // Wait for a worker to finish something, or until the next
+                // commit is due (commits go on while a message is stuck).
+                let wait = every
+                    .saturating_sub(last_commit.elapsed())
+                    .clamp(Duration::from_millis(1), Duration::from_millis(100));
                 let rx = shared.done.lock().unwrap_or_else(|p| p.into_inner());
-                if let Ok(d) = rx.recv_timeout(Duration::from_millis(100)) {
+                if let Ok(d) = rx.recv_timeout(wait) {
                     drop(rx);
                     shared.finish(d);
                 }
@@ -481,34 +519,128 @@ impl Processor {
             if msgs.is_empty() {
                 continue;
             }
+            let batches = match self.config.mode {
+                ProcessingMode::Orderly => batches(msgs, usize::MAX),
+                ProcessingMode::Concurrently => {
+                    let len = msgs.len().div_ceil(n);
+                    batches(msgs, len)
+                }
+            };
             {
                 let mut t = shared.tracker.lock().unwrap_or_else(|p| p.into_inner());
-                for m in &msgs {
-                    let key = (m.topic().to_owned(), m.partition());
-                    t.in_flight
-                        .entry(key.clone())
-                        .or_default()
-                        .insert(m.offset());
-                    let next = t.next.entry(key).or_insert(0);
-                    *next = (*next).max(m.offset() + 1);
+                for b in &batches {
+                    t.dispatched(b);
                 }
             }
-            for m in msgs {
+            for b in batches {
                 let w = match self.config.mode {
                     ProcessingMode::Orderly => {
-                        let h = crate::producer::murmur2(m.topic().as_bytes()) as u32;
-                        (h.wrapping_add(m.partition().wrapping_mul(0x9e37_79b9)) as usize) % n
+                        let h = crate::producer::murmur2(b.key.0.as_bytes()) as u32;
+                        (h.wrapping_add(b.key.1.wrapping_mul(0x9e37_79b9)) as usize) % n
                     }
                     ProcessingMode::Concurrently => {
                         next_worker = (next_worker + 1) % n;
                         next_worker
                     }
                 };
-                if senders[w].send(m).is_err() {
+                if senders[w].send(b).is_err() {
                     return Err(Error::Closed("processor worker"));
                 }
             }
         }
         Ok(())
     }
+}
+
+/// What the workers did, counted as they go.
+#[derive(Default)]
+struct Counts {
+    processed: AtomicU64,
+    retries: AtomicU64,
+    failed: AtomicU64,
+}
+
+/// Splits what one poll returned into runs of one partition's messages in
+/// offset order (a poll's messages of one partition are in offset order),
+/// each of at most `max_len` messages.
+fn batches(msgs: Vec<Message>, max_len: usize) -> Vec<Batch> {
+    let mut out: Vec<Batch> = Vec::new();
+    // Per partition, the index in `out` of its batch being filled.
+    let mut open: Vec<usize> = Vec::new();
+    for m in msgs {
+        let found = open.iter().position(|&i| {
+            let k = &out[i].key;
+            k.1 == m.partition() && k.0 == m.topic()
+        });
+        match found {
+            Some(j) if out[open[j]].messages.len() < max_len => out[open[j]].messages.push(m),
+            found => {
+                let key = (m.topic().to_owned(), m.partition());
+                out.push(Batch {
+                    key,
+                    messages: vec![m],
+                });
+                match found {
+                    Some(j) => open[j] = out.len() - 1,
+                    None => open.push(out.len() - 1),
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Runs `handler` over a batch on a worker, retrying a failing message as
+/// configured. Returns the offset of a message left unprocessed because the
+/// processor stopped while it kept failing (the rest of the batch is left
+/// with it).
+fn work<F>(
+    batch: &[Message],
+    handler: &F,
+    config: &ProcessorConfig,
+    counts: &Counts,
+    stopping: &AtomicBool,
+) -> Option<u64>
+where
+    F: Fn(&[Message]) -> usize,
+{
+    let mut i = 0;
+    let mut tries = 0u32;
+    while i < batch.len() {
+        let rest = &batch[i..];
+        let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handler(rest)))
+            .unwrap_or(0)
+            .min(rest.len());
+        counts.processed.fetch_add(ok as u64, Ordering::Relaxed);
+        i += ok;
+        if i == batch.len() {
+            break;
+        }
+        if ok > 0 {
+            tries = 0;
+        }
+        // batch[i] failed.
+        let m = &batch[i];
+        if config.max_retries.is_some_and(|max| tries >= max) {
+            ::log::warn!(
+                "giving up on {}/{} offset {} after {tries} retries",
+                m.topic(),
+                m.partition(),
+                m.offset()
+            );
+            counts.failed.fetch_add(1, Ordering::Relaxed);
+            i += 1;
+            tries = 0;
+            continue;
+        }
+        if stopping.load(Ordering::SeqCst) {
+            // Stopping: leave it unprocessed (never committed past); the
+            // next run or member gets it again.
+            return Some(m.offset());
+        }
+        tries += 1;
+        counts.retries.fetch_add(1, Ordering::Relaxed);
+        std::thread::sleep(Duration::from_millis(config.retry_backoff_ms));
+    }
+    None
 }

@@ -274,3 +274,57 @@ fn an_expelled_processor_passes_on_lost() {
     let lost_at = events.iter().position(|e| e.starts_with("lost")).unwrap();
     assert!(last_revoke.is_none_or(|r| r < lost_at), "{events:?}");
 }
+
+/// `run_batches` hands the handler runs of one partition's messages in
+/// offset order; a failure at a message retries from that message, not
+/// from the start of its batch.
+#[test]
+fn batches_are_runs_of_one_partition_retried_from_the_failing_message() {
+    for mode in [ProcessingMode::Orderly, ProcessingMode::Concurrently] {
+        let (_tmp, mq) = setup(2, 300);
+        let mut proc = processor(&mq, mode);
+        let stop = proc.stopper();
+        let calls: Mutex<HashMap<(u32, u64), u32>> = Mutex::new(HashMap::new());
+        let order: Mutex<HashMap<u32, Vec<u64>>> = Mutex::new(HashMap::new());
+        let longest = AtomicU64::new(0);
+        let failures = AtomicU64::new(0);
+        let stats = proc
+            .run_batches(|batch| {
+                longest.fetch_max(batch.len() as u64, Ordering::SeqCst);
+                let p = batch[0].partition();
+                for (i, m) in batch.iter().enumerate() {
+                    assert_eq!(m.partition(), p, "one partition per batch");
+                    assert_eq!(m.offset(), batch[0].offset() + i as u64, "in offset order");
+                    *calls.lock().unwrap().entry((p, m.offset())).or_default() += 1;
+                    if p == 0 && m.offset() == 10 && failures.fetch_add(1, Ordering::SeqCst) < 2 {
+                        return i;
+                    }
+                    let mut o = order.lock().unwrap();
+                    o.entry(p).or_default().push(m.offset());
+                    if o.values().map(Vec::len).sum::<usize>() == 600 {
+                        stop.stop();
+                    }
+                }
+                batch.len()
+            })
+            .unwrap();
+        assert_eq!(stats.processed, 600, "{mode:?}");
+        assert_eq!(stats.retries, 2, "{mode:?}");
+        assert!(
+            longest.load(Ordering::SeqCst) > 1,
+            "{mode:?}: batches, not messages"
+        );
+        for ((p, o), n) in calls.into_inner().unwrap() {
+            let want = if (p, o) == (0, 10) { 3 } else { 1 };
+            assert_eq!(n, want, "{mode:?}: {p}/{o} handled {n} times");
+        }
+        if mode == ProcessingMode::Orderly {
+            for (p, offsets) in order.into_inner().unwrap() {
+                assert_eq!(offsets, (0..300).collect::<Vec<_>>(), "partition {p}");
+            }
+        }
+        for p in 0..2 {
+            assert_eq!(committed(&mq, p), 300, "{mode:?}");
+        }
+    }
+}

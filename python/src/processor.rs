@@ -19,7 +19,9 @@
 //! without the GIL, waking every 100 ms to check for signals (Ctrl-C stops
 //! the processor, then raises) and for a `stop()` the engine processor has
 //! not seen yet (it clears its stop flag when it starts). The engine's
-//! worker threads attach to Python only to call the handler.
+//! worker threads attach to Python only to call the handler, once per batch
+//! the engine dispatches (a run of one partition's messages): the handler
+//! is called for each message of the batch with the GIL taken once.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Mutex, PoisonError};
@@ -113,18 +115,26 @@ impl Processor {
         }
     }
 
-    /// Calls the handler for one message on a worker thread.
-    fn handle(&self, handler: &Py<PyAny>, m: &mqlite::Message) -> bool {
+    /// Calls the handler for each message of a batch on a worker thread,
+    /// attached to Python (holding the GIL) once for the whole batch.
+    /// Returns how many it processed: up to the first that failed.
+    fn handle(&self, handler: &Py<PyAny>, batch: &[mqlite::Message]) -> usize {
         Python::attach(|py| {
-            let msg = Consumer::message(m.clone());
-            let res = handler.bind(py).call1((msg,)).and_then(|r| r.is_truthy());
-            match res {
-                Ok(ok) => ok,
-                Err(e) => {
-                    log_failure(py, m, &e);
-                    false
+            let handler = handler.bind(py);
+            for (i, m) in batch.iter().enumerate() {
+                let res = Bound::new(py, Consumer::message(m.clone()))
+                    .and_then(|msg| handler.call1((msg,)))
+                    .and_then(|r| r.is_truthy());
+                match res {
+                    Ok(true) => {}
+                    Ok(false) => return i,
+                    Err(e) => {
+                        log_failure(py, m, &e);
+                        return i;
+                    }
                 }
             }
+            batch.len()
         })
     }
 }
@@ -209,9 +219,12 @@ impl Processor {
     /// Polls the consumer and calls `handler(message)` on the worker
     /// threads until `stop()` is called; blocks meanwhile.
     ///
-    /// A truthy return marks the message processed; a falsy one, or an
-    /// exception (logged on the "mqlite" logger), has it retried after
-    /// `retry_backoff_ms`. The handler gets the same `Message` objects as
+    /// Messages reach the workers in batches (runs of one partition's
+    /// messages, in offset order); a worker calls the handler for each
+    /// message of its batch holding the GIL once for the batch. A truthy
+    /// return marks the message processed; a falsy one, or an exception
+    /// (logged on the "mqlite" logger), has it retried after
+    /// `retry_backoff_ms` (the messages after it in its batch wait for it). The handler gets the same `Message` objects as
     /// the consumer yields. While `run()` runs, the consumer's own methods
     /// raise `RuntimeError`. Before returning, the workers finish the
     /// messages they hold and what was processed is committed.
@@ -245,7 +258,8 @@ impl Processor {
 
     /// Stops `run()`: nothing more is dispatched, the workers finish what
     /// they hold (a message whose handler fails is left unprocessed and
-    /// uncommitted instead of being retried), what was processed is
+    /// uncommitted instead of being retried, with the messages after it in
+    /// its batch), what was processed is
     /// committed and `run()` returns. May
     /// be called from any thread, the handler included. Called before
     /// `run()`, it makes the next `run()` return at once. In a process
@@ -301,7 +315,7 @@ impl Processor {
         let result = std::thread::scope(|s| {
             let proc = &mut proc;
             let worker = s.spawn(move || {
-                let r = proc.run(|m| self.handle(handler, m));
+                let r = proc.run_batches(|batch| self.handle(handler, batch));
                 let _ = done_tx.send(());
                 r
             });
