@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 use crate::consumer::{Consumer, ConsumerWaker, RebalanceContext, RebalanceListener};
 use crate::error::{Error, Result};
 use crate::message::Message;
+use crate::sync;
 
 /// How a [`Processor`] hands messages to its workers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -165,7 +166,7 @@ struct Shared {
 
 impl Shared {
     fn finish(&self, d: Done) {
-        let mut t = self.tracker.lock().unwrap_or_else(|p| p.into_inner());
+        let mut t = sync::lock(&self.tracker);
         if let Some(s) = t.in_flight.get_mut(&d.key) {
             s.remove(&d.offset);
         }
@@ -174,13 +175,13 @@ impl Shared {
     /// Takes in every completion reported so far; with `wait_for`, blocks
     /// until none of those partitions has a message in flight.
     fn drain(&self, wait_for: &[Key]) {
-        let rx = self.done.lock().unwrap_or_else(|p| p.into_inner());
+        let rx = sync::lock(&self.done);
         while let Ok(d) = rx.try_recv() {
             self.finish(d);
         }
         loop {
             let busy = {
-                let t = self.tracker.lock().unwrap_or_else(|p| p.into_inner());
+                let t = sync::lock(&self.tracker);
                 wait_for
                     .iter()
                     .any(|k| t.in_flight.get(k).is_some_and(|s| !s.is_empty()))
@@ -197,11 +198,7 @@ impl Shared {
 
     /// Commits the watermark of `keys`.
     fn commit(&self, consumer: &mut Consumer, keys: &[Key]) -> Result<()> {
-        let due = self
-            .tracker
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .due(keys);
+        let due = sync::lock(&self.tracker).due(keys);
         if due.is_empty() {
             return Ok(());
         }
@@ -211,7 +208,7 @@ impl Shared {
             .collect();
         consumer.commit_offsets(&offsets)?;
         self.commits.fetch_add(1, Ordering::Relaxed);
-        let mut t = self.tracker.lock().unwrap_or_else(|p| p.into_inner());
+        let mut t = sync::lock(&self.tracker);
         for (k, o) in due {
             t.committed.insert(k, o);
         }
@@ -219,7 +216,7 @@ impl Shared {
     }
 
     fn forget(&self, keys: &[Key]) {
-        let mut t = self.tracker.lock().unwrap_or_else(|p| p.into_inner());
+        let mut t = sync::lock(&self.tracker);
         for k in keys {
             t.in_flight.remove(k);
             t.next.remove(k);
@@ -239,7 +236,7 @@ struct Guard {
 
 impl RebalanceListener for Guard {
     fn on_assign(&mut self, ctx: &mut RebalanceContext<'_>, partitions: &[(String, u32)]) {
-        if let Some(u) = &mut *self.user.lock().unwrap_or_else(|p| p.into_inner()) {
+        if let Some(u) = &mut *sync::lock(&self.user) {
             u.on_assign(ctx, partitions);
         }
     }
@@ -250,7 +247,7 @@ impl RebalanceListener for Guard {
             ::log::warn!("committing processed offsets before a rebalance failed: {e}");
         }
         self.shared.forget(partitions);
-        if let Some(u) = &mut *self.user.lock().unwrap_or_else(|p| p.into_inner()) {
+        if let Some(u) = &mut *sync::lock(&self.user) {
             u.on_revoke(ctx, partitions);
         }
     }
@@ -260,7 +257,7 @@ impl RebalanceListener for Guard {
         // nothing is committed: another member may own the partitions now.
         self.shared.drain(partitions);
         self.shared.forget(partitions);
-        if let Some(u) = &mut *self.user.lock().unwrap_or_else(|p| p.into_inner()) {
+        if let Some(u) = &mut *sync::lock(&self.user) {
             u.on_lost(ctx, partitions);
         }
     }
@@ -423,18 +420,11 @@ impl Processor {
         });
         // Everything dispatched is done now: commit it.
         shared.drain(&[]);
-        let keys: Vec<Key> = shared
-            .tracker
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .next
-            .keys()
-            .cloned()
-            .collect();
+        let keys: Vec<Key> = sync::lock(&shared.tracker).next.keys().cloned().collect();
         let final_commit = shared.commit(&mut self.consumer, &keys);
         // Put the user's listener and settings back; a stop is used up (and
         // so is the wake-up it gave the consumer).
-        let user = user.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let user = sync::lock(&user).take();
         self.consumer.set_rebalance_listener(user);
         self.consumer.set_auto_commit(auto_commit);
         self.stop.flag.store(false, Ordering::SeqCst);
@@ -463,14 +453,10 @@ impl Processor {
                 }
                 last_commit = Instant::now();
             }
-            let in_flight = shared
-                .tracker
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .total_in_flight();
+            let in_flight = sync::lock(&shared.tracker).total_in_flight();
             if in_flight >= self.config.max_in_flight {
                 // Wait for a worker to finish something.
-                let rx = shared.done.lock().unwrap_or_else(|p| p.into_inner());
+                let rx = sync::lock(&shared.done);
                 if let Ok(d) = rx.recv_timeout(Duration::from_millis(100)) {
                     drop(rx);
                     shared.finish(d);
@@ -482,7 +468,7 @@ impl Processor {
                 continue;
             }
             {
-                let mut t = shared.tracker.lock().unwrap_or_else(|p| p.into_inner());
+                let mut t = sync::lock(&shared.tracker);
                 for m in &msgs {
                     let key = (m.topic().to_owned(), m.partition());
                     t.in_flight

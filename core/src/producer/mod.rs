@@ -33,6 +33,8 @@ use crate::error::{Error, Result};
 use crate::log::batch::{self, EncodedRecords, ProducerFields, RecordRef, SectionInfo};
 use crate::log::compression::{compress_records, Compression, MAX_UNCOMPRESSED_LEN};
 use crate::log::{now_ms, Appended, BatchSource, PartitionLog, UNKNOWN_OFFSET};
+use crate::sync;
+use crate::sync::lock;
 use accumulator::{AccState, Done};
 use stats::Counters;
 
@@ -95,10 +97,6 @@ pub(crate) struct Inner {
     /// was first called (`None` before): its floor is handed to the
     /// partitions, which forget what is below it.
     written: Mutex<Option<crate::seqranges::SeqRanges>>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 thread_local! {
@@ -1201,11 +1199,7 @@ impl Inner {
                 return Err(Error::Closed("producer"));
             }
             st.space_waiters += 1;
-            st = self
-                .space
-                .wait_timeout(st, deadline - now)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
+            st = sync::wait_timeout(&self.space, st, deadline - now).0;
             st.space_waiters -= 1;
         }
         Ok(st)
