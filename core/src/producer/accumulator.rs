@@ -102,7 +102,7 @@ impl Inner {
         // Only now (still under the accumulator lock): a blocking send that
         // sees no pending records skips the lock and appends at once, so
         // lowering the count before the append let it overtake this batch
-        // (found by tests/stress.rs).
+        // (found by tests/stress).
         self.pending.fetch_sub(n, Ordering::Release);
         let md = |i: usize, p: &Pending, a: &crate::log::Appended| RecordMetadata {
             topic: Arc::clone(&topic),

@@ -32,7 +32,7 @@ use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyInt, PyList, PyString, PyTuple};
 
-use crate::errors::to_py;
+use crate::error::to_py;
 use crate::producer::{data, headers, RecordMetadata};
 use mqlite::sync;
 use mqlite::sync::lock;
@@ -396,7 +396,7 @@ pub(crate) fn partitioner(f: Py<PyAny>) -> mqlite::Partitioner {
                 }
                 let p: i64 = ret.extract()?;
                 u32::try_from(p).ok().filter(|&p| p < count).ok_or_else(|| {
-                    crate::errors::invalid_argument(
+                    crate::error::invalid_argument(
                         py,
                         format!("the partitioner returned {p}, not 0 to {}", count - 1),
                     )
