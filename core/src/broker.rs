@@ -18,6 +18,7 @@ use crate::group::{Group, Groups, Resume};
 use crate::log::now_ms;
 use crate::offsets::CommittedOffset;
 use crate::producer::{Producer, ProducerConfig};
+use crate::sync;
 use crate::topic::{validate_topic_name, Topic, TopicConfig, TopicInfo, TopicOptions};
 
 /// Name of the lock file in the data directory.
@@ -291,7 +292,7 @@ impl Broker {
         self.inner.check_open()?;
         validate_topic_name(name)?;
         config.validate()?;
-        let _ddl = self.inner.ddl.lock().unwrap_or_else(|p| p.into_inner());
+        let _ddl = sync::lock(&self.inner.ddl);
         if self.inner.topics_read().contains_key(name) {
             return Err(Error::TopicExists(name.to_owned()));
         }
@@ -304,11 +305,7 @@ impl Broker {
             std::fs::remove_dir_all(&dir).ctx(|| format!("removing {}", dir.display()))?;
         }
         let topic = Topic::create(dir, name, config, self.inner.topic_options())?;
-        self.inner
-            .topics
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(name.to_owned(), Arc::new(topic));
+        sync::write(&self.inner.topics).insert(name.to_owned(), Arc::new(topic));
         self.inner.topics_changed();
         Ok(())
     }
@@ -317,15 +314,11 @@ impl Broker {
     /// valid; the files go when the last one lets go.
     pub fn delete_topic(&self, name: &str) -> Result<()> {
         self.inner.check_open()?;
-        let _ddl = self.inner.ddl.lock().unwrap_or_else(|p| p.into_inner());
+        let _ddl = sync::lock(&self.inner.ddl);
         if self.inner.damaged_topic(name).is_some() {
             return self.inner.delete_damaged_topic(name);
         }
-        let topic = self
-            .inner
-            .topics
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
+        let topic = sync::write(&self.inner.topics)
             .remove(name)
             .ok_or_else(|| Error::UnknownTopic(name.to_owned()))?;
         topic.mark_deleted();
@@ -352,14 +345,7 @@ impl Broker {
     /// Names of all topics, sorted.
     pub fn topics(&self) -> Vec<String> {
         let mut v: Vec<String> = self.inner.topics_read().keys().cloned().collect();
-        v.extend(
-            self.inner
-                .damaged
-                .read()
-                .unwrap_or_else(|p| p.into_inner())
-                .keys()
-                .cloned(),
-        );
+        v.extend(sync::read(&self.inner.damaged).keys().cloned());
         v.sort();
         v
     }
@@ -370,11 +356,7 @@ impl Broker {
     /// kind `"topic"` or `"group"`, and `("producers", "registry", error)`
     /// when the producer registry is damaged.
     pub fn damaged(&self) -> Vec<(String, String, Error)> {
-        let mut v: Vec<(String, String, Error)> = self
-            .inner
-            .damaged
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
+        let mut v: Vec<(String, String, Error)> = sync::read(&self.inner.damaged)
             .iter()
             .map(|(n, e)| ("topic".to_owned(), n.clone(), e.duplicate()))
             .collect();
@@ -400,7 +382,7 @@ impl Broker {
     /// Grows a topic to `partitions` partitions, keeping existing data.
     pub fn add_partitions(&self, name: &str, partitions: u32) -> Result<()> {
         self.inner.check_open()?;
-        let _ddl = self.inner.ddl.lock().unwrap_or_else(|p| p.into_inner());
+        let _ddl = sync::lock(&self.inner.ddl);
         let res = self.inner.topic(name)?.add_partitions(partitions);
         self.inner.topics_changed();
         res
@@ -509,7 +491,7 @@ impl BrokerInner {
     }
 
     fn topics_read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, Arc<Topic>>> {
-        self.topics.read().unwrap_or_else(|p| p.into_inner())
+        sync::read(&self.topics)
     }
 
     /// The current topics version (see `topics_version`).
@@ -582,7 +564,7 @@ impl BrokerInner {
     #[inline]
     /// Registers a consumer's held messages, to be dropped at close.
     pub(crate) fn register_held(&self, held: &Arc<Held>) {
-        let mut all = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        let mut all = sync::lock(&self.held);
         all.retain(|w| w.strong_count() > 0);
         all.push(Arc::downgrade(held));
     }
@@ -603,11 +585,7 @@ impl BrokerInner {
 
     /// The error of a damaged topic, if `name` is one.
     pub(crate) fn damaged_topic(&self, name: &str) -> Option<Error> {
-        self.damaged
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(name)
-            .map(Error::duplicate)
+        sync::read(&self.damaged).get(name).map(Error::duplicate)
     }
 
     /// Removes a damaged topic's directory and its committed offsets (the
@@ -619,10 +597,7 @@ impl BrokerInner {
         let aside = trash.join(format!("{name}-{}", now_ms()));
         std::fs::rename(&dir, &aside).ctx(|| format!("removing {}", dir.display()))?;
         let _ = std::fs::remove_dir_all(&aside);
-        self.damaged
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(name);
+        sync::write(&self.damaged).remove(name);
         for g in self.groups.all() {
             if let Err(e) = g.remove_topic(name) {
                 ::log::warn!("forgetting offsets of {name} in group {}: {e}", g.name());
@@ -665,7 +640,7 @@ impl BrokerInner {
             .name("mqlite-retention".into())
             .spawn(move || loop {
                 let (m, cv) = &*s;
-                let guard = m.lock().unwrap_or_else(|p| p.into_inner());
+                let guard = sync::lock(m);
                 let (guard, _) = cv
                     .wait_timeout_while(guard, Duration::from_millis(every), |stopped| !*stopped)
                     .unwrap_or_else(|p| p.into_inner());
@@ -681,7 +656,7 @@ impl BrokerInner {
                 }
             });
         if let Ok(h) = handle {
-            *this.janitor.lock().unwrap_or_else(|p| p.into_inner()) = Some((h, stop));
+            *sync::lock(&this.janitor) = Some((h, stop));
         }
     }
 
@@ -691,13 +666,8 @@ impl BrokerInner {
             return Ok(());
         }
         self.topics_changed();
-        if let Some((h, stop)) = self
-            .janitor
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take()
-        {
-            *stop.0.lock().unwrap_or_else(|p| p.into_inner()) = true;
+        if let Some((h, stop)) = sync::lock(&self.janitor).take() {
+            *sync::lock(&stop.0) = true;
             stop.1.notify_all();
             if h.thread().id() != std::thread::current().id() {
                 let _ = h.join();
@@ -710,12 +680,12 @@ impl BrokerInner {
                 first = r;
             }
         }
-        let held = std::mem::take(&mut *self.held.lock().unwrap_or_else(|p| p.into_inner()));
+        let held = std::mem::take(&mut *sync::lock(&self.held));
         for h in held.iter().filter_map(Weak::upgrade) {
             h.clear();
         }
         // Releasing the file releases the flock.
-        self.lock.lock().unwrap_or_else(|p| p.into_inner()).take();
+        sync::lock(&self.lock).take();
         first
     }
 }

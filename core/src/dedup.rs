@@ -24,6 +24,7 @@ use crate::atomic_file::write_atomic;
 use crate::error::{Error, Result};
 use crate::log::batch::{BatchHeader, ATTR_APP_SEQUENCE, ATTR_NAMED_PRODUCER};
 use crate::seqranges::SeqRanges;
+use crate::sync;
 
 /// Default number of batches per producer and partition remembered for
 /// dedup (Kafka's `max.in.flight.requests.per.connection` bound).
@@ -187,7 +188,7 @@ impl Registry {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, RegistryState> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        sync::lock(&self.state)
     }
 
     /// A fresh id for an anonymous producer (epoch 0).

@@ -3,6 +3,7 @@
 //! not yet synced is lost). Not a stable API; no hook is installed unless a
 //! test installs one, and then the cost is one atomic load per sync.
 
+use crate::sync;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
@@ -34,7 +35,7 @@ static HOOK: RwLock<Option<SyncHook>> = RwLock::new(None);
 /// Installs `hook` for the whole process (`None` removes it). Hooks see
 /// every broker's syncs: filter by path.
 pub fn set_sync_hook(hook: Option<SyncHook>) {
-    let mut h = HOOK.write().unwrap_or_else(|p| p.into_inner());
+    let mut h = sync::write(&HOOK);
     HOOKED.store(hook.is_some(), Ordering::Release);
     *h = hook;
 }
@@ -43,7 +44,7 @@ fn call(path: &Path, kind: SyncKind, before: bool) -> std::io::Result<()> {
     if !HOOKED.load(Ordering::Acquire) {
         return Ok(());
     }
-    let hook = HOOK.read().unwrap_or_else(|p| p.into_inner()).clone();
+    let hook = sync::read(&HOOK).clone();
     match hook {
         Some(h) => h(path, kind, before),
         None => Ok(()),

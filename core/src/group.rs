@@ -16,13 +16,14 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::assign::{assign, Assignment, AssignmentStrategy, MemberInfo, TopicPartition};
 use crate::error::{Error, Result};
 use crate::log::Waiter;
 use crate::offsets::{CommittedOffset, OffsetStore};
+use crate::sync::lock;
 
 /// The partition count of a topic (`None` when it does not exist).
 pub(crate) type Counts<'a> = &'a dyn Fn(&str) -> Option<u32>;
@@ -103,10 +104,6 @@ pub(crate) struct Handover {
     pub revoke: Vec<TopicPartition>,
     /// Partitions the member now owns (already recorded as its own).
     pub acquired: Vec<TopicPartition>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Group {

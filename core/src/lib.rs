@@ -46,6 +46,8 @@ mod producer;
 #[doc(hidden)]
 pub mod raw;
 mod seqranges;
+#[doc(hidden)]
+pub mod sync;
 mod topic;
 
 pub use assign::{

@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 use crate::consumer::{Consumer, ConsumerWaker, RebalanceContext, RebalanceListener};
 use crate::error::{Error, Result};
 use crate::message::Message;
+use crate::sync;
 
 /// How a [`Processor`] hands messages to its workers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -193,7 +194,7 @@ struct Shared {
 
 impl Shared {
     fn finish(&self, d: Done) {
-        let mut t = self.tracker.lock().unwrap_or_else(|p| p.into_inner());
+        let mut t = sync::lock(&self.tracker);
         let Some(s) = t.in_flight.get_mut(&d.key) else {
             return;
         };
@@ -210,13 +211,13 @@ impl Shared {
     /// Takes in every completion reported so far; with `wait_for`, blocks
     /// until none of those partitions has a message in flight.
     fn drain(&self, wait_for: &[Key]) {
-        let rx = self.done.lock().unwrap_or_else(|p| p.into_inner());
+        let rx = sync::lock(&self.done);
         while let Ok(d) = rx.try_recv() {
             self.finish(d);
         }
         loop {
             let busy = {
-                let t = self.tracker.lock().unwrap_or_else(|p| p.into_inner());
+                let t = sync::lock(&self.tracker);
                 wait_for.iter().any(|k| {
                     t.in_flight
                         .get(k)
@@ -235,11 +236,7 @@ impl Shared {
 
     /// Commits the watermark of `keys`.
     fn commit(&self, consumer: &mut Consumer, keys: &[Key]) -> Result<()> {
-        let due = self
-            .tracker
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .due(keys);
+        let due = sync::lock(&self.tracker).due(keys);
         if due.is_empty() {
             return Ok(());
         }
@@ -249,7 +246,7 @@ impl Shared {
             .collect();
         consumer.commit_offsets(&offsets)?;
         self.commits.fetch_add(1, Ordering::Relaxed);
-        let mut t = self.tracker.lock().unwrap_or_else(|p| p.into_inner());
+        let mut t = sync::lock(&self.tracker);
         for (k, o) in due {
             t.committed.insert(k, o);
         }
@@ -257,7 +254,7 @@ impl Shared {
     }
 
     fn forget(&self, keys: &[Key]) {
-        let mut t = self.tracker.lock().unwrap_or_else(|p| p.into_inner());
+        let mut t = sync::lock(&self.tracker);
         for k in keys {
             if let Some(s) = t.in_flight.remove(k) {
                 t.total -= s.values().sum::<usize>();
@@ -279,7 +276,7 @@ struct Guard {
 
 impl RebalanceListener for Guard {
     fn on_assign(&mut self, ctx: &mut RebalanceContext<'_>, partitions: &[(String, u32)]) {
-        if let Some(u) = &mut *self.user.lock().unwrap_or_else(|p| p.into_inner()) {
+        if let Some(u) = &mut *sync::lock(&self.user) {
             u.on_assign(ctx, partitions);
         }
     }
@@ -290,7 +287,7 @@ impl RebalanceListener for Guard {
             ::log::warn!("committing processed offsets before a rebalance failed: {e}");
         }
         self.shared.forget(partitions);
-        if let Some(u) = &mut *self.user.lock().unwrap_or_else(|p| p.into_inner()) {
+        if let Some(u) = &mut *sync::lock(&self.user) {
             u.on_revoke(ctx, partitions);
         }
     }
@@ -300,7 +297,7 @@ impl RebalanceListener for Guard {
         // nothing is committed: another member may own the partitions now.
         self.shared.drain(partitions);
         self.shared.forget(partitions);
-        if let Some(u) = &mut *self.user.lock().unwrap_or_else(|p| p.into_inner()) {
+        if let Some(u) = &mut *sync::lock(&self.user) {
             u.on_lost(ctx, partitions);
         }
     }
@@ -457,10 +454,7 @@ impl Processor {
         });
         // Everything dispatched is done now: commit it.
         shared.drain(&[]);
-        let keys: Vec<Key> = shared
-            .tracker
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+        let keys: Vec<Key> = sync::lock(&shared.tracker)
             .next
             .keys()
             .cloned()
@@ -468,7 +462,7 @@ impl Processor {
         let final_commit = shared.commit(&mut self.consumer, &keys);
         // Put the user's listener and settings back; a stop is used up (and
         // so is the wake-up it gave the consumer).
-        let user = user.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let user = sync::lock(&user).take();
         self.consumer.set_rebalance_listener(user);
         self.consumer.set_auto_commit(auto_commit);
         self.stop.flag.store(false, Ordering::SeqCst);
@@ -497,10 +491,7 @@ impl Processor {
                 }
                 last_commit = Instant::now();
             }
-            let in_flight = shared
-                .tracker
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
+            let in_flight = sync::lock(&shared.tracker)
                 .total;
             if in_flight >= self.config.max_in_flight {
                 // Wait for a worker to finish something, or until the next
@@ -508,7 +499,7 @@ impl Processor {
                 let wait = every
                     .saturating_sub(last_commit.elapsed())
                     .clamp(Duration::from_millis(1), Duration::from_millis(100));
-                let rx = shared.done.lock().unwrap_or_else(|p| p.into_inner());
+                let rx = sync::lock(&shared.done);
                 if let Ok(d) = rx.recv_timeout(wait) {
                     drop(rx);
                     shared.finish(d);
@@ -527,7 +518,7 @@ impl Processor {
                 }
             };
             {
-                let mut t = shared.tracker.lock().unwrap_or_else(|p| p.into_inner());
+                let mut t = sync::lock(&shared.tracker);
                 for b in &batches {
                     t.dispatched(b);
                 }

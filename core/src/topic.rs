@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use crate::atomic_file::write_atomic;
 use crate::error::{Error, IoContext, Result};
 use crate::log::{batch, LogConfig, PartitionLog, RecoveryStats};
+use crate::sync;
 
 /// Version of `topic.json`.
 const TOPIC_FILE_VERSION: u32 = 1;
@@ -354,7 +355,7 @@ impl Topic {
     /// A snapshot of the partition list.
     #[inline]
     pub(crate) fn partitions(&self) -> Arc<Vec<Arc<PartitionLog>>> {
-        Arc::clone(&self.partitions.read().unwrap_or_else(|p| p.into_inner()))
+        Arc::clone(&sync::read(&self.partitions))
     }
 
     /// Partition `p`, or `UnknownPartition`.
@@ -373,11 +374,7 @@ impl Topic {
 
     /// Grows the topic to `total` partitions; existing data stays.
     pub(crate) fn add_partitions(&self, total: u32) -> Result<()> {
-        let mut config = self
-            .config
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
+        let mut config = sync::read(&self.config).clone();
         if total <= config.partitions {
             return Err(Error::InvalidArgument(format!(
                 "topic {:?} already has {} partitions; the new count must be larger, got {total}",
@@ -397,21 +394,17 @@ impl Topic {
         let added =
             Topic::open_partitions(&self.name, &self.dir, &config, self.options, old..total)?;
         self.save(&config)?;
-        let mut parts = self.partitions.write().unwrap_or_else(|p| p.into_inner());
+        let mut parts = sync::write(&self.partitions);
         let mut v: Vec<_> = parts.as_ref().clone();
         v.extend(added);
         *parts = Arc::new(v);
-        *self.config.write().unwrap_or_else(|p| p.into_inner()) = config;
+        *sync::write(&self.config) = config;
         Ok(())
     }
 
     /// The config and per-partition state.
     pub(crate) fn info(&self) -> TopicInfo {
-        let config = self
-            .config
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
+        let config = sync::read(&self.config).clone();
         let partitions = self
             .partitions()
             .iter()
@@ -434,10 +427,7 @@ impl Topic {
 
     /// Whether time retention waits for consumer groups' commits.
     pub(crate) fn respects_groups(&self) -> bool {
-        self.config
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .retention_respects_groups
+        sync::read(&self.config).retention_respects_groups
     }
 
     /// Whether the topic was deleted.

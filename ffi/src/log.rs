@@ -11,11 +11,12 @@ use std::cell::Cell;
 use std::ffi::{c_char, c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{OnceLock, PoisonError, RwLock};
+use std::sync::{OnceLock, RwLock};
 
 use ::log::{Level, LevelFilter, Log, Metadata, Record};
 
 use crate::error::{c_text, guard, mql_status, Failure, FfiResult};
+use mqlite::sync;
 
 /// How severe a log record is, as in Rust's `log` crate (and in the same
 /// order: a larger value is more verbose). `MQL_LOG_OFF` is for
@@ -149,7 +150,7 @@ impl CallbackLogger {
         if !self.enabled(record.metadata()) || in_callback() {
             return;
         }
-        let sink = SINK.read().unwrap_or_else(PoisonError::into_inner);
+        let sink = sync::read(&SINK);
         let Some(s) = *sink else {
             return;
         };
@@ -248,7 +249,7 @@ pub unsafe extern "C" fn mql_set_log_callback(
         if sink.is_some() {
             install()?;
         }
-        let mut current = SINK.write().unwrap_or_else(PoisonError::into_inner);
+        let mut current = sync::write(&SINK);
         *current = sink;
         apply_max_level(current.is_some());
         Ok(())
@@ -280,7 +281,7 @@ pub extern "C" fn mql_set_log_level(level: c_int) -> mql_status {
                 "mql_set_log_level cannot be called from a log callback",
             ));
         }
-        let current = SINK.write().unwrap_or_else(PoisonError::into_inner);
+        let current = sync::write(&SINK);
         LEVEL.store(n, Ordering::Relaxed);
         apply_max_level(current.is_some());
         Ok(())

@@ -8,7 +8,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyInt, PyString, PyTuple};
 
 use crate::consumer::{topic_partitions, Consumer, NewConsumer};
-use crate::errors::{closed, forked, invalid_argument, IntoPy};
+use crate::error::{closed, forked, invalid_argument, IntoPy};
 use crate::fork::{self, Local};
 use crate::producer::{Options, Producer};
 use crate::util::{arg_u32, config_u32, config_u64};
@@ -171,9 +171,9 @@ impl Broker {
             .max_commit_metadata_bytes(max_metadata);
         // Recovery logs what it repairs: with the level configured now,
         // and delivered to `logging` before the broker is returned.
-        crate::logging::refresh_level(py);
+        crate::log::refresh_level(py);
         let opened = py.detach(|| mqlite::Broker::open(&path, config));
-        crate::logging::flush(py);
+        crate::log::flush(py);
         let inner = opened.py_err(py)?;
         Ok(Broker {
             lock_token: fork::register_lock(&path),
@@ -730,7 +730,7 @@ impl Broker {
             return Ok(());
         }
         let res = py.detach(|| self.inner.close());
-        crate::logging::flush(py);
+        crate::log::flush(py);
         if let Some(t) = self.lock_token {
             fork::unregister_lock(t);
         }

@@ -45,11 +45,12 @@
 //! recorded yet: its descriptor stays open in the child, which then keeps
 //! that directory locked until it exits.)
 
+use mqlite::sync;
 use std::ops::{Deref, DerefMut};
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, PoisonError, TryLockError};
+use std::sync::{Mutex, TryLockError};
 
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -161,7 +162,7 @@ impl<T> Drop for Local<T> {
 }
 
 fn locks() -> std::sync::MutexGuard<'static, Vec<(u64, u64, u64)>> {
-    LOCKS.lock().unwrap_or_else(PoisonError::into_inner)
+    sync::lock(&LOCKS)
 }
 
 /// Records the lock file of a broker just opened on `dir` (call with the GIL

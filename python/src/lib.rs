@@ -7,9 +7,9 @@
 //! sends, flushes, opening and closing, topic changes) release it.
 //!
 //! The engine's threads never call Python: delivery reports and interceptor
-//! acknowledgements are queued and run by Python threads (`callbacks.rs`),
+//! acknowledgements are queued and run by Python threads (`callback.rs`),
 //! and the engine's log records are queued for Python's `logging`, logger
-//! `mqlite` (`logging.rs`).
+//! `mqlite` (`log.rs`).
 //!
 //! Objects belong to the process that made them: in a child forked with
 //! `os.fork()` they raise `mqlite.Closed` (`fork.rs`).
@@ -20,11 +20,11 @@
 #![deny(unsafe_code)]
 
 mod broker;
-mod callbacks;
+mod callback;
 mod consumer;
-mod errors;
+mod error;
 mod fork;
-mod logging;
+mod log;
 mod processor;
 mod producer;
 mod util;
@@ -42,7 +42,7 @@ fn _mqlite(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<producer::Producer>()?;
     m.add_class::<producer::RecordMetadata>()?;
     m.add_class::<producer::ProducerStats>()?;
-    m.add_class::<callbacks::ProducerRecord>()?;
+    m.add_class::<callback::ProducerRecord>()?;
     m.add_class::<consumer::Consumer>()?;
     m.add_class::<consumer::Message>()?;
     m.add_class::<consumer::ConsumerStats>()?;
@@ -51,10 +51,10 @@ fn _mqlite(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<processor::ProcessorStats>()?;
     m.add_function(wrap_pyfunction!(producer::murmur2, m)?)?;
     m.add_function(wrap_pyfunction!(producer::partition_for_key, m)?)?;
-    errors::register(m)?;
+    error::register(m)?;
     fork::install(m)?;
     // Private (for tests): set as an attribute, so not in `__all__`.
-    m.setattr("_log_level", wrap_pyfunction!(logging::_log_level, m)?)?;
-    logging::install(m)?;
+    m.setattr("_log_level", wrap_pyfunction!(log::_log_level, m)?)?;
+    log::install(m)?;
     Ok(())
 }

@@ -32,7 +32,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use crate::consumer::Consumer;
-use crate::errors::{invalid_argument, IntoPy};
+use crate::error::{invalid_argument, IntoPy};
 use crate::util::{arg_u32, arg_u64};
 
 /// How often the thread in `run()` checks for signals and `stop()`.

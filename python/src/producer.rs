@@ -11,8 +11,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyByteArray, PyBytes, PyDict, PyInt, PyList, PyString, PyTuple};
 
 use crate::broker::Broker;
-use crate::callbacks::{self, Delivery, Event, PyInterceptor};
-use crate::errors::{closed, invalid_argument, to_py, IntoPy};
+use crate::callback::{self, Delivery, Event, PyInterceptor};
+use crate::error::{closed, invalid_argument, to_py, IntoPy};
 use crate::fork::Local;
 use crate::util::{arg_u32, arg_u64};
 
@@ -267,7 +267,7 @@ fn parse_partitioner(py: Python<'_>, obj: &Bound<'_, PyAny>) -> PyResult<mqlite:
         return s.to_str()?.parse().py_err(py);
     }
     if obj.is_callable() {
-        return Ok(callbacks::partitioner(obj.clone().unbind()));
+        return Ok(callback::partitioner(obj.clone().unbind()));
     }
     Err(PyTypeError::new_err(format!(
         "partitioner must be \"sticky\", \"round_robin\" or a callable, not {}",
@@ -415,7 +415,7 @@ impl Producer {
     /// The result of a core call that may have run the custom partitioner:
     /// the partitioner's exception comes first.
     fn finish<T>(&self, py: Python<'_>, res: mqlite::Result<T>) -> PyResult<T> {
-        if let Some(e) = callbacks::take_partitioner_error() {
+        if let Some(e) = callback::take_partitioner_error() {
             return Err(e);
         }
         res.py_err(py)
@@ -793,7 +793,7 @@ impl Producer {
         match self.finish(py, res) {
             Ok(()) => Ok(written),
             Err(e) => {
-                if e.is_instance_of::<crate::errors::Error>(py) {
+                if e.is_instance_of::<crate::error::Error>(py) {
                     let _ = e.value(py).setattr("written", written);
                 }
                 Err(e)
@@ -1137,7 +1137,7 @@ pub fn murmur2(data: &Bound<'_, PyAny>) -> PyResult<i32> {
 pub fn partition_for_key(py: Python<'_>, key: &Bound<'_, PyAny>, partitions: i64) -> PyResult<u32> {
     let n = arg_u32(py, "partitions", partitions)?;
     if n == 0 {
-        return Err(crate::errors::invalid_argument(
+        return Err(crate::error::invalid_argument(
             py,
             "partitions must be at least 1, got 0",
         ));

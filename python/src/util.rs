@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use pyo3::prelude::*;
 
-use crate::errors::{invalid_argument, invalid_config};
+use crate::error::{invalid_argument, invalid_config};
 
 /// A timeout in seconds; `None` (or `+inf`) means no limit.
 ///

@@ -32,6 +32,7 @@ use super::partition::Assigned;
 use super::Consumer;
 use crate::error::Result;
 use crate::message::{Message, Sink};
+use crate::sync;
 
 /// How often a consumer that holds messages does the work of a poll
 /// (heartbeat to its group, topic changes) while it hands them out.
@@ -46,7 +47,7 @@ pub(crate) struct Held {
 
 impl Held {
     fn lock(&self) -> MutexGuard<'_, VecDeque<(u32, Message)>> {
-        self.queue.lock().unwrap_or_else(|p| p.into_inner())
+        sync::lock(&self.queue)
     }
 
     /// Drops every held message (the broker closes), outside the lock.

@@ -17,6 +17,7 @@ use crate::group::{Group, MemberSpec, Resume};
 use crate::log::{PartitionLog, Waiter};
 use crate::message::{Message, MessageBatch, Sink};
 use crate::offsets::{validate_group_name, CommittedOffset};
+use crate::sync;
 use crate::topic::Topic;
 pub(crate) use held::Held;
 use partition::Assigned;
@@ -201,7 +202,7 @@ impl ConsumerWaker {
     /// Makes the current or next `poll` return at once.
     pub fn wakeup(&self) {
         self.inner.flag.store(true, Ordering::SeqCst);
-        if let Some(w) = &*self.inner.waiter.lock().unwrap_or_else(|p| p.into_inner()) {
+        if let Some(w) = &*sync::lock(&self.inner.waiter) {
             w.wake();
         }
     }
@@ -1083,12 +1084,7 @@ impl Consumer {
     fn wait(&mut self, deadline: Instant) -> Result<()> {
         let waiter = self.ensure_waiter();
         waiter.reset();
-        *self
-            .wake
-            .inner
-            .waiter
-            .lock()
-            .unwrap_or_else(|p| p.into_inner()) = Some(Arc::clone(&waiter));
+        *sync::lock(&self.wake.inner.waiter) = Some(Arc::clone(&waiter));
         if self.wake.inner.flag.load(Ordering::SeqCst) {
             return Ok(());
         }

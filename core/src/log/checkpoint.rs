@@ -32,6 +32,7 @@ use std::sync::Mutex;
 use crate::error::{Error, IoContext, Result};
 use crate::faults::{self, SyncKind};
 use crate::log::crc;
+use crate::sync;
 
 /// File name, in the partition directory.
 pub(crate) const FILE: &str = "recovery.point";
@@ -171,7 +172,7 @@ impl CheckpointFile {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        sync::lock(&self.state)
     }
 
     fn write_locked(&self, st: &mut State, point: RecoveryPoint, sync: bool) -> Result<()> {

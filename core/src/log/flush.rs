@@ -8,6 +8,7 @@ use std::time::Instant;
 use super::checkpoint::RecoveryPoint;
 use super::{lock, PartitionLog, Segment, WriteAhead};
 use crate::error::Result;
+use crate::sync;
 
 #[derive(Debug, Default)]
 pub(super) struct FlushState {
@@ -119,12 +120,7 @@ impl PartitionLog {
                     if now >= deadline {
                         break;
                     }
-                    st = self
-                        .group
-                        .arrival_cv
-                        .wait_timeout(st, deadline - now)
-                        .unwrap_or_else(|p| p.into_inner())
-                        .0;
+                    st = sync::wait_timeout(&self.group.arrival_cv, st, deadline - now).0;
                 }
                 if st.round != round {
                     continue; // taken over: wait for that flush
@@ -209,7 +205,7 @@ impl PartitionLog {
     fn flush_segments(&self) -> Result<u64> {
         let end = self.end_offset();
         let dirty: Vec<Arc<Segment>> = {
-            let segs = self.segments.read().unwrap_or_else(|p| p.into_inner());
+            let segs = sync::read(&self.segments);
             let mut v: Vec<_> = segs
                 .iter()
                 .rev()

@@ -22,6 +22,7 @@ use memmap2::{Advice, MmapOptions, MmapRaw};
 
 use crate::error::{Error, IoContext, Result};
 use crate::faults::{self, SyncKind};
+use crate::sync;
 
 /// A file mapped into memory, readable up to an atomically published length.
 #[derive(Debug)]
@@ -389,7 +390,7 @@ impl MappedFile {
     }
 
     fn file_slot(&self) -> MutexGuard<'_, Option<Arc<File>>> {
-        self.file.lock().unwrap_or_else(|p| p.into_inner())
+        sync::lock(&self.file)
     }
 
     /// The descriptor, shared, so that a slow call on it (an fsync) does

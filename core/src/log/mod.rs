@@ -19,12 +19,14 @@ mod test_util;
 
 use std::path::PathBuf;
 use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::thread::{JoinHandle, Thread};
 use std::time::Instant;
 
 use crate::dedup::{self, Idempotence, ProducerTable, SequenceCheck};
 use crate::error::{Error, Result};
+use crate::sync;
+use crate::sync::lock;
 use batch::{
     BatchHeader, ProducerFields, RecordRef, SectionInfo, ATTR_APP_SEQUENCE, ATTR_NAMED_PRODUCER,
 };
@@ -290,10 +292,6 @@ pub(crate) struct PartitionLog {
     checkpoint: CheckpointFile,
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 /// Milliseconds since the Unix epoch ([`crate::clock`]).
 pub(crate) use crate::clock::now_ms;
 
@@ -395,20 +393,12 @@ impl PartitionLog {
 
     /// Bytes of log data on disk (published bytes of every segment).
     pub(crate) fn size_bytes(&self) -> u64 {
-        self.segments
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .iter()
-            .map(|s| s.size())
-            .sum()
+        sync::read(&self.segments).iter().map(|s| s.size()).sum()
     }
 
     /// Number of segments.
     pub(crate) fn segment_count(&self) -> usize {
-        self.segments
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .len()
+        sync::read(&self.segments).len()
     }
 
     fn poisoned_error(&self) -> Error {
@@ -698,13 +688,7 @@ impl PartitionLog {
     /// flushed now and then) pay for the conversion once per flush anyway,
     /// and would only write their bytes twice.
     fn write_ahead(&self) {
-        let Some(seg) = self
-            .segments
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .last()
-            .cloned()
-        else {
+        let Some(seg) = sync::read(&self.segments).last().cloned() else {
             return;
         };
         let end = seg.end();
@@ -805,10 +789,7 @@ impl PartitionLog {
             _ => (Segment::create(&self.dir, base, self.config.sizes())?, 0),
         };
         let new = Arc::new(new);
-        self.segments
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(Arc::clone(&new));
+        sync::write(&self.segments).push(Arc::clone(&new));
         let old = std::mem::replace(&mut w.active, new);
         w.last_index_pos = 0;
         w.populated_to = populated;
@@ -832,7 +813,7 @@ impl PartitionLog {
             return 0;
         }
         let removed: Vec<Arc<Segment>> = {
-            let mut segs = self.segments.write().unwrap_or_else(|p| p.into_inner());
+            let mut segs = sync::write(&self.segments);
             if segs.is_empty() {
                 return 0; // closed
             }
@@ -910,8 +891,7 @@ impl PartitionLog {
     /// closed log find nothing ([`PartitionLog::cursor`] fails with
     /// [`Error::Closed`]).
     fn release(&self) {
-        let segments =
-            std::mem::take(&mut *self.segments.write().unwrap_or_else(|p| p.into_inner()));
+        let segments = std::mem::take(&mut *sync::write(&self.segments));
         {
             let mut w = lock(&self.writer);
             let base = w.next_offset;
@@ -936,7 +916,7 @@ impl PartitionLog {
     /// A cursor at the batch holding `offset`.
     pub(crate) fn cursor(&self, offset: u64) -> Result<Cursor> {
         let seg = {
-            let segs = self.segments.read().unwrap_or_else(|p| p.into_inner());
+            let segs = sync::read(&self.segments);
             if segs.is_empty() {
                 return Err(Error::Closed("partition"));
             }
@@ -974,7 +954,7 @@ impl PartitionLog {
     /// `c` unchanged) when there is none.
     fn next_segment(&self, c: &mut Cursor) -> bool {
         let next = {
-            let segs = self.segments.read().unwrap_or_else(|p| p.into_inner());
+            let segs = sync::read(&self.segments);
             segs.iter().find(|s| s.base() > c.seg.base()).cloned()
         };
         match next {
@@ -1011,11 +991,7 @@ impl PartitionLog {
     /// The earliest offset whose record timestamp is at or after `ts`, or
     /// `None` when every record is older.
     pub(crate) fn offset_for_timestamp(&self, ts: i64) -> Result<Option<u64>> {
-        let segs: Vec<Arc<Segment>> = self
-            .segments
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
+        let segs: Vec<Arc<Segment>> = sync::read(&self.segments).clone();
         for seg in segs {
             if seg.checked_max_timestamp() < ts {
                 continue;

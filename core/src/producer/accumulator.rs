@@ -11,6 +11,7 @@ use super::{interceptor, lock, Acks, DeliveryCallback, Inner, RecordMetadata, IN
 use crate::error::{Error, Result};
 use crate::log::batch::EncodedRecords;
 use crate::log::{PartitionLog, UNKNOWN_OFFSET};
+use crate::sync;
 
 /// A queued record's delivery report.
 pub(crate) struct Pending {
@@ -101,7 +102,7 @@ impl Inner {
         // Only now (still under the accumulator lock): a blocking send that
         // sees no pending records skips the lock and appends at once, so
         // lowering the count before the append let it overtake this batch
-        // (found by tests/stress.rs).
+        // (found by tests/stress).
         self.pending.fetch_sub(n, Ordering::Release);
         let md = |i: usize, p: &Pending, a: &crate::log::Appended| RecordMetadata {
             topic: Arc::clone(&topic),
@@ -224,13 +225,8 @@ impl Inner {
             }
             let next = st.batches.values().map(|b| b.created + linger).min();
             st = match next {
-                Some(t) => {
-                    self.work
-                        .wait_timeout(st, t.saturating_duration_since(now))
-                        .unwrap_or_else(|p| p.into_inner())
-                        .0
-                }
-                None => self.work.wait(st).unwrap_or_else(|p| p.into_inner()),
+                Some(t) => sync::wait_timeout(&self.work, st, t.saturating_duration_since(now)).0,
+                None => sync::wait(&self.work, st),
             };
         }
     }
@@ -331,17 +327,13 @@ impl Inner {
                         return Err(Error::Timeout(timeout.map_or(0, |t| t.as_millis() as u64)));
                     }
                     st.space_waiters += 1;
-                    let mut g = self
-                        .space
-                        .wait_timeout(st, d - now)
-                        .unwrap_or_else(|p| p.into_inner())
-                        .0;
+                    let mut g = sync::wait_timeout(&self.space, st, d - now).0;
                     g.space_waiters -= 1;
                     g
                 }
                 None => {
                     st.space_waiters += 1;
-                    let mut g = self.space.wait(st).unwrap_or_else(|p| p.into_inner());
+                    let mut g = sync::wait(&self.space, st);
                     g.space_waiters -= 1;
                     g
                 }

@@ -19,6 +19,7 @@ mod interceptor;
 mod partitioner;
 mod record;
 mod resume;
+mod route;
 mod stats;
 
 use std::collections::HashMap;
@@ -33,6 +34,8 @@ use crate::error::{Error, Result};
 use crate::log::batch::{self, EncodedRecords, ProducerFields, RecordRef, SectionInfo};
 use crate::log::compression::{compress_records, Compression, MAX_UNCOMPRESSED_LEN};
 use crate::log::{now_ms, Appended, BatchSource, PartitionLog, UNKNOWN_OFFSET};
+use crate::sync;
+use crate::sync::lock;
 use accumulator::{AccState, Done};
 use stats::Counters;
 
@@ -40,6 +43,8 @@ pub use config::{Acks, ProducerConfig};
 pub use interceptor::ProducerInterceptor;
 pub use partitioner::{murmur2, partition_for_key, Partitioner, Selector};
 pub use record::{BorrowedRecord, Record, RecordMetadata};
+pub(crate) use route::forget_cached_topic;
+use route::Lent;
 pub use stats::ProducerStats;
 
 /// A delivery report callback of [`Producer::send_async`].
@@ -97,29 +102,9 @@ pub(crate) struct Inner {
     written: Mutex<Option<crate::seqranges::SeqRanges>>,
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 thread_local! {
     /// Set while this thread runs delivery callbacks.
     static IN_CALLBACK: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-/// A topic's partition list.
-type Partitions = Arc<Vec<Arc<PartitionLog>>>;
-
-/// Where a record goes: a partition of a topic's partition list.
-struct Route {
-    parts: Lent,
-    partition: u32,
-}
-
-impl Route {
-    #[inline]
-    fn log(&self) -> &Arc<PartitionLog> {
-        &self.parts.parts()[self.partition as usize]
-    }
 }
 
 /// Counts one failed record in the producer's stats when dropped: on every
@@ -130,66 +115,6 @@ impl Drop for CountsFailure<'_> {
     fn drop(&mut self) {
         self.0.errors(1);
     }
-}
-
-/// The last topic this thread sent to, for [`Inner::partitions_of`].
-struct CachedTopic {
-    broker: std::sync::Weak<BrokerInner>,
-    /// The broker's topics version when this was looked up.
-    version: u64,
-    name: Arc<str>,
-    /// Its partitions; `None` while lent to a [`Lent`].
-    parts: Option<Partitions>,
-    /// Told apart from the entry it replaced.
-    generation: u64,
-}
-
-thread_local! {
-    static LAST_TOPIC: std::cell::RefCell<Option<CachedTopic>> =
-        const { std::cell::RefCell::new(None) };
-}
-
-/// A topic's partitions taken from this thread's cache: given back to it
-/// when dropped (a move each way instead of a reference count up and down).
-struct Lent {
-    parts: Option<Partitions>,
-    /// The cache entry to give them back to.
-    generation: Option<u64>,
-}
-
-impl Lent {
-    #[inline]
-    fn parts(&self) -> &Partitions {
-        self.parts.as_ref().expect("held until dropped")
-    }
-}
-
-impl Drop for Lent {
-    #[inline]
-    fn drop(&mut self) {
-        let (Some(generation), Some(parts)) = (self.generation, self.parts.take()) else {
-            return;
-        };
-        let _ = LAST_TOPIC.try_with(move |c| {
-            if let Ok(mut c) = c.try_borrow_mut() {
-                if let Some(e) = c.as_mut() {
-                    if e.generation == generation && e.parts.is_none() {
-                        e.parts = Some(parts);
-                    }
-                }
-            }
-        });
-    }
-}
-
-/// Empties this thread's topic cache (a deleted topic or a closed broker
-/// should not be kept alive by it).
-pub(crate) fn forget_cached_topic() {
-    let _ = LAST_TOPIC.try_with(|c| {
-        if let Ok(mut c) = c.try_borrow_mut() {
-            *c = None;
-        }
-    });
 }
 
 impl Producer {
@@ -552,131 +477,6 @@ impl Inner {
             strict: self.config.strict_sequences,
             window: self.config.dedup_window,
             floor: sequence.map_or(0, |_| self.written_floor()),
-        })
-    }
-
-    /// Chooses the partition of `r` among `count` (not checked against it).
-    fn choose(
-        &self,
-        topic: &Arc<str>,
-        count: u32,
-        r: &BorrowedRecord<'_>,
-        size_hint: impl FnOnce() -> usize,
-    ) -> Result<u32> {
-        Ok(match r.partition {
-            Some(p) => p,
-            None => match &self.config.partitioner {
-                Partitioner::Custom(select) => {
-                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| select(r, count)))
-                        .map_err(|_| {
-                            Error::InvalidArgument("the partition selector panicked".into())
-                        })?
-                }
-                _ if r.key.is_some() => partition_for_key(r.key.unwrap_or_default(), count),
-                // Records with the application's sequences go where a
-                // re-send of them will go too, so it is recognised.
-                _ if r.sequence.is_some() => {
-                    (r.sequence.unwrap_or(0).unsigned_abs() % count as u64) as u32
-                }
-                Partitioner::RoundRobin => self.chooser.round_robin(count),
-                Partitioner::Sticky => {
-                    self.chooser
-                        .sticky(topic, count, size_hint(), self.config.batch_size)
-                }
-            },
-        })
-    }
-
-    /// Chooses the partition of `r`.
-    fn route(&self, r: &BorrowedRecord<'_>, size_hint: impl FnOnce() -> usize) -> Result<Route> {
-        let parts = self.partitions_of(r.topic)?;
-        let partition = self.partition_in(&parts, r, size_hint)?;
-        Ok(Route { parts, partition })
-    }
-
-    /// Chooses the partition of `r` among `parts` (the topic's).
-    #[inline(always)]
-    fn partition_in(
-        &self,
-        parts: &Lent,
-        r: &BorrowedRecord<'_>,
-        size_hint: impl FnOnce() -> usize,
-    ) -> Result<u32> {
-        let count = parts.parts().len() as u32;
-        let partition = self.choose(parts.parts()[0].topic(), count, r, size_hint)?;
-        if partition >= count {
-            return Err(Error::UnknownPartition {
-                topic: r.topic.to_owned(),
-                partition,
-                count,
-            });
-        }
-        Ok(partition)
-    }
-
-    /// The partitions of topic `name`, through a one-entry cache per thread
-    /// (most producers send to one topic from each thread): no lock, no
-    /// hashing and no reference count on a hit. The broker's topics version
-    /// (bumped by deletes, growth and close) says when to look again; a
-    /// `Weak` to the broker keeps its allocation, so a new broker is never
-    /// mistaken for a dropped one at the same address. The cache holds the
-    /// partitions of one topic until this thread sends to another topic or
-    /// exits, or deletes that topic or closes its broker (see
-    /// docs/decisions.md).
-    #[inline(always)]
-    fn partitions_of(&self, name: &str) -> Result<Lent> {
-        let version = self.broker.topics_version();
-        let hit = LAST_TOPIC.try_with(|c| {
-            let mut c = c.try_borrow_mut().ok()?;
-            let e = c.as_mut()?;
-            if e.broker.as_ptr() != Arc::as_ptr(&self.broker)
-                || e.version != version
-                || &*e.name != name
-            {
-                return None;
-            }
-            // None when lent already (a send from a callback inside a send):
-            // that one looks the topic up.
-            let parts = e.parts.take()?;
-            Some(Lent {
-                parts: Some(parts),
-                generation: Some(e.generation),
-            })
-        });
-        if let Ok(Some(lent)) = hit {
-            return Ok(lent);
-        }
-        self.look_up_partitions(name, version)
-    }
-
-    /// [`Inner::partitions_of`] on a cache miss: looks the topic up and
-    /// makes it this thread's cached topic.
-    #[cold]
-    #[inline(never)]
-    fn look_up_partitions(&self, name: &str, version: u64) -> Result<Lent> {
-        let topic = match self.broker.topic(name) {
-            Ok(t) => t,
-            Err(e) => {
-                forget_cached_topic();
-                return Err(e);
-            }
-        };
-        let parts = topic.partitions();
-        let generation = LAST_TOPIC.try_with(|c| {
-            let mut c = c.try_borrow_mut().ok()?;
-            let generation = c.as_ref().map_or(0, |e| e.generation + 1);
-            *c = Some(CachedTopic {
-                broker: Arc::downgrade(&self.broker),
-                version,
-                name: Arc::clone(topic.name()),
-                parts: None,
-                generation,
-            });
-            Some(generation)
-        });
-        Ok(Lent {
-            parts: Some(parts),
-            generation: generation.ok().flatten(),
         })
     }
 
@@ -1201,11 +1001,7 @@ impl Inner {
                 return Err(Error::Closed("producer"));
             }
             st.space_waiters += 1;
-            st = self
-                .space
-                .wait_timeout(st, deadline - now)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
+            st = sync::wait_timeout(&self.space, st, deadline - now).0;
             st.space_waiters -= 1;
         }
         Ok(st)

@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::BorrowedRecord;
+use crate::sync;
 
 /// A custom partition selector (RocketMQ's `MessageQueueSelector`): given the
 /// record and the topic's partition count, returns the partition.
@@ -149,7 +150,7 @@ impl PartitionChooser {
         bytes: usize,
         batch_size: usize,
     ) -> u32 {
-        let mut map = self.sticky.lock().unwrap_or_else(|p| p.into_inner());
+        let mut map = sync::lock(&self.sticky);
         if let Some((p, sent)) = map.get_mut(&**topic) {
             if *p < count && *sent < batch_size {
                 *sent += bytes;
@@ -172,7 +173,7 @@ impl PartitionChooser {
     /// Forgets the sticky choice of `topic` if it is `partition` (its batch
     /// was sent), so the next key-less record picks a new one.
     pub(crate) fn batch_sent(&self, topic: &str, partition: u32) {
-        let mut map = self.sticky.lock().unwrap_or_else(|p| p.into_inner());
+        let mut map = sync::lock(&self.sticky);
         if let Some((p, sent)) = map.get_mut(topic) {
             if *p == partition {
                 *sent = usize::MAX;

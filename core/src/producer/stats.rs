@@ -1,8 +1,9 @@
 //! Producer counters.
 
+use crate::sync;
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Mutex, OnceLock, PoisonError};
+use std::sync::{Mutex, OnceLock};
 
 /// What a producer did so far.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -213,10 +214,7 @@ impl Drop for SlotReturn {
         // Sends made by later thread-local destructors go to the shared
         // shard: the slot may already belong to another thread.
         let _ = SLOT.try_with(|s| s.set(SLOT_GONE));
-        FREE_SLOTS
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(slot);
+        sync::lock(&FREE_SLOTS).push(slot);
     }
 }
 
@@ -234,19 +232,14 @@ fn thread_slot() -> Option<usize> {
 #[cold]
 #[inline(never)]
 fn take_slot() -> Option<usize> {
-    let slot = FREE_SLOTS
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
+    let slot = sync::lock(&FREE_SLOTS)
         .pop()
         .unwrap_or_else(|| NEXT_SLOT.fetch_add(1, Ordering::Relaxed));
     // The slot is owned only once its return is registered; a thread whose
     // locals are already being dropped gives it back at once.
     let kept = SLOT_RETURN.try_with(|r| r.0.set(slot)).is_ok();
     if !kept {
-        FREE_SLOTS
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(slot);
+        sync::lock(&FREE_SLOTS).push(slot);
         let _ = SLOT.try_with(|s| s.set(SLOT_GONE));
         return None;
     }

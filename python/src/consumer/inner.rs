@@ -13,7 +13,7 @@ use super::rebalance::{Borrow, Borrowed, Shared};
 use super::state::{Counters, State};
 use super::{lock, Consumer, Message, NewConsumer, WAIT_SLICE};
 use crate::broker::Broker;
-use crate::errors::{closed, to_py, IntoPy};
+use crate::error::{closed, to_py, IntoPy};
 use crate::fork::Local;
 
 /// The engine consumer, as a call reaches it.

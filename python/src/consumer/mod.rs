@@ -44,7 +44,7 @@ use rebalance::{Callbacks, Listener, Shared};
 use state::{Counters, State};
 
 use crate::broker::Broker;
-use crate::errors::{invalid_argument, is_kind, to_py, IntoPy};
+use crate::error::{invalid_argument, is_kind, to_py, IntoPy};
 use crate::fork::Local;
 use crate::util::{arg_u32, arg_u64};
 

@@ -45,10 +45,11 @@
 //! when it opens a broker (records queued in the parent are the parent's
 //! to deliver).
 
+use mqlite::sync;
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::{Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -111,7 +112,7 @@ static IDLE: Condvar = Condvar::new();
 static GATE: AtomicUsize = AtomicUsize::new(LevelFilter::Warn as usize);
 
 fn queue() -> MutexGuard<'static, Queue> {
-    QUEUE.lock().unwrap_or_else(PoisonError::into_inner)
+    sync::lock(&QUEUE)
 }
 
 fn gate_filter(n: usize) -> LevelFilter {
@@ -256,7 +257,7 @@ fn deliver(py: Python<'_>, wait: bool) {
             py.detach(|| {
                 let mut q = queue();
                 while q.delivering {
-                    q = IDLE.wait(q).unwrap_or_else(PoisonError::into_inner);
+                    q = sync::wait(&IDLE, q);
                 }
                 q.delivering = true;
             });
@@ -323,10 +324,7 @@ fn run() {
         let stopped = {
             let mut q = queue();
             if q.entries.is_empty() && q.dropped == 0 && !q.stopped {
-                q = WORK
-                    .wait_timeout(q, REFRESH)
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .0;
+                q = sync::wait_timeout(&WORK, q, REFRESH).0;
             }
             q.stopped
         };

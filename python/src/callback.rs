@@ -24,7 +24,7 @@
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread::ThreadId;
 use std::time::{Duration, Instant};
 
@@ -32,12 +32,10 @@ use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyInt, PyList, PyString, PyTuple};
 
-use crate::errors::to_py;
+use crate::error::to_py;
 use crate::producer::{data, headers, RecordMetadata};
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
+use mqlite::sync;
+use mqlite::sync::lock;
 
 /// A completion waiting for a Python thread.
 pub(crate) enum Event {
@@ -143,11 +141,7 @@ impl Delivery {
                 if now >= deadline {
                     break;
                 }
-                q = self
-                    .ready
-                    .wait_timeout(q, deadline - now)
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .0;
+                q = sync::wait_timeout(&self.ready, q, deadline - now).0;
             }
             drop(q);
             self.waiters.fetch_sub(1, Ordering::AcqRel);
@@ -402,7 +396,7 @@ pub(crate) fn partitioner(f: Py<PyAny>) -> mqlite::Partitioner {
                 }
                 let p: i64 = ret.extract()?;
                 u32::try_from(p).ok().filter(|&p| p < count).ok_or_else(|| {
-                    crate::errors::invalid_argument(
+                    crate::error::invalid_argument(
                         py,
                         format!("the partitioner returned {p}, not 0 to {}", count - 1),
                     )
