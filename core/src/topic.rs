@@ -25,8 +25,11 @@ pub const MAX_TOPIC_NAME_LEN: usize = 249;
 pub struct TopicConfig {
     /// Number of partitions (1 to 100,000).
     pub partitions: u32,
-    /// Size each segment file is preallocated to; a new segment starts when
-    /// the next batch does not fit (4 KiB to 2 GiB; default 64 MiB).
+    /// Most bytes of log in one segment file; a new segment starts when
+    /// the next batch does not fit (4 KiB to 2 GiB; default 64 MiB). The
+    /// file is not preallocated to this size: it starts at 64 KiB and grows
+    /// in steps (doubling, at most 8 MiB at a time) ahead of the data, and
+    /// is trimmed to its data when the next segment starts.
     pub segment_bytes: u64,
     /// Delete closed segments whose newest record is older than this many
     /// milliseconds (`None`: keep forever, the default).

@@ -1,6 +1,6 @@
 //! A full disk, modelled with a file-size limit (`RLIMIT_FSIZE`, with
 //! `SIGXFSZ` ignored so writes fail with `EFBIG` instead of killing the
-//! process): segment preallocation at roll, topic creation, the producer
+//! process): a new segment's first allocation at roll, topic creation, the producer
 //! registry and committed offsets fail part-way with `DiskFull`, earlier data
 //! stays readable, nothing half-made is left behind, and everything works
 //! again once the limit is lifted.
@@ -69,8 +69,9 @@ fn disk_full_fails_cleanly_and_recovers() {
 
     set_file_size_limit(Some(1024));
 
-    // Appends inside the preallocated segment still succeed; the roll to a
-    // new segment cannot preallocate it.
+    // Appends inside the allocated segment (64 KiB, all of it: a segment
+    // starts with that much) still succeed; the roll to a new segment
+    // cannot allocate it. A growth step failing is tests/disk_full_growth.rs.
     let mut failed = None;
     for i in 50..2000 {
         match producer.send(Record::new("t").partition(0).value(value(i))) {
@@ -94,7 +95,7 @@ fn disk_full_fails_cleanly_and_recovers() {
 
     // Smaller than any metadata file from here on.
     set_file_size_limit(Some(16));
-    // Topic creation: a preallocated segment and topic.json.
+    // Topic creation: a segment's first 64 KiB and topic.json.
     is_disk_full("create_topic", mq.create_topic("u", TopicConfig::new(2)));
     assert!(mq.topic("u").is_err(), "a half-created topic is visible");
     // The producer registry (a new named producer).

@@ -87,9 +87,9 @@ def case_disk_full(tmp_path: Path) -> None:
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         mq = mqlite.open(sys.argv[1], prefault=False, retention_check_interval_ms=0)
         mq.create_topic("small", segment_bytes=1 << 16)
-        resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, resource.RLIM_INFINITY))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 15, resource.RLIM_INFINITY))
         try:
-            mq.create_topic("big", segment_bytes=8 << 20)  # preallocation fails
+            mq.create_topic("big", segment_bytes=8 << 20)  # its first 64 KiB fail
         except mqlite.Error as e:
             print("RAISED", type(e).__name__, e.code)
         assert mq.topics() == ["small"], mq.topics()

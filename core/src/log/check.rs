@@ -20,8 +20,9 @@
 //! position, size, offsets and reason.
 //!
 //! # Torn tails
-//! The active (last) segment is preallocated with zeros: a zero length field
-//! is the end of the data, not damage. Damage at the very end of the active
+//! The active (last) segment's file holds zeros after its data (it is
+//! allocated ahead of the writer): a zero length field is the end of the
+//! data, not damage. Damage at the very end of the active
 //! segment, with no valid batch after it, after an unclean shutdown (the
 //! partition's `recovery.point` file does not say "closed cleanly") and at
 //! or after the recovery point's offset, is what a crash in the middle of

@@ -32,8 +32,9 @@
 //! # Why positioned reads, not a map
 //! The follower reads with `pread` into its own buffer instead of mapping
 //! the segment files. When the writer rolls, it shrinks the old segment to
-//! its data (the files are preallocated); a map of that file made before
-//! the shrink would raise `SIGBUS` on a page past the new end, and no check
+//! its data (files are allocated ahead of their data); a map of that file
+//! made before the shrink would raise `SIGBUS` on a page past the new end,
+//! and no check
 //! made before a read can rule out a shrink between the check and the read.
 //! A `pread` past the end returns fewer bytes instead. The copy costs little
 //! next to the polling.
@@ -302,7 +303,8 @@ impl SegmentFile {
         self.base
     }
 
-    /// The file's current size (preallocated while the segment is active).
+    /// The file's current size (allocated ahead of the data while the
+    /// segment is active).
     pub fn file_len(&self) -> Result<u64> {
         Ok(self
             .file
@@ -417,7 +419,7 @@ impl SegmentFile {
     }
 
     /// Index entries `(relative_offset, position)` of the segment, up to the
-    /// first zero entry (the preallocated rest). Empty when there is no
+    /// first zero entry (the allocated rest). Empty when there is no
     /// readable index: it only saves scanning.
     fn index_entries(&self, dir: &Path) -> Vec<(u32, u32)> {
         let path = super::segment::segment_path(dir, self.base, "idx");

@@ -1,8 +1,9 @@
 //! Sparse per-segment indexes: offset -> file position, and timestamp ->
 //! offset/position.
 //!
-//! Both are files of fixed-size little-endian entries, preallocated like the
-//! segment and trimmed when it rolls. An entry is added when at least
+//! Both are files of fixed-size little-endian entries, created empty, grown
+//! in small chunks as entries are added (mapped up to the most entries a
+//! segment can need) and trimmed when the segment rolls. An entry is added when at least
 //! `index_interval_bytes` of log were written since the previous one, so the
 //! first entry never points at position 0 and an all-zero entry marks the
 //! end. Entries are hints: every lookup result is checked against the log.
@@ -11,6 +12,7 @@ use std::path::Path;
 
 use crate::error::Result;
 use crate::log::mmap::MappedFile;
+use crate::log::segment::INDEX_FIRST_STEP;
 
 /// Offset index entry: `relative_offset: u32, position: u32`.
 pub(crate) const OFFSET_ENTRY: usize = 8;
@@ -51,11 +53,12 @@ fn u32_at(b: &[u8], at: usize) -> u32 {
 }
 
 impl IndexFile {
-    /// Creates an empty index able to hold `entries` entries. Its blocks
-    /// are reserved and mapped, then its descriptor is closed: entries are
-    /// written through the map, and the trim on roll opens the file by path.
+    /// Creates an empty index able to hold `entries` entries: an empty
+    /// file, mapped for that many, its descriptor closed. Entries are
+    /// written through the map; a growth (see [`IndexFile::push_offset`])
+    /// and the trim on roll open the file by path.
     pub(crate) fn create(path: &Path, width: usize, entries: usize, mode: u32) -> Result<Self> {
-        let file = MappedFile::create(path, width * entries, mode)?;
+        let file = MappedFile::create(path, width * entries, 0, INDEX_FIRST_STEP, mode)?;
         file.release_file();
         Ok(IndexFile { file, width })
     }
@@ -80,7 +83,7 @@ impl IndexFile {
     /// published until [`IndexFile::recover`]. Holds no descriptor, as
     /// after [`IndexFile::create`].
     pub(crate) fn open_active(path: &Path, width: usize, entries: usize) -> Result<Self> {
-        let (file, _) = MappedFile::open_writable(path, width * entries)?;
+        let (file, _) = MappedFile::open_writable(path, width * entries, INDEX_FIRST_STEP)?;
         file.release_file();
         Ok(IndexFile { file, width })
     }
@@ -129,7 +132,10 @@ impl IndexFile {
         }
     }
 
-    /// Appends an offset entry. Writer only.
+    /// Appends an offset entry, growing the file when it is full. Writer
+    /// only. An entry that does not fit (the index is full, or the disk: a
+    /// failed growth) is left out: the index is sparse, a missing entry
+    /// only costs a longer scan.
     pub(crate) fn push_offset(&self, e: OffsetEntry) {
         let mut b = [0u8; OFFSET_ENTRY];
         b[0..4].copy_from_slice(&e.rel.to_le_bytes());
@@ -137,7 +143,7 @@ impl IndexFile {
         self.push(&b);
     }
 
-    /// Appends a time entry. Writer only.
+    /// Appends a time entry, as [`IndexFile::push_offset`]. Writer only.
     pub(crate) fn push_time(&self, e: TimeEntry) {
         let mut b = [0u8; TIME_ENTRY];
         b[0..8].copy_from_slice(&e.ts.to_le_bytes());
@@ -149,7 +155,7 @@ impl IndexFile {
     #[allow(unsafe_code)]
     fn push(&self, entry: &[u8]) {
         let at = self.file.published();
-        if at + self.width > self.file.capacity() {
+        if at + self.width > self.file.capacity() || self.file.grow_for(at + self.width).is_err() {
             return; // full: the index is sparse, a missing entry only costs a longer scan
         }
         // SAFETY: only the partition's writer (holding its writer lock) pushes

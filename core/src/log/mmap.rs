@@ -10,6 +10,15 @@
 //! - readers only ever form slices below `published`, loaded with `Acquire`
 //!   after the writer stored it with `Release`;
 //! - the file is never shrunk below `published` while mapped.
+//!
+//! The map covers the whole capacity (a segment's full size), but the file
+//! behind it is only as long as [`MappedFile::allocated`]: it grows in
+//! chunks ahead of the writer ([`MappedFile::grow_for`]). A page of the map
+//! past the end of the file raises `SIGBUS` when touched, so every access
+//! stays below `allocated` (writes, recovery's views, page faulting) or
+//! below `published`, which never exceeds it (reads). Growing reserves the
+//! blocks first, so a full disk is an error at growth time, never a fault
+//! in the map.
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::OpenOptionsExt;
@@ -35,13 +44,25 @@ pub(crate) struct MappedFile {
     /// needs one later (a trim, an fsync) opens the file again by path.
     file: Mutex<Option<Arc<File>>>,
     map: Option<MmapRaw>,
+    /// Mapped length: the most the file may grow to.
     capacity: usize,
+    /// Length of the file, blocks reserved: the end of what the map may
+    /// touch. Only grows while the file is written (see
+    /// [`MappedFile::grow_for`]).
+    allocated: AtomicUsize,
+    /// The first growth step ([`MappedFile::grow_for`]).
+    first_step: usize,
     published: AtomicUsize,
     flushed: AtomicUsize,
 }
 
-/// Reserves disk blocks for `[0, len)` so that writes through the map cannot
-/// hit a full disk (which would raise SIGBUS instead of an error).
+/// Growth steps double from a file's first step up to this.
+pub(crate) const MAX_GROWTH_STEP: usize = 8 << 20;
+const PAGE: usize = 4096;
+
+/// Reserves disk blocks for `[0, len)` (and sets the file's length to at
+/// least `len`) so that writes through the map cannot hit a full disk
+/// (which would raise SIGBUS instead of an error).
 fn allocate(file: &File, len: u64) -> std::io::Result<()> {
     if len == 0 {
         return Ok(()); // posix_fallocate rejects an empty range (EINVAL)
@@ -76,9 +97,17 @@ fn regular_file_len(path: &Path, file: &File) -> Result<u64> {
 }
 
 impl MappedFile {
-    /// Creates (or truncates) `path`, reserves `capacity` bytes and maps them
-    /// writable. Nothing is published.
-    pub(crate) fn create(path: &Path, capacity: usize, mode: u32) -> Result<MappedFile> {
+    /// Creates (or truncates) `path`, maps `capacity` bytes writable and
+    /// reserves the first `initial` of them (the file grows from there in
+    /// steps starting at `first_step`, see [`MappedFile::grow_for`]).
+    /// Nothing is published.
+    pub(crate) fn create(
+        path: &Path,
+        capacity: usize,
+        initial: usize,
+        first_step: usize,
+        mode: u32,
+    ) -> Result<MappedFile> {
         let file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -87,13 +116,22 @@ impl MappedFile {
             .mode(mode)
             .open(path)
             .ctx(|| format!("creating {}", path.display()))?;
-        MappedFile::map_writable(path, file, capacity, 0)
+        let initial = initial.min(capacity);
+        allocate(&file, initial as u64).ctx(|| format!("allocating {}", path.display()))?;
+        MappedFile::map_writable(path, file, capacity, initial, first_step)
     }
 
-    /// Opens an existing file for appending: extends it to `capacity` (new
-    /// bytes are zero) and maps it writable. Returns the file and the length
-    /// it had before it was extended; nothing is published.
-    pub(crate) fn open_writable(path: &Path, capacity: usize) -> Result<(MappedFile, u64)> {
+    /// Opens an existing file for appending and maps `capacity` bytes of it
+    /// writable (more if the file is longer, as one written by a version
+    /// that preallocated whole segments). The file keeps its length, which
+    /// may be anything (a crash in the middle of a growth): it grows again
+    /// at the next write past it. Returns the file and its length; nothing
+    /// is published.
+    pub(crate) fn open_writable(
+        path: &Path,
+        capacity: usize,
+        first_step: usize,
+    ) -> Result<(MappedFile, u64)> {
         let file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -101,12 +139,29 @@ impl MappedFile {
             .open(path)
             .ctx(|| format!("opening {}", path.display()))?;
         let len = regular_file_len(path, &file)?;
-        let capacity = capacity.max(len as usize);
-        Ok((MappedFile::map_writable(path, file, capacity, 0)?, len))
+        let len = usize::try_from(len).map_err(|_| Error::Corrupt {
+            path: path.to_owned(),
+            position: 0,
+            reason: "file too large to map".to_owned(),
+        })?;
+        // Its blocks reserved, holes included (cheap where they are): a
+        // write through the map into a hole of a full disk would be a
+        // SIGBUS. A huge sparse file fails here instead of being scanned.
+        allocate(&file, len as u64).ctx(|| format!("allocating {}", path.display()))?;
+        let capacity = capacity.max(len);
+        Ok((
+            MappedFile::map_writable(path, file, capacity, len, first_step)?,
+            len as u64,
+        ))
     }
 
-    fn map_writable(path: &Path, file: File, capacity: usize, published: usize) -> Result<Self> {
-        allocate(&file, capacity as u64).ctx(|| format!("allocating {}", path.display()))?;
+    fn map_writable(
+        path: &Path,
+        file: File,
+        capacity: usize,
+        allocated: usize,
+        first_step: usize,
+    ) -> Result<Self> {
         let map = if capacity == 0 {
             None
         } else {
@@ -122,8 +177,10 @@ impl MappedFile {
             file: Mutex::new(Some(Arc::new(file))),
             map,
             capacity,
-            published: AtomicUsize::new(published),
-            flushed: AtomicUsize::new(published),
+            allocated: AtomicUsize::new(allocated),
+            first_step,
+            published: AtomicUsize::new(0),
+            flushed: AtomicUsize::new(0),
         })
     }
 
@@ -150,6 +207,8 @@ impl MappedFile {
             file: Mutex::new(None),
             map,
             capacity: len,
+            allocated: AtomicUsize::new(len),
+            first_step: 0,
             published: AtomicUsize::new(len),
             flushed: AtomicUsize::new(len),
         })
@@ -163,6 +222,8 @@ impl MappedFile {
             file: Mutex::new(None),
             map: None,
             capacity: 0,
+            allocated: AtomicUsize::new(0),
+            first_step: 0,
             published: AtomicUsize::new(0),
             flushed: AtomicUsize::new(0),
         }
@@ -178,6 +239,56 @@ impl MappedFile {
         self.capacity
     }
 
+    /// Length of the file, blocks reserved: the end of what the map may
+    /// touch (see the module contract).
+    #[inline]
+    pub(crate) fn allocated(&self) -> usize {
+        self.allocated.load(Ordering::Acquire)
+    }
+
+    /// The length the next growth would give the file: the step doubles
+    /// with the file, from its first step up to [`MAX_GROWTH_STEP`], and
+    /// never past the capacity.
+    pub(crate) fn next_growth(&self) -> usize {
+        let allocated = self.allocated();
+        let step = allocated.clamp(self.first_step.max(PAGE), MAX_GROWTH_STEP);
+        (allocated + step).next_multiple_of(PAGE).min(self.capacity)
+    }
+
+    /// Grows the file, in steps (see [`MappedFile::next_growth`]), until
+    /// `[0, needed)` is allocated; nothing when it already is. The new
+    /// blocks are reserved before any page of them can be touched, so a
+    /// full disk fails here, as [`Error::DiskFull`], and leaves the file
+    /// usable up to its old length. Writer only (or before the file is
+    /// shared). A file without a descriptor is opened again by path.
+    ///
+    /// # Panics
+    /// If `needed` exceeds the capacity.
+    pub(crate) fn grow_for(&self, needed: usize) -> Result<()> {
+        assert!(needed <= self.capacity, "growth past the mapping");
+        let allocated = self.allocated();
+        if needed <= allocated {
+            return Ok(());
+        }
+        let mut len = self.next_growth();
+        while len < needed {
+            let step = len.clamp(self.first_step.max(PAGE), MAX_GROWTH_STEP);
+            len = (len + step).next_multiple_of(PAGE).min(self.capacity);
+        }
+        let len = len.max(needed);
+        match self.descriptor() {
+            Some(f) => allocate(&f, len as u64),
+            None => OpenOptions::new()
+                .write(true)
+                .custom_flags(libc::O_NONBLOCK)
+                .open(&self.path)
+                .and_then(|f| allocate(&f, len as u64)),
+        }
+        .ctx(|| format!("growing {} to {len} bytes", self.path.display()))?;
+        self.allocated.fetch_max(len, Ordering::AcqRel);
+        Ok(())
+    }
+
     /// Bytes readers may see.
     #[inline]
     pub(crate) fn published(&self) -> usize {
@@ -188,7 +299,7 @@ impl MappedFile {
     /// filling the bytes through [`MappedFile::unpublished_mut`].
     #[inline]
     pub(crate) fn publish(&self, len: usize) {
-        debug_assert!(len <= self.capacity);
+        debug_assert!(len <= self.allocated());
         self.published.store(len, Ordering::Release);
     }
 
@@ -211,21 +322,25 @@ impl MappedFile {
         }
     }
 
-    /// A writable view of `[start, start + len)`, above the published length.
+    /// A writable view of `[start, start + len)`, above the published length
+    /// and below the allocated one (grow the file first).
     ///
     /// # Safety
     /// The caller must be the file's only writer (it holds the partition's
     /// writer lock) and must not hold two overlapping views at once.
     ///
     /// # Panics
-    /// If the range starts below the published length or ends past capacity.
+    /// If the range starts below the published length or ends past the
+    /// allocated length.
     #[inline]
     #[allow(clippy::mut_from_ref)]
     pub(crate) unsafe fn unpublished_mut(&self, start: usize, len: usize) -> &mut [u8] {
-        assert!(start >= self.published() && start + len <= self.capacity);
+        assert!(start >= self.published() && start + len <= self.allocated());
         let m = self.map.as_ref().expect("non-empty mapping");
-        // SAFETY: the range is inside the mapping and above `published`, so no
-        // reader forms a slice over it; the caller guarantees no other writer.
+        // SAFETY: the range is inside the mapping and the file (below
+        // `allocated`, which is at most the capacity), and above `published`,
+        // so no reader forms a slice over it; the caller guarantees no other
+        // writer.
         unsafe { std::slice::from_raw_parts_mut(m.as_mut_ptr().add(start), len) }
     }
 
@@ -239,10 +354,11 @@ impl MappedFile {
     /// [`MappedFile::unpublished_mut`].
     ///
     /// # Panics
-    /// If the range starts below the published length or ends past capacity.
+    /// If the range starts below the published length or ends past the
+    /// allocated length.
     pub(crate) fn write_unpublished(&self, start: usize, data: &[u8]) -> Result<()> {
         use std::os::unix::fs::FileExt;
-        assert!(start >= self.published() && start + data.len() <= self.capacity);
+        assert!(start >= self.published() && start + data.len() <= self.allocated());
         let guard = self.file_slot();
         let file = guard
             .as_ref()
@@ -251,12 +367,14 @@ impl MappedFile {
             .ctx(|| format!("writing {}", self.path.display()))
     }
 
-    /// Exclusive view of the whole mapping, for recovery before sharing.
+    /// Exclusive view of the whole file (the mapping up to the allocated
+    /// length), for recovery before sharing.
     pub(crate) fn all_mut(&mut self) -> &mut [u8] {
+        let len = (*self.allocated.get_mut()).min(self.capacity);
         match &self.map {
             // SAFETY: `&mut self` proves no reader or writer holds a view; the
-            // range is exactly the mapping.
-            Some(m) => unsafe { std::slice::from_raw_parts_mut(m.as_mut_ptr(), self.capacity) },
+            // range lies within both the mapping and the file.
+            Some(m) => unsafe { std::slice::from_raw_parts_mut(m.as_mut_ptr(), len) },
             None => &mut [],
         }
     }
@@ -267,15 +385,17 @@ impl MappedFile {
         *self.flushed.get_mut() = len;
     }
 
-    /// Asks the kernel to fault in every page for writing now, so the writer
-    /// does not pay page faults later. Errors are ignored (best effort).
+    /// Asks the kernel to fault in every page of the file (as allocated
+    /// now) for writing, so the writer does not pay page faults later.
+    /// Errors are ignored (best effort).
     pub(crate) fn populate(&self) {
-        self.populate_range(0, self.capacity());
+        self.populate_range(0, self.allocated());
     }
 
-    /// [`populate`](Self::populate) for the pages of `[start, end)` only.
+    /// [`populate`](Self::populate) for the pages of `[start, end)` only
+    /// (cut at the allocated length: the file is never grown here).
     pub(crate) fn populate_range(&self, start: usize, end: usize) {
-        let end = end.min(self.capacity());
+        let end = end.min(self.allocated());
         if let (Some(m), true) = (&self.map, start < end) {
             #[cfg(target_os = "linux")]
             let _ = m.advise_range(Advice::PopulateWrite, start, end - start);
@@ -293,10 +413,10 @@ impl MappedFile {
     /// larger ones a longer wait behind the step's write. Writes no byte of
     /// the map, and is no durability point for any record: a record the
     /// writer puts there meanwhile is written again by its own flush. Best
-    /// effort.
+    /// effort; cut at the allocated length.
     pub(crate) fn write_back_ahead(&self, start: usize, end: usize) {
         const STEP: usize = 256 << 10;
-        let end = end.min(self.capacity());
+        let end = end.min(self.allocated());
         if let (Some(m), true) = (&self.map, start < end) {
             let mut at = start;
             while at < end {
@@ -350,6 +470,8 @@ impl MappedFile {
     /// without a descriptor is opened again by path for this.
     pub(crate) fn trim(&self) -> Result<()> {
         let len = self.published() as u64;
+        // Nothing (page faulting ahead, say) touches the cut part again.
+        self.allocated.store(len as usize, Ordering::Release);
         match self.descriptor() {
             Some(f) => f.set_len(len),
             None => OpenOptions::new()

@@ -38,7 +38,7 @@ use segment::{PreparedSegment, SegmentSizes, PREPARED_STEM};
 /// Settings of one partition log, derived from the topic config.
 #[derive(Debug, Clone)]
 pub(crate) struct LogConfig {
-    /// Preallocated size of each segment.
+    /// Most bytes of each segment (its files grow in chunks up to it).
     pub segment_bytes: usize,
     /// Bytes of log between two index entries.
     pub index_interval_bytes: usize,
@@ -220,6 +220,10 @@ struct Writer {
     /// `PartitionLog::flushes` when the writer last decided whether to fault
     /// pages in ahead (see [`PartitionLog::prefault_ahead`]).
     flushes_seen: u64,
+    /// The active segment's allocated length when growing it ahead of the
+    /// writer last failed (a full disk): not tried again until a growth
+    /// the writer needs succeeds (`usize::MAX`: none failed).
+    grow_failed_at: usize,
     prepare_requested: bool,
     closed: bool,
     /// Producer sequence state, loaded on first idempotent use.
@@ -500,6 +504,8 @@ impl PartitionLog {
         if w.active.end() + len > w.active.capacity() {
             self.roll(&mut w)?;
         }
+        // A full disk fails here, with nothing written.
+        w.active.ensure_room(len)?;
         let base = w.next_offset;
         let pos = w.active.end();
         let written = if flush_next && len >= FILE_WRITE_MIN {
@@ -523,6 +529,9 @@ impl PartitionLog {
         w.max_ts = w.max_ts.max(max_ts);
         w.next_offset = base + count as u64;
         self.end_offset.store(w.next_offset, Ordering::Release);
+        if w.active.growth_due() {
+            self.grow_ahead(&mut w);
+        }
         if let Some(idem) = idem {
             w.producers
                 .record(idem, producer.base_sequence, count as u32, base);
@@ -636,6 +645,27 @@ impl PartitionLog {
         }
     }
 
+    /// Grows the active segment's file by its next step, ahead of the
+    /// writer, so that the writer rarely grows it on the way to a write and
+    /// the pages faulted in and written ahead ([`PartitionLog::prefault_ahead`],
+    /// [`PartitionLog::write_ahead`]) have a file under them. A failure (a
+    /// full disk) is left for the writer's own growth to report, and not
+    /// tried again until the file has grown.
+    #[cold]
+    fn grow_ahead(&self, w: &mut Writer) {
+        let allocated = w.active.allocated();
+        if w.grow_failed_at == allocated {
+            return;
+        }
+        if let Err(e) = w.active.grow_ahead() {
+            w.grow_failed_at = allocated;
+            ::log::debug!(
+                "growing {} ahead of the writer: {e}",
+                w.active.path().display()
+            );
+        }
+    }
+
     /// Faults in the active segment's pages in the calling thread.
     pub(crate) fn prefault_active(&self) {
         let active = Arc::clone(&lock(&self.writer).active);
@@ -646,7 +676,9 @@ impl PartitionLog {
     /// [`POPULATE_WINDOW`] of the active segment on its first append (idle
     /// partitions cost no memory), the next window once the writer is half
     /// way into the last one, and the next segment (its first window) once
-    /// the active one is half full. A window rather than the whole segment:
+    /// the active one is half full. Windows stop at the file's allocated
+    /// length (the file is grown first, in the writer, by
+    /// [`PartitionLog::grow_ahead`]): a small file gets small windows. A window rather than the whole segment:
     /// a slow writer (an `acks=all` one, say) would otherwise share the two
     /// cores with the zeroing of a segment's worth of pages it may never
     /// use, and hold that much page cache.
@@ -658,8 +690,8 @@ impl PartitionLog {
     /// -> 930 k msg/s; see docs/decisions.md).
     #[inline]
     fn prefault_ahead(&self, w: &mut Writer) {
-        let (end, cap) = (w.active.end(), w.active.capacity());
-        let window_due = w.populated_to < cap && end + POPULATE_WINDOW / 2 >= w.populated_to;
+        let (end, cap, allocated) = (w.active.end(), w.active.capacity(), w.active.allocated());
+        let window_due = w.populated_to < allocated && end + POPULATE_WINDOW / 2 >= w.populated_to;
         let prepare_due = !w.prepare_requested && end > cap / 2;
         if !window_due && !prepare_due {
             return;
@@ -669,8 +701,8 @@ impl PartitionLog {
         w.flushes_seen = flushes;
         if window_due && !flushing {
             let from = w.populated_to.max(end);
-            let to = (from + POPULATE_WINDOW).min(cap);
-            if self.spawn_populate(&w.active, from, to) {
+            let to = (from + POPULATE_WINDOW).min(allocated);
+            if from < to && self.spawn_populate(&w.active, from, to) {
                 w.populated_to = to;
             }
         }
@@ -703,15 +735,17 @@ impl PartitionLog {
         }
         let flushed_bytes = end.saturating_sub(wa.last_end);
         wa.last_end = end;
+        // Only what the file holds: the writer grows it ahead of itself.
+        let allocated = seg.allocated();
+        let from = wa.to.max(end.next_multiple_of(PAGE));
+        let to = (from + WRITE_AHEAD_WINDOW).min(allocated);
         if flushed_bytes >= WRITE_AHEAD_MAX_FLUSH
             || end + WRITE_AHEAD_WINDOW / 2 < wa.to
-            || wa.to >= seg.capacity()
+            || from >= to
             || self.populating.swap(true, Ordering::AcqRel)
         {
             return;
         }
-        let from = wa.to.max(end.next_multiple_of(PAGE));
-        let to = (from + WRITE_AHEAD_WINDOW).min(seg.capacity());
         wa.to = to;
         drop(wa);
         self.spawn_background("mqlite-write-ahead", move || seg.write_back_ahead(from, to));
@@ -793,9 +827,10 @@ impl PartitionLog {
         let old = std::mem::replace(&mut w.active, new);
         w.last_index_pos = 0;
         w.populated_to = populated;
+        w.grow_failed_at = usize::MAX;
         w.prepare_requested = false;
         if let Err(e) = old.seal(base) {
-            // The old segment keeps its preallocated tail; it is still
+            // The old segment keeps its allocated tail; it is still
             // readable and reopens fine. Report and carry on.
             ::log::warn!("trimming {} failed: {e}", old.path().display());
         }

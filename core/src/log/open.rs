@@ -120,6 +120,7 @@ impl PartitionLog {
                 last_index_pos: rec.last_index_pos,
                 populated_to: 0,
                 flushes_seen: 0,
+                grow_failed_at: usize::MAX,
                 prepare_requested: false,
                 closed: false,
                 active,

@@ -1,5 +1,5 @@
-//! One segment: a preallocated, memory-mapped log file plus its two sparse
-//! indexes. Append, read, recover, seal, delete.
+//! One segment: a memory-mapped log file, grown in chunks ahead of the
+//! writer, plus its two sparse indexes. Append, read, recover, seal, delete.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU8, Ordering};
@@ -22,12 +22,19 @@ pub(crate) const DELETED_SUFFIX: &str = "deleted";
 /// Name stem of a segment prepared ahead of a roll.
 pub(crate) const PREPARED_STEM: &str = "next";
 
+/// Bytes a new segment's log file is created with, and its first growth
+/// step (see [`MappedFile::grow_for`]): a small partition takes little
+/// disk.
+pub(crate) const LOG_FIRST_STEP: usize = 64 << 10;
+/// First growth step of an index file (created empty).
+pub(crate) const INDEX_FIRST_STEP: usize = 4 << 10;
+
 /// Sizes a segment is created with.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct SegmentSizes {
-    /// Bytes preallocated for the log.
+    /// Most bytes of the log (what is mapped; the file grows up to it).
     pub log_bytes: usize,
-    /// Entries preallocated for each index.
+    /// Most entries of each index.
     pub index_entries: usize,
     /// Unix mode bits of created files.
     pub mode: u32,
@@ -107,14 +114,22 @@ pub(crate) struct PreparedSegment {
 }
 
 impl PreparedSegment {
-    /// Creates `next.*` files in `dir`; with `populate`, faults in the first
-    /// `populate` bytes of the log (the writer faults in the rest ahead of
-    /// itself, see `PartitionLog::prefault_ahead`; index pages are few and
-    /// left to fault on use).
+    /// Creates `next.*` files in `dir`; with `populate`, allocates and
+    /// faults in the first `populate` bytes of the log (the writer grows
+    /// the file and faults in the rest ahead of itself, see
+    /// `PartitionLog::prefault_ahead`; index pages are few and left to
+    /// fault on use). Without, the log starts at [`LOG_FIRST_STEP`].
     pub(crate) fn create(dir: &Path, sizes: SegmentSizes, populate: usize) -> Result<Self> {
         let p = |ext: &str| dir.join(format!("{PREPARED_STEM}.{ext}"));
+        let initial = populate.max(LOG_FIRST_STEP);
         let seg = PreparedSegment {
-            log: MappedFile::create(&p("log"), sizes.log_bytes, sizes.mode)?,
+            log: MappedFile::create(
+                &p("log"),
+                sizes.log_bytes,
+                initial,
+                LOG_FIRST_STEP,
+                sizes.mode,
+            )?,
             index: IndexFile::create(&p("idx"), OFFSET_ENTRY, sizes.index_entries, sizes.mode)?,
             time: IndexFile::create(&p("tix"), TIME_ENTRY, sizes.index_entries, sizes.mode)?,
             populated: populate.min(sizes.log_bytes),
@@ -137,7 +152,13 @@ impl PreparedSegment {
 impl Segment {
     /// Creates a new, empty active segment.
     pub(crate) fn create(dir: &Path, base: u64, sizes: SegmentSizes) -> Result<Segment> {
-        let log = MappedFile::create(&segment_path(dir, base, "log"), sizes.log_bytes, sizes.mode)?;
+        let log = MappedFile::create(
+            &segment_path(dir, base, "log"),
+            sizes.log_bytes,
+            LOG_FIRST_STEP,
+            LOG_FIRST_STEP,
+            sizes.mode,
+        )?;
         let index = IndexFile::create(
             &segment_path(dir, base, "idx"),
             OFFSET_ENTRY,
@@ -234,8 +255,11 @@ impl Segment {
         max_batch: usize,
         trust_index: bool,
     ) -> Result<(Segment, Recovered)> {
-        let (mut log, file_len) =
-            MappedFile::open_writable(&segment_path(dir, base, "log"), sizes.log_bytes)?;
+        let (mut log, file_len) = MappedFile::open_writable(
+            &segment_path(dir, base, "log"),
+            sizes.log_bytes,
+            LOG_FIRST_STEP,
+        )?;
         let open_index = |ext, width| {
             let path = segment_path(dir, base, ext);
             if path.exists() {
@@ -276,10 +300,42 @@ impl Segment {
         self.log.published()
     }
 
-    /// Capacity of the log.
+    /// Capacity of the log: the most it may hold.
     #[inline]
     pub(crate) fn capacity(&self) -> usize {
         self.log.capacity()
+    }
+
+    /// Bytes of the log file allocated so far (at least [`Segment::end`]).
+    #[inline]
+    pub(crate) fn allocated(&self) -> usize {
+        self.log.allocated()
+    }
+
+    /// Makes sure `len` more bytes fit in the file after the end, growing
+    /// it if not: a full disk is an [`Error::DiskFull`] here, before
+    /// anything is written. `len` must fit in the capacity. Writer only.
+    #[inline]
+    pub(crate) fn ensure_room(&self, len: usize) -> Result<()> {
+        let needed = self.end() + len;
+        if needed <= self.log.allocated() {
+            return Ok(());
+        }
+        self.log.grow_for(needed)
+    }
+
+    /// Whether the writer is past the middle of the last growth step, so
+    /// that the file should grow ahead of it ([`Segment::grow_ahead`]).
+    #[inline]
+    pub(crate) fn growth_due(&self) -> bool {
+        let (end, allocated) = (self.end(), self.log.allocated());
+        allocated < self.capacity() && (self.log.next_growth() - allocated) / 2 > allocated - end
+    }
+
+    /// Grows the log file by its next step, ahead of the writer. Writer
+    /// only.
+    pub(crate) fn grow_ahead(&self) -> Result<()> {
+        self.log.grow_for(self.log.next_growth())
     }
 
     /// Whether the segment was rolled (no more appends).
@@ -480,7 +536,8 @@ impl Segment {
         }
     }
 
-    /// Writable space above the published end. Writer only.
+    /// Writable space above the published end, within the allocated file
+    /// ([`Segment::ensure_room`] first). Writer only.
     ///
     /// # Safety
     /// The caller holds the partition's writer lock (the single writer).
