@@ -454,11 +454,7 @@ impl Processor {
         });
         // Everything dispatched is done now: commit it.
         shared.drain(&[]);
-        let keys: Vec<Key> = sync::lock(&shared.tracker)
-            .next
-            .keys()
-            .cloned()
-            .collect();
+        let keys: Vec<Key> = sync::lock(&shared.tracker).next.keys().cloned().collect();
         let final_commit = shared.commit(&mut self.consumer, &keys);
         // Put the user's listener and settings back; a stop is used up (and
         // so is the wake-up it gave the consumer).
@@ -491,8 +487,7 @@ impl Processor {
                 }
                 last_commit = Instant::now();
             }
-            let in_flight = sync::lock(&shared.tracker)
-                .total;
+            let in_flight = sync::lock(&shared.tracker).total;
             if in_flight >= self.config.max_in_flight {
                 // Wait for a worker to finish something, or until the next
                 // commit is due (commits go on while a message is stuck).

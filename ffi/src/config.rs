@@ -922,10 +922,5 @@ pub unsafe extern "C" fn mql_consumer_config_set_enable_auto_offset_store(
     config: *mut mql_consumer_config,
     on: bool,
 ) -> mql_status {
-    guard(|| {
-        // SAFETY: forwarded caller contract.
-        let c = unsafe { arg_mut(config, "config") }?;
-        c.inner.enable_auto_offset_store = on;
-        Ok(())
-    })
+    set!(config, enable_auto_offset_store = on)
 }

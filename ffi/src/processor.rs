@@ -14,6 +14,7 @@ use std::ffi::{c_int, c_void};
 use std::ptr::NonNull;
 use std::sync::{Arc, Mutex};
 
+use mqlite::sync;
 use mqlite::{Message, ProcessingMode, Processor, ProcessorConfig, ProcessorStop};
 
 use crate::callback::{contained, UserData};
@@ -187,7 +188,7 @@ struct StopState {
 
 impl Stop {
     fn stop(&self) {
-        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut s = sync::lock(&self.state);
         if s.alive {
             s.asked = true;
             self.inner.stop();
@@ -196,7 +197,7 @@ impl Stop {
 
     /// Makes later stops do nothing; returns whether one was asked.
     fn retire(&self) -> bool {
-        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut s = sync::lock(&self.state);
         s.alive = false;
         s.asked
     }
