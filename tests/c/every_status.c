@@ -102,8 +102,10 @@ static mql_record seq_record(const char *topic, int64_t sequence) {
 }
 
 /* MQL_DISK_FULL: a file-size limit (SIGXFSZ ignored, so writes past it
- * fail with EFBIG) makes preallocating a topic's first segment fail. Once
- * the limit is lifted the same topic can be created. */
+ * fail with EFBIG) makes a segment file's growth fail. Segment files start
+ * small and grow ahead of the writer, so the topic is created under the
+ * limit and the send that needs the file to grow past it fails; nothing of
+ * that send is written. Once the limit is lifted, writing goes on. */
 static void disk_full(mql_broker *mq) {
     struct rlimit before;
     CHECK(getrlimit(RLIMIT_FSIZE, &before) == 0);
@@ -115,16 +117,30 @@ static void disk_full(mql_broker *mq) {
     CHECK_OK(mql_topic_config_new(1, &tc));
     CHECK_OK(mql_topic_config_set_segment_bytes(tc, 1 << 20));
     mql_status st = mql_topic_create(mq, "big", tc);
+    int created = st == MQL_OK;
+    int sent = 0;
+    if (created) {
+        mql_producer *p;
+        CHECK_OK(mql_producer_new(mq, NULL, &p));
+        static char value[1024];
+        memset(value, 'v', sizeof value);
+        while (sent < 1000 && (st = mql_send(p, "big", NULL, 0, value, sizeof value, NULL)) == MQL_OK)
+            sent++;
+        mql_producer_free(p);
+    }
     CHECK(setrlimit(RLIMIT_FSIZE, &before) == 0);
     CHECK_STATUS(st, MQL_DISK_FULL);
     CHECK(mql_last_error_code() == MQL_DISK_FULL);
     CHECK(strstr(mql_last_error(), "no space") != NULL);
     provoked[MQL_DISK_FULL] = 1;
-    /* Space is back: the create works, and so does writing to it. */
-    CHECK_OK(mql_topic_create(mq, "big", tc));
+    /* Space is back: the topic is there (or can be created), the failed
+     * send left nothing behind, and writing to it works. */
+    if (!created)
+        CHECK_OK(mql_topic_create(mq, "big", tc));
     mql_topic_config_free(tc);
+    CHECK(end_of(mq, "big", 0) == (uint64_t)sent);
     fill(mq, "big", 1, 3);
-    CHECK(end_of(mq, "big", 0) == 3);
+    CHECK(end_of(mq, "big", 0) == (uint64_t)sent + 3);
 }
 
 /* MQL_POISONED: the partition's directory disappears (renamed away) after
