@@ -135,7 +135,7 @@ impl CListener {
                     event,
                     list.as_ptr(),
                     list.len(),
-                )
+                );
             }
         });
     }
@@ -496,7 +496,7 @@ pub unsafe extern "C" fn mql_describe_group(
 #[no_mangle]
 pub unsafe extern "C" fn mql_group_info_free(info: *mut mql_group_info) {
     // SAFETY: forwarded caller contract.
-    guard_value((), || unsafe { free_handle(info) })
+    guard_value((), || unsafe { free_handle(info) });
 }
 
 /// The group's name; NULL if `info` is NULL.
@@ -619,7 +619,7 @@ pub unsafe extern "C" fn mql_group_info_member_partition(
             out.write(mql_topic_partition {
                 topic: t.as_ptr(),
                 partition: *p,
-            })
+            });
         };
         Ok(())
     })
@@ -675,7 +675,7 @@ pub unsafe extern "C" fn mql_group_info_committed(
                 offset: c.offset,
                 metadata: c.metadata.as_ptr(),
                 timestamp: c.timestamp,
-            })
+            });
         };
         Ok(())
     })

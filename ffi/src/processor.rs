@@ -187,7 +187,10 @@ struct StopState {
 
 impl Stop {
     fn stop(&self) {
-        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut s = self
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if s.alive {
             s.asked = true;
             self.inner.stop();
@@ -196,7 +199,10 @@ impl Stop {
 
     /// Makes later stops do nothing; returns whether one was asked.
     fn retire(&self) -> bool {
-        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut s = self
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         s.alive = false;
         s.asked
     }
@@ -382,7 +388,7 @@ pub unsafe extern "C" fn mql_processor_run(
                 // and `user_data` is the caller's, made safe for calls from
                 // several threads at once by that contract; `view` outlives
                 // the call.
-                unsafe { handler(ud.get(), &view) }
+                unsafe { handler(ud.get(), &raw const view) }
             })
         })?;
         if let Some(out) = stats {
@@ -393,7 +399,7 @@ pub unsafe extern "C" fn mql_processor_run(
                     retries: s.retries,
                     failed: s.failed,
                     commits: s.commits,
-                })
+                });
             };
         }
         Ok(())
@@ -467,7 +473,7 @@ pub unsafe extern "C" fn mql_stopper_stop(stopper: *const mql_stopper) -> mql_st
 #[no_mangle]
 pub unsafe extern "C" fn mql_stopper_free(stopper: *mut mql_stopper) {
     // SAFETY: forwarded caller contract.
-    guard_value((), || unsafe { free_handle(stopper) })
+    guard_value((), || unsafe { free_handle(stopper) });
 }
 
 /// Releases a processor and gives its consumer back: calls on the consumer
@@ -494,7 +500,7 @@ pub unsafe extern "C" fn mql_processor_free(processor: *mut mql_processor) {
         if let Err(f) = unsafe { give_back(processor) } {
             record_failure(f);
         }
-    })
+    });
 }
 
 /// The body of `mql_processor_free`.

@@ -114,6 +114,7 @@ impl Processor {
     }
 
     /// Calls the handler for one message on a worker thread.
+    #[allow(clippy::unused_self)]
     fn handle(&self, handler: &Py<PyAny>, m: &mqlite::Message) -> bool {
         Python::attach(|py| {
             let msg = Consumer::message(m.clone());

@@ -1007,7 +1007,7 @@ impl PartitionLog {
                     for r in batch::Records::over_section(&section, h.record_count) {
                         let r = r.map_err(|reason| seg.corrupt(pos, reason))?;
                         if h.record_timestamp(r.timestamp_delta) >= ts {
-                            return Ok(Some(h.base_offset + r.offset_delta as u64));
+                            return Ok(Some(h.base_offset + u64::from(r.offset_delta)));
                         }
                     }
                 }
