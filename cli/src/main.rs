@@ -194,7 +194,7 @@ fn main() -> ExitCode {
             let msg = e.to_string().replace('\n', " ");
             match e.downcast_ref::<Error>() {
                 Some(Error::Locked { .. }) => {
-                    eprintln!("mqlite: {msg} (stop the process using it and retry)")
+                    eprintln!("mqlite: {msg} (stop the process using it and retry)");
                 }
                 _ => eprintln!("mqlite: {msg}"),
             }

@@ -145,7 +145,7 @@ pub fn produce(broker: &Broker, args: ProduceArgs) -> CliResult {
     let (input, pb): (Box<dyn Read>, _) = match args.file.as_deref() {
         Some(path) if path.as_os_str() != "-" => {
             let f = File::open(path).map_err(|e| format!("opening {}: {e}", path.display()))?;
-            let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+            let len = f.metadata().map_or(0, |m| m.len());
             let pb = bar(len, Unit::Bytes, "produce");
             (Box::new(pb.wrap_read(f)), Some(pb))
         }

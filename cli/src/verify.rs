@@ -559,35 +559,38 @@ fn counted(errors: usize, warnings: usize) -> String {
 /// The report as text, one line per partition, topic and group, problems
 /// indented under them.
 pub fn to_text(r: &Report) -> String {
+    use std::fmt::Write as _;
     let mut s = String::new();
     for p in &r.parts {
         let c = match &p.check {
             Ok(c) => c,
             Err(e) => {
-                s += &format!("{}/{}: CORRUPT: {e}\n", p.topic, p.partition);
+                let _ = writeln!(s, "{}/{}: CORRUPT: {e}", p.topic, p.partition);
                 continue;
             }
         };
-        s += &format!(
-            "{}/{}: {} messages, {}\n",
+        let _ = writeln!(
+            s,
+            "{}/{}: {} messages, {}",
             p.topic,
             p.partition,
             c.records(),
             counted(p.errors(), p.warnings())
         );
         for i in &c.issues {
-            s += &format!("  {}\n", describe(r, i));
+            let _ = writeln!(s, "  {}", describe(r, i));
         }
         if let Some(cut) = &c.cut {
-            s += &format!("  {}\n", cut_text(r, cut));
+            let _ = writeln!(s, "  {}", cut_text(r, cut));
         }
     }
     for t in &r.topics {
         let e = errors(&t.problems);
-        s += &format!("topic {}: {}\n", t.topic, counted(e, t.problems.len() - e));
+        let _ = writeln!(s, "topic {}: {}", t.topic, counted(e, t.problems.len() - e));
         for p in &t.problems {
-            s += &format!(
-                "  {}: {}: {}\n",
+            let _ = writeln!(
+                s,
+                "  {}: {}: {}",
                 p.severity.name(),
                 r.show(&t.file),
                 p.reason
@@ -596,15 +599,17 @@ pub fn to_text(r: &Report) -> String {
     }
     for g in &r.groups {
         let e = errors(&g.problems);
-        s += &format!(
-            "group {}: {} committed offset(s), {}\n",
+        let _ = writeln!(
+            s,
+            "group {}: {} committed offset(s), {}",
             g.group,
             g.offsets,
             counted(e, g.problems.len() - e)
         );
         for p in &g.problems {
-            s += &format!(
-                "  {}: {}: {}\n",
+            let _ = writeln!(
+                s,
+                "  {}: {}: {}",
                 p.severity.name(),
                 r.show(&g.file),
                 p.reason

@@ -1,5 +1,6 @@
 //! End-to-end tests running the built `mqlite` binary on a temporary
 //! data directory.
+#![allow(clippy::unwrap_used)]
 
 mod common;
 
@@ -36,7 +37,7 @@ fn topic_create_describe_delete() {
     assert_eq!(v["name"], "orders");
     assert_eq!(v["partitions"], 3);
     assert_eq!(v["config"]["retention_ms"], 60000);
-    assert_eq!(v["config"]["segment_bytes"], 1048576);
+    assert_eq!(v["config"]["segment_bytes"], 1_048_576);
     assert_eq!(v["offsets"].as_array().unwrap().len(), 3);
 
     let text = ok(dir, &["topic", "describe", "orders"], None);
@@ -334,7 +335,10 @@ fn produce_from_a_file_with_headers() {
     let dir = tmp.path();
     ok(dir, &["topic", "create", "t", "--partitions", "1"], None);
     let input = tmp.path().join("in.txt");
-    let lines: String = (0..500).map(|i| format!("k{i}=v{i}\r\n")).collect();
+    let lines = (0..500)
+        .map(|i| format!("k{i}=v{i}\r\n"))
+        .collect::<Vec<_>>()
+        .concat();
     std::fs::write(&input, lines).unwrap();
     let out = run(
         dir,

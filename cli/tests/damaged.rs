@@ -1,5 +1,6 @@
 //! The CLI lists a damaged topic or group as such and goes on with the
 //! rest, instead of failing the whole listing.
+#![allow(clippy::unwrap_used)]
 
 mod common;
 

@@ -1,6 +1,7 @@
 //! The `--dir` argument: only `topic create` makes a missing data
 //! directory; every other command fails on one and creates nothing, and a
 //! `--dir` that is a file fails every command. Unknown groups are errors.
+#![allow(clippy::unwrap_used)]
 
 mod common;
 

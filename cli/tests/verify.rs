@@ -1,5 +1,6 @@
 //! `mqlite verify` and `mqlite repair` on damaged data directories:
 //! verify never changes anything, repair says what it cuts before it cuts.
+#![allow(clippy::unwrap_used)]
 
 mod common;
 
@@ -27,9 +28,10 @@ fn verify_reports_corruption_with_its_place() {
         ],
         None,
     );
-    let lines: String = (0..400)
+    let lines = (0..400)
         .map(|i| format!("value-{i:04}-padding\n"))
-        .collect();
+        .collect::<Vec<_>>()
+        .concat();
     ok(dir, &["produce", "t"], Some(&lines));
     let text = ok(dir, &["verify"], None);
     assert!(text.contains("t/0: 400 messages, ok"), "{text}");
@@ -107,12 +109,11 @@ fn tree(dir: &Path) -> BTreeMap<PathBuf, Option<u64>> {
 fn copy_tree(from: &Path, to: &Path) {
     for (p, file) in tree(from) {
         let dest = to.join(p.strip_prefix(from).unwrap());
-        match file {
-            None => std::fs::create_dir_all(&dest).unwrap(),
-            Some(_) => {
-                std::fs::create_dir_all(dest.parent().unwrap()).unwrap();
-                std::fs::copy(&p, &dest).unwrap();
-            }
+        if file.is_none() {
+            std::fs::create_dir_all(&dest).unwrap();
+        } else {
+            std::fs::create_dir_all(dest.parent().unwrap()).unwrap();
+            std::fs::copy(&p, &dest).unwrap();
         }
     }
 }

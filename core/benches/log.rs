@@ -6,6 +6,7 @@
 //! runs only the rows whose name contains `text` (`a|b`: either). Ratios are against the raw
 //! memmap2 write of the same bytes into already-touched pages, measured in
 //! the same run, because the machines are shared and noisy.
+#![allow(clippy::unwrap_used)]
 
 use std::fs::OpenOptions;
 use std::hint::black_box;
@@ -206,7 +207,7 @@ fn scan(n: u64, size: usize, per_batch: usize) -> f64 {
     let mut sum = 0usize;
     let secs = time(|| {
         let got = log
-            .scan(0, |_, _, v| sum += v.map_or(0, |v| v.len()))
+            .scan(0, |_, _, v| sum += v.map_or(0, <[u8]>::len))
             .expect("scan");
         assert_eq!(got, n / per_batch as u64 * per_batch as u64);
     });
@@ -328,12 +329,12 @@ fn consume(n: u64, size: usize, batch: bool) -> f64 {
         while got < n {
             if batch {
                 for m in &consumer.poll_batch(wait).expect("poll_batch") {
-                    bytes += m.value().map_or(0, |v| v.len());
+                    bytes += m.value().map_or(0, <[u8]>::len);
                     got += 1;
                 }
             } else {
                 for m in consumer.poll(wait).expect("poll") {
-                    bytes += m.value().map_or(0, |v| v.len());
+                    bytes += m.value().map_or(0, <[u8]>::len);
                     got += 1;
                 }
             }
@@ -418,7 +419,7 @@ fn consume_group(n: u64, size: usize) -> f64 {
                     let mut bytes = 0usize;
                     while got < n / 2 {
                         for m in c.poll(Duration::from_millis(100)).expect("poll") {
-                            bytes += m.value().map_or(0, |v| v.len());
+                            bytes += m.value().map_or(0, <[u8]>::len);
                             got += 1;
                         }
                     }
@@ -441,8 +442,11 @@ fn pace(start: Instant, rate: u64, i: u64) -> u64 {
         if now >= due {
             break;
         }
-        if due - now > Duration::from_micros(200) {
-            std::thread::sleep(due - now - Duration::from_micros(100));
+        if due.duration_since(now) > Duration::from_micros(200) {
+            std::thread::sleep(
+                due.duration_since(now)
+                    .saturating_sub(Duration::from_micros(100)),
+            );
         } else {
             std::thread::yield_now();
         }
@@ -758,7 +762,7 @@ fn main() {
         }
         println!(
             "  p50 over the baseline (mean of both): {:.2}x",
-            pct(&l, 0.5) / ((pct(&base_a, 0.5) + pct(&base_b, 0.5)) / 2.0)
+            pct(&l, 0.5) / f64::midpoint(pct(&base_a, 0.5), pct(&base_b, 0.5))
         );
     }
     if std::env::var("MQLITE_BENCH_FILTER").is_err() {

@@ -14,6 +14,7 @@
 //! used and removed afterwards; with it, the soak continues on what an
 //! earlier soak left there. Prints a summary; exits non-zero on any
 //! violation.
+#![allow(clippy::unwrap_used)]
 
 #[path = "../tests/common/crash_cycle.rs"]
 mod crash_cycle;
@@ -31,13 +32,14 @@ fn usage() -> ExitCode {
 
 fn env_number(name: &str) -> Result<Option<u64>, ExitCode> {
     match std::env::var(name) {
-        Ok(v) if !v.trim().is_empty() => match v.trim().parse() {
-            Ok(n) => Ok(Some(n)),
-            Err(_) => {
+        Ok(v) if !v.trim().is_empty() => {
+            if let Ok(n) = v.trim().parse() {
+                Ok(Some(n))
+            } else {
                 eprintln!("{name} must be a number, got {v:?}");
                 Err(ExitCode::from(2))
             }
-        },
+        }
         _ => Ok(None),
     }
 }
@@ -87,18 +89,17 @@ fn main() -> ExitCode {
             .map_or(1, |d| d.as_nanos() as u64)
     });
     let tmp;
-    let dir = match dir {
-        Some(d) => d,
-        None => {
-            tmp = match tempfile::tempdir() {
-                Ok(t) => t,
-                Err(e) => {
-                    eprintln!("creating a temporary directory: {e}");
-                    return ExitCode::FAILURE;
-                }
-            };
-            tmp.path().to_owned()
-        }
+    let dir = if let Some(d) = dir {
+        d
+    } else {
+        tmp = match tempfile::tempdir() {
+            Ok(t) => t,
+            Err(e) => {
+                eprintln!("creating a temporary directory: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        tmp.path().to_owned()
     };
     println!(
         "crash soak: {cycles} cycles in {} with seed {seed} (MQLITE_CRASH_SEED={seed} replays \

@@ -191,8 +191,8 @@ pub(crate) fn take_lock(dir: &Path, mode: u32) -> Result<File> {
         }
     }
     f.set_len(0)
-        .and_then(|_| f.rewind())
-        .and_then(|_| writeln!(f, "{}", std::process::id()))
+        .and_then(|()| f.rewind())
+        .and_then(|()| writeln!(f, "{}", std::process::id()))
         .ctx(|| format!("writing {}", path.display()))?;
     Ok(f)
 }
@@ -643,7 +643,7 @@ impl BrokerInner {
                 let guard = sync::lock(m);
                 let (guard, _) = cv
                     .wait_timeout_while(guard, Duration::from_millis(every), |stopped| !*stopped)
-                    .unwrap_or_else(|p| p.into_inner());
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
                 if *guard {
                     return;
                 }

@@ -218,34 +218,30 @@ impl Registry {
         self.check_usable()?;
         let mut st = self.lock();
         let before = st.file.named.get(name).copied();
-        let record = match before {
-            Some(r) => {
-                if r.epoch == i16::MAX {
-                    return Err(Error::InvalidArgument(format!(
-                        "producer name {name:?} has used every epoch"
-                    )));
-                }
-                NamedRecord {
-                    id: r.id,
-                    epoch: r.epoch + 1,
-                }
+        let record = if let Some(r) = before {
+            if r.epoch == i16::MAX {
+                return Err(Error::InvalidArgument(format!(
+                    "producer name {name:?} has used every epoch"
+                )));
             }
-            None => {
-                // Take the id from the file's counter, past any ids reserved
-                // for anonymous producers.
-                let id = st.file.next_id;
-                st.file.next_id += 1;
-                NamedRecord { id, epoch: 0 }
+            NamedRecord {
+                id: r.id,
+                epoch: r.epoch + 1,
             }
+        } else {
+            // Take the id from the file's counter, past any ids reserved
+            // for anonymous producers.
+            let id = st.file.next_id;
+            st.file.next_id += 1;
+            NamedRecord { id, epoch: 0 }
         };
         st.file.named.insert(name.to_owned(), record);
         if let Err(e) = self.save(&st.file) {
-            match before {
-                Some(r) => st.file.named.insert(name.to_owned(), r),
-                None => {
-                    st.file.next_id -= 1;
-                    st.file.named.remove(name)
-                }
+            if let Some(r) = before {
+                st.file.named.insert(name.to_owned(), r)
+            } else {
+                st.file.next_id -= 1;
+                st.file.named.remove(name)
             };
             return Err(e);
         }
@@ -319,7 +315,7 @@ impl ProducerState {
     pub(crate) fn offset_of(&self, seq: i64) -> Option<u64> {
         self.window.iter().filter(|w| w.app).find_map(|w| {
             let d = seq.checked_sub(w.first_seq)?;
-            (d >= 0 && d < w.count as i64).then(|| w.base_offset + d as u64)
+            (d >= 0 && d < i64::from(w.count)).then(|| w.base_offset + d as u64)
         })
     }
 
@@ -343,7 +339,7 @@ impl std::hash::Hasher for IdHasher {
 
     fn write(&mut self, bytes: &[u8]) {
         for &b in bytes {
-            self.0 = (self.0.rotate_left(8) ^ b as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
         }
     }
 
@@ -425,7 +421,7 @@ impl ProducerTable {
             )));
         }
         if seq <= last {
-            let last_in_batch = seq.saturating_add(count as i64 - 1);
+            let last_in_batch = seq.saturating_add(i64::from(count) - 1);
             if last_in_batch > last {
                 return Err(Error::InvalidArgument(format!(
                     "batch with sequences {seq}..={last_in_batch} overlaps the last written sequence {last}; send the records after {last} only"
@@ -461,7 +457,7 @@ impl ProducerTable {
             });
         s.epoch = s.epoch.max(idem.epoch);
         s.named |= idem.named;
-        let last = first_seq + count as i64 - 1;
+        let last = first_seq + i64::from(count) - 1;
         let app = idem.sequence.is_some();
         if !app {
             // Partition-assigned sequences are never re-sent: no window.

@@ -458,9 +458,7 @@ impl Error {
     pub(crate) fn io(context: impl Into<String>, source: io::Error) -> Error {
         let context = context.into();
         match source.raw_os_error() {
-            Some(libc::ENOSPC) | Some(libc::EFBIG) | Some(libc::EDQUOT) => {
-                Error::DiskFull { context, source }
-            }
+            Some(libc::ENOSPC | libc::EFBIG | libc::EDQUOT) => Error::DiskFull { context, source },
             _ => Error::Io { context, source },
         }
     }

@@ -122,7 +122,7 @@ impl Span {
         if self.start == Self::NONE_START {
             0
         } else {
-            (self.end - self.start) as u64
+            u64::from(self.end - self.start)
         }
     }
 

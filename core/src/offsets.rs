@@ -173,7 +173,10 @@ impl OffsetStore {
 
     /// Whether nothing is committed.
     pub(crate) fn is_empty(&self) -> bool {
-        self.file.offsets.values().all(|ps| ps.is_empty())
+        self.file
+            .offsets
+            .values()
+            .all(std::collections::BTreeMap::is_empty)
     }
 
     /// Every committed offset, by topic then partition.

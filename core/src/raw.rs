@@ -61,7 +61,7 @@ impl RawLog {
             }
             for r in batch::Records::new(bytes, &h) {
                 let r = r.map_err(|reason| c.seg.corrupt(at, reason))?;
-                let offset = h.base_offset + r.offset_delta as u64;
+                let offset = h.base_offset + u64::from(r.offset_delta);
                 if offset >= from {
                     f(offset, r.key.map(|k| &bytes[k]), r.value.map(|v| &bytes[v]));
                     n += 1;
@@ -88,7 +88,7 @@ fn scan_compressed(
     let mut n = 0;
     for r in batch::Records::over_section(&section, h.record_count) {
         let r = r.map_err(|reason| seg.corrupt(at, reason))?;
-        let offset = h.base_offset + r.offset_delta as u64;
+        let offset = h.base_offset + u64::from(r.offset_delta);
         if offset >= from {
             f(
                 offset,

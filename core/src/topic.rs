@@ -79,8 +79,8 @@ impl TopicConfig {
     /// Sets `segment_bytes`, lowering `max_message_bytes` to it if needed.
     pub fn segment_bytes(mut self, bytes: u64) -> Self {
         self.segment_bytes = bytes;
-        if self.max_message_bytes as u64 > bytes {
-            self.max_message_bytes = bytes.min(u32::MAX as u64) as u32;
+        if u64::from(self.max_message_bytes) > bytes {
+            self.max_message_bytes = bytes.min(u64::from(u32::MAX)) as u32;
         }
         self
     }
@@ -137,7 +137,9 @@ impl TopicConfig {
             ));
         }
         let min_msg = batch::HEADER_LEN as u32 + 8;
-        if self.max_message_bytes < min_msg || self.max_message_bytes as u64 > self.segment_bytes {
+        if self.max_message_bytes < min_msg
+            || u64::from(self.max_message_bytes) > self.segment_bytes
+        {
             return bad(format!(
                 "max_message_bytes must be {min_msg} to segment_bytes ({}), got {}",
                 self.segment_bytes, self.max_message_bytes
@@ -364,7 +366,10 @@ impl Topic {
     /// Partition `p`, or `UnknownPartition`.
     #[inline]
     pub(crate) fn partition(&self, p: u32) -> Result<Arc<PartitionLog>> {
-        let parts = self.partitions.read().unwrap_or_else(|e| e.into_inner());
+        let parts = self
+            .partitions
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         parts
             .get(p as usize)
             .cloned()

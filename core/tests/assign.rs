@@ -1,6 +1,7 @@
 //! Partition assignment strategies: every subscribed partition has exactly
 //! one owner, balance, determinism, and how much moves when a member joins
 //! or leaves.
+#![allow(clippy::unwrap_used)]
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 

@@ -6,7 +6,7 @@
 //! Linux): a large allocation maps memory and raises it even when the pages
 //! are never touched. Its own test binary, so no other test allocates
 //! meanwhile.
-
+#![allow(clippy::unwrap_used)]
 #![cfg(target_os = "linux")]
 
 use std::io::Write;

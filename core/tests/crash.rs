@@ -8,6 +8,7 @@
 //! `MQLITE_CRASH_CYCLES=N` for soak runs; `MQLITE_CRASH_SEED` replays the
 //! kill timings and plans of a printed seed. `cargo run --release -p mqlite
 //! --example crash_soak` runs the same cycles standalone.
+#![allow(clippy::unwrap_used)]
 
 #[path = "common/crash_cycle.rs"]
 mod crash_cycle;

@@ -2,6 +2,7 @@
 //! `topic.json` is unreadable, a group whose offsets file is, or the
 //! producer registry. The directory opens, the damaged piece answers
 //! `Corrupt` (and is listed as damaged), everything else works.
+#![allow(clippy::unwrap_used)]
 
 mod common;
 

@@ -6,6 +6,7 @@
 //! there is space again, before and after a reopen.
 //!
 //! The limit is process-wide, so this file holds a single test.
+#![allow(clippy::unwrap_used)]
 
 use std::time::Duration;
 
@@ -19,9 +20,9 @@ fn set_file_size_limit(bytes: Option<u64>) {
             rlim_cur: 0,
             rlim_max: 0,
         };
-        assert_eq!(libc::getrlimit(libc::RLIMIT_FSIZE, &mut lim), 0);
+        assert_eq!(libc::getrlimit(libc::RLIMIT_FSIZE, &raw mut lim), 0);
         lim.rlim_cur = bytes.unwrap_or(lim.rlim_max);
-        assert_eq!(libc::setrlimit(libc::RLIMIT_FSIZE, &lim), 0);
+        assert_eq!(libc::setrlimit(libc::RLIMIT_FSIZE, &raw const lim), 0);
     }
 }
 

@@ -3,6 +3,7 @@
 //! what was allocated). A small data directory stays small; files cut in
 //! the middle of a growth recover; directories written when every segment
 //! was preallocated to its full size still open, read and append.
+#![allow(clippy::unwrap_used)]
 
 mod common;
 

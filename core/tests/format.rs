@@ -5,6 +5,7 @@
 //! What the format promises (see `mqlite::log::batch`): bytes `0..8` are the
 //! base offset and `8..12` the length, both outside the CRC; the CRC32C at
 //! `12..16` covers `[16, 12 + length)`.
+#![allow(clippy::unwrap_used)]
 
 use mqlite::log::batch::{
     batch_len, check, decode_headers, encode_batch, BatchHeader, Check, ProducerFields, RecordRef,
@@ -295,7 +296,7 @@ fn exercise_decoder(data: &[u8]) {
 fn crc32c(data: &[u8]) -> u32 {
     let mut crc = !0u32;
     for &b in data {
-        crc ^= b as u32;
+        crc ^= u32::from(b);
         for _ in 0..8 {
             crc = if crc & 1 != 0 {
                 (crc >> 1) ^ 0x82F6_3B78

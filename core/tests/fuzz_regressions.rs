@@ -1,6 +1,7 @@
 //! Replays every input under `fuzz/regressions/<target>/` (inputs that once
 //! made a fuzz target fail, kept after the fix) through the same checks the
 //! fuzz targets run, plus a few hand-made inputs, on every `make test`.
+#![allow(clippy::unwrap_used)]
 
 #[path = "common/fuzz_checks.rs"]
 mod fuzz_checks;

@@ -1,5 +1,6 @@
 //! `acks=all`: every acknowledged record is flushed, and concurrent senders
 //! share flushes instead of paying one each.
+#![allow(clippy::unwrap_used)]
 
 use std::sync::Barrier;
 

@@ -1,5 +1,6 @@
 //! Consumer groups: sharing partitions, rebalances with revoke before
 //! assign, committed offsets, broadcast mode, patterns, wakeup, lag.
+#![allow(clippy::unwrap_used)]
 
 mod common;
 
@@ -465,8 +466,8 @@ fn every_strategy_keeps_one_owner_per_partition_through_random_churn() {
         let mut seed = 42u64;
         for step in 0..40 {
             seed = seed
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
             if members.len() < 2 || !(seed >> 33).is_multiple_of(3) {
                 let mut c = mq
                     .consumer(

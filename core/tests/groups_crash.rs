@@ -1,6 +1,7 @@
 //! A consuming process killed with `-9`: the next member of its group
 //! resumes at the committed offsets. Every message is consumed at least
 //! once, and only messages after the last commit are delivered again.
+#![allow(clippy::unwrap_used)]
 
 mod common;
 
@@ -104,7 +105,7 @@ fn run_child(exe: &Path, dir: &Path, stop_after: usize) -> Vec<String> {
     // may have processed and committed more than `stop_after` messages, and
     // skipping those lines would count its committed messages as never
     // consumed (the next child resumes after them).
-    lines.extend(reader.map_while(|l| l.ok()));
+    lines.extend(reader.map_while(std::result::Result::ok));
     lines
 }
 
@@ -129,7 +130,7 @@ fn a_killed_consumer_resumes_at_its_commits() {
     let exe = std::env::current_exe().unwrap();
     let mut seen: HashSet<(u32, u64)> = HashSet::new();
     let mut committed: HashMap<u32, u64> = HashMap::new();
-    let total = (PARTITIONS as u64 * PER_PARTITION) as usize;
+    let total = (u64::from(PARTITIONS) * PER_PARTITION) as usize;
     // Until everything was seen: a loaded machine may need many cycles
     // (a child killed before it polled makes no progress).
     for cycle in 0..300 {

@@ -1,6 +1,7 @@
 //! Idempotent and named producers: duplicates are recognised and never
 //! written twice, gaps are refused when asked, the state survives restarts
 //! and `kill -9`, and a newer producer of a name fences the older.
+#![allow(clippy::unwrap_used)]
 
 mod common;
 

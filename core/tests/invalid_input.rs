@@ -1,5 +1,6 @@
 //! Every invalid input gets its typed error, and nothing changes: no files,
 //! no offsets, no configuration, no assignment.
+#![allow(clippy::unwrap_used)]
 
 mod common;
 

@@ -1,5 +1,6 @@
 //! The data directory lock: one open handle at a time, in this process or
 //! any other, and a clear error naming the holder.
+#![allow(clippy::unwrap_used)]
 
 mod common;
 

@@ -4,6 +4,7 @@
 //! batch); the `MessageBatch` accessors agree with each other; and a batch
 //! keeps what it reads from alive after its topic is deleted. Small
 //! segments, so reads cross segment boundaries too.
+#![allow(clippy::unwrap_used)]
 
 mod common;
 
@@ -32,7 +33,7 @@ fn fill(mq: &Broker, n: u64) {
     while i < n {
         let run = rng.range(1, 40);
         let producer = if rng.range(0, 2) == 0 { &plain } else { &lz4 };
-        let part = rng.range(0, PARTITIONS as u64) as u32;
+        let part = rng.range(0, u64::from(PARTITIONS)) as u32;
         let mut batch = Vec::new();
         for _ in 0..run.min(n - i) {
             let mut r = Record::new(TOPIC).partition(part);

@@ -2,6 +2,7 @@
 //! offset beyond a log that recovery cut is out of range and reset, group
 //! and broadcast offsets never share a file, and a commit too large to read
 //! back is refused instead of bricking the directory.
+#![allow(clippy::unwrap_used)]
 
 mod common;
 

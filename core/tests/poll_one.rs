@@ -2,6 +2,7 @@
 //! and lag while the consumer holds a poll's worth of fetched messages;
 //! groups that rebalance whatever a member holds; pause and resume; stored
 //! offsets; subscriptions to topics that do not exist yet.
+#![allow(clippy::unwrap_used)]
 
 mod common;
 
@@ -67,7 +68,7 @@ fn positions_and_commits_count_only_what_was_handed_out() {
     assert_eq!(batch[0].offset(), 20);
     let mut next = batch.last().unwrap().offset() + 1;
     let b = c.poll_batch(Duration::ZERO).unwrap();
-    for m in b.iter() {
+    for m in &b {
         assert_eq!(m.offset(), next);
         next += 1;
     }
@@ -294,7 +295,7 @@ fn a_group_settles_within_two_polls_whatever_members_hold() {
     joining.subscribe(&["t"]).unwrap();
     members.push(joining);
     for _ in 0..2 {
-        for c in members.iter_mut() {
+        for c in &mut members {
             take(c, &mut seen);
         }
     }
@@ -304,7 +305,7 @@ fn a_group_settles_within_two_polls_whatever_members_hold() {
     third.subscribe(&["t"]).unwrap();
     members.push(third);
     for _ in 0..2 {
-        for c in members.iter_mut() {
+        for c in &mut members {
             take(c, &mut seen);
         }
     }
@@ -315,7 +316,7 @@ fn a_group_settles_within_two_polls_whatever_members_hold() {
     let mut first = members.remove(0);
     first.close();
     for _ in 0..2 {
-        for c in members.iter_mut() {
+        for c in &mut members {
             take(c, &mut seen);
         }
     }
@@ -327,7 +328,7 @@ fn a_group_settles_within_two_polls_whatever_members_hold() {
     // partition's delivered offsets cover 0..=max (at least once).
     let until = Instant::now() + Duration::from_millis(300);
     while Instant::now() < until {
-        for c in members.iter_mut() {
+        for c in &mut members {
             take(c, &mut seen);
         }
     }

@@ -16,6 +16,7 @@
 //!
 //! Cycles: 30 by default, `MQLITE_POWER_CYCLES=N` for more;
 //! `MQLITE_POWER_SEED` replays a printed seed.
+#![allow(clippy::unwrap_used)]
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
@@ -375,7 +376,7 @@ fn acks_all_survives_simulated_power_loss() {
             match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
                 Ok(l) if l.ends_with("READY") => break,
                 Ok(l) => lines.push(l),
-                Err(_) => panic!("cycle {cycle}: the child never got ready"),
+                Err(e) => panic!("cycle {cycle}: the child never got ready ({e})"),
             }
         }
         std::thread::sleep(Duration::from_millis(5 + rng.below(60)));

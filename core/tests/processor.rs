@@ -1,5 +1,6 @@
 //! The processor: orderly and concurrent handling on worker threads, and
 //! commits that never pass a message not yet processed.
+#![allow(clippy::unwrap_used)]
 
 mod common;
 

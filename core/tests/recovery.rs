@@ -6,6 +6,7 @@
 //! clean close sealed segments are not scanned, and damage in them is
 //! refused when read instead of delivered; after an unclean shutdown they
 //! are checked from the recovery point on (tests/power_loss.rs).
+#![allow(clippy::unwrap_used)]
 
 mod common;
 
@@ -35,7 +36,7 @@ fn topic_config(index_interval: u32) -> TopicConfig {
 /// The `i`-th test record for partition `p`: sizes, keys, headers and
 /// timestamps vary deterministically.
 fn record(p: u32, i: u64, fixed_size: Option<usize>) -> Record {
-    let mut rng = Rng::new(i * 31 + p as u64);
+    let mut rng = Rng::new(i * 31 + u64::from(p));
     let len = fixed_size.unwrap_or_else(|| rng.range(1, 400) as usize);
     let mut r = Record::new(TOPIC)
         .partition(p)

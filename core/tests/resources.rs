@@ -6,6 +6,7 @@
 //! The tests of this file take one lock: the process-wide descriptor count
 //! is only meaningful while no other test of the file opens files.
 //! Run with `--nocapture` to see the figures.
+#![allow(clippy::unwrap_used)]
 
 mod common;
 
@@ -19,7 +20,9 @@ use mqlite::{Acks, Broker, ConsumerConfig, OffsetReset, ProducerConfig, Record, 
 static SERIAL: Mutex<()> = Mutex::new(());
 
 fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+    SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Descriptors open in this process.
@@ -303,7 +306,10 @@ fn many_topics_child() {
         rlim_max: limit,
     };
     // SAFETY: plain syscall with a valid struct.
-    assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &rl) }, 0);
+    assert_eq!(
+        unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raw const rl) },
+        0
+    );
     let (_tmp, dir) = data_dir();
     {
         let mq = Broker::open(&dir, cfg()).unwrap();

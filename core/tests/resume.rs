@@ -6,6 +6,7 @@
 //!
 //! The kill test's child is this test binary itself, re-run with `--exact
 //! resume_child` and `MQLITE_RESUME_CHILD_DIR` set.
+#![allow(clippy::unwrap_used)]
 
 mod common;
 
@@ -40,7 +41,7 @@ fn open(dir: &Path) -> Broker {
 /// size depending on it so that the partitions' batches fill (and are
 /// written) at different moments.
 fn record(seq: i64) -> Record {
-    let partition = (seq % PARTITIONS as i64) as u32;
+    let partition = (seq % i64::from(PARTITIONS)) as u32;
     let mut value = seq.to_le_bytes().to_vec();
     value.resize(8 + 40 * partition as usize, b'x');
     Record::new(TOPIC)
@@ -146,7 +147,7 @@ fn resuming_from_next_sequence_after_kill_9_loses_and_doubles_nothing() {
             child.kill().unwrap();
         }
         let status = child.wait().unwrap();
-        let rest: Vec<String> = lines.map_while(|l| l.ok()).collect();
+        let rest: Vec<String> = lines.map_while(std::result::Result::ok).collect();
         if !kill {
             assert!(status.success(), "the last run completes");
             assert!(rest.iter().any(|l| l.contains("done")));
@@ -160,7 +161,7 @@ fn resuming_from_next_sequence_after_kill_9_loses_and_doubles_nothing() {
             assert_ne!(w[0].0, w[1].0, "cycle {cycle}: sequence {} twice", w[0].0);
         }
         for &(s, p) in &seqs {
-            assert_eq!(p as i64, s % PARTITIONS as i64);
+            assert_eq!(i64::from(p), s % i64::from(PARTITIONS));
         }
         let p = mq.producer(ProducerConfig::default().name(NAME)).unwrap();
         let next = p.next_sequence().unwrap();

@@ -1,6 +1,7 @@
 //! Retention by size and by time: whole closed segments go, oldest first,
 //! never the active one; readers are reset or told, and messages held across
 //! a deletion stay valid until dropped.
+#![allow(clippy::unwrap_used)]
 
 mod common;
 
@@ -256,7 +257,7 @@ fn consumers_before_the_start_are_reset() {
         c.seek("t", 0, 0).unwrap();
         let got = c.poll(Duration::ZERO).unwrap();
         assert_eq!(
-            got.iter().map(|m| m.offset()).collect::<Vec<_>>(),
+            got.iter().map(mqlite::Message::offset).collect::<Vec<_>>(),
             [0, 1, 2, 3, 4]
         );
         c
@@ -304,7 +305,10 @@ fn consumers_before_the_start_are_reset() {
     );
     send(&mq, "t", 300, 301, ts);
     let got = latest.poll(Duration::ZERO).unwrap();
-    assert_eq!(got.iter().map(|m| m.offset()).collect::<Vec<_>>(), [300]);
+    assert_eq!(
+        got.iter().map(mqlite::Message::offset).collect::<Vec<_>>(),
+        [300]
+    );
 }
 
 /// A message read from a segment that retention then deletes stays valid

@@ -1,6 +1,7 @@
 //! Readers racing the writer through segment rolls and retention deletions:
 //! offsets only ever go up by one, except for resets to the new start after
 //! retention, and every value is exactly what was written.
+#![allow(clippy::unwrap_used)]
 
 mod common;
 

@@ -1,6 +1,7 @@
 //! Names that try to leave the data directory, file permissions, and data
 //! directories written by someone else (FIFOs, devices, huge files,
 //! symlinks): errors, never a hang, a huge allocation or a write outside.
+#![allow(clippy::unwrap_used)]
 
 use std::os::unix::fs::{symlink, MetadataExt};
 use std::path::{Path, PathBuf};
@@ -240,8 +241,8 @@ fn victims(root: &Path) -> Vec<PathBuf> {
         part.join("producers.snapshot"),
     ];
     let n = logs.len(); // .idx, .log, .tix per segment, oldest first
-    v.extend([&logs[0], &logs[1], &logs[2]].map(|p| p.to_path_buf())); // a sealed segment
-    v.extend([&logs[n - 3], &logs[n - 2], &logs[n - 1]].map(|p| p.to_path_buf())); // the active one
+    v.extend([&logs[0], &logs[1], &logs[2]].map(std::clone::Clone::clone)); // a sealed segment
+    v.extend([&logs[n - 3], &logs[n - 2], &logs[n - 1]].map(std::clone::Clone::clone)); // the active one
     v
 }
 

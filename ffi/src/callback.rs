@@ -142,7 +142,7 @@ pub(crate) fn deliver(
             // SAFETY: `cb` is a C function with the mql_delivery_callback
             // contract, given with `ud` by the caller, who promised it may
             // be called from any thread; `md` lives through the call.
-            unsafe { cb(ud.get(), &md, mql_status::MQL_OK, ptr::null()) }
+            unsafe { cb(ud.get(), &raw const md, mql_status::MQL_OK, ptr::null()) }
         }
         Err(e) => {
             let f = Failure::from(e);
@@ -150,7 +150,7 @@ pub(crate) fn deliver(
             // SAFETY: as above; `text` lives through the call.
             unsafe { cb(ud.get(), ptr::null(), f.status, text.as_ptr()) }
         }
-    })
+    });
 }
 
 /// A topic name, NUL-terminated for C: on the stack when short (topic names
@@ -274,7 +274,7 @@ impl ProducerInterceptor for CInterceptor {
                     // contract, registered with `ud` by the caller, who promised
                     // it may be called from any thread; `view`, what it points
                     // to, and `out` live through the call.
-                    let rc = unsafe { f(ud.get(), view, &mut out) };
+                    let rc = unsafe { f(ud.get(), view, &raw mut out) };
                     if rc != 0 {
                         return Err(format!("on_send returned {rc}"));
                     }

@@ -58,7 +58,7 @@ pub unsafe extern "C" fn mql_config_new(out: *mut *mut mql_config) -> mql_status
         unsafe {
             out.write(into_handle(mql_config {
                 inner: Config::default(),
-            }))
+            }));
         };
         Ok(())
     })
@@ -72,7 +72,7 @@ pub unsafe extern "C" fn mql_config_new(out: *mut *mut mql_config) -> mql_status
 /// `config` is NULL or a live config from `mql_config_new`, not used again.
 #[no_mangle]
 pub unsafe extern "C" fn mql_config_free(config: *mut mql_config) {
-    free!(config)
+    free!(config);
 }
 
 /// Whether to fault in segment pages in the background before the writer
@@ -182,7 +182,7 @@ pub unsafe extern "C" fn mql_topic_config_new(
 /// again.
 #[no_mangle]
 pub unsafe extern "C" fn mql_topic_config_free(config: *mut mql_topic_config) {
-    free!(config)
+    free!(config);
 }
 
 /// Size each segment file is preallocated to (4 KiB to 2 GiB, checked by
@@ -326,7 +326,7 @@ pub unsafe extern "C" fn mql_producer_config_new(out: *mut *mut mql_producer_con
         unsafe {
             out.write(into_handle(mql_producer_config {
                 inner: ProducerConfig::default(),
-            }))
+            }));
         };
         Ok(())
     })
@@ -341,7 +341,7 @@ pub unsafe extern "C" fn mql_producer_config_new(out: *mut *mut mql_producer_con
 /// used again.
 #[no_mangle]
 pub unsafe extern "C" fn mql_producer_config_free(config: *mut mql_producer_config) {
-    free!(config)
+    free!(config);
 }
 
 /// Durability of every send, as Kafka's `acks`: 0 (do not wait), 1 (the
@@ -669,7 +669,7 @@ pub unsafe extern "C" fn mql_consumer_config_new(out: *mut *mut mql_consumer_con
         unsafe {
             out.write(into_handle(mql_consumer_config {
                 inner: ConsumerConfig::default(),
-            }))
+            }));
         };
         Ok(())
     })
@@ -684,7 +684,7 @@ pub unsafe extern "C" fn mql_consumer_config_new(out: *mut *mut mql_consumer_con
 /// used again.
 #[no_mangle]
 pub unsafe extern "C" fn mql_consumer_config_free(config: *mut mql_consumer_config) {
-    free!(config)
+    free!(config);
 }
 
 /// Where to start without a valid position: one of the `mql_offset_reset`
@@ -762,7 +762,7 @@ pub unsafe extern "C" fn mql_consumer_config_set_client_id(
             }
             other => Failure::from(other),
         })?;
-        c.inner.client_id = id.to_owned();
+        id.clone_into(&mut c.inner.client_id);
         Ok(())
     })
 }

@@ -502,7 +502,7 @@ pub unsafe extern "C" fn mql_consumer_free(consumer: *mut mql_consumer) {
             Ok(()) => unsafe { free_handle(consumer) },
             Err(f) => record_failure(f),
         }
-    })
+    });
 }
 
 /// Closes a consumer: a group member commits (with auto-commit; exactly
@@ -803,6 +803,8 @@ pub unsafe extern "C" fn mql_seek(
 /// # Safety
 /// `consumer` is NULL or a live consumer; `topic` is NULL or a
 /// NUL-terminated string.
+// The closure stays: the method path is not general over the lifetimes.
+#[allow(clippy::redundant_closure_for_method_calls)]
 #[no_mangle]
 pub unsafe extern "C" fn mql_seek_to_beginning(
     consumer: *mut mql_consumer,
@@ -1153,7 +1155,7 @@ pub unsafe extern "C" fn mql_waker_wakeup(waker: *const mql_waker) -> mql_status
 #[no_mangle]
 pub unsafe extern "C" fn mql_waker_free(waker: *mut mql_waker) {
     // SAFETY: forwarded caller contract.
-    guard_value((), || unsafe { free_handle(waker) })
+    guard_value((), || unsafe { free_handle(waker) });
 }
 
 /// What the consumer did so far, into `*out`. Allowed from a rebalance

@@ -85,6 +85,8 @@ pub enum mql_status {
     MQL_COMMIT_FAILED = 500,
 }
 
+// The statuses by name in the table and matches below.
+#[allow(clippy::enum_glob_use)]
 use mql_status::*;
 
 /// Every status, for lookups by number.

@@ -117,6 +117,8 @@ unsafe fn flow(
 /// `consumer` is NULL or a live consumer; `partitions` is NULL or points to
 /// `n` entries whose topics are NULL or NUL-terminated strings.
 #[no_mangle]
+// A closure: the method path does not satisfy the higher-ranked bound.
+#[allow(clippy::redundant_closure_for_method_calls)]
 pub unsafe extern "C" fn mql_pause(
     consumer: *mut mql_consumer,
     partitions: *const mql_topic_partition,
@@ -141,6 +143,8 @@ pub unsafe extern "C" fn mql_pause(
 /// `consumer` is NULL or a live consumer; `partitions` is NULL or points to
 /// `n` entries whose topics are NULL or NUL-terminated strings.
 #[no_mangle]
+// A closure: the method path does not satisfy the higher-ranked bound.
+#[allow(clippy::redundant_closure_for_method_calls)]
 pub unsafe extern "C" fn mql_resume(
     consumer: *mut mql_consumer,
     partitions: *const mql_topic_partition,

@@ -135,7 +135,7 @@ impl CListener {
                     event,
                     list.as_ptr(),
                     list.len(),
-                )
+                );
             }
         });
     }
@@ -285,7 +285,7 @@ pub unsafe extern "C" fn mql_commit_async(
                     user_data,
                     status,
                     text.as_ref().map_or(ptr::null(), |t| t.as_ptr()),
-                )
+                );
             }
         });
         result
@@ -558,7 +558,7 @@ pub unsafe extern "C" fn mql_describe_group(
 #[no_mangle]
 pub unsafe extern "C" fn mql_group_info_free(info: *mut mql_group_info) {
     // SAFETY: forwarded caller contract.
-    guard_value((), || unsafe { free_handle(info) })
+    guard_value((), || unsafe { free_handle(info) });
 }
 
 /// The group's name; NULL if `info` is NULL.
@@ -681,7 +681,7 @@ pub unsafe extern "C" fn mql_group_info_member_partition(
             out.write(mql_topic_partition {
                 topic: t.as_ptr(),
                 partition: *p,
-            })
+            });
         };
         Ok(())
     })
@@ -737,7 +737,7 @@ pub unsafe extern "C" fn mql_group_info_committed(
                 offset: c.offset,
                 metadata: c.metadata.as_ptr(),
                 timestamp: c.timestamp,
-            })
+            });
         };
         Ok(())
     })

@@ -170,7 +170,7 @@ impl CallbackLogger {
                 c_level(record.level()),
                 target.as_ptr(),
                 message.as_ptr(),
-            )
+            );
         };
     }
 }

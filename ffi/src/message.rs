@@ -288,7 +288,7 @@ pub unsafe extern "C" fn mql_message_batch_get(
         let b = arg!(ref batch else std::ptr::null());
         b.messages
             .get(index)
-            .map_or(std::ptr::null(), |m| m as *const mql_message)
+            .map_or(std::ptr::null(), std::ptr::from_ref::<mql_message>)
     })
 }
 
@@ -302,7 +302,7 @@ pub unsafe extern "C" fn mql_message_batch_get(
 /// `batch` is NULL or a live batch from `mql_poll_batch`, not used again.
 #[no_mangle]
 pub unsafe extern "C" fn mql_message_batch_free(batch: *mut mql_message_batch) {
-    free!(batch)
+    free!(batch);
 }
 
 /// Releases a message. NULL does nothing.
@@ -314,5 +314,5 @@ pub unsafe extern "C" fn mql_message_batch_free(batch: *mut mql_message_batch) {
 /// (nor any pointer its accessors returned).
 #[no_mangle]
 pub unsafe extern "C" fn mql_message_free(message: *mut mql_message) {
-    free!(message)
+    free!(message);
 }

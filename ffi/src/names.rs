@@ -167,5 +167,5 @@ pub unsafe extern "C" fn mql_name_list_get(
 /// `mql_damaged`, not used again.
 #[no_mangle]
 pub unsafe extern "C" fn mql_name_list_free(list: *mut mql_name_list) {
-    free!(list)
+    free!(list);
 }

@@ -383,7 +383,7 @@ pub unsafe extern "C" fn mql_processor_run(
                 // and `user_data` is the caller's, made safe for calls from
                 // several threads at once by that contract; `view` outlives
                 // the call.
-                unsafe { handler(ud.get(), &view) }
+                unsafe { handler(ud.get(), &raw const view) }
             })
         })?;
         if let Some(out) = stats {
@@ -394,7 +394,7 @@ pub unsafe extern "C" fn mql_processor_run(
                     retries: s.retries,
                     failed: s.failed,
                     commits: s.commits,
-                })
+                });
             };
         }
         Ok(())
@@ -468,7 +468,7 @@ pub unsafe extern "C" fn mql_stopper_stop(stopper: *const mql_stopper) -> mql_st
 #[no_mangle]
 pub unsafe extern "C" fn mql_stopper_free(stopper: *mut mql_stopper) {
     // SAFETY: forwarded caller contract.
-    guard_value((), || unsafe { free_handle(stopper) })
+    guard_value((), || unsafe { free_handle(stopper) });
 }
 
 /// Releases a processor and gives its consumer back: calls on the consumer
@@ -495,7 +495,7 @@ pub unsafe extern "C" fn mql_processor_free(processor: *mut mql_processor) {
         if let Err(f) = unsafe { give_back(processor) } {
             record_failure(f);
         }
-    })
+    });
 }
 
 /// The body of `mql_processor_free`.

@@ -360,7 +360,7 @@ pub unsafe extern "C" fn mql_producer_new(
 /// again (by any thread), and not called from one of its own callbacks.
 #[no_mangle]
 pub unsafe extern "C" fn mql_producer_free(producer: *mut mql_producer) {
-    free!(producer)
+    free!(producer);
 }
 
 fn send(
@@ -912,7 +912,7 @@ mod tests {
             value_len: 2,
         };
         let mut r = record();
-        r.headers = &h;
+        r.headers = &raw const h;
         r.header_count = 1;
         assert!(error_of(&r)
             .message

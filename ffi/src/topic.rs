@@ -158,7 +158,7 @@ pub unsafe extern "C" fn mql_topic_describe(
 /// again.
 #[no_mangle]
 pub unsafe extern "C" fn mql_topic_info_free(info: *mut mql_topic_info) {
-    free!(info)
+    free!(info);
 }
 
 /// The topic's name; NULL if `info` is NULL.

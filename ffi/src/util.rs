@@ -422,7 +422,7 @@ mod tests {
 
     fn text_out(buf: &mut [u8], text: &str) -> usize {
         let mut len = usize::MAX;
-        let out = TextOut::new(buf.as_mut_ptr().cast(), buf.len(), &mut len, "buf").unwrap();
+        let out = TextOut::new(buf.as_mut_ptr().cast(), buf.len(), &raw mut len, "buf").unwrap();
         // SAFETY: `buf` and `len` are valid for writes.
         unsafe { out.write(text.as_bytes()) };
         len
@@ -441,8 +441,8 @@ mod tests {
         assert_eq!(text_out(&mut [], "abc"), 3);
         // A NULL buffer needs length 0.
         let mut len = 0;
-        assert!(TextOut::new(std::ptr::null_mut(), 0, &mut len, "buf").is_ok());
-        let e = TextOut::new(std::ptr::null_mut(), 4, &mut len, "buf")
+        assert!(TextOut::new(std::ptr::null_mut(), 0, &raw mut len, "buf").is_ok());
+        let e = TextOut::new(std::ptr::null_mut(), 4, &raw mut len, "buf")
             .err()
             .unwrap();
         assert_eq!(e.status, mql_status::MQL_NULL_ARGUMENT);

@@ -2,6 +2,7 @@
 //! cbindgen generates from this crate, so the header can never drift from
 //! the library. With `MQLITE_UPDATE_HEADER=1` (what `make header` sets) it
 //! rewrites the header instead.
+#![allow(clippy::unwrap_used)]
 
 use std::path::{Path, PathBuf};
 
@@ -58,12 +59,12 @@ fn header_is_up_to_date() {
     let path = header_path();
     if std::env::var_os("MQLITE_UPDATE_HEADER").is_some_and(|v| v == "1") {
         let old = std::fs::read_to_string(&path).unwrap_or_default();
-        if old != generated {
+        if old == generated {
+            eprintln!("{} is already up to date", display(&path));
+        } else {
             std::fs::write(&path, &generated)
                 .unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
             eprintln!("updated {}", display(&path));
-        } else {
-            eprintln!("{} is already up to date", display(&path));
         }
         return;
     }
@@ -74,15 +75,14 @@ fn header_is_up_to_date() {
             display(&path)
         )
     });
-    if committed != generated {
-        panic!(
-            "{} is stale: it differs from what cbindgen generates from ffi/src.\n{}\n\
-             Regenerate it with `make header` (MQLITE_UPDATE_HEADER=1 cargo test -p mqlite-ffi \
-             --test header) and commit the result.",
-            display(&path),
-            first_difference(&generated, &committed)
-        );
-    }
+    assert!(
+        committed == generated,
+        "{} is stale: it differs from what cbindgen generates from ffi/src.\n{}\n\
+         Regenerate it with `make header` (MQLITE_UPDATE_HEADER=1 cargo test -p mqlite-ffi \
+         --test header) and commit the result.",
+        display(&path),
+        first_difference(&generated, &committed)
+    );
 }
 
 /// `major * 1000000 + minor * 1000 + patch` of the crate version, computed

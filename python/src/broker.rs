@@ -139,7 +139,10 @@ impl Broker {
         if path.as_os_str().as_bytes().contains(&0) {
             return Err(invalid_argument(
                 py,
-                format!("path must not contain NUL bytes, got {path:?}"),
+                format!(
+                    "path must not contain NUL bytes, got {:?}",
+                    path.to_string_lossy()
+                ),
             ));
         }
         if !(0..=0o7777).contains(&file_mode) {

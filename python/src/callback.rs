@@ -619,13 +619,13 @@ impl ProducerRecord {
                     out.partition = v
                         .extract::<Option<i64>>()?
                         .map(|p| crate::util::arg_u32(py, "partition", p))
-                        .transpose()?
+                        .transpose()?;
                 }
                 "headers" => {
                     out.headers = self::headers(Some(&v))?
                         .into_iter()
                         .map(|h| (h.key, PyBytes::new(py, &h.value).unbind()))
-                        .collect()
+                        .collect();
                 }
                 "timestamp" => out.timestamp = v.extract()?,
                 "sequence" => out.sequence = v.extract()?,

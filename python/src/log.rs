@@ -397,7 +397,7 @@ fn after_fork_in_child() {
 }
 
 /// Registers a Rust function as a Python callable without arguments.
-fn hook<'py>(py: Python<'py>, f: fn()) -> PyResult<Bound<'py, PyCFunction>> {
+fn hook(py: Python<'_>, f: fn()) -> PyResult<Bound<'_, PyCFunction>> {
     PyCFunction::new_closure(
         py,
         None,

@@ -118,6 +118,7 @@ impl Processor {
     /// Calls the handler for each message of a batch on a worker thread,
     /// attached to Python (holding the GIL) once for the whole batch.
     /// Returns how many it processed: up to the first that failed.
+    #[allow(clippy::unused_self)]
     fn handle(&self, handler: &Py<PyAny>, batch: &[mqlite::Message]) -> usize {
         Python::attach(|py| {
             let handler = handler.bind(py);

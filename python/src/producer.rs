@@ -414,6 +414,7 @@ impl Producer {
 
     /// The result of a core call that may have run the custom partitioner:
     /// the partitioner's exception comes first.
+    #[allow(clippy::unused_self)]
     fn finish<T>(&self, py: Python<'_>, res: mqlite::Result<T>) -> PyResult<T> {
         if let Some(e) = callback::take_partitioner_error() {
             return Err(e);
@@ -530,7 +531,7 @@ fn per_record(
         ));
     }
     list.iter()
-        .map(|v| v.extract::<Option<i64>>())
+        .map(pyo3::types::PyAnyMethods::extract::<Option<i64>>)
         .collect::<PyResult<Vec<_>>>()
         .map(Some)
 }
@@ -917,6 +918,7 @@ impl Producer {
     /// Always True: a producer is true even when nothing is queued (its
     /// `len()` is 0), so `if producer:` tests for a producer, not for queued
     /// records.
+    #[allow(clippy::unused_self)]
     fn __bool__(&self) -> bool {
         true
     }

@@ -232,7 +232,7 @@ impl Consumer {
                 Ok(r) => r,
                 Err(reason) => return Stop::Malformed(reason),
             };
-            let offset = h.base_offset + r.offset_delta as u64;
+            let offset = h.base_offset + u64::from(r.offset_delta);
             if offset < *position {
                 continue;
             }

@@ -383,17 +383,16 @@ impl Consumer {
     }
 
     fn keep_or_new(&mut self, topic: Arc<Topic>, log: Arc<PartitionLog>) -> Assigned {
-        match self.assigned.iter().position(|a| Arc::ptr_eq(&a.log, &log)) {
-            Some(i) => self.assigned.swap_remove(i),
-            None => {
-                // A partition read anew starts at this consumer's (or its
-                // group's) committed offset, if any.
-                let resume = self
-                    .offsets
-                    .as_ref()
-                    .and_then(|g| g.resume(topic.name(), log.partition()));
-                Assigned::new(topic, log, resume)
-            }
+        if let Some(i) = self.assigned.iter().position(|a| Arc::ptr_eq(&a.log, &log)) {
+            self.assigned.swap_remove(i)
+        } else {
+            // A partition read anew starts at this consumer's (or its
+            // group's) committed offset, if any.
+            let resume = self
+                .offsets
+                .as_ref()
+                .and_then(|g| g.resume(topic.name(), log.partition()));
+            Assigned::new(topic, log, resume)
         }
     }
 
@@ -636,9 +635,8 @@ impl Consumer {
         if !sync.acquired.is_empty() {
             self.put_back();
             for (t, p) in &sync.acquired {
-                let topic = match self.broker.topic(t) {
-                    Ok(t) => t,
-                    Err(_) => continue,
+                let Ok(topic) = self.broker.topic(t) else {
+                    continue;
                 };
                 let Ok(log) = topic.partition(*p) else {
                     continue;
@@ -1010,18 +1008,17 @@ impl Consumer {
                 .as_ref()
                 .and_then(|g| g.resume(&t, p))
                 .map(Resume::offset);
-            let from = match committed {
-                Some(c) => c,
-                None => {
-                    let a = &mut self.assigned[i];
-                    let from = if a.held > 0 {
-                        a.handed
-                    } else {
-                        Self::resolve(a, reset).unwrap_or(0)
-                    };
-                    a.park();
-                    from
-                }
+            let from = if let Some(c) = committed {
+                c
+            } else {
+                let a = &mut self.assigned[i];
+                let from = if a.held > 0 {
+                    a.handed
+                } else {
+                    Self::resolve(a, reset).unwrap_or(0)
+                };
+                a.park();
+                from
             };
             let end = self.assigned[i].log.end_offset();
             out.push((t, p, end.saturating_sub(from)));
@@ -1081,6 +1078,7 @@ impl Consumer {
     }
 
     /// Parks until an assigned partition gets data or the deadline passes.
+    #[allow(clippy::unnecessary_wraps)]
     fn wait(&mut self, deadline: Instant) -> Result<()> {
         let waiter = self.ensure_waiter();
         waiter.reset();

@@ -148,12 +148,12 @@ fn get_varint(buf: &[u8], pos: &mut usize) -> Option<i64> {
     let first = *buf.get(*pos)?;
     if first < 0x80 {
         *pos += 1;
-        return Some(((first >> 1) as i64) ^ -((first & 1) as i64));
+        return Some(i64::from(first >> 1) ^ -i64::from(first & 1));
     }
     if let Some(&second) = buf.get(*pos + 1) {
         if second < 0x80 {
             *pos += 2;
-            let z = (first & 0x7f) as u64 | (second as u64) << 7;
+            let z = u64::from(first & 0x7f) | u64::from(second) << 7;
             return Some(((z >> 1) as i64) ^ -((z & 1) as i64));
         }
     }
@@ -170,7 +170,7 @@ fn get_varint_slow(buf: &[u8], pos: &mut usize) -> Option<i64> {
         if shift == 63 && b > 1 {
             return None;
         }
-        z |= ((b & 0x7f) as u64) << shift;
+        z |= u64::from(b & 0x7f) << shift;
         if b < 0x80 {
             break;
         }
@@ -319,7 +319,7 @@ impl EncodedRecords {
             self.max_timestamp = r.timestamp;
         }
         let ts_delta = r.timestamp.wrapping_sub(self.first_timestamp);
-        let off_delta = self.count as i64;
+        let off_delta = i64::from(self.count);
         let body = record_body_len(r, ts_delta, off_delta);
         let start = self.bytes.len();
         self.bytes.resize(start + varint_len(body as i64) + body, 0);
@@ -336,7 +336,7 @@ impl EncodedRecords {
         } else {
             self.first_timestamp
         };
-        let body = record_body_len(r, r.timestamp.wrapping_sub(first), self.count as i64);
+        let body = record_body_len(r, r.timestamp.wrapping_sub(first), i64::from(self.count));
         varint_len(body as i64) + body
     }
 
@@ -474,7 +474,7 @@ impl BatchHeader {
     /// Offset of the last record.
     #[inline]
     pub fn last_offset(&self) -> u64 {
-        self.base_offset + self.last_offset_delta as u64
+        self.base_offset + u64::from(self.last_offset_delta)
     }
 
     /// Offset after the last record.
@@ -707,6 +707,8 @@ impl<'a> Records<'a> {
     }
 }
 
+/// `None`: the buffer ended; `Some(None)`: the field is null.
+#[allow(clippy::option_option)]
 #[inline]
 fn get_opt(buf: &[u8], pos: &mut usize) -> Option<Option<Range<usize>>> {
     let n = get_varint(buf, pos)?;
@@ -775,16 +777,15 @@ impl Iterator for Records<'_> {
             return None;
         }
         self.left -= 1;
-        match parse_record(self.buf, &mut self.pos) {
-            Some(r) => Some(Ok(r)),
-            None => {
-                self.left = 0;
-                Some(Err(if self.pos == COMPRESSED {
-                    "compressed batch read without decompressing it"
-                } else {
-                    "malformed record"
-                }))
-            }
+        if let Some(r) = parse_record(self.buf, &mut self.pos) {
+            Some(Ok(r))
+        } else {
+            self.left = 0;
+            Some(Err(if self.pos == COMPRESSED {
+                "compressed batch read without decompressing it"
+            } else {
+                "malformed record"
+            }))
         }
     }
 }

@@ -180,13 +180,12 @@ impl CheckpointFile {
             return Err(Error::Closed("recovery point"));
         }
         let opened;
-        let file = match &st.file {
-            Some(f) => f,
-            None => {
-                opened = open_file(&self.path, self.mode)
-                    .ctx(|| format!("opening {}", self.path.display()))?;
-                &opened
-            }
+        let file = if let Some(f) = &st.file {
+            f
+        } else {
+            opened = open_file(&self.path, self.mode)
+                .ctx(|| format!("opening {}", self.path.display()))?;
+            &opened
         };
         file.write_all_at(&encode(point), 0)
             .ctx(|| format!("writing {}", self.path.display()))?;

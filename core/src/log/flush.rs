@@ -177,7 +177,7 @@ impl PartitionLog {
         let leader = std::mem::take(&mut st.leader_waiting);
         drop(st);
         if sleepers {
-            atomic_wait::wake_all(&self.group.flush_ends);
+            atomic_wait::wake_all(&raw const self.group.flush_ends);
         }
         if leader {
             self.group.arrival_cv.notify_all();

@@ -450,7 +450,7 @@ impl SegmentFile {
     /// segment's start.
     fn index_floor(&mut self, dir: &Path, offset: u64) -> Result<(u64, u64)> {
         let entries = self.index_entries(dir);
-        let rel = offset.saturating_sub(self.base).min(u32::MAX as u64) as u32;
+        let rel = offset.saturating_sub(self.base).min(u64::from(u32::MAX)) as u32;
         let upto = entries.partition_point(|&(r, _)| r <= rel);
         // Entries are hints: take the newest one that matches its batch
         // (the newest may point at a batch still being written).

@@ -170,7 +170,7 @@ impl IndexFile {
         let n = self.len();
         let (mut lo, mut hi) = (0usize, n);
         while lo < hi {
-            let mid = (lo + hi) / 2;
+            let mid = usize::midpoint(lo, hi);
             if self.offset_entry(mid).rel <= rel {
                 lo = mid + 1;
             } else {
@@ -185,7 +185,7 @@ impl IndexFile {
         let n = self.len();
         let (mut lo, mut hi) = (0usize, n);
         while lo < hi {
-            let mid = (lo + hi) / 2;
+            let mid = usize::midpoint(lo, hi);
             if self.time_entry(mid).ts < ts {
                 lo = mid + 1;
             } else {

@@ -525,7 +525,7 @@ impl MappedFile {
     pub(crate) fn rename(&mut self, to: &Path) -> Result<()> {
         std::fs::rename(&self.path, to)
             .ctx(|| format!("renaming {} to {}", self.path.display(), to.display()))?;
-        self.path = to.to_owned();
+        to.clone_into(&mut self.path);
         Ok(())
     }
 

@@ -652,6 +652,7 @@ impl PartitionLog {
     /// full disk) is left for the writer's own growth to report, and not
     /// tried again until the file has grown.
     #[cold]
+    #[allow(clippy::unused_self)]
     fn grow_ahead(&self, w: &mut Writer) {
         let allocated = w.active.allocated();
         if w.grow_failed_at == allocated {
@@ -1042,7 +1043,7 @@ impl PartitionLog {
                     for r in batch::Records::over_section(&section, h.record_count) {
                         let r = r.map_err(|reason| seg.corrupt(pos, reason))?;
                         if h.record_timestamp(r.timestamp_delta) >= ts {
-                            return Ok(Some(h.base_offset + r.offset_delta as u64));
+                            return Ok(Some(h.base_offset + u64::from(r.offset_delta)));
                         }
                     }
                 }

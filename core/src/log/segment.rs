@@ -406,7 +406,7 @@ impl Segment {
                     std::cmp::Ordering::Greater => break,
                     std::cmp::Ordering::Less => ok = false,
                     std::cmp::Ordering::Equal => {
-                        ok &= self.base + e.rel as u64 == expected && e.ts == max;
+                        ok &= self.base + u64::from(e.rel) == expected && e.ts == max;
                     }
                 }
                 i += 1;
@@ -498,10 +498,10 @@ impl Segment {
     /// Position of the batch containing `offset` (or the first batch after
     /// it), or the published end when the segment holds nothing at or past it.
     pub(crate) fn find(&self, offset: u64) -> Result<usize> {
-        let rel = offset.saturating_sub(self.base).min(u32::MAX as u64) as u32;
+        let rel = offset.saturating_sub(self.base).min(u64::from(u32::MAX)) as u32;
         let (mut pos, mut expected) = match self.index.floor_offset(rel) {
             Some(e) if self.entry_checks_out(e.pos as usize, e.rel) => {
-                (e.pos as usize, self.base + e.rel as u64)
+                (e.pos as usize, self.base + u64::from(e.rel))
             }
             _ => (0, self.base),
         };
@@ -520,7 +520,7 @@ impl Segment {
     }
 
     fn entry_checks_out(&self, pos: usize, rel: u32) -> bool {
-        matches!(self.batch_at(pos), Ok(Some(h)) if h.base_offset == self.base + rel as u64)
+        matches!(self.batch_at(pos), Ok(Some(h)) if h.base_offset == self.base + u64::from(rel))
     }
 
     /// Position to start scanning from for the first record with a timestamp
@@ -796,11 +796,11 @@ fn recover(
         for i in (0..index.len()).rev() {
             let e = index.offset_entry(i);
             let pos = e.pos as usize;
-            let ok = matches!(batch::check(&bytes[pos..]), Check::Valid(h) if h.base_offset == base + e.rel as u64);
+            let ok = matches!(batch::check(&bytes[pos..]), Check::Valid(h) if h.base_offset == base + u64::from(e.rel));
             let t = (i < time.len()).then(|| time.time_entry(i));
             if let (true, Some(t)) = (ok, t) {
                 if t.rel == e.rel && t.pos == e.pos {
-                    start = (pos, base + e.rel as u64, t.ts, i + 1);
+                    start = (pos, base + u64::from(e.rel), t.ts, i + 1);
                     break;
                 }
             }

@@ -320,28 +320,25 @@ impl Inner {
             self.append_pending(&mut st, k);
         }
         while !st.durable.is_empty() || st.flushing > 0 {
-            st = match deadline {
-                Some(d) => {
-                    let now = Instant::now();
-                    if now >= d {
-                        return Err(Error::Timeout(timeout.map_or(0, |t| t.as_millis() as u64)));
-                    }
-                    st.space_waiters += 1;
-                    let mut g = sync::wait_timeout(&self.space, st, d - now).0;
-                    g.space_waiters -= 1;
-                    g
+            st = if let Some(d) = deadline {
+                let now = Instant::now();
+                if now >= d {
+                    return Err(Error::Timeout(timeout.map_or(0, |t| t.as_millis() as u64)));
                 }
-                None => {
-                    st.space_waiters += 1;
-                    let mut g = sync::wait(&self.space, st);
-                    g.space_waiters -= 1;
-                    g
-                }
+                st.space_waiters += 1;
+                let mut g = sync::wait_timeout(&self.space, st, d - now).0;
+                g.space_waiters -= 1;
+                g
+            } else {
+                st.space_waiters += 1;
+                let mut g = sync::wait(&self.space, st);
+                g.space_waiters -= 1;
+                g
             };
         }
         drop(st);
         self.fire();
-        if !IN_CALLBACK.with(|c| c.get()) {
+        if !IN_CALLBACK.with(std::cell::Cell::get) {
             // Another thread may be running callbacks: wait for it.
             drop(lock(&self.firing));
             self.fire();

@@ -145,13 +145,13 @@ impl Producer {
                 broker,
                 config,
                 identity,
-                chooser: Default::default(),
+                chooser: partitioner::PartitionChooser::default(),
                 acc: Mutex::new(AccState::default()),
                 space: Condvar::new(),
                 work: Condvar::new(),
                 pending: AtomicUsize::new(0),
                 queued: AtomicUsize::new(0),
-                completions: Mutex::new(Default::default()),
+                completions: Mutex::new(std::collections::VecDeque::new()),
                 firing: Mutex::new(()),
                 stats: Counters::default(),
                 closed: AtomicBool::new(false),
@@ -327,7 +327,7 @@ impl Producer {
         let res = if list.is_empty() {
             inner.send_many(records, &mut |i, md| {
                 reported += 1;
-                on_each(i, md)
+                on_each(i, md);
             })
         } else {
             let owned: Vec<Record> = records
@@ -340,7 +340,7 @@ impl Producer {
                 if inner.config.acks != Acks::Zero {
                     interceptor::run_on_ack(list, Ok(md));
                 }
-                on_each(i, md)
+                on_each(i, md);
             })
         };
         if let Err(e) = &res {
@@ -715,27 +715,26 @@ impl Inner {
                 Some((k, slot)) if k == key => slot,
                 // Few partitions so far: a scan, no map to allocate.
                 _ if groups.len() <= 8 && slot_of.is_empty() => {
-                    match groups
+                    if let Some(slot) = groups
                         .iter()
                         .position(|g| Arc::as_ptr(&g.0) as usize == key)
                     {
-                        Some(slot) => slot,
-                        None => {
-                            if groups.len() == 8 {
-                                slot_of.extend(
-                                    groups
-                                        .iter()
-                                        .enumerate()
-                                        .map(|(j, g)| (Arc::as_ptr(&g.0) as usize, j)),
-                                );
-                                slot_of.insert(key, 8);
-                            }
-                            // Room for the rest of the records (at most
-                            // 1024) at once rather than regrowing.
-                            let room = (records.len() - i).min(1024);
-                            groups.push((Arc::clone(log), partition, Vec::with_capacity(room)));
-                            groups.len() - 1
+                        slot
+                    } else {
+                        if groups.len() == 8 {
+                            slot_of.extend(
+                                groups
+                                    .iter()
+                                    .enumerate()
+                                    .map(|(j, g)| (Arc::as_ptr(&g.0) as usize, j)),
+                            );
+                            slot_of.insert(key, 8);
                         }
+                        // Room for the rest of the records (at most
+                        // 1024) at once rather than regrowing.
+                        let room = (records.len() - i).min(1024);
+                        groups.push((Arc::clone(log), partition, Vec::with_capacity(room)));
+                        groups.len() - 1
                     }
                 }
                 _ => *slot_of.entry(key).or_insert_with(|| {
@@ -901,7 +900,7 @@ impl Inner {
             let pending_last = st
                 .batches
                 .get(&key)
-                .and_then(|b| b.first_seq.map(|f| f + b.enc.count as i64 - 1));
+                .and_then(|b| b.first_seq.map(|f| f + i64::from(b.enc.count) - 1));
             let id = self.identity.as_ref().map_or(-1, |i| i.id);
             let last = match pending_last {
                 Some(l) => l,
@@ -938,7 +937,7 @@ impl Inner {
             let n = b.enc.count;
             let consecutive = match (b.first_seq, r.sequence) {
                 (None, None) => true,
-                (Some(f), Some(s)) => s == f + n as i64,
+                (Some(f), Some(s)) => s == f + i64::from(n),
                 _ => false,
             };
             let len = b.enc.record_len(&rec);

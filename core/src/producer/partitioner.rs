@@ -89,13 +89,13 @@ pub fn murmur2(data: &[u8]) -> i32 {
     }
     let rest = chunks.remainder();
     if rest.len() >= 3 {
-        h ^= (rest[2] as u32) << 16;
+        h ^= u32::from(rest[2]) << 16;
     }
     if rest.len() >= 2 {
-        h ^= (rest[1] as u32) << 8;
+        h ^= u32::from(rest[1]) << 8;
     }
     if !rest.is_empty() {
-        h ^= rest[0] as u32;
+        h ^= u32::from(rest[0]);
         h = h.wrapping_mul(M);
     }
     h ^= h >> 13;
@@ -190,15 +190,15 @@ mod tests {
     #[test]
     fn murmur2_matches_kafka() {
         let cases: [(&[u8], i32); 6] = [
-            (b"21", -973932308),
-            (b"foobar", -790332482),
-            (b"a-little-bit-long-string", -985981536),
-            (b"a-little-bit-longer-string", -1486304829),
+            (b"21", -973_932_308),
+            (b"foobar", -790_332_482),
+            (b"a-little-bit-long-string", -985_981_536),
+            (b"a-little-bit-longer-string", -1_486_304_829),
             (
                 b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8",
-                -58897971,
+                -58_897_971,
             ),
-            (b"abc", 479470107),
+            (b"abc", 479_470_107),
         ];
         for (key, want) in cases {
             assert_eq!(murmur2(key), want, "{:?}", String::from_utf8_lossy(key));

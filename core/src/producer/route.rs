@@ -107,7 +107,7 @@ impl Inner {
                 // Records with the application's sequences go where a
                 // re-send of them will go too, so it is recognised.
                 _ if r.sequence.is_some() => {
-                    (r.sequence.unwrap_or(0).unsigned_abs() % count as u64) as u32
+                    (r.sequence.unwrap_or(0).unsigned_abs() % u64::from(count)) as u32
                 }
                 Partitioner::RoundRobin => self.chooser.round_robin(count),
                 Partitioner::Sticky => {

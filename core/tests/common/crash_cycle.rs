@@ -108,12 +108,12 @@ fn placement(id: u64) -> (Option<String>, Option<u32>, u32) {
     let h = mix(id);
     let key = (stream_of(id) == 0 || h & (1 << 41) == 0).then(|| format!("key-{id}"));
     if h & (1 << 40) != 0 {
-        let p = ((h >> 20) % PARTITIONS as u64) as u32;
+        let p = ((h >> 20) % u64::from(PARTITIONS)) as u32;
         return (key, Some(p), p);
     }
     let p = match &key {
         Some(k) => partition_for_key(k.as_bytes(), PARTITIONS),
-        None => (n_of(id) % PARTITIONS as u64) as u32,
+        None => (n_of(id) % u64::from(PARTITIONS)) as u32,
     };
     (key, None, p)
 }
@@ -306,8 +306,8 @@ pub fn resume_start(last: i64, window: u64) -> u64 {
 fn say(line: std::fmt::Arguments<'_>) {
     let mut out = std::io::stdout().lock();
     out.write_fmt(line)
-        .and_then(|_| out.write_all(b"\n"))
-        .and_then(|_| out.flush())
+        .and_then(|()| out.write_all(b"\n"))
+        .and_then(|()| out.flush())
         .expect("child: stdout");
 }
 

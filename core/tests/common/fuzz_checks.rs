@@ -177,7 +177,7 @@ fn scan_all(mq: &Broker) -> mqlite::Result<Vec<(u64, Vec<u8>)>> {
     let log = mqlite::raw::partition_log(mq, TOPIC, 0)?;
     let mut out = Vec::new();
     log.scan(0, |offset, _, v| {
-        out.push((offset, v.unwrap_or_default().to_vec()))
+        out.push((offset, v.unwrap_or_default().to_vec()));
     })?;
     Ok(out)
 }
@@ -234,7 +234,7 @@ pub fn segment_recovery(data: &[u8]) {
         std::fs::write(segment_file(dir.path(), 0, "log"), seg).expect("write");
     } else {
         let split = (u16::from_le_bytes([rest[0], rest[1]]) as usize).min(rest.len() - 2);
-        let base = u32::from_le_bytes([rest[2], rest[3], rest[4], rest[5]]) as u64 % 4096;
+        let base = u64::from(u32::from_le_bytes([rest[2], rest[3], rest[4], rest[5]])) % 4096;
         let body = &rest[6..];
         let split = split.min(body.len());
         let (a, b) = body.split_at(split);
@@ -357,7 +357,11 @@ pub fn index_load(data: &[u8]) {
         .files
         .iter()
         .map(|(n, _)| n)
-        .filter(|n| n.ends_with(".idx") || n.ends_with(".tix"))
+        .filter(|n| {
+            std::path::Path::new(n.as_str())
+                .extension()
+                .is_some_and(|e| e == "idx" || e == "tix")
+        })
         .collect();
     let victim = indexes[pick as usize % indexes.len()];
     for (name, bytes) in &t.files {

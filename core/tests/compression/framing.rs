@@ -436,7 +436,7 @@ pub(crate) fn damaged_blocks_with_a_valid_crc_are_errors() {
             (
                 "data random",
                 Box::new(move |b: &mut Vec<u8>| {
-                    let r = Rng::new(clen as u64).bytes(clen as usize);
+                    let r = Rng::new(u64::from(clen)).bytes(clen as usize);
                     b[data_at..data_at + clen as usize].copy_from_slice(&r);
                 }),
             ),

@@ -9,6 +9,7 @@
 //! 0-2 name the codec; the records section is stored right after the 61-byte
 //! header as `uncompressed_len u32 LE, compressed_len u32 LE, data`, then
 //! zero padding to a multiple of 8 bytes; `length` and the CRC cover it all.
+#![allow(clippy::unwrap_used)]
 
 #[path = "../common/mod.rs"]
 mod common;

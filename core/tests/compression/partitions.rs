@@ -69,7 +69,7 @@ pub(crate) fn recompress_partition(dir: &std::path::Path, codec_of: impl Fn(usiz
             new.extend_from_slice(&recompress(&old[s.pos..s.end()], codec_of(n)));
             n += 1;
         }
-        let old_end = spans.last().map_or(0, |s| s.end());
+        let old_end = spans.last().map_or(0, super::common::Span::end);
         moved.insert(old_end as u32, new.len() as u32);
         if active {
             assert!(
@@ -125,7 +125,7 @@ pub(crate) fn consume(mq: &Broker, per_poll: usize) -> Vec<Msg> {
         assert!(
             !got.is_empty(),
             "consumer stopped at {:?}",
-            kept.last().map(|m| m.offset())
+            kept.last().map(mqlite::Message::offset)
         );
         assert!(got.len() <= per_poll);
         kept.extend(got);
@@ -141,7 +141,7 @@ pub(crate) fn raw_scan(mq: &Broker, from: u64) -> Vec<Kv> {
     let log = mqlite::raw::partition_log(mq, TOPIC, 0).unwrap();
     let mut out = Vec::new();
     log.scan(from, |o, k, v| {
-        out.push((o, k.map(<[u8]>::to_vec), v.map(<[u8]>::to_vec)))
+        out.push((o, k.map(<[u8]>::to_vec), v.map(<[u8]>::to_vec)));
     })
     .unwrap();
     out
@@ -202,7 +202,7 @@ pub(crate) fn compressed_partitions_read_back() {
         let info = mq.topic(TOPIC).unwrap();
         assert_eq!(
             info.partitions[0].recovery,
-            Default::default(),
+            mqlite::RecoveryStats::default(),
             "{name}: recovery truncated compressed batches"
         );
         assert_eq!(info.partitions[0].end_offset, expected.len() as u64);
@@ -231,7 +231,7 @@ pub(crate) fn compressed_partitions_read_back() {
         let mq = Broker::open(dir.path(), cfg()).unwrap();
         assert_eq!(
             mq.topic(TOPIC).unwrap().partitions[0].recovery,
-            Default::default()
+            mqlite::RecoveryStats::default()
         );
         assert_reads(&mq, &expected);
         mq.close().unwrap();

@@ -105,7 +105,7 @@ pub(crate) fn every_codec_end_to_end() {
         let mq = Broker::open(dir.path(), cfg()).unwrap();
         mq.create_topic(TOPIC, TopicConfig::new(1).segment_bytes(8 << 10))
             .unwrap();
-        let records = outgoing(1500, codec.bits() as u64);
+        let records = outgoing(1500, u64::from(codec.bits()));
         produce(&mq, codec, &records);
         let expected = expected_of(&records, 0);
         assert_reads(&mq, &expected);
@@ -125,7 +125,7 @@ pub(crate) fn every_codec_end_to_end() {
         let mq = Broker::open(dir.path(), cfg()).unwrap();
         assert_eq!(
             mq.topic(TOPIC).unwrap().partitions[0].recovery,
-            Default::default(),
+            mqlite::RecoveryStats::default(),
             "{codec}"
         );
         assert_reads(&mq, &expected);
@@ -187,7 +187,10 @@ pub(crate) fn over_limit_batch_is_kept_by_recovery_and_refused_by_readers() {
 
     let mq = Broker::open(dir.path(), cfg()).unwrap();
     let info = mq.topic(TOPIC).unwrap();
-    assert_eq!(info.partitions[0].recovery, Default::default());
+    assert_eq!(
+        info.partitions[0].recovery,
+        mqlite::RecoveryStats::default()
+    );
     assert_eq!(info.partitions[0].end_offset, expected.len() as u64);
     let mut c = mq
         .consumer(ConsumerConfig::default().max_poll_records(100_000))
@@ -242,7 +245,7 @@ pub(crate) fn records_over_the_limit_are_not_compressed() {
             let mq = Broker::open(dir.path(), cfg()).unwrap();
             assert_eq!(
                 mq.topic(TOPIC).unwrap().partitions[0].recovery,
-                Default::default()
+                mqlite::RecoveryStats::default()
             );
             check_read(&mq);
             mq.close().unwrap();
@@ -274,7 +277,7 @@ pub(crate) fn stopping_mid_batch_does_not_decompress_again() {
                 .windows(2)
                 .find_map(|w| match (&w[0].value, &w[1].value) {
                     (Some(a), Some(b)) => {
-                        Some((s.base + w[0].offset_delta as u64, (a.start, b.start)))
+                        Some((s.base + u64::from(w[0].offset_delta), (a.start, b.start)))
                     }
                     _ => None,
                 })

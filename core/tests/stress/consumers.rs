@@ -139,6 +139,7 @@ impl RebalanceListener for Listener {
 
 /// One consumer thread of a group: joins, polls, and in the run phase
 /// leaves, re-subscribes, commits, seeks and stalls at random.
+#[allow(clippy::struct_field_names)]
 pub(crate) struct Slot {
     pub(crate) sh: Arc<Shared>,
     pub(crate) g: usize,
@@ -461,7 +462,7 @@ impl Slot {
             let past = end + 1_000_000_000;
             match c.commit_offsets(&[(&tp.0, tp.1, past, "")]) {
                 Err(Error::OffsetOutOfRange { .. }) => {
-                    self.sh.bump(&self.sh.ops.rejected_commits, 1)
+                    self.sh.bump(&self.sh.ops.rejected_commits, 1);
                 }
                 other => self.sh.violation(format!(
                     "group {}: committing {past} to {}/{} (end {end}) gave {other:?}, not OffsetOutOfRange",

@@ -77,7 +77,7 @@ pub(crate) fn producer_thread(
         // blocking send to the same partition must not overtake.
         let n = rng.range(1, if mode >= 7 { 40 } else { 12 });
         // Half the time the whole burst goes to one partition (a hot one).
-        let mut hot = (rng.range(0, 2) == 0).then(|| rng.range(0, count as u64) as u32);
+        let mut hot = (rng.range(0, 2) == 0).then(|| rng.range(0, u64::from(count)) as u32);
         // Half the time, an asynchronous burst to a hot partition is
         // followed by blocking sends to it (which must land after it).
         if let Some((t, p)) = follow_up.take() {
@@ -93,7 +93,7 @@ pub(crate) fn producer_thread(
             let mut r = Record::new(topic.as_str()).value(payload(source, counter));
             match (hot, rng.range(0, 10)) {
                 (Some(p), _) => r = r.partition(p),
-                (None, 0..=3) => r = r.partition(rng.range(0, count as u64) as u32),
+                (None, 0..=3) => r = r.partition(rng.range(0, u64::from(count)) as u32),
                 (None, 4..=6) => r = r.key(format!("k{}", rng.range(0, 37))),
                 _ => {}
             }
@@ -129,7 +129,7 @@ pub(crate) fn producer_thread(
                         match res {
                             Ok(md) => sh2.ack(&md, source, ctr),
                             Err(e) => {
-                                sh2.violation(format!("producer {source}: delivery of {ctr}: {e}"))
+                                sh2.violation(format!("producer {source}: delivery of {ctr}: {e}"));
                             }
                         }
                         sh2.bump(&sh2.ops.async_done, 1);

@@ -25,6 +25,7 @@
 //! `MQLITE_STRESS_SECS` (default 4) sets how long producers and chaos run;
 //! the seed is printed and `MQLITE_STRESS_SEED` replays its random choices
 //! (thread scheduling is not replayed). `--nocapture` shows the report.
+#![allow(clippy::unwrap_used)]
 
 mod audit;
 #[path = "../common/mod.rs"]

@@ -106,7 +106,7 @@ pub(crate) struct Shared {
 pub(crate) const NONE: u64 = u64::MAX;
 
 pub(crate) fn pack(source: u16, counter: u64) -> u64 {
-    ((source as u64) << 48) | counter
+    (u64::from(source) << 48) | counter
 }
 
 pub(crate) fn mix(source: u16, counter: u64) -> u64 {
@@ -152,6 +152,7 @@ impl Shared {
         }
     }
 
+    #[allow(clippy::unused_self)]
     pub(crate) fn bump(&self, counter: &AtomicU64, n: u64) {
         counter.fetch_add(n, Ordering::Relaxed);
     }
@@ -173,7 +174,10 @@ impl Shared {
         let topics: Vec<String> = if GROUPS[g].pattern {
             self.mq.topics()
         } else {
-            STATIC_TOPICS.iter().map(|t| t.to_string()).collect()
+            STATIC_TOPICS
+                .iter()
+                .map(std::string::ToString::to_string)
+                .collect()
         };
         let mut out = Vec::new();
         for t in topics {
