@@ -60,8 +60,8 @@ pub(crate) struct MappedFile {
 /// when its readahead window (8 MiB on this project's VM) fits below the
 /// file's end: with 8 MiB steps, taken 4 MiB ahead, a writer faulting its
 /// own pages took 15 times as many faults (105,099 against 6,782 for the
-/// `cold segment` bench rows) and ran up to 40 % slower; with 32 MiB steps,
-/// 9,839 (see docs/decisions.md).
+/// `cold segment` bench rows) and ran about a third slower; with 32 MiB
+/// steps, 9,839 (see docs/decisions.md).
 pub(crate) const MAX_GROWTH_STEP: usize = 32 << 20;
 const PAGE: usize = 4096;
 
