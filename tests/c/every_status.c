@@ -102,14 +102,15 @@ static mql_record seq_record(const char *topic, int64_t sequence) {
 }
 
 /* MQL_DISK_FULL: a file-size limit (SIGXFSZ ignored, so writes past it
- * fail with EFBIG) makes preallocating a topic's first segment fail. Once
- * the limit is lifted the same topic can be created. */
+ * fail with EFBIG) below a segment's first 64 KiB makes allocating a
+ * topic's first segment fail. Once the limit is lifted the same topic can
+ * be created. */
 static void disk_full(mql_broker *mq) {
     struct rlimit before;
     CHECK(getrlimit(RLIMIT_FSIZE, &before) == 0);
     CHECK(signal(SIGXFSZ, SIG_IGN) != SIG_ERR);
     struct rlimit small = before;
-    small.rlim_cur = 64 * 1024;
+    small.rlim_cur = 32 * 1024;
     CHECK(setrlimit(RLIMIT_FSIZE, &small) == 0);
     mql_topic_config *tc;
     CHECK_OK(mql_topic_config_new(1, &tc));
