@@ -672,7 +672,8 @@ typedef struct mql_topic_settings {
      */
     uint32_t partitions;
     /**
-     * Size each segment file is preallocated to, in bytes.
+     * Most bytes of log in each segment file (the file grows in steps up
+     * to it, from 64 KiB), in bytes.
      */
     uint64_t segment_bytes;
     /**
@@ -1210,8 +1211,9 @@ enum mql_status mql_topic_config_new(uint32_t partitions, struct mql_topic_confi
 void mql_topic_config_free(struct mql_topic_config *config);
 
 /**
- * Size each segment file is preallocated to (4 KiB to 2 GiB, checked by
- * `mql_topic_create`); lowers `max_message_bytes` to it if needed.
+ * Most bytes of log in each segment file (4 KiB to 2 GiB, checked by
+ * `mql_topic_create`; the file grows in steps up to it, from 64 KiB);
+ * lowers `max_message_bytes` to it if needed.
  *
  * Ownership: borrows `config` for the call; the caller still owns it.
  *

@@ -28,7 +28,8 @@ impl RawLog {
             .base_offset)
     }
 
-    /// Faults in the active segment's pages now, in this thread.
+    /// Allocates the active segment's file to its full size and faults
+    /// in its pages now, in this thread.
     pub fn prefault(&self) {
         self.0.prefault_active();
     }

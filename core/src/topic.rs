@@ -28,7 +28,7 @@ pub struct TopicConfig {
     /// Most bytes of log in one segment file; a new segment starts when
     /// the next batch does not fit (4 KiB to 2 GiB; default 64 MiB). The
     /// file is not preallocated to this size: it starts at 64 KiB and grows
-    /// in steps (doubling, at most 8 MiB at a time) ahead of the data, and
+    /// in steps (doubling, at most 32 MiB at a time) ahead of the data, and
     /// is trimmed to its data when the next segment starts.
     pub segment_bytes: u64,
     /// Delete closed segments whose newest record is older than this many

@@ -255,3 +255,20 @@ fn copy_tree(from: &Path, to: &Path) {
         }
     }
 }
+
+/// An explicit prefault (`RawLog::prefault`) allocates the whole active
+/// segment, so the writer meets no growth step afterwards.
+#[test]
+fn an_explicit_prefault_allocates_the_whole_segment() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("data");
+    let mq = Broker::open(&dir, cfg()).unwrap();
+    let segment = 2u64 << 20;
+    mq.create_topic("t", TopicConfig::new(1).segment_bytes(segment))
+        .unwrap();
+    let log = segment_logs(&dir, "t", 0)[0].clone();
+    assert!(file_len(&log) < segment);
+    mqlite::raw::partition_log(&mq, "t", 0).unwrap().prefault();
+    assert_eq!(file_len(&log), segment);
+    mq.close().unwrap();
+}

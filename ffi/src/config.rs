@@ -185,8 +185,9 @@ pub unsafe extern "C" fn mql_topic_config_free(config: *mut mql_topic_config) {
     free!(config);
 }
 
-/// Size each segment file is preallocated to (4 KiB to 2 GiB, checked by
-/// `mql_topic_create`); lowers `max_message_bytes` to it if needed.
+/// Most bytes of log in each segment file (4 KiB to 2 GiB, checked by
+/// `mql_topic_create`; the file grows in steps up to it, from 64 KiB);
+/// lowers `max_message_bytes` to it if needed.
 ///
 /// Ownership: borrows `config` for the call; the caller still owns it.
 ///

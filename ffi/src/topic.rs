@@ -21,7 +21,8 @@ use crate::util::{arg, free, into_handle, out};
 pub struct mql_topic_settings {
     /// Number of partitions.
     pub partitions: u32,
-    /// Size each segment file is preallocated to, in bytes.
+    /// Most bytes of log in each segment file (the file grows in steps up
+    /// to it, from 64 KiB), in bytes.
     pub segment_bytes: u64,
     /// Closed segments whose newest record is older than this many
     /// milliseconds are deleted; -1: kept forever.

@@ -667,9 +667,18 @@ impl PartitionLog {
         }
     }
 
-    /// Faults in the active segment's pages in the calling thread.
+    /// Allocates the active segment's file to its full size and faults in
+    /// its pages, in the calling thread (an explicit request, for a writer
+    /// that wants no growth step or page fault later). Best effort: on a
+    /// full disk, what is allocated is faulted in.
     pub(crate) fn prefault_active(&self) {
-        let active = Arc::clone(&lock(&self.writer).active);
+        let active = {
+            let w = lock(&self.writer);
+            if let Err(e) = w.active.grow_to_capacity() {
+                ::log::warn!("allocating {}: {e}", w.active.path().display());
+            }
+            Arc::clone(&w.active)
+        };
         active.populate();
     }
 

@@ -228,7 +228,7 @@ impl Segment {
         let mut index = open_index("idx", OFFSET_ENTRY)?;
         let mut time = open_index("tix", TIME_ENTRY)?;
         // A crash between creating the next segment and trimming this one
-        // leaves preallocated zero entries at the end: drop them.
+        // leaves allocated zero entries at the end: drop them.
         index.drop_zero_tail();
         time.drop_zero_tail();
         let seg = Segment::assemble(dir, base, log, index, time, true);
@@ -330,6 +330,11 @@ impl Segment {
     pub(crate) fn growth_due(&self) -> bool {
         let (end, allocated) = (self.end(), self.log.allocated());
         allocated < self.capacity() && (self.log.next_growth() - allocated) / 2 > allocated - end
+    }
+
+    /// Grows the log file to the segment's full capacity. Writer only.
+    pub(crate) fn grow_to_capacity(&self) -> Result<()> {
+        self.log.grow_for(self.capacity())
     }
 
     /// Grows the log file by its next step, ahead of the writer. Writer
