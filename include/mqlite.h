@@ -868,10 +868,12 @@ typedef struct mql_consumer_stats {
  * Runs on the consumer's own thread, inside `mql_poll`, `mql_subscribe*`,
  * `mql_assign`, `mql_unsubscribe`, `mql_consumer_close` or
  * `mql_consumer_free` on that consumer. It may call on `consumer`:
- * `mql_commit`, `mql_commit_offsets`, `mql_committed`, `mql_position`,
- * `mql_seek*`, `mql_offsets_for_times`, `mql_assignment`, `mql_lag`,
- * `mql_consumer_get_stats`, `mql_consumer_member_id`,
- * `mql_consumer_waker` and `mql_consumer_set_rebalance_callback`; the
+ * `mql_commit`, `mql_commit_async`, `mql_commit_offsets`,
+ * `mql_committed`, `mql_position`, `mql_seek*`, `mql_offsets_for_times`,
+ * `mql_assignment`, `mql_lag`, `mql_pause`, `mql_resume`, `mql_paused`,
+ * `mql_store_offsets`, `mql_consumer_get_stats`,
+ * `mql_consumer_member_id`, `mql_consumer_waker` and
+ * `mql_consumer_set_rebalance_callback`; the
  * other consumer functions fail there with `MQL_INVALID_ARGUMENT`
  * (`mql_consumer_free` does nothing). `partitions` and the topic strings
  * are valid during the call (the strings until the consumer is freed).
@@ -1022,6 +1024,21 @@ typedef struct mql_processor_stats {
      */
     uint64_t commits;
 } mql_processor_stats;
+
+/**
+ * A batch handler (`mql_processor_run_batches`): handles the `n` messages
+ * of `messages`, a run of one partition's messages in offset order, and
+ * returns how many it processed: `n` when all were, or `k < n` when the
+ * first `k` were and `messages[k]` failed, which is then retried after
+ * `retry_backoff_ms` (the handler getting the messages from it on). A
+ * value above `n` counts as `n`.
+ *
+ * Threads and borrowing as for `mql_message_handler`: the array and the
+ * messages are borrowed for the call.
+ */
+typedef size_t (*mql_batch_handler)(void *user_data,
+                                    const struct mql_message *const *messages,
+                                    size_t n);
 
 /**
  * A log callback: receives each record at or above the level set with
@@ -3185,6 +3202,28 @@ enum mql_status mql_processor_run(struct mql_processor *processor,
                                   mql_message_handler handler,
                                   void *user_data,
                                   struct mql_processor_stats *stats);
+
+/**
+ * As `mql_processor_run`, with a handler given a batch at a time (see
+ * `mql_batch_handler`): runs of one partition's messages in offset order,
+ * the batches `mql_processor_run` goes through one message at a time.
+ *
+ * On `MQL_OK`, writes what the run did to `*stats` (NULL: not wanted).
+ *
+ * Errors: as `mql_processor_run`.
+ *
+ * Ownership: borrows every argument for the call; the results are plain
+ * values; nothing to free.
+ *
+ * # Safety
+ * `processor` is NULL or a live processor; `handler` is NULL or a function
+ * with the `mql_batch_handler` contract; `stats` is NULL or valid for
+ * writing an `mql_processor_stats`.
+ */
+enum mql_status mql_processor_run_batches(struct mql_processor *processor,
+                                          mql_batch_handler handler,
+                                          void *user_data,
+                                          struct mql_processor_stats *stats);
 
 /**
  * A stopper for this processor: `mql_stopper_stop` on it, from any thread

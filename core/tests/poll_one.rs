@@ -162,6 +162,10 @@ fn commits_take_stored_offsets_without_auto_offset_store() {
     ));
     // Closing auto-commits what was stored, not what was handed out.
     c.close();
+    assert!(matches!(
+        c.store_offsets(&[("t", 0, 8)]),
+        Err(Error::Closed(_))
+    ));
     let mut c = mq.consumer(conf).unwrap();
     c.subscribe(&["t"]).unwrap();
     assert_eq!(one(&mut c).unwrap().offset(), 7);
@@ -171,6 +175,12 @@ fn commits_take_stored_offsets_without_auto_offset_store() {
     assert!(matches!(
         auto.store_offsets(&[("t", 0, 1)]),
         Err(Error::InvalidArgument(_))
+    ));
+    // Once closed, that is what a call is told first.
+    auto.close();
+    assert!(matches!(
+        auto.store_offsets(&[("t", 0, 1)]),
+        Err(Error::Closed(_))
     ));
 }
 

@@ -48,10 +48,12 @@ pub enum mql_rebalance_event {
 /// Runs on the consumer's own thread, inside `mql_poll`, `mql_subscribe*`,
 /// `mql_assign`, `mql_unsubscribe`, `mql_consumer_close` or
 /// `mql_consumer_free` on that consumer. It may call on `consumer`:
-/// `mql_commit`, `mql_commit_offsets`, `mql_committed`, `mql_position`,
-/// `mql_seek*`, `mql_offsets_for_times`, `mql_assignment`, `mql_lag`,
-/// `mql_consumer_get_stats`, `mql_consumer_member_id`,
-/// `mql_consumer_waker` and `mql_consumer_set_rebalance_callback`; the
+/// `mql_commit`, `mql_commit_async`, `mql_commit_offsets`,
+/// `mql_committed`, `mql_position`, `mql_seek*`, `mql_offsets_for_times`,
+/// `mql_assignment`, `mql_lag`, `mql_pause`, `mql_resume`, `mql_paused`,
+/// `mql_store_offsets`, `mql_consumer_get_stats`,
+/// `mql_consumer_member_id`, `mql_consumer_waker` and
+/// `mql_consumer_set_rebalance_callback`; the
 /// other consumer functions fail there with `MQL_INVALID_ARGUMENT`
 /// (`mql_consumer_free` does nothing). `partitions` and the topic strings
 /// are valid during the call (the strings until the consumer is freed).

@@ -152,6 +152,23 @@ pub struct mql_processor_stats {
 pub type mql_message_handler =
     Option<unsafe extern "C" fn(user_data: *mut c_void, message: *const mql_message) -> bool>;
 
+/// A batch handler (`mql_processor_run_batches`): handles the `n` messages
+/// of `messages`, a run of one partition's messages in offset order, and
+/// returns how many it processed: `n` when all were, or `k < n` when the
+/// first `k` were and `messages[k]` failed, which is then retried after
+/// `retry_backoff_ms` (the handler getting the messages from it on). A
+/// value above `n` counts as `n`.
+///
+/// Threads and borrowing as for `mql_message_handler`: the array and the
+/// messages are borrowed for the call.
+pub type mql_batch_handler = Option<
+    unsafe extern "C" fn(
+        user_data: *mut c_void,
+        messages: *const *const mql_message,
+        n: usize,
+    ) -> usize,
+>;
+
 /// Runs a handler over a consumer's messages on worker threads. Made by
 /// `mql_processor_new`, released by `mql_processor_free` (which gives the
 /// consumer back). Use it from one thread at a time, like its consumer;
@@ -385,18 +402,101 @@ pub unsafe extern "C" fn mql_processor_run(
                 // the call.
                 unsafe { handler(ud.get(), &raw const view) }
             })
-        })?;
-        if let Some(out) = stats {
-            // SAFETY: valid for writes by the caller's contract.
-            unsafe {
-                out.write(mql_processor_stats {
-                    processed: s.processed,
-                    retries: s.retries,
-                    failed: s.failed,
-                    commits: s.commits,
-                });
-            };
-        }
+        });
+        write_stats(stats, s?);
+        Ok(())
+    })
+}
+
+/// Writes a run's stats to the optional out-parameter.
+fn write_stats(out: Option<Out<mql_processor_stats>>, s: mqlite::ProcessorStats) {
+    if let Some(out) = out {
+        // SAFETY: valid for writes by the caller's contract.
+        unsafe {
+            out.write(mql_processor_stats {
+                processed: s.processed,
+                retries: s.retries,
+                failed: s.failed,
+                commits: s.commits,
+            });
+        };
+    }
+}
+
+/// Checks the arguments of a run and marks the processor running while `f`
+/// runs the engine's processor.
+///
+/// # Safety
+/// `processor` is NULL or a live processor.
+unsafe fn running<R>(
+    processor: *mut mql_processor,
+    what: &str,
+    f: impl FnOnce(&mut Processor) -> FfiResult<R>,
+) -> FfiResult<R> {
+    // SAFETY: forwarded caller contract.
+    let p = unsafe { arg_ref(processor, "processor") }?;
+    if p.running.replace(true) {
+        return Err(Failure::invalid(format!(
+            "{what}: the processor is already running"
+        )));
+    }
+    let _ran = Unset(&p.running);
+    // SAFETY: no other reference to the engine's processor exists: it is
+    // used mutably only here, `running` keeps this from nesting, and the
+    // processor is used from one thread at a time (documented contract;
+    // `mql_processor_stopper` reads `stop` only).
+    f(unsafe { &mut *p.inner.get() })
+}
+
+/// As `mql_processor_run`, with a handler given a batch at a time (see
+/// `mql_batch_handler`): runs of one partition's messages in offset order,
+/// the batches `mql_processor_run` goes through one message at a time.
+///
+/// On `MQL_OK`, writes what the run did to `*stats` (NULL: not wanted).
+///
+/// Errors: as `mql_processor_run`.
+///
+/// Ownership: borrows every argument for the call; the results are plain
+/// values; nothing to free.
+///
+/// # Safety
+/// `processor` is NULL or a live processor; `handler` is NULL or a function
+/// with the `mql_batch_handler` contract; `stats` is NULL or valid for
+/// writing an `mql_processor_stats`.
+#[no_mangle]
+pub unsafe extern "C" fn mql_processor_run_batches(
+    processor: *mut mql_processor,
+    handler: mql_batch_handler,
+    user_data: *mut c_void,
+    stats: *mut mql_processor_stats,
+) -> mql_status {
+    guard(|| {
+        let handler = handler.ok_or_else(|| Failure::null("handler"))?;
+        let stats = Out::optional(stats, "stats")?;
+        let ud = UserData::new(user_data);
+        let work = move |batch: &[Message]| {
+            // Reference-counted views: no record data is copied.
+            let views: Vec<mql_message> =
+                batch.iter().map(|m| mql_message::new(m.clone())).collect();
+            let ptrs: Vec<*const mql_message> = views
+                .iter()
+                .map(std::ptr::from_ref::<mql_message>)
+                .collect();
+            contained(0, || {
+                // SAFETY: `handler` has the mql_batch_handler contract and
+                // `user_data` is the caller's, made safe for calls from
+                // several threads at once by that contract; `ptrs` and
+                // `views` outlive the call.
+                unsafe { handler(ud.get(), ptrs.as_ptr(), ptrs.len()) }
+            })
+        };
+        // SAFETY: forwarded caller contract.
+        let s = unsafe {
+            running(processor, "mql_processor_run_batches", |inner| {
+                Ok(inner.run_batches(work))
+            })
+        }?;
+        write_stats(stats, s?);
         Ok(())
     })
 }

@@ -29,7 +29,7 @@ use std::time::Duration;
 
 use pyo3::exceptions::{PyRuntimeError, PyTypeError};
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
+use pyo3::types::{PyBool, PyDict, PyList};
 
 use crate::consumer::Consumer;
 use crate::error::{invalid_argument, IntoPy};
@@ -140,6 +140,44 @@ impl Processor {
     }
 }
 
+impl Processor {
+    /// Calls a batch handler with the messages of a batch on a worker
+    /// thread. Returns how many it processed (see `run_batches()`).
+    #[allow(clippy::unused_self)]
+    fn handle_list(&self, handler: &Py<PyAny>, batch: &[mqlite::Message]) -> usize {
+        Python::attach(|py| {
+            let res = (|| -> PyResult<usize> {
+                let msgs = batch
+                    .iter()
+                    .map(|m| Bound::new(py, Consumer::message(m.clone())))
+                    .collect::<PyResult<Vec<_>>>()?;
+                let r = handler.bind(py).call1((PyList::new(py, msgs)?,))?;
+                if r.is_none() {
+                    return Ok(batch.len());
+                }
+                if r.is_instance_of::<PyBool>() {
+                    return Ok(if r.is_truthy()? { batch.len() } else { 0 });
+                }
+                let k: i64 = r.extract().map_err(|_| {
+                    PyTypeError::new_err(
+                        "a run_batches() handler returns None, a bool or the number of messages processed",
+                    )
+                })?;
+                Ok(usize::try_from(k).unwrap_or(0).min(batch.len()))
+            })();
+            match res {
+                Ok(k) => k,
+                Err(e) => {
+                    if let Some(m) = batch.first() {
+                        log_failure(py, m, &e);
+                    }
+                    0
+                }
+            }
+        })
+    }
+}
+
 /// Logs a handler's exception on the "mqlite" logger.
 fn log_failure(py: Python<'_>, m: &mqlite::Message, e: &PyErr) {
     let logged = (|| -> PyResult<()> {
@@ -225,9 +263,10 @@ impl Processor {
     /// message of its batch holding the GIL once for the batch. A truthy
     /// return marks the message processed; a falsy one, or an exception
     /// (logged on the "mqlite" logger), has it retried after
-    /// `retry_backoff_ms` (the messages after it in its batch wait for it). The handler gets the same `Message` objects as
-    /// the consumer yields. While `run()` runs, the consumer's own methods
-    /// raise `RuntimeError`. Before returning, the workers finish the
+    /// `retry_backoff_ms` (the messages after it in its batch wait for
+    /// it). The handler gets the same `Message` objects as the consumer
+    /// yields. While `run()` runs, the consumer's own methods raise
+    /// `RuntimeError`. Before returning, the workers finish the
     /// messages they hold and what was processed is committed.
     ///
     /// Args:
@@ -243,18 +282,33 @@ impl Processor {
     ///     KeyboardInterrupt: Ctrl-C (the processor stopped first).
     ///     mqlite.Error: A failed poll or commit.
     fn run(&self, py: Python<'_>, handler: Py<PyAny>) -> PyResult<ProcessorStats> {
-        if !handler.bind(py).is_callable() {
-            return Err(PyTypeError::new_err("handler must be callable"));
-        }
-        // Before the running flag: in a forked child it may be stuck set.
-        self.consumer.get().check_forked(py)?;
-        if self.running.swap(true, Ordering::SeqCst) {
-            return Err(PyRuntimeError::new_err("the processor is already running"));
-        }
-        let res = self.run_inner(py, &handler);
-        self.stop_requested.store(false, Ordering::SeqCst);
-        self.running.store(false, Ordering::SeqCst);
-        res
+        self.run_with(py, &handler, false)
+    }
+
+    /// As `run()`, with a handler given a batch at a time: a list of one
+    /// partition's messages in offset order (the batches `run()` goes
+    /// through one message at a time), called on a worker thread.
+    ///
+    /// The handler returns None or True when it processed them all; an int
+    /// `k` when it processed the first `k` and `messages[k]` failed: that
+    /// one is retried after `retry_backoff_ms`, the handler then getting
+    /// the list from it on; False, or an exception (logged on the "mqlite"
+    /// logger), fails the first message.
+    ///
+    /// Args:
+    ///     handler: Called as `handler(messages)` on a worker thread.
+    ///
+    /// Returns:
+    ///     ProcessorStats: What this run did.
+    ///
+    /// Raises:
+    ///     mqlite.Closed: The consumer or its broker is (or got) closed.
+    ///     RuntimeError: The processor is already running, or the consumer
+    ///         is busy.
+    ///     KeyboardInterrupt: Ctrl-C (the processor stopped first).
+    ///     mqlite.Error: A failed poll or commit.
+    fn run_batches(&self, py: Python<'_>, handler: Py<PyAny>) -> PyResult<ProcessorStats> {
+        self.run_with(py, &handler, true)
     }
 
     /// Stops `run()`: nothing more is dispatched, the workers finish what
@@ -297,7 +351,33 @@ impl Processor {
 }
 
 impl Processor {
-    fn run_inner(&self, py: Python<'_>, handler: &Py<PyAny>) -> PyResult<ProcessorStats> {
+    /// The body of `run()` (per message) and `run_batches()`.
+    fn run_with(
+        &self,
+        py: Python<'_>,
+        handler: &Py<PyAny>,
+        batches: bool,
+    ) -> PyResult<ProcessorStats> {
+        if !handler.bind(py).is_callable() {
+            return Err(PyTypeError::new_err("handler must be callable"));
+        }
+        // Before the running flag: in a forked child it may be stuck set.
+        self.consumer.get().check_forked(py)?;
+        if self.running.swap(true, Ordering::SeqCst) {
+            return Err(PyRuntimeError::new_err("the processor is already running"));
+        }
+        let res = self.run_inner(py, handler, batches);
+        self.stop_requested.store(false, Ordering::SeqCst);
+        self.running.store(false, Ordering::SeqCst);
+        res
+    }
+
+    fn run_inner(
+        &self,
+        py: Python<'_>,
+        handler: &Py<PyAny>,
+        batches: bool,
+    ) -> PyResult<ProcessorStats> {
         let consumer = self.consumer.get();
         let engine = consumer.take_engine(py)?;
         let mut proc = match mqlite::Processor::try_new(engine, self.config.clone()) {
@@ -316,7 +396,11 @@ impl Processor {
         let result = std::thread::scope(|s| {
             let proc = &mut proc;
             let worker = s.spawn(move || {
-                let r = proc.run_batches(|batch| self.handle(handler, batch));
+                let r = if batches {
+                    proc.run_batches(|batch| self.handle_list(handler, batch))
+                } else {
+                    proc.run_batches(|batch| self.handle(handler, batch))
+                };
                 let _ = done_tx.send(());
                 r
             });

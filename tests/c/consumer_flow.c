@@ -4,7 +4,7 @@
  * MQL_INVALID_ARGUMENT and pauses nothing); mql_store_offsets with auto
  * offset store off (commits, automatic ones included, take only what was
  * stored); mql_commit_async (the callback gets the outcome, once, and may
- * call the consumer). */
+ * call the consumer); all of them from a rebalance callback. */
 #include "check.h"
 
 static uint32_t partition_of(mql_consumer *c, uint64_t *offset) {
@@ -192,6 +192,53 @@ static void commit_async(mql_broker *mq) {
     mql_consumer_free(c);
 }
 
+/* What the rebalance callback did. */
+struct in_rebalance {
+    int assigns, revokes;
+    size_t paused_seen;
+    struct report commit;
+};
+
+static void on_rebalance(void *user_data, mql_consumer *c, mql_rebalance_event event,
+                         const mql_topic_partition *partitions, size_t n) {
+    struct in_rebalance *r = user_data;
+    if (event == MQL_REBALANCE_ASSIGN && n > 0) {
+        r->assigns++;
+        mql_topic_partition one = {"t", 1};
+        CHECK_OK(mql_pause(c, &one, 1));
+        CHECK_OK(mql_paused(c, NULL, 0, &r->paused_seen));
+        mql_partition_offset po = {"t", 0, 3};
+        CHECK_OK(mql_store_offsets(c, &po, 1));
+    } else if (event == MQL_REBALANCE_REVOKE) {
+        r->revokes++;
+        r->commit.consumer = c;
+        CHECK_OK(mql_commit_async(c, on_commit, &r->commit));
+    }
+    (void)partitions;
+}
+
+static void from_a_rebalance_callback(mql_broker *mq) {
+    mql_consumer_config *cc;
+    CHECK_OK(mql_consumer_config_new(&cc));
+    CHECK_OK(mql_consumer_config_set_enable_auto_commit(cc, false));
+    CHECK_OK(mql_consumer_config_set_enable_auto_offset_store(cc, false));
+    mql_consumer *c;
+    CHECK_OK(mql_consumer_new(mq, "in-callback", cc, &c));
+    mql_consumer_config_free(cc);
+    struct in_rebalance r = {0, 0, 0, {0, MQL_PANIC, "", 0, NULL}};
+    CHECK_OK(mql_consumer_set_rebalance_callback(c, on_rebalance, &r));
+    CHECK_OK(mql_subscribe(c, "t"));
+    /* Paused on assign: only partition 0 is read. */
+    for (int i = 0; i < 20; i++) CHECK(partition_of(c, NULL) == 0);
+    mql_message *m = NULL;
+    CHECK_STATUS(mql_poll(c, 0, &m), MQL_TIMEOUT);
+    CHECK(r.assigns == 1 && r.paused_seen == 1);
+    /* The revoke on close commits what was stored in the assign. */
+    CHECK_OK(mql_consumer_close(c));
+    CHECK(r.revokes == 1 && r.commit.calls == 1 && r.commit.status == MQL_OK && r.commit.committed == 3);
+    mql_consumer_free(c);
+}
+
 int main(int argc, char **argv) {
     const char *dir = scratch_dir(argc, argv);
     mql_broker *mq = open_data(dir, "data");
@@ -200,6 +247,7 @@ int main(int argc, char **argv) {
     pause_and_resume(mq);
     stored_offsets(mq);
     commit_async(mq);
+    from_a_rebalance_callback(mq);
     CHECK_OK(mql_close(mq));
     return 0;
 }

@@ -69,6 +69,7 @@ ALLOWED = {
     ("mql_consumer_member_id", "len_out"): ("call", "the length is optional"),
     ("mql_processor_new", "config"): ("skip", "NULL: the defaults; would lend the consumer to a new processor (processor_orderly.c)"),
     ("mql_processor_run", "stats"): ("skip", "the stats are optional; a run blocks until stopped (processor_orderly.c)"),
+    ("mql_processor_run_batches", "stats"): ("skip", "the stats are optional; a run blocks until stopped (processor_batches.c)"),
     ("mql_message_key", "len"): ("call", "the length is optional"),
     ("mql_message_value", "len"): ("call", "the length is optional"),
     ("mql_interceptor", "on_send"): ("call", "either function may be NULL, not both"),

@@ -359,6 +359,7 @@ METHOD_CALLS: List[Call] = [
     Call("Consumer", "wakeup"),
     # Processor (run() is preceded by stop(), so that it returns at once)
     Call("Processor", "run", {"handler": callback}, {"handler": "callable"}),
+    Call("Processor", "run_batches", {"handler": callback}, {"handler": "callable"}),
     Call("Processor", "stop"),
 ]
 
@@ -660,7 +661,7 @@ def run_type_cases(root: Path) -> Tuple[int, List[str]]:
                 kwargs = dict(c.kwargs, **{arg: value})
                 calls += 1
                 _check(f"{c.id}({arg}={value!r})", lambda: method(*c.args, **kwargs), expected, failures)
-        if c.owner == "Processor" and c.name == "run":
+        if c.owner == "Processor" and c.name in ("run", "run_batches"):
             env.processor.stop()  # so that the valid run() returns at once
         calls += 1
         _valid(f"{c.id} (valid)", lambda: method(*c.args, **c.kwargs), failures)
