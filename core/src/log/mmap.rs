@@ -6,7 +6,8 @@
 //!   file is shared (they are only rewritten through `&mut self`, during
 //!   recovery, before anyone else can see the file);
 //! - bytes at or above it are written only through
-//!   [`MappedFile::unpublished_mut`], which needs the file's [`WriteToken`]
+//!   [`MappedFile::unpublished_mut`] (or with `pwrite`,
+//!   [`MappedFile::write_unpublished`]), which needs the file's [`WriteToken`]
 //!   borrowed mutably: there is one token per writable file, so there is
 //!   one writer, holding at most one view, and nothing moves `published`
 //!   (or cuts the file) while a view lives, since that needs the token too;
