@@ -11,7 +11,7 @@
 use std::path::Path;
 
 use crate::error::Result;
-use crate::log::mmap::MappedFile;
+use crate::log::mmap::{MappedFile, WriteToken};
 use crate::log::segment::INDEX_FIRST_STEP;
 
 /// Offset index entry: `relative_offset: u32, position: u32`.
@@ -57,10 +57,15 @@ impl IndexFile {
     /// file, mapped for that many, its descriptor closed. Entries are
     /// written through the map; a growth (see [`IndexFile::push_offset`])
     /// and the trim on roll open the file by path.
-    pub(crate) fn create(path: &Path, width: usize, entries: usize, mode: u32) -> Result<Self> {
-        let file = MappedFile::create(path, width * entries, 0, INDEX_FIRST_STEP, mode)?;
+    pub(crate) fn create(
+        path: &Path,
+        width: usize,
+        entries: usize,
+        mode: u32,
+    ) -> Result<(Self, WriteToken)> {
+        let (file, token) = MappedFile::create(path, width * entries, 0, INDEX_FIRST_STEP, mode)?;
         file.release_file();
-        Ok(IndexFile { file, width })
+        Ok((IndexFile { file, width }, token))
     }
 
     /// An index with nothing mapped (see [`MappedFile::empty`]).
@@ -82,10 +87,14 @@ impl IndexFile {
     /// Opens the index of the active segment for appending; nothing is
     /// published until [`IndexFile::recover`]. Holds no descriptor, as
     /// after [`IndexFile::create`].
-    pub(crate) fn open_active(path: &Path, width: usize, entries: usize) -> Result<Self> {
-        let (file, _) = MappedFile::open_writable(path, width * entries, INDEX_FIRST_STEP)?;
+    pub(crate) fn open_active(
+        path: &Path,
+        width: usize,
+        entries: usize,
+    ) -> Result<(Self, WriteToken)> {
+        let (file, token, _) = MappedFile::open_writable(path, width * entries, INDEX_FIRST_STEP)?;
         file.release_file();
-        Ok(IndexFile { file, width })
+        Ok((IndexFile { file, width }, token))
     }
 
     /// Wraps an already created file (prepared segments).
@@ -136,33 +145,31 @@ impl IndexFile {
     /// only. An entry that does not fit (the index is full, or the disk: a
     /// failed growth) is left out: the index is sparse, a missing entry
     /// only costs a longer scan.
-    pub(crate) fn push_offset(&self, e: OffsetEntry) {
+    pub(crate) fn push_offset(&self, token: &mut WriteToken, e: OffsetEntry) {
         let mut b = [0u8; OFFSET_ENTRY];
         b[0..4].copy_from_slice(&e.rel.to_le_bytes());
         b[4..8].copy_from_slice(&e.pos.to_le_bytes());
-        self.push(&b);
+        self.push(token, &b);
     }
 
     /// Appends a time entry, as [`IndexFile::push_offset`]. Writer only.
-    pub(crate) fn push_time(&self, e: TimeEntry) {
+    pub(crate) fn push_time(&self, token: &mut WriteToken, e: TimeEntry) {
         let mut b = [0u8; TIME_ENTRY];
         b[0..8].copy_from_slice(&e.ts.to_le_bytes());
         b[8..12].copy_from_slice(&e.rel.to_le_bytes());
         b[12..16].copy_from_slice(&e.pos.to_le_bytes());
-        self.push(&b);
+        self.push(token, &b);
     }
 
-    #[allow(unsafe_code)]
-    fn push(&self, entry: &[u8]) {
+    fn push(&self, token: &mut WriteToken, entry: &[u8]) {
         let at = self.file.published();
         if at + self.width > self.file.capacity() || self.file.grow_for(at + self.width).is_err() {
             return; // full: the index is sparse, a missing entry only costs a longer scan
         }
-        // SAFETY: only the partition's writer (holding its writer lock) pushes
-        // entries, and the range is above the published length.
-        let dst = unsafe { self.file.unpublished_mut(at, self.width) };
-        dst.copy_from_slice(entry);
-        self.file.publish(at + self.width);
+        self.file
+            .unpublished_mut(token, at, self.width)
+            .copy_from_slice(entry);
+        self.file.publish(token, at + self.width);
     }
 
     /// The last offset entry whose `rel` is at most `rel` (binary search).

@@ -1,12 +1,16 @@
 //! A memory-mapped file with one writer and many readers.
 //!
-//! This is the only module of the engine with `unsafe` code. The contract
-//! that makes it sound:
+//! This is the only module of the engine with `unsafe` code; what it
+//! exports is safe. The contract that makes it sound:
 //! - bytes below [`MappedFile::published`] are never written again while the
 //!   file is shared (they are only rewritten through `&mut self`, during
 //!   recovery, before anyone else can see the file);
-//! - bytes at or above it are written only by the single writer (the owner of
-//!   the partition's writer lock), through [`MappedFile::unpublished_mut`];
+//! - bytes at or above it are written only through
+//!   [`MappedFile::unpublished_mut`] (or with `pwrite`,
+//!   [`MappedFile::write_unpublished`]), which needs the file's [`WriteToken`]
+//!   borrowed mutably: there is one token per writable file, so there is
+//!   one writer, holding at most one view, and nothing moves `published`
+//!   (or cuts the file) while a view lives, since that needs the token too;
 //! - readers only ever form slices below `published`, loaded with `Acquire`
 //!   after the writer stored it with `Release`;
 //! - the file is never shrunk below `published` while mapped.
@@ -24,7 +28,7 @@ use std::fs::{File, OpenOptions};
 use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use memmap2::{Advice, MmapOptions, MmapRaw};
@@ -33,10 +37,24 @@ use crate::error::{Error, IoContext, Result};
 use crate::faults::{self, SyncKind};
 use crate::sync;
 
+/// The right to write a [`MappedFile`]'s unpublished bytes, publish them
+/// and cut the file: made once, with the writable file, and checked
+/// against it at every use. Whoever holds it mutably is the file's only
+/// writer (the partition keeps its segments' tokens under its writer lock).
+#[derive(Debug)]
+pub(crate) struct WriteToken {
+    file: u64,
+}
+
+/// Identifies writable files, for their tokens.
+static NEXT_FILE_ID: AtomicU64 = AtomicU64::new(1);
+
 /// A file mapped into memory, readable up to an atomically published length.
 #[derive(Debug)]
 pub(crate) struct MappedFile {
     path: PathBuf,
+    /// Matches the file's [`WriteToken`] (0: no token, read-only).
+    id: u64,
     /// The open file, kept only while the writer still writes to it with
     /// `pwrite` (an active segment's log, see [`MappedFile::keep_file`]):
     /// a mapping stays valid once its descriptor is closed, so read-only
@@ -113,7 +131,7 @@ impl MappedFile {
         initial: usize,
         first_step: usize,
         mode: u32,
-    ) -> Result<MappedFile> {
+    ) -> Result<(MappedFile, WriteToken)> {
         let file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -131,13 +149,13 @@ impl MappedFile {
     /// writable (more if the file is longer, as one written by a version
     /// that preallocated whole segments). The file keeps its length, which
     /// may be anything (a crash in the middle of a growth): it grows again
-    /// at the next write past it. Returns the file and its length; nothing
-    /// is published.
+    /// at the next write past it. Returns the file, its token and its
+    /// length; nothing is published.
     pub(crate) fn open_writable(
         path: &Path,
         capacity: usize,
         first_step: usize,
-    ) -> Result<(MappedFile, u64)> {
+    ) -> Result<(MappedFile, WriteToken, u64)> {
         let file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -155,10 +173,8 @@ impl MappedFile {
         // SIGBUS. A huge sparse file fails here instead of being scanned.
         allocate(&file, len as u64).ctx(|| format!("allocating {}", path.display()))?;
         let capacity = capacity.max(len);
-        Ok((
-            MappedFile::map_writable(path, file, capacity, len, first_step)?,
-            len as u64,
-        ))
+        let (file, token) = MappedFile::map_writable(path, file, capacity, len, first_step)?;
+        Ok((file, token, len as u64))
     }
 
     fn map_writable(
@@ -167,7 +183,7 @@ impl MappedFile {
         capacity: usize,
         allocated: usize,
         first_step: usize,
-    ) -> Result<Self> {
+    ) -> Result<(Self, WriteToken)> {
         let map = if capacity == 0 {
             None
         } else {
@@ -178,8 +194,10 @@ impl MappedFile {
                     .ctx(|| format!("mapping {}", path.display()))?,
             )
         };
-        Ok(MappedFile {
+        let id = NEXT_FILE_ID.fetch_add(1, Ordering::Relaxed);
+        let file = MappedFile {
             path: path.to_owned(),
+            id,
             file: Mutex::new(Some(Arc::new(file))),
             map,
             capacity,
@@ -187,7 +205,8 @@ impl MappedFile {
             first_step,
             published: AtomicUsize::new(0),
             flushed: AtomicUsize::new(0),
-        })
+        };
+        Ok((file, WriteToken { file: id }))
     }
 
     /// Opens an existing file read-only, with its whole length published.
@@ -210,6 +229,7 @@ impl MappedFile {
         };
         Ok(MappedFile {
             path: path.to_owned(),
+            id: 0,
             file: Mutex::new(None),
             map,
             capacity: len,
@@ -225,6 +245,7 @@ impl MappedFile {
     pub(crate) fn empty(path: &Path) -> MappedFile {
         MappedFile {
             path: path.to_owned(),
+            id: 0,
             file: Mutex::new(None),
             map: None,
             capacity: 0,
@@ -301,12 +322,25 @@ impl MappedFile {
         self.published.load(Ordering::Acquire)
     }
 
-    /// Makes `[0, len)` visible to readers. Only the writer calls this, after
-    /// filling the bytes through [`MappedFile::unpublished_mut`].
+    /// Makes `[0, len)` visible to readers, after the writer filled the
+    /// bytes through [`MappedFile::unpublished_mut`] or
+    /// [`MappedFile::write_unpublished`].
+    ///
+    /// # Panics
+    /// If `token` is another file's, or `len` is past the allocated length.
     #[inline]
-    pub(crate) fn publish(&self, len: usize) {
-        debug_assert!(len <= self.allocated());
+    pub(crate) fn publish(&self, token: &mut WriteToken, len: usize) {
+        self.check_token(token);
+        assert!(len <= self.allocated(), "publishing past the file");
         self.published.store(len, Ordering::Release);
+    }
+
+    #[inline]
+    fn check_token(&self, token: &WriteToken) {
+        assert!(
+            token.file == self.id && self.id != 0,
+            "another file's token"
+        );
     }
 
     /// A published range of the file.
@@ -329,24 +363,29 @@ impl MappedFile {
     }
 
     /// A writable view of `[start, start + len)`, above the published length
-    /// and below the allocated one (grow the file first).
-    ///
-    /// # Safety
-    /// The caller must be the file's only writer (it holds the partition's
-    /// writer lock) and must not hold two overlapping views at once.
+    /// and below the allocated one (grow the file first). It borrows the
+    /// file's token: while it lives, nothing publishes, cuts the file or
+    /// makes another view.
     ///
     /// # Panics
-    /// If the range starts below the published length or ends past the
-    /// allocated length.
+    /// If `token` is another file's, or the range starts below the
+    /// published length or ends past the allocated length.
     #[inline]
-    #[allow(clippy::mut_from_ref)]
-    pub(crate) unsafe fn unpublished_mut(&self, start: usize, len: usize) -> &mut [u8] {
+    pub(crate) fn unpublished_mut<'a>(
+        &'a self,
+        token: &'a mut WriteToken,
+        start: usize,
+        len: usize,
+    ) -> &'a mut [u8] {
+        self.check_token(token);
         assert!(start >= self.published() && start + len <= self.allocated());
         let m = self.map.as_ref().expect("non-empty mapping");
         // SAFETY: the range is inside the mapping and the file (below
-        // `allocated`, which is at most the capacity), and above `published`,
-        // so no reader forms a slice over it; the caller guarantees no other
-        // writer.
+        // `allocated`, which is at most the capacity, and the file is not
+        // cut while the token is borrowed), and at or above `published`,
+        // which cannot move while the token is borrowed, so no reader forms
+        // a slice over it; the token is unique to this file and borrowed
+        // mutably for the view's lifetime, so no other view overlaps it.
         unsafe { std::slice::from_raw_parts_mut(m.as_mut_ptr().add(start), len) }
     }
 
@@ -356,14 +395,17 @@ impl MappedFile {
     /// be synced: no page faults, no zeroed pages, and nothing for the sync
     /// to write-protect in this process's page tables.
     ///
-    /// The caller must be the file's only writer, as for
-    /// [`MappedFile::unpublished_mut`].
-    ///
     /// # Panics
-    /// If the range starts below the published length or ends past the
-    /// allocated length.
-    pub(crate) fn write_unpublished(&self, start: usize, data: &[u8]) -> Result<()> {
+    /// If `token` is another file's, or the range starts below the
+    /// published length or ends past the allocated length.
+    pub(crate) fn write_unpublished(
+        &self,
+        token: &mut WriteToken,
+        start: usize,
+        data: &[u8],
+    ) -> Result<()> {
         use std::os::unix::fs::FileExt;
+        self.check_token(token);
         assert!(start >= self.published() && start + data.len() <= self.allocated());
         let guard = self.file_slot();
         let file = guard
@@ -474,7 +516,8 @@ impl MappedFile {
     /// Shrinks the file to the published length (on roll). The mapping stays
     /// as it is; nothing at or above `published` is read again. A file
     /// without a descriptor is opened again by path for this.
-    pub(crate) fn trim(&self) -> Result<()> {
+    pub(crate) fn trim(&self, token: &mut WriteToken) -> Result<()> {
+        self.check_token(token);
         let len = self.published() as u64;
         // Nothing (page faulting ahead, say) touches the cut part again.
         self.allocated.store(len as usize, Ordering::Release);

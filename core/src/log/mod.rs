@@ -12,7 +12,6 @@ mod index;
 #[allow(unsafe_code)]
 mod mmap;
 mod open;
-#[allow(unsafe_code)]
 mod segment;
 #[cfg(test)]
 mod test_util;
@@ -33,7 +32,7 @@ use batch::{
 use checkpoint::{CheckpointFile, RecoveryPoint};
 use flush::GroupCommit;
 pub(crate) use segment::Segment;
-use segment::{PreparedSegment, SegmentSizes, PREPARED_STEM};
+use segment::{PreparedSegment, SegmentSizes, SegmentWriter, PREPARED_STEM};
 
 /// Settings of one partition log, derived from the topic config.
 #[derive(Debug, Clone)]
@@ -211,6 +210,9 @@ struct Waiters {
 #[derive(Debug)]
 struct Writer {
     active: Arc<Segment>,
+    /// The right to write `active` (after the close, the last active
+    /// segment's: nothing writes then).
+    active_writer: SegmentWriter,
     next_offset: u64,
     max_ts: i64,
     last_index_pos: usize,
@@ -434,7 +436,6 @@ impl PartitionLog {
     /// `flush_next` says the caller flushes the batch as soon as it is
     /// appended (`acks=all`): a batch of [`FILE_WRITE_MIN`] bytes or more is
     /// then written to the file with `pwrite` rather than through the map.
-    #[allow(unsafe_code)]
     pub(crate) fn append_batch(
         &self,
         src: BatchSource<'_>,
@@ -508,15 +509,20 @@ impl PartitionLog {
         w.active.ensure_room(len)?;
         let base = w.next_offset;
         let pos = w.active.end();
+        let Writer {
+            active,
+            active_writer,
+            ..
+        } = &mut *w;
         let written = if flush_next && len >= FILE_WRITE_MIN {
             with_scratch(len, |buf| {
                 let written = encode(buf, base, &src, producer, attributes, append_time);
-                w.active.write_at_end(&buf[..written]).map(|()| written)
+                active
+                    .write_at_end(active_writer, &buf[..written])
+                    .map(|()| written)
             })?
         } else {
-            // SAFETY: we hold the writer lock, so we are the segment's only
-            // writer.
-            let buf = unsafe { w.active.reserve(len) };
+            let buf = active.reserve(active_writer, len);
             encode(buf, base, &src, producer, attributes, append_time)
         };
         debug_assert_eq!(written, len);
@@ -525,7 +531,12 @@ impl PartitionLog {
         if index.is_some() {
             w.last_index_pos = pos;
         }
-        w.active.commit(written, index, max_ts);
+        let Writer {
+            active,
+            active_writer,
+            ..
+        } = &mut *w;
+        active.commit(active_writer, written, index, max_ts);
         w.max_ts = w.max_ts.max(max_ts);
         w.next_offset = base + count as u64;
         self.end_offset.store(w.next_offset, Ordering::Release);
@@ -825,21 +836,26 @@ impl PartitionLog {
     /// Seals the active segment and starts a new one at the next offset.
     fn roll(&self, w: &mut Writer) -> Result<()> {
         let base = w.next_offset;
-        let (new, populated) = match self.take_prepared() {
+        let (new, new_writer, populated) = match self.take_prepared() {
             Some(p) if p.capacity() == self.config.segment_bytes => {
                 let populated = p.populated();
-                (Segment::from_prepared(&self.dir, base, p)?, populated)
+                let (seg, writer) = Segment::from_prepared(&self.dir, base, p)?;
+                (seg, writer, populated)
             }
-            _ => (Segment::create(&self.dir, base, self.config.sizes())?, 0),
+            _ => {
+                let (seg, writer) = Segment::create(&self.dir, base, self.config.sizes())?;
+                (seg, writer, 0)
+            }
         };
         let new = Arc::new(new);
         sync::write(&self.segments).push(Arc::clone(&new));
         let old = std::mem::replace(&mut w.active, new);
+        let old_writer = std::mem::replace(&mut w.active_writer, new_writer);
         w.last_index_pos = 0;
         w.populated_to = populated;
         w.grow_failed_at = usize::MAX;
         w.prepare_requested = false;
-        if let Err(e) = old.seal(base) {
+        if let Err(e) = old.seal(old_writer, base) {
             // The old segment keeps its allocated tail; it is still
             // readable and reopens fine. Report and carry on.
             ::log::warn!("trimming {} failed: {e}", old.path().display());

@@ -55,16 +55,16 @@ impl PartitionLog {
         if let Some(from) = check_from {
             Self::truncate_at_damaged_sealed(dir, &mut bases, from, &mut recovery)?;
         }
-        let (active, rec) = match bases.split_last() {
+        let (active, active_writer, rec) = match bases.split_last() {
             None => {
-                let seg = Segment::create(dir, 0, sizes)?;
-                (seg, segment::Recovered::default())
+                let (seg, writer) = Segment::create(dir, 0, sizes)?;
+                (seg, writer, segment::Recovered::default())
             }
             Some((&last, sealed)) => {
                 for &base in sealed {
                     segments.push(Arc::new(Segment::open_sealed(dir, base)?));
                 }
-                let (seg, rec) = Segment::open_active(
+                let (seg, writer, rec) = Segment::open_active(
                     dir,
                     last,
                     sizes,
@@ -82,7 +82,7 @@ impl PartitionLog {
                         recovery.corruptions += 1;
                     }
                 }
-                (seg, rec)
+                (seg, writer, rec)
             }
         };
         let next_offset = rec.next_offset.max(active.base());
@@ -124,6 +124,7 @@ impl PartitionLog {
                 prepare_requested: false,
                 closed: false,
                 active,
+                active_writer,
                 next_offset,
                 producers: ProducerTable::default(),
                 producers_loaded: false,

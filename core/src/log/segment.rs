@@ -9,7 +9,7 @@ use crate::log::batch::{self, BatchHeader, Check};
 use crate::log::index::{
     zero_nonzero, IndexFile, OffsetEntry, TimeEntry, OFFSET_ENTRY, TIME_ENTRY,
 };
-use crate::log::mmap::{is_not_found, sync_dir, MappedFile};
+use crate::log::mmap::{is_not_found, sync_dir, MappedFile, WriteToken};
 
 /// File name of a segment's log, index or time index.
 pub(crate) fn segment_path(dir: &Path, base: u64, ext: &str) -> PathBuf {
@@ -102,6 +102,16 @@ const TIME_TRUSTED: u8 = 1;
 /// The time index disagrees with the log: lookups scan from the start.
 const TIME_DISTRUSTED: u8 = 2;
 
+/// The right to write a segment (its log and both indexes): one per
+/// segment, made with it, held by the partition's writer. Every write,
+/// publish and trim of the segment takes it mutably.
+#[derive(Debug)]
+pub(crate) struct SegmentWriter {
+    log: WriteToken,
+    index: WriteToken,
+    time: WriteToken,
+}
+
 /// A segment created ahead of time under a temporary name, with its pages
 /// faulted in, waiting to become the next active segment.
 #[derive(Debug)]
@@ -109,6 +119,7 @@ pub(crate) struct PreparedSegment {
     log: MappedFile,
     index: IndexFile,
     time: IndexFile,
+    writer: SegmentWriter,
     /// Bytes of the log faulted in.
     populated: usize,
 }
@@ -122,16 +133,26 @@ impl PreparedSegment {
     pub(crate) fn create(dir: &Path, sizes: SegmentSizes, populate: usize) -> Result<Self> {
         let p = |ext: &str| dir.join(format!("{PREPARED_STEM}.{ext}"));
         let initial = populate.max(LOG_FIRST_STEP);
+        let (log, log_token) = MappedFile::create(
+            &p("log"),
+            sizes.log_bytes,
+            initial,
+            LOG_FIRST_STEP,
+            sizes.mode,
+        )?;
+        let (index, index_token) =
+            IndexFile::create(&p("idx"), OFFSET_ENTRY, sizes.index_entries, sizes.mode)?;
+        let (time, time_token) =
+            IndexFile::create(&p("tix"), TIME_ENTRY, sizes.index_entries, sizes.mode)?;
         let seg = PreparedSegment {
-            log: MappedFile::create(
-                &p("log"),
-                sizes.log_bytes,
-                initial,
-                LOG_FIRST_STEP,
-                sizes.mode,
-            )?,
-            index: IndexFile::create(&p("idx"), OFFSET_ENTRY, sizes.index_entries, sizes.mode)?,
-            time: IndexFile::create(&p("tix"), TIME_ENTRY, sizes.index_entries, sizes.mode)?,
+            log,
+            index,
+            time,
+            writer: SegmentWriter {
+                log: log_token,
+                index: index_token,
+                time: time_token,
+            },
             populated: populate.min(sizes.log_bytes),
         };
         seg.log.populate_range(0, populate);
@@ -150,37 +171,56 @@ impl PreparedSegment {
 }
 
 impl Segment {
-    /// Creates a new, empty active segment.
-    pub(crate) fn create(dir: &Path, base: u64, sizes: SegmentSizes) -> Result<Segment> {
-        let log = MappedFile::create(
+    /// Creates a new, empty active segment, with its writer.
+    pub(crate) fn create(
+        dir: &Path,
+        base: u64,
+        sizes: SegmentSizes,
+    ) -> Result<(Segment, SegmentWriter)> {
+        let (log, log_token) = MappedFile::create(
             &segment_path(dir, base, "log"),
             sizes.log_bytes,
             LOG_FIRST_STEP,
             LOG_FIRST_STEP,
             sizes.mode,
         )?;
-        let index = IndexFile::create(
+        let (index, index_token) = IndexFile::create(
             &segment_path(dir, base, "idx"),
             OFFSET_ENTRY,
             sizes.index_entries,
             sizes.mode,
         )?;
-        let time = IndexFile::create(
+        let (time, time_token) = IndexFile::create(
             &segment_path(dir, base, "tix"),
             TIME_ENTRY,
             sizes.index_entries,
             sizes.mode,
         )?;
-        Ok(Segment::assemble(dir, base, log, index, time, false).trusted())
+        let writer = SegmentWriter {
+            log: log_token,
+            index: index_token,
+            time: time_token,
+        };
+        Ok((
+            Segment::assemble(dir, base, log, index, time, false).trusted(),
+            writer,
+        ))
     }
 
     /// Turns a prepared segment into the active segment starting at `base`.
-    pub(crate) fn from_prepared(dir: &Path, base: u64, mut p: PreparedSegment) -> Result<Segment> {
+    pub(crate) fn from_prepared(
+        dir: &Path,
+        base: u64,
+        mut p: PreparedSegment,
+    ) -> Result<(Segment, SegmentWriter)> {
         p.index.file_mut().rename(&segment_path(dir, base, "idx"))?;
         p.time.file_mut().rename(&segment_path(dir, base, "tix"))?;
         // The log last: a segment is discovered by its .log file.
         p.log.rename(&segment_path(dir, base, "log"))?;
-        Ok(Segment::assemble(dir, base, p.log, p.index, p.time, false).trusted())
+        Ok((
+            Segment::assemble(dir, base, p.log, p.index, p.time, false).trusted(),
+            p.writer,
+        ))
     }
 
     /// Marks the time index as this process's own (nothing to check).
@@ -222,7 +262,7 @@ impl Segment {
                 IndexFile::open_sealed(&path, width)
             } else {
                 // A missing index only costs scans; make an empty one.
-                IndexFile::create(&path, width, 0, 0o600)
+                IndexFile::create(&path, width, 0, 0o600).map(|(index, _)| index)
             }
         };
         let mut index = open_index("idx", OFFSET_ENTRY)?;
@@ -254,8 +294,8 @@ impl Segment {
         interval: usize,
         max_batch: usize,
         trust_index: bool,
-    ) -> Result<(Segment, Recovered)> {
-        let (mut log, file_len) = MappedFile::open_writable(
+    ) -> Result<(Segment, SegmentWriter, Recovered)> {
+        let (mut log, log_token, file_len) = MappedFile::open_writable(
             &segment_path(dir, base, "log"),
             sizes.log_bytes,
             LOG_FIRST_STEP,
@@ -268,14 +308,20 @@ impl Segment {
                 IndexFile::create(&path, width, sizes.index_entries, sizes.mode)
             }
         };
-        let mut index = open_index("idx", OFFSET_ENTRY)?;
-        let mut time = open_index("tix", TIME_ENTRY)?;
+        let (mut index, index_token) = open_index("idx", OFFSET_ENTRY)?;
+        let (mut time, time_token) = open_index("tix", TIME_ENTRY)?;
+        let mut writer = SegmentWriter {
+            log: log_token,
+            index: index_token,
+            time: time_token,
+        };
         let limit = (file_len as usize).min(log.capacity());
         let rec = recover(
             base,
             &mut log,
             &mut index,
             &mut time,
+            &mut writer,
             limit,
             interval,
             max_batch,
@@ -285,7 +331,7 @@ impl Segment {
         let seg = Segment::assemble(dir, base, log, index, time, false);
         seg.max_timestamp
             .store(rec.max_timestamp, Ordering::Relaxed);
-        Ok((seg, rec))
+        Ok((seg, writer, rec))
     }
 
     /// First offset of the segment.
@@ -542,68 +588,79 @@ impl Segment {
     }
 
     /// Writable space above the published end, within the allocated file
-    /// ([`Segment::ensure_room`] first). Writer only.
-    ///
-    /// # Safety
-    /// The caller holds the partition's writer lock (the single writer).
+    /// ([`Segment::ensure_room`] first), for the segment's writer.
     #[inline]
-    #[allow(clippy::mut_from_ref)]
-    pub(crate) unsafe fn reserve(&self, len: usize) -> &mut [u8] {
-        // SAFETY: forwarded contract: single writer, range above published.
-        unsafe { self.log.unpublished_mut(self.end(), len) }
+    pub(crate) fn reserve<'a>(&'a self, w: &'a mut SegmentWriter, len: usize) -> &'a mut [u8] {
+        self.log.unpublished_mut(&mut w.log, self.end(), len)
     }
 
     /// Writes a batch at the end with `pwrite` (see
     /// [`MappedFile::write_unpublished`]); publish it with
-    /// [`Segment::commit`]. Writer only.
-    pub(crate) fn write_at_end(&self, data: &[u8]) -> Result<()> {
-        self.log.write_unpublished(self.end(), data)
+    /// [`Segment::commit`].
+    pub(crate) fn write_at_end(&self, w: &mut SegmentWriter, data: &[u8]) -> Result<()> {
+        self.log.write_unpublished(&mut w.log, self.end(), data)
     }
 
     /// Publishes a batch written through [`Segment::reserve`] or
     /// [`Segment::write_at_end`] and indexes it
-    /// when `index` is set. Writer only.
+    /// when `index` is set.
     #[inline]
-    pub(crate) fn commit(&self, len: usize, index: Option<(u64, i64)>, max_ts: i64) {
+    pub(crate) fn commit(
+        &self,
+        w: &mut SegmentWriter,
+        len: usize,
+        index: Option<(u64, i64)>,
+        max_ts: i64,
+    ) {
         let pos = self.end();
         if let Some((offset, ts_before)) = index {
             if self.index.has_room() && self.time.has_room() {
                 let rel = (offset - self.base) as u32;
-                self.index.push_offset(OffsetEntry {
-                    rel,
-                    pos: pos as u32,
-                });
-                self.time.push_time(TimeEntry {
-                    ts: ts_before,
-                    rel,
-                    pos: pos as u32,
-                });
+                self.index.push_offset(
+                    &mut w.index,
+                    OffsetEntry {
+                        rel,
+                        pos: pos as u32,
+                    },
+                );
+                self.time.push_time(
+                    &mut w.time,
+                    TimeEntry {
+                        ts: ts_before,
+                        rel,
+                        pos: pos as u32,
+                    },
+                );
             }
         }
         if max_ts > self.max_timestamp.load(Ordering::Relaxed) {
             self.max_timestamp.store(max_ts, Ordering::Relaxed);
         }
-        self.log.publish(pos + len);
+        self.log.publish(&mut w.log, pos + len);
     }
 
     /// Rolls: trims the files to their data, closes the log's descriptor
     /// (the last one the segment held: what needs the file later opens it
-    /// by path) and marks the segment sealed. Writer only.
-    pub(crate) fn seal(&self, next_offset: u64) -> Result<()> {
+    /// by path) and marks the segment sealed. Takes the segment's writer:
+    /// nothing writes to it again.
+    pub(crate) fn seal(&self, mut w: SegmentWriter, next_offset: u64) -> Result<()> {
         // A final time entry records the segment's largest timestamp.
         let max_ts = self.max_timestamp();
         if self.time.has_room() && self.end() > 0 {
-            self.time.push_time(TimeEntry {
-                ts: max_ts,
-                rel: (next_offset - self.base) as u32,
-                pos: self.end() as u32,
-            });
+            self.time.push_time(
+                &mut w.time,
+                TimeEntry {
+                    ts: max_ts,
+                    rel: (next_offset - self.base) as u32,
+                    pos: self.end() as u32,
+                },
+            );
         }
         let trimmed = self
             .log
-            .trim()
-            .and_then(|()| self.index.file().trim())
-            .and_then(|()| self.time.file().trim());
+            .trim(&mut w.log)
+            .and_then(|()| self.index.file().trim(&mut w.index))
+            .and_then(|()| self.time.file().trim(&mut w.time));
         // Nothing writes to the file again, trimmed or not.
         self.log.release_file();
         trimmed?;
@@ -783,6 +840,7 @@ fn recover(
     log: &mut MappedFile,
     index: &mut IndexFile,
     time: &mut IndexFile,
+    w: &mut SegmentWriter,
     limit: usize,
     interval: usize,
     max_batch: usize,
@@ -822,15 +880,21 @@ fn recover(
         let bad = match outcome {
             Check::Valid(h) if h.base_offset == expected => {
                 if pos - last_index_pos >= interval && pos > 0 {
-                    index.push_offset(OffsetEntry {
-                        rel: (h.base_offset - base) as u32,
-                        pos: pos as u32,
-                    });
-                    time.push_time(TimeEntry {
-                        ts: max_ts,
-                        rel: (h.base_offset - base) as u32,
-                        pos: pos as u32,
-                    });
+                    index.push_offset(
+                        &mut w.index,
+                        OffsetEntry {
+                            rel: (h.base_offset - base) as u32,
+                            pos: pos as u32,
+                        },
+                    );
+                    time.push_time(
+                        &mut w.time,
+                        TimeEntry {
+                            ts: max_ts,
+                            rel: (h.base_offset - base) as u32,
+                            pos: pos as u32,
+                        },
+                    );
                     last_index_pos = pos;
                 }
                 max_ts = max_ts.max(h.max_timestamp);
