@@ -4,12 +4,12 @@
 
 use std::sync::Arc;
 
-use super::partition::{Assigned, Decoded, Stop};
+use super::partition::{Assigned, Stop, Within};
 use super::{Consumer, OffsetReset};
 use crate::error::{Error, Result};
 use crate::log::batch::{self, BatchHeader};
 use crate::log::compression::MAX_UNCOMPRESSED_LEN;
-use crate::log::{PartitionLog, Segment};
+use crate::log::PartitionLog;
 use crate::message::{Rec, Sink, Source, Span};
 
 impl Consumer {
@@ -100,39 +100,56 @@ impl Consumer {
         }
         let log = Arc::clone(&a.log);
         let cursor = a.cursor.as_mut().expect("resolved");
+        // The batch the last fetch stopped in, if the cursor is still at it.
+        let mut kept = a.within.take().filter(|w| {
+            w.segment == cursor.seg.base() && w.pos == cursor.pos && w.next == position
+        });
         let mut taken = 0;
         let mut failed = None;
         let mut skipped = false;
         while taken < limit {
-            let (at, h) = match log.next_batch(cursor) {
-                Ok(Some(b)) => b,
-                Ok(None) => break,
-                Err(e) => {
-                    failed = Some(e);
-                    break;
+            let (at, h, resume) = match kept.take() {
+                // Checked (and decompressed) when first read.
+                Some(w) => {
+                    cursor.pos = w.pos + w.header.total_len();
+                    (w.pos, w.header, Some((w.records, w.buffer)))
+                }
+                None => {
+                    let (at, h) = match log.next_batch(cursor) {
+                        Ok(Some(b)) => b,
+                        Ok(None) => break,
+                        Err(e) => {
+                            failed = Some(e);
+                            break;
+                        }
+                    };
+                    #[cfg(test)]
+                    tests::count(|c| c.checked += 1);
+                    // The base offset is outside the CRC: every batch must
+                    // hold the next offset to deliver, or it is damaged.
+                    let expected = a.next_base.is_none_or(|b| b == h.base_offset);
+                    if h.base_offset > position && position < log.start_offset() {
+                        // Retention deleted the segments between the one we
+                        // finished and this one while we read: not damage, a
+                        // reset.
+                        cursor.pos = at;
+                        skipped = true;
+                        break;
+                    }
+                    if !expected || h.base_offset > position || h.last_offset() < position {
+                        cursor.pos = at;
+                        failed = Some(cursor.seg.corrupt(at, "batch base offset out of sequence"));
+                        break;
+                    }
+                    (at, h, None)
                 }
             };
-            // The base offset is outside the CRC: every batch must hold the
-            // next offset to deliver, or it is damaged.
-            let expected = a.next_base.is_none_or(|b| b == h.base_offset);
-            if h.base_offset > position && position < log.start_offset() {
-                // Retention deleted the segments between the one we finished
-                // and this one while we read: not damage, a reset.
-                cursor.pos = at;
-                skipped = true;
-                break;
-            }
-            if !expected || h.base_offset > position || h.last_offset() < position {
-                cursor.pos = at;
-                failed = Some(cursor.seg.corrupt(at, "batch base offset out of sequence"));
-                break;
-            }
             let bytes = cursor.seg.bytes(at, at + h.total_len());
             // Uncompressed batches are read in place; a compressed one is
             // decompressed once into a buffer its messages share.
             // `take_records` is monomorphized per backing, so the
             // uncompressed path does no per-record work for compression.
-            let stop = if h.attributes & batch::CODEC_MASK == 0 {
+            let (stop, state, buffer) = if h.attributes & batch::CODEC_MASK == 0 {
                 let src = match &a.source {
                     Some(src) if src.is_segment(&cursor.seg) => src,
                     _ => a.source.insert(Arc::new(Source::segment(
@@ -141,8 +158,12 @@ impl Consumer {
                         &cursor.seg,
                     ))),
                 };
-                Self::take_records(
-                    batch::Records::new(bytes, &h),
+                let mut records = match resume {
+                    Some((state, _)) => batch::Records::resume(bytes, state),
+                    None => batch::Records::new(bytes, &h),
+                };
+                let stop = Self::take_records(
+                    &mut records,
                     at,
                     src,
                     &h,
@@ -150,12 +171,26 @@ impl Consumer {
                     &mut taken,
                     limit,
                     out,
-                )
+                );
+                (stop, records.state(), None)
             } else {
-                match Self::decompress(a.decoded.take(), &log, &cursor.seg, at, bytes, &h) {
+                let (state, buffer) = match resume {
+                    Some((state, buffer)) => (Some(state), buffer),
+                    None => (None, None),
+                };
+                let src = match buffer {
+                    Some(src) => Ok(src),
+                    None => Self::decompress(&log, bytes, &h),
+                };
+                match src {
                     Ok(src) => {
+                        let section = src.buffer_bytes();
+                        let mut records = match state {
+                            Some(state) => batch::Records::resume(section, state),
+                            None => batch::Records::over_section(section, h.record_count),
+                        };
                         let stop = Self::take_records(
-                            batch::Records::over_section(src.buffer_bytes(), h.record_count),
+                            &mut records,
                             0,
                             &src,
                             &h,
@@ -164,25 +199,27 @@ impl Consumer {
                             limit,
                             out,
                         );
-                        if let Stop::Limit = stop {
-                            // The next fetch comes back to this batch.
-                            a.decoded = Some(Decoded {
-                                segment: cursor.seg.base(),
-                                pos: at,
-                                crc: h.crc,
-                                records: src,
-                            });
-                        }
-                        stop
+                        let state = records.state();
+                        (stop, state, Some(src))
                     }
-                    Err(reason) => Stop::Malformed(reason),
+                    Err(reason) => (Stop::Malformed(reason), (0, 0), None),
                 }
             };
             match stop {
                 Stop::End => {}
                 Stop::Limit => {
-                    cursor.pos = at; // come back to the rest of this batch
+                    // The next fetch goes on from here, without checking or
+                    // decoding the batch again.
+                    cursor.pos = at;
                     a.next_base = Some(h.base_offset);
+                    a.within = Some(Within {
+                        segment: cursor.seg.base(),
+                        pos: at,
+                        header: h,
+                        records: state,
+                        next: position,
+                        buffer,
+                    });
                     break;
                 }
                 Stop::Malformed(reason) => {
@@ -210,12 +247,13 @@ impl Consumer {
     }
 
     /// Appends the records of one batch from `position` on to `out`, until
-    /// `taken` reaches `limit`. `base` is the position of the records' byte
-    /// ranges in `backing`.
+    /// `taken` reaches `limit` (then [`Stop::Limit`] if the batch has more,
+    /// with `records` at the first record not taken). `base` is the position
+    /// of the records' byte ranges in `backing`.
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     fn take_records<S: Sink>(
-        records: batch::Records<'_>,
+        records: &mut batch::Records<'_>,
         base: usize,
         src: &Arc<Source>,
         h: &BatchHeader,
@@ -226,18 +264,23 @@ impl Consumer {
     ) -> Stop {
         // Room for this batch's records at once (an empty poll allocates
         // nothing; a batched log is not regrown record by record).
-        out.reserve((h.record_count as usize).min(limit - *taken));
-        for r in records {
-            let r = match r {
-                Ok(r) => r,
-                Err(reason) => return Stop::Malformed(reason),
+        out.reserve((records.state().1 as usize).min(limit - *taken));
+        loop {
+            if *taken == limit {
+                return if records.state().1 == 0 {
+                    Stop::End
+                } else {
+                    Stop::Limit
+                };
+            }
+            let r = match records.next() {
+                Some(Ok(r)) => r,
+                Some(Err(reason)) => return Stop::Malformed(reason),
+                None => return Stop::End,
             };
             let offset = h.base_offset + r.offset_delta as u64;
             if offset < *position {
                 continue;
-            }
-            if *taken == limit {
-                return Stop::Limit;
             }
             out.push(
                 src,
@@ -254,25 +297,17 @@ impl Consumer {
             *position = offset + 1;
             *taken += 1;
         }
-        Stop::End
     }
 
-    /// The records of the compressed batch at `at` of `seg` (`bytes`),
-    /// decompressed, or taken from `cached` when that is the same batch.
+    /// The records of the compressed batch `bytes`, decompressed.
     #[cold]
     fn decompress(
-        cached: Option<Decoded>,
         log: &PartitionLog,
-        seg: &Segment,
-        at: usize,
         bytes: &[u8],
         h: &BatchHeader,
     ) -> std::result::Result<Arc<Source>, &'static str> {
-        if let Some(d) = cached {
-            if d.segment == seg.base() && d.pos == at && d.crc == h.crc {
-                return Ok(d.records);
-            }
-        }
+        #[cfg(test)]
+        tests::count(|c| c.decompressed += 1);
         let section = batch::records_section(bytes, h, MAX_UNCOMPRESSED_LEN)?;
         Ok(Arc::new(Source::buffer(
             log.topic(),
@@ -312,5 +347,197 @@ impl Consumer {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::Cell;
+    use std::time::Duration;
+
+    use crate::log::batch::RecordRef;
+    use crate::raw::partition_log;
+    use crate::{
+        BorrowedRecord, Broker, Compression, Config, ConsumerConfig, Message, ProducerConfig,
+        TopicConfig,
+    };
+
+    /// What the read path did in this thread.
+    #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+    pub(super) struct Counts {
+        /// Batches checked (bounds, CRC32C) by a fetch.
+        pub(super) checked: u64,
+        /// Compressed batches decompressed by a fetch.
+        pub(super) decompressed: u64,
+    }
+
+    thread_local! {
+        static COUNTS: Cell<Counts> = Cell::new(Counts::default());
+    }
+
+    pub(super) fn count(f: impl FnOnce(&mut Counts)) {
+        COUNTS.with(|c| {
+            let mut v = c.get();
+            f(&mut v);
+            c.set(v);
+        });
+    }
+
+    fn take() -> Counts {
+        COUNTS.with(|c| c.replace(Counts::default()))
+    }
+
+    fn broker(dir: &std::path::Path) -> Broker {
+        Broker::open(dir, Config::default().retention_check_interval_ms(0)).unwrap()
+    }
+
+    /// Appends one batch of `n` records to `topic`/`p`, values `v<offset>`.
+    fn append_batch(b: &Broker, topic: &str, p: u32, n: usize) {
+        let log = partition_log(b, topic, p).unwrap();
+        let from = log.end_offset();
+        let values: Vec<String> = (0..n).map(|i| format!("v{}", from + i as u64)).collect();
+        let recs: Vec<RecordRef<'_>> = values
+            .iter()
+            .map(|v| RecordRef {
+                key: None,
+                value: Some(v.as_bytes()),
+                headers: &[],
+                timestamp: 1_700_000_000_000,
+            })
+            .collect();
+        log.append(&recs).unwrap();
+    }
+
+    fn offsets(got: &[Message]) -> Vec<u64> {
+        got.iter().map(Message::offset).collect()
+    }
+
+    fn check_values(got: &[Message]) {
+        for m in got {
+            assert_eq!(m.value().unwrap(), format!("v{}", m.offset()).as_bytes());
+        }
+    }
+
+    #[test]
+    fn a_batch_read_by_polls_of_100_is_checked_once() {
+        let tmp = tempfile::tempdir().unwrap();
+        let b = broker(tmp.path());
+        b.create_topic("t", TopicConfig::new(1)).unwrap();
+        append_batch(&b, "t", 0, 1000);
+        let mut c = b
+            .consumer(ConsumerConfig::default().max_poll_records(100))
+            .unwrap();
+        c.assign(&[("t", 0)]).unwrap();
+        take();
+        for k in 0..10u64 {
+            let got = c.poll(Duration::ZERO).unwrap();
+            assert_eq!(offsets(&got), (k * 100..k * 100 + 100).collect::<Vec<_>>());
+            check_values(&got);
+        }
+        assert_eq!(take().checked, 1);
+        // The next batch, appended meanwhile, is checked once too.
+        append_batch(&b, "t", 0, 1000);
+        let mut all = Vec::new();
+        for _ in 0..10 {
+            all.extend(c.poll(Duration::ZERO).unwrap());
+        }
+        assert_eq!(offsets(&all), (1000..2000).collect::<Vec<_>>());
+        check_values(&all);
+        assert!(c.poll(Duration::ZERO).unwrap().is_empty());
+        assert_eq!(take().checked, 1);
+    }
+
+    #[test]
+    fn a_compressed_batch_is_checked_and_decompressed_once() {
+        let tmp = tempfile::tempdir().unwrap();
+        let b = broker(tmp.path());
+        b.create_topic("t", TopicConfig::new(1)).unwrap();
+        let p = b
+            .producer(ProducerConfig::default().compression(Compression::Lz4))
+            .unwrap();
+        let values: Vec<String> = (0..1000).map(|i| format!("v{i}")).collect();
+        let recs: Vec<BorrowedRecord<'_>> = values
+            .iter()
+            .map(|v| BorrowedRecord {
+                topic: "t",
+                partition: Some(0),
+                value: Some(v.as_bytes()),
+                ..BorrowedRecord::default()
+            })
+            .collect();
+        p.send_batch(&recs).unwrap();
+        p.close().unwrap();
+        let mut c = b
+            .consumer(ConsumerConfig::default().max_poll_records(100))
+            .unwrap();
+        c.assign(&[("t", 0)]).unwrap();
+        take();
+        let mut all = Vec::new();
+        for _ in 0..10 {
+            let got = c.poll(Duration::ZERO).unwrap();
+            assert_eq!(got.len(), 100);
+            all.extend(got);
+        }
+        assert_eq!(offsets(&all), (0..1000).collect::<Vec<_>>());
+        check_values(&all);
+        assert_eq!(
+            take(),
+            Counts {
+                checked: 1,
+                decompressed: 1
+            }
+        );
+    }
+
+    #[test]
+    fn a_seek_drops_the_kept_batch() {
+        let tmp = tempfile::tempdir().unwrap();
+        let b = broker(tmp.path());
+        b.create_topic("t", TopicConfig::new(1)).unwrap();
+        append_batch(&b, "t", 0, 1000);
+        let mut c = b
+            .consumer(ConsumerConfig::default().max_poll_records(100))
+            .unwrap();
+        c.assign(&[("t", 0)]).unwrap();
+        take();
+        assert_eq!(c.poll(Duration::ZERO).unwrap().len(), 100);
+        // Back into the part already read, then forward past the kept place.
+        for at in [50u64, 720] {
+            c.seek("t", 0, at).unwrap();
+            let got = c.poll(Duration::ZERO).unwrap();
+            assert_eq!(offsets(&got), (at..at + 100).collect::<Vec<_>>());
+            check_values(&got);
+        }
+        assert_eq!(take().checked, 3);
+    }
+
+    #[test]
+    fn many_partitions_check_each_batch_once() {
+        let tmp = tempfile::tempdir().unwrap();
+        let b = broker(tmp.path());
+        b.create_topic("t", TopicConfig::new(32)).unwrap();
+        for p in 0..32 {
+            append_batch(&b, "t", p, 1000);
+        }
+        // The default `max_poll_records` (500): about 15 per partition a poll.
+        let mut c = b.consumer(ConsumerConfig::default()).unwrap();
+        let parts: Vec<(&str, u32)> = (0..32).map(|p| ("t", p)).collect();
+        c.assign(&parts).unwrap();
+        take();
+        let mut next = [0u64; 32];
+        loop {
+            let got = c.poll(Duration::ZERO).unwrap();
+            if got.is_empty() {
+                break;
+            }
+            for m in &got {
+                let p = m.partition() as usize;
+                assert_eq!(m.offset(), next[p]);
+                next[p] += 1;
+            }
+            check_values(&got);
+        }
+        assert_eq!(next, [1000u64; 32]);
+        assert_eq!(take().checked, 32);
     }
 }
