@@ -316,39 +316,64 @@ impl Consumer {
         )))
     }
 
+    /// Fills `out` with up to `max_poll_records` messages, taking turns
+    /// over the assigned partitions: each one visited takes up to its share
+    /// of the poll (`max_poll_records` over the partition count, but at
+    /// least [`MIN_SHARE`]), and the next poll starts at the first partition
+    /// this one did not visit, or at the last one visited if the poll filled
+    /// up before its share: every partition with messages gets its turn,
+    /// and about the same number of messages over a round.
     pub(super) fn fetch_all<S: Sink>(&mut self, out: &mut S) -> Result<()> {
         let n = self.assigned.len();
         if n == 0 {
             return Ok(());
         }
         let max = self.config.max_poll_records;
-        let share = (max / n).max(1);
+        let share = (max / n).max(MIN_SHARE.min(max));
         let start = self.next_start % n;
-        self.next_start = self.next_start.wrapping_add(1);
+        // Every partition had its turn: the next poll starts one further.
+        let mut next = start + 1;
         let reset = self.config.auto_offset_reset;
+        // Whether the last partition visited was given less than its share.
+        let mut cut = false;
         for k in 0..n {
             let left = max - out.len();
             if left == 0 {
+                // The poll is full: the partitions not visited come first
+                // next time, after the last one if it was cut short.
+                next = start + k - usize::from(cut);
                 break;
             }
             let a = &mut self.assigned[(start + k) % n];
             if a.paused {
                 continue;
             }
+            cut = left < share;
             let res = Self::fetch(a, reset, share.min(left), out);
             a.park();
             self.stats.skipped += std::mem::take(&mut a.skipped);
             self.stats.offset_resets += std::mem::take(&mut a.resets);
             if let Err(e) = res {
                 if out.len() == 0 {
+                    self.next_start = (start + k + 1) % n;
                     return Err(e);
                 }
-                break; // deliver what was read; the error comes back next poll
+                // Deliver what was read; the error comes back next poll,
+                // which starts with this partition.
+                next = start + k;
+                break;
             }
         }
+        self.next_start = next % n;
         Ok(())
     }
 }
+
+/// Fewest messages a poll takes from a partition when it has them (unless
+/// `max_poll_records` is smaller): splitting a poll into shares of a few
+/// messages over many partitions would spend more on moving between them
+/// than on the messages.
+const MIN_SHARE: usize = 64;
 
 #[cfg(test)]
 mod tests {
