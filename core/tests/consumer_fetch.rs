@@ -247,11 +247,9 @@ fn a_tailing_reader_stopped_in_a_batch_sees_what_is_appended() {
             next[p] += 1;
             check(m);
         }
-        for p in 0..3 {
-            assert_eq!(
-                next[p],
-                partition_log(&b, "t", p as u32).unwrap().end_offset()
-            );
+        for (p, n) in next.iter().enumerate() {
+            let end = partition_log(&b, "t", p as u32).unwrap().end_offset();
+            assert_eq!(*n, end);
         }
     }
 }
