@@ -609,6 +609,52 @@ fn open_time(segments: u64) -> f64 {
     secs
 }
 
+/// `n` messages of `size` bytes spread evenly over `partitions` partitions
+/// (written as 1000-record batches, as a producer's batching writes them),
+/// read by one consumer assigned all of them, with `max_poll_records` set
+/// to `max_poll` (`None`: the default).
+fn consume_partitions(n: u64, size: usize, partitions: u32, max_poll: Option<usize>) -> f64 {
+    let dir = fresh_dir("spread");
+    let mq = Broker::open(&dir, Config::default().prefault(false)).expect("open");
+    mq.create_topic("t", TopicConfig::new(partitions).segment_bytes(SEGMENT))
+        .expect("create");
+    let value = vec![7u8; size];
+    let per = n / u64::from(partitions);
+    for p in 0..partitions {
+        let log = partition_log(&mq, "t", p).expect("log");
+        let mut left = per;
+        while left > 0 {
+            let k = left.min(1000);
+            let recs: Vec<RecordRef<'_>> = (0..k).map(|_| record(&value)).collect();
+            log.append(&recs).expect("append");
+            left -= k;
+        }
+    }
+    let mut config = ConsumerConfig::default();
+    if let Some(m) = max_poll {
+        config = config.max_poll_records(m);
+    }
+    let mut consumer = mq.consumer(config).expect("consumer");
+    let parts: Vec<(&str, u32)> = (0..partitions).map(|p| ("t", p)).collect();
+    consumer.assign(&parts).expect("assign");
+    let total = per * u64::from(partitions);
+    let mut got = 0u64;
+    let mut bytes = 0usize;
+    let secs = time(|| {
+        while got < total {
+            for m in consumer.poll(Duration::from_millis(100)).expect("poll") {
+                bytes += m.value().map_or(0, <[u8]>::len);
+                got += 1;
+            }
+        }
+    });
+    assert_eq!(got, total);
+    black_box(bytes);
+    drop(consumer);
+    close(mq, &dir);
+    secs
+}
+
 /// Whether a row is selected by `MQLITE_BENCH_FILTER`: substrings separated
 /// by `|`, any of which may match (unset: every row).
 fn filter_matches(name: &str) -> bool {
@@ -716,6 +762,54 @@ fn main() {
             produce_with(a, size, 1, SendMode::Async, cfg().acks(Acks::All))
         });
     }
+    // One consumer over the same messages spread over more partitions, and
+    // over `max_poll_records`: rates, and ratios to the first row of each
+    // sweep measured in the same run.
+    let spread_n = scaled(2_000_000);
+    let sweep = |title: &str, cases: &[(String, u32, Option<usize>)]| {
+        let mut got: Vec<(String, f64)> = Vec::new();
+        for (name, parts, max_poll) in cases {
+            if !filter_matches(name) {
+                continue;
+            }
+            let secs = median(
+                (0..runs)
+                    .map(|_| consume_partitions(spread_n, 100, *parts, *max_poll))
+                    .collect(),
+            );
+            let rate = spread_n as f64 / secs;
+            eprintln!("  {:<44} {:>8.2} M msg/s", name, rate / 1e6);
+            got.push((name.clone(), rate));
+        }
+        if got.is_empty() {
+            return;
+        }
+        println!();
+        println!("| {title} | M msg/s | ratio to the first row |");
+        println!("|---|---:|---:|");
+        for (name, rate) in &got {
+            println!("| {name} | {:.2} | {:.2} |", rate / 1e6, rate / got[0].1);
+        }
+    };
+    let spread: Vec<(String, u32, Option<usize>)> = [1u32, 2, 8, 32]
+        .iter()
+        .map(|&p| (format!("Consumer::poll spread, P={p} (100 B)"), p, None))
+        .collect();
+    sweep("one consumer, 100 B messages over P partitions", &spread);
+    let polls: Vec<(String, u32, Option<usize>)> = [100usize, 500, 1000, 10_000]
+        .iter()
+        .map(|&m| {
+            (
+                format!("Consumer::poll P=8, max_poll_records={m} (100 B)"),
+                8,
+                Some(m),
+            )
+        })
+        .collect();
+    sweep(
+        "one consumer over 8 partitions, by max_poll_records",
+        &polls,
+    );
     if filter_matches("latency") {
         // The producer thread paces itself on the clock, yielding while it
         // waits (the consumer parks in `poll`, woken by each append).

@@ -4,12 +4,12 @@
 
 use std::sync::Arc;
 
-use super::partition::{Assigned, Decoded, Stop};
+use super::partition::{Assigned, Stop, Within};
 use super::{Consumer, OffsetReset};
 use crate::error::{Error, Result};
 use crate::log::batch::{self, BatchHeader};
 use crate::log::compression::MAX_UNCOMPRESSED_LEN;
-use crate::log::{PartitionLog, Segment};
+use crate::log::PartitionLog;
 use crate::message::{Rec, Sink, Source, Span};
 
 impl Consumer {
@@ -100,39 +100,57 @@ impl Consumer {
         }
         let log = Arc::clone(&a.log);
         let cursor = a.cursor.as_mut().expect("resolved");
+        // The batch the last fetch stopped in, if the cursor is still at it.
+        let mut kept = a.within.take().filter(|w| {
+            w.segment == cursor.seg.base() && w.pos == cursor.pos && w.next == position
+        });
         let mut taken = 0;
         let mut failed = None;
         let mut skipped = false;
         while taken < limit {
-            let (at, h) = match log.next_batch(cursor) {
-                Ok(Some(b)) => b,
-                Ok(None) => break,
-                Err(e) => {
-                    failed = Some(e);
-                    break;
+            #[allow(clippy::single_match_else)] // two arms of equal weight
+            let (at, h, resume) = match kept.take() {
+                // Checked (and decompressed) when first read.
+                Some(w) => {
+                    cursor.pos = w.pos + w.header.total_len();
+                    (w.pos, w.header, Some((w.records, w.buffer)))
+                }
+                None => {
+                    let (at, h) = match log.next_batch(cursor) {
+                        Ok(Some(b)) => b,
+                        Ok(None) => break,
+                        Err(e) => {
+                            failed = Some(e);
+                            break;
+                        }
+                    };
+                    #[cfg(test)]
+                    tests::count(|c| c.checked += 1);
+                    // The base offset is outside the CRC: every batch must
+                    // hold the next offset to deliver, or it is damaged.
+                    let expected = a.next_base.is_none_or(|b| b == h.base_offset);
+                    if h.base_offset > position && position < log.start_offset() {
+                        // Retention deleted the segments between the one we
+                        // finished and this one while we read: not damage, a
+                        // reset.
+                        cursor.pos = at;
+                        skipped = true;
+                        break;
+                    }
+                    if !expected || h.base_offset > position || h.last_offset() < position {
+                        cursor.pos = at;
+                        failed = Some(cursor.seg.corrupt(at, "batch base offset out of sequence"));
+                        break;
+                    }
+                    (at, h, None)
                 }
             };
-            // The base offset is outside the CRC: every batch must hold the
-            // next offset to deliver, or it is damaged.
-            let expected = a.next_base.is_none_or(|b| b == h.base_offset);
-            if h.base_offset > position && position < log.start_offset() {
-                // Retention deleted the segments between the one we finished
-                // and this one while we read: not damage, a reset.
-                cursor.pos = at;
-                skipped = true;
-                break;
-            }
-            if !expected || h.base_offset > position || h.last_offset() < position {
-                cursor.pos = at;
-                failed = Some(cursor.seg.corrupt(at, "batch base offset out of sequence"));
-                break;
-            }
             let bytes = cursor.seg.bytes(at, at + h.total_len());
             // Uncompressed batches are read in place; a compressed one is
             // decompressed once into a buffer its messages share.
             // `take_records` is monomorphized per backing, so the
             // uncompressed path does no per-record work for compression.
-            let stop = if h.attributes & batch::CODEC_MASK == 0 {
+            let (stop, state, buffer) = if h.attributes & batch::CODEC_MASK == 0 {
                 let src = match &a.source {
                     Some(src) if src.is_segment(&cursor.seg) => src,
                     _ => a.source.insert(Arc::new(Source::segment(
@@ -141,8 +159,12 @@ impl Consumer {
                         &cursor.seg,
                     ))),
                 };
-                Self::take_records(
-                    batch::Records::new(bytes, &h),
+                let mut records = match resume {
+                    Some((state, _)) => batch::Records::resume(bytes, state),
+                    None => batch::Records::new(bytes, &h),
+                };
+                let stop = Self::take_records(
+                    &mut records,
                     at,
                     src,
                     &h,
@@ -150,12 +172,26 @@ impl Consumer {
                     &mut taken,
                     limit,
                     out,
-                )
+                );
+                (stop, records.state(), None)
             } else {
-                match Self::decompress(a.decoded.take(), &log, &cursor.seg, at, bytes, &h) {
+                let (state, buffer) = match resume {
+                    Some((state, buffer)) => (Some(state), buffer),
+                    None => (None, None),
+                };
+                let src = match buffer {
+                    Some(src) => Ok(src),
+                    None => Self::decompress(&log, bytes, &h),
+                };
+                match src {
                     Ok(src) => {
+                        let section = src.buffer_bytes();
+                        let mut records = match state {
+                            Some(state) => batch::Records::resume(section, state),
+                            None => batch::Records::over_section(section, h.record_count),
+                        };
                         let stop = Self::take_records(
-                            batch::Records::over_section(src.buffer_bytes(), h.record_count),
+                            &mut records,
                             0,
                             &src,
                             &h,
@@ -164,25 +200,27 @@ impl Consumer {
                             limit,
                             out,
                         );
-                        if let Stop::Limit = stop {
-                            // The next fetch comes back to this batch.
-                            a.decoded = Some(Decoded {
-                                segment: cursor.seg.base(),
-                                pos: at,
-                                crc: h.crc,
-                                records: src,
-                            });
-                        }
-                        stop
+                        let state = records.state();
+                        (stop, state, Some(src))
                     }
-                    Err(reason) => Stop::Malformed(reason),
+                    Err(reason) => (Stop::Malformed(reason), (0, 0), None),
                 }
             };
             match stop {
                 Stop::End => {}
                 Stop::Limit => {
-                    cursor.pos = at; // come back to the rest of this batch
+                    // The next fetch goes on from here, without checking or
+                    // decoding the batch again.
+                    cursor.pos = at;
                     a.next_base = Some(h.base_offset);
+                    a.within = Some(Within {
+                        segment: cursor.seg.base(),
+                        pos: at,
+                        header: h,
+                        records: state,
+                        next: position,
+                        buffer,
+                    });
                     break;
                 }
                 Stop::Malformed(reason) => {
@@ -210,12 +248,13 @@ impl Consumer {
     }
 
     /// Appends the records of one batch from `position` on to `out`, until
-    /// `taken` reaches `limit`. `base` is the position of the records' byte
-    /// ranges in `backing`.
+    /// `taken` reaches `limit` (then [`Stop::Limit`] if the batch has more,
+    /// with `records` at the first record not taken). `base` is the position
+    /// of the records' byte ranges in `backing`.
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     fn take_records<S: Sink>(
-        records: batch::Records<'_>,
+        records: &mut batch::Records<'_>,
         base: usize,
         src: &Arc<Source>,
         h: &BatchHeader,
@@ -226,18 +265,23 @@ impl Consumer {
     ) -> Stop {
         // Room for this batch's records at once (an empty poll allocates
         // nothing; a batched log is not regrown record by record).
-        out.reserve((h.record_count as usize).min(limit - *taken));
-        for r in records {
-            let r = match r {
-                Ok(r) => r,
-                Err(reason) => return Stop::Malformed(reason),
+        out.reserve((records.state().1 as usize).min(limit - *taken));
+        loop {
+            if *taken == limit {
+                return if records.state().1 == 0 {
+                    Stop::End
+                } else {
+                    Stop::Limit
+                };
+            }
+            let r = match records.next() {
+                Some(Ok(r)) => r,
+                Some(Err(reason)) => return Stop::Malformed(reason),
+                None => return Stop::End,
             };
             let offset = h.base_offset + u64::from(r.offset_delta);
             if offset < *position {
                 continue;
-            }
-            if *taken == limit {
-                return Stop::Limit;
             }
             out.push(
                 src,
@@ -254,25 +298,17 @@ impl Consumer {
             *position = offset + 1;
             *taken += 1;
         }
-        Stop::End
     }
 
-    /// The records of the compressed batch at `at` of `seg` (`bytes`),
-    /// decompressed, or taken from `cached` when that is the same batch.
+    /// The records of the compressed batch `bytes`, decompressed.
     #[cold]
     fn decompress(
-        cached: Option<Decoded>,
         log: &PartitionLog,
-        seg: &Segment,
-        at: usize,
         bytes: &[u8],
         h: &BatchHeader,
     ) -> std::result::Result<Arc<Source>, &'static str> {
-        if let Some(d) = cached {
-            if d.segment == seg.base() && d.pos == at && d.crc == h.crc {
-                return Ok(d.records);
-            }
-        }
+        #[cfg(test)]
+        tests::count(|c| c.decompressed += 1);
         let section = batch::records_section(bytes, h, MAX_UNCOMPRESSED_LEN)?;
         Ok(Arc::new(Source::buffer(
             log.topic(),
@@ -281,36 +317,253 @@ impl Consumer {
         )))
     }
 
+    /// Fills `out` with up to `max_poll_records` messages, taking turns
+    /// over the assigned partitions: each one visited takes up to its share
+    /// of the poll (`max_poll_records` over the partition count, but at
+    /// least [`MIN_SHARE`]), and the next poll starts at the first partition
+    /// this one did not visit, or at the last one visited if the poll filled
+    /// up before its share: every partition with messages gets its turn,
+    /// and about the same number of messages over a round.
     pub(super) fn fetch_all<S: Sink>(&mut self, out: &mut S) -> Result<()> {
         let n = self.assigned.len();
         if n == 0 {
             return Ok(());
         }
         let max = self.config.max_poll_records;
-        let share = (max / n).max(1);
+        let share = (max / n).max(MIN_SHARE.min(max));
         let start = self.next_start % n;
-        self.next_start = self.next_start.wrapping_add(1);
+        // Every partition had its turn: the next poll starts one further.
+        let mut next = start + 1;
         let reset = self.config.auto_offset_reset;
+        // Whether the last partition visited was given less than its share.
+        let mut cut = false;
         for k in 0..n {
             let left = max - out.len();
             if left == 0 {
+                // The poll is full: the partitions not visited come first
+                // next time, after the last one if it was cut short.
+                next = start + k - usize::from(cut);
                 break;
             }
             let a = &mut self.assigned[(start + k) % n];
             if a.paused {
                 continue;
             }
+            cut = left < share;
             let res = Self::fetch(a, reset, share.min(left), out);
             a.park();
             self.stats.skipped += std::mem::take(&mut a.skipped);
             self.stats.offset_resets += std::mem::take(&mut a.resets);
             if let Err(e) = res {
                 if out.len() == 0 {
+                    self.next_start = (start + k + 1) % n;
                     return Err(e);
                 }
-                break; // deliver what was read; the error comes back next poll
+                // Deliver what was read; the error comes back next poll,
+                // which starts with this partition.
+                next = start + k;
+                break;
             }
         }
+        self.next_start = next % n;
         Ok(())
+    }
+}
+
+/// Fewest messages a poll takes from a partition when it has them (unless
+/// `max_poll_records` is smaller): splitting a poll into shares of a few
+/// messages over many partitions would spend more on moving between them
+/// than on the messages.
+const MIN_SHARE: usize = 64;
+
+#[cfg(test)]
+mod tests {
+    use std::cell::Cell;
+    use std::time::Duration;
+
+    use crate::log::batch::RecordRef;
+    use crate::raw::partition_log;
+    use crate::{
+        BorrowedRecord, Broker, Compression, Config, ConsumerConfig, Message, ProducerConfig,
+        TopicConfig,
+    };
+
+    /// What the read path did in this thread.
+    #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+    pub(super) struct Counts {
+        /// Batches checked (bounds, CRC32C) by a fetch.
+        pub(super) checked: u64,
+        /// Compressed batches decompressed by a fetch.
+        pub(super) decompressed: u64,
+    }
+
+    thread_local! {
+        static COUNTS: Cell<Counts> = Cell::new(Counts::default());
+    }
+
+    pub(super) fn count(f: impl FnOnce(&mut Counts)) {
+        COUNTS.with(|c| {
+            let mut v = c.get();
+            f(&mut v);
+            c.set(v);
+        });
+    }
+
+    fn take() -> Counts {
+        COUNTS.with(|c| c.replace(Counts::default()))
+    }
+
+    fn broker(dir: &std::path::Path) -> Broker {
+        Broker::open(dir, Config::default().retention_check_interval_ms(0)).unwrap()
+    }
+
+    /// Appends one batch of `n` records to `topic`/`p`, values `v<offset>`.
+    fn append_batch(b: &Broker, topic: &str, p: u32, n: usize) {
+        let log = partition_log(b, topic, p).unwrap();
+        let from = log.end_offset();
+        let values: Vec<String> = (0..n).map(|i| format!("v{}", from + i as u64)).collect();
+        let recs: Vec<RecordRef<'_>> = values
+            .iter()
+            .map(|v| RecordRef {
+                key: None,
+                value: Some(v.as_bytes()),
+                headers: &[],
+                timestamp: 1_700_000_000_000,
+            })
+            .collect();
+        log.append(&recs).unwrap();
+    }
+
+    fn offsets(got: &[Message]) -> Vec<u64> {
+        got.iter().map(Message::offset).collect()
+    }
+
+    fn check_values(got: &[Message]) {
+        for m in got {
+            assert_eq!(m.value().unwrap(), format!("v{}", m.offset()).as_bytes());
+        }
+    }
+
+    #[test]
+    fn a_batch_read_by_polls_of_100_is_checked_once() {
+        let tmp = tempfile::tempdir().unwrap();
+        let b = broker(tmp.path());
+        b.create_topic("t", TopicConfig::new(1)).unwrap();
+        append_batch(&b, "t", 0, 1000);
+        let mut c = b
+            .consumer(ConsumerConfig::default().max_poll_records(100))
+            .unwrap();
+        c.assign(&[("t", 0)]).unwrap();
+        take();
+        for k in 0..10u64 {
+            let got = c.poll(Duration::ZERO).unwrap();
+            assert_eq!(offsets(&got), (k * 100..k * 100 + 100).collect::<Vec<_>>());
+            check_values(&got);
+        }
+        assert_eq!(take().checked, 1);
+        // The next batch, appended meanwhile, is checked once too.
+        append_batch(&b, "t", 0, 1000);
+        let mut all = Vec::new();
+        for _ in 0..10 {
+            all.extend(c.poll(Duration::ZERO).unwrap());
+        }
+        assert_eq!(offsets(&all), (1000..2000).collect::<Vec<_>>());
+        check_values(&all);
+        assert!(c.poll(Duration::ZERO).unwrap().is_empty());
+        assert_eq!(take().checked, 1);
+    }
+
+    #[test]
+    fn a_compressed_batch_is_checked_and_decompressed_once() {
+        let tmp = tempfile::tempdir().unwrap();
+        let b = broker(tmp.path());
+        b.create_topic("t", TopicConfig::new(1)).unwrap();
+        let p = b
+            .producer(ProducerConfig::default().compression(Compression::Lz4))
+            .unwrap();
+        let values: Vec<String> = (0..1000).map(|i| format!("v{i}")).collect();
+        let recs: Vec<BorrowedRecord<'_>> = values
+            .iter()
+            .map(|v| BorrowedRecord {
+                topic: "t",
+                partition: Some(0),
+                value: Some(v.as_bytes()),
+                ..BorrowedRecord::default()
+            })
+            .collect();
+        p.send_batch(&recs).unwrap();
+        p.close().unwrap();
+        let mut c = b
+            .consumer(ConsumerConfig::default().max_poll_records(100))
+            .unwrap();
+        c.assign(&[("t", 0)]).unwrap();
+        take();
+        let mut all = Vec::new();
+        for _ in 0..10 {
+            let got = c.poll(Duration::ZERO).unwrap();
+            assert_eq!(got.len(), 100);
+            all.extend(got);
+        }
+        assert_eq!(offsets(&all), (0..1000).collect::<Vec<_>>());
+        check_values(&all);
+        assert_eq!(
+            take(),
+            Counts {
+                checked: 1,
+                decompressed: 1
+            }
+        );
+    }
+
+    #[test]
+    fn a_seek_drops_the_kept_batch() {
+        let tmp = tempfile::tempdir().unwrap();
+        let b = broker(tmp.path());
+        b.create_topic("t", TopicConfig::new(1)).unwrap();
+        append_batch(&b, "t", 0, 1000);
+        let mut c = b
+            .consumer(ConsumerConfig::default().max_poll_records(100))
+            .unwrap();
+        c.assign(&[("t", 0)]).unwrap();
+        take();
+        assert_eq!(c.poll(Duration::ZERO).unwrap().len(), 100);
+        // Back into the part already read, then forward past the kept place.
+        for at in [50u64, 720] {
+            c.seek("t", 0, at).unwrap();
+            let got = c.poll(Duration::ZERO).unwrap();
+            assert_eq!(offsets(&got), (at..at + 100).collect::<Vec<_>>());
+            check_values(&got);
+        }
+        assert_eq!(take().checked, 3);
+    }
+
+    #[test]
+    fn many_partitions_check_each_batch_once() {
+        let tmp = tempfile::tempdir().unwrap();
+        let b = broker(tmp.path());
+        b.create_topic("t", TopicConfig::new(32)).unwrap();
+        for p in 0..32 {
+            append_batch(&b, "t", p, 1000);
+        }
+        // The default `max_poll_records` (500): about 15 per partition a poll.
+        let mut c = b.consumer(ConsumerConfig::default()).unwrap();
+        let parts: Vec<(&str, u32)> = (0..32).map(|p| ("t", p)).collect();
+        c.assign(&parts).unwrap();
+        take();
+        let mut next = [0u64; 32];
+        loop {
+            let got = c.poll(Duration::ZERO).unwrap();
+            if got.is_empty() {
+                break;
+            }
+            for m in &got {
+                let p = m.partition() as usize;
+                assert_eq!(m.offset(), next[p]);
+                next[p] += 1;
+            }
+            check_values(&got);
+        }
+        assert_eq!(next, [1000u64; 32]);
+        assert_eq!(take().checked, 32);
     }
 }

@@ -750,7 +750,6 @@ impl Consumer {
         a.cursor = Some(cursor);
         a.park();
         a.next_base = None;
-        a.decoded = None;
         a.position = Some(offset);
         a.out_of_range = None;
         Ok(())

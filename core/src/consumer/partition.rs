@@ -1,25 +1,38 @@
 //! The read state a consumer keeps per assigned partition: its position,
-//! cursor (parked between calls) and the decompressed batch it stopped in.
+//! cursor (parked between calls) and the batch it stopped in the middle of.
 
 use std::sync::{Arc, Weak};
 
 use crate::group::Resume;
+use crate::log::batch::BatchHeader;
 use crate::log::{Cursor, PartitionLog, Segment};
 use crate::message::Source;
 use crate::topic::Topic;
 
-/// A decompressed batch kept by a partition reader that stopped in its
-/// middle (`max_poll_records`), so the next poll does not decompress it again.
+/// The batch a partition reader stopped in the middle of
+/// (`max_poll_records`, or its share of a poll over many partitions), kept
+/// so that the next fetch goes on where this one stopped: the batch is
+/// checked (CRC32C) and, when compressed, decompressed once, however many
+/// polls take it apart, and its records are not decoded again from its
+/// start. It belongs to the cursor it was read through: whatever drops or
+/// replaces the cursor (a seek, a reset, a rebalance, retention deleting
+/// the segment) drops it too, and it is only used while the cursor is still
+/// at the batch and the position at the record it stopped before.
 #[derive(Debug)]
-pub(super) struct Decoded {
+pub(super) struct Within {
     /// Base offset of the segment holding the batch.
     pub(super) segment: u64,
     /// Position of the batch in that segment.
     pub(super) pos: usize,
-    /// The batch's CRC (one more check that it is the same batch).
-    pub(super) crc: u32,
-    /// Its records section, as the source of its messages.
-    pub(super) records: Arc<Source>,
+    /// Its header, as checked.
+    pub(super) header: BatchHeader,
+    /// Where its records stand ([`Records::state`](crate::log::batch::Records::state)).
+    pub(super) records: (usize, u32),
+    /// The offset of the record it stopped before.
+    pub(super) next: u64,
+    /// For a compressed batch: its records section, decompressed, as the
+    /// source of its messages.
+    pub(super) buffer: Option<Arc<Source>>,
 }
 
 /// Why [`Consumer::take_records`](super::Consumer::take_records) stopped.
@@ -60,7 +73,8 @@ impl Assigned {
         self.source = None;
     }
 
-    /// Takes the parked cursor back, if its segment is still there.
+    /// Takes the parked cursor back, if its segment is still there (the
+    /// batch kept in it goes with it otherwise).
     pub(super) fn unpark(&mut self) {
         let Some(p) = self.parked.take() else { return };
         if self.cursor.is_some() {
@@ -73,12 +87,15 @@ impl Assigned {
                 ahead: p.ahead,
             });
             self.source = p.source.and_then(|s| s.upgrade());
+        } else {
+            self.within = None;
         }
     }
 
     /// Drops the cursor, parked or not: the next read seeks its position.
     pub(super) fn forget_cursor(&mut self) {
         self.cursor = None;
+        self.within = None;
         self.source = None;
         self.parked = None;
     }
@@ -94,9 +111,9 @@ pub(super) struct Assigned {
     /// Base offset the batch at the cursor must have, once known (the base
     /// offset is outside the CRC; this is what catches damage to it).
     pub(super) next_base: Option<u64>,
-    /// The compressed batch at the cursor, decompressed, when the last fetch
-    /// stopped in its middle.
-    pub(super) decoded: Option<Decoded>,
+    /// The batch at the cursor, when the last fetch stopped in its middle
+    /// (see [`Within`]).
+    pub(super) within: Option<Within>,
     /// The source of the messages of the segment last read in place.
     pub(super) source: Option<Arc<Source>>,
     /// `cursor` and `source` between two calls (see [`Parked`]).
@@ -138,7 +155,7 @@ impl Assigned {
             position,
             cursor: None,
             next_base: None,
-            decoded: None,
+            within: None,
             source: None,
             parked: None,
             skipped: 0,

@@ -705,6 +705,29 @@ impl<'a> Records<'a> {
             left: count,
         }
     }
+
+    /// Where the iteration stands: the position of the next record in the
+    /// bytes it reads, and how many records are left. [`Records::resume`]
+    /// picks up from there.
+    #[inline]
+    pub fn state(&self) -> (usize, u32) {
+        (self.pos, self.left)
+    }
+
+    /// The records of `buf` from `state` on: `buf` is what was given to
+    /// [`Records::new`] (for an uncompressed batch, cut to its
+    /// [`total_len`](BatchHeader::total_len)) or [`Records::over_section`],
+    /// and `state` a [`Records::state`] of an iteration over it. Every
+    /// length is checked as usual: a wrong state yields an `Err`, never a
+    /// panic.
+    #[inline]
+    pub fn resume(buf: &'a [u8], state: (usize, u32)) -> Records<'a> {
+        Records {
+            buf,
+            pos: state.0,
+            left: state.1,
+        }
+    }
 }
 
 /// `None`: the buffer ended; `Some(None)`: the field is null.

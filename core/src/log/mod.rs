@@ -208,6 +208,7 @@ struct Waiters {
 }
 
 #[derive(Debug)]
+#[allow(clippy::struct_field_names)] // `active` and the right to write it
 struct Writer {
     active: Arc<Segment>,
     /// The right to write `active` (after the close, the last active
