@@ -8,7 +8,7 @@
 //! `msync` made it durable. The parent kills the child at a random moment,
 //! then models the power loss on the files: every 4 KiB page past a file's
 //! durable end that the child wrote is kept, reverted to what it held before
-//! (zeros: segments and indexes are preallocated), torn (some 512-byte
+//! (zeros: segment and index files are allocated ahead of their data), torn (some 512-byte
 //! sectors new, the others old) or filled with garbage. Then it reopens the
 //! directory and checks that every record acknowledged with `acks=all` is
 //! there, that each partition holds an intact prefix of what was sent, and
