@@ -3,7 +3,8 @@
 //! by the application for the next commit (`mql_store_offsets`, with
 //! `mql_consumer_config_set_enable_auto_offset_store` off). Each forwards
 //! to the engine's consumer, or to its rebalance context when called from
-//! a rebalance callback.
+//! a rebalance callback. Also the listing of partitions into a caller's
+//! array that `mql_paused` and `mql_assignment` share.
 
 use std::ffi::c_char;
 
@@ -176,37 +177,11 @@ pub unsafe extern "C" fn mql_paused(
     capacity: usize,
     count: *mut usize,
 ) -> mql_status {
-    guard(|| {
-        // SAFETY: forwarded caller contract.
-        let h = unsafe { arg_ref(consumer, "consumer") }?;
-        if partitions.is_null() && capacity > 0 {
-            return Err(Failure::null("partitions"));
-        }
-        let count = Out::new(count, "count")?;
-        let paused = h.any("mql_paused", |mut a| {
-            if a.is_closed() {
-                return Err(mqlite::Error::Closed("consumer").into());
-            }
-            Ok(a.paused())
-        })?;
-        let n = paused.len().min(capacity);
-        let out = OutArray::optional(partitions, n, "partitions")?;
-        let list: Vec<mql_topic_partition> = paused[..n]
-            .iter()
-            .map(|(t, p)| mql_topic_partition {
-                topic: h.name_ptr(t),
-                partition: *p,
-            })
-            .collect();
-        // SAFETY: both are valid for writes by the caller's contract
-        // (`partitions` for `capacity` >= n elements).
-        unsafe {
-            if let Some(out) = out {
-                out.write(&list);
-            }
-            count.write(paused.len());
-        }
-        Ok(())
+    // SAFETY: forwarded caller contract.
+    guard(|| unsafe {
+        write_partitions(consumer, partitions, capacity, count, "mql_paused", |a| {
+            a.paused()
+        })
     })
 }
 
@@ -252,4 +227,53 @@ pub unsafe extern "C" fn mql_store_offsets(
             Ok(a.store_offsets(&list)?)
         })
     })
+}
+
+/// The body of a call that lists partitions into a caller's array
+/// (`mql_assignment`, `mql_paused`): the partitions `list` gives, the first
+/// `capacity` of them into `partitions`, and how many there are into
+/// `*count`.
+///
+/// # Safety
+/// As the calls': `consumer` is NULL or a live consumer; `partitions` is
+/// NULL or valid for writing `capacity` elements; `count` is NULL or valid
+/// for writing a `size_t`.
+pub(crate) unsafe fn write_partitions(
+    consumer: *mut mql_consumer,
+    partitions: *mut mql_topic_partition,
+    capacity: usize,
+    count: *mut usize,
+    what: &str,
+    list: impl FnOnce(&mut Access<'_>) -> Vec<(String, u32)>,
+) -> FfiResult<()> {
+    // SAFETY: forwarded caller contract.
+    let h = unsafe { arg_ref(consumer, "consumer") }?;
+    if partitions.is_null() && capacity > 0 {
+        return Err(Failure::null("partitions"));
+    }
+    let count = Out::new(count, "count")?;
+    let all = h.any(what, |mut a| {
+        if a.is_closed() {
+            return Err(mqlite::Error::Closed("consumer").into());
+        }
+        Ok(list(&mut a))
+    })?;
+    let n = all.len().min(capacity);
+    let out = OutArray::optional(partitions, n, "partitions")?;
+    let entries: Vec<mql_topic_partition> = all[..n]
+        .iter()
+        .map(|(t, p)| mql_topic_partition {
+            topic: h.name_ptr(t),
+            partition: *p,
+        })
+        .collect();
+    // SAFETY: both are valid for writes by the caller's contract
+    // (`partitions` for `capacity` >= n elements).
+    unsafe {
+        if let Some(out) = out {
+            out.write(&entries);
+        }
+        count.write(all.len());
+    }
+    Ok(())
 }
