@@ -8,42 +8,17 @@
 //! The limit is process-wide, so this file holds a single test.
 #![allow(clippy::unwrap_used)]
 
-use std::time::Duration;
+#[path = "common/file_limit.rs"]
+mod file_limit;
 
+use file_limit::{read_values, set_file_size_limit};
 use mqlite::{Broker, Config, ConsumerConfig, Error, ProducerConfig, Record, TopicConfig};
-
-fn set_file_size_limit(bytes: Option<u64>) {
-    // SAFETY: plain libc calls with valid arguments; `rlimit` is a local.
-    unsafe {
-        libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
-        let mut lim = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
-        };
-        assert_eq!(libc::getrlimit(libc::RLIMIT_FSIZE, &raw mut lim), 0);
-        lim.rlim_cur = bytes.unwrap_or(lim.rlim_max);
-        assert_eq!(libc::setrlimit(libc::RLIMIT_FSIZE, &raw const lim), 0);
-    }
-}
 
 fn is_disk_full<T: std::fmt::Debug>(what: &str, r: mqlite::Result<T>) {
     match r {
         Err(Error::DiskFull { .. }) => {}
         Err(e) => panic!("{what}: expected DiskFull, got {e} ({e:?})"),
         Ok(v) => panic!("{what}: expected DiskFull, got Ok({v:?})"),
-    }
-}
-
-fn read_values(mq: &Broker, topic: &str) -> Vec<Vec<u8>> {
-    let mut c = mq.consumer(ConsumerConfig::default()).unwrap();
-    c.assign(&[(topic, 0)]).unwrap();
-    let mut out = Vec::new();
-    loop {
-        let msgs = c.poll(Duration::from_millis(50)).unwrap();
-        if msgs.is_empty() {
-            return out;
-        }
-        out.extend(msgs.iter().map(|m| m.value().unwrap().to_vec()));
     }
 }
 

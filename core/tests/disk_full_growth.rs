@@ -8,36 +8,11 @@
 //! The limit is process-wide, so this file holds a single test.
 #![allow(clippy::unwrap_used)]
 
-use std::time::Duration;
+#[path = "common/file_limit.rs"]
+mod file_limit;
 
-use mqlite::{Broker, Config, ConsumerConfig, Error, ProducerConfig, Record, TopicConfig};
-
-fn set_file_size_limit(bytes: Option<u64>) {
-    // SAFETY: plain libc calls with valid arguments; `rlimit` is a local.
-    unsafe {
-        libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
-        let mut lim = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
-        };
-        assert_eq!(libc::getrlimit(libc::RLIMIT_FSIZE, &raw mut lim), 0);
-        lim.rlim_cur = bytes.unwrap_or(lim.rlim_max);
-        assert_eq!(libc::setrlimit(libc::RLIMIT_FSIZE, &raw const lim), 0);
-    }
-}
-
-fn read_values(mq: &Broker) -> Vec<Vec<u8>> {
-    let mut c = mq.consumer(ConsumerConfig::default()).unwrap();
-    c.assign(&[("t", 0)]).unwrap();
-    let mut out = Vec::new();
-    loop {
-        let msgs = c.poll(Duration::from_millis(50)).unwrap();
-        if msgs.is_empty() {
-            return out;
-        }
-        out.extend(msgs.iter().map(|m| m.value().unwrap().to_vec()));
-    }
-}
+use file_limit::{read_values, set_file_size_limit};
+use mqlite::{Broker, Config, Error, ProducerConfig, Record, TopicConfig};
 
 #[test]
 fn a_growth_on_a_full_disk_fails_cleanly_and_recovers() {
@@ -94,7 +69,7 @@ fn a_growth_on_a_full_disk_fails_cleanly_and_recovers() {
         mq.topic("t").unwrap().partitions[0].end_offset,
         acked.len() as u64
     );
-    assert_eq!(read_values(&mq), acked, "earlier data changed");
+    assert_eq!(read_values(&mq, "t"), acked, "earlier data changed");
 
     set_file_size_limit(None);
     for i in first_failed..first_failed + 400 {
@@ -104,12 +79,12 @@ fn a_growth_on_a_full_disk_fails_cleanly_and_recovers() {
         acked.push(value(i));
     }
     assert!(std::fs::metadata(&log).unwrap().len() > limit);
-    assert_eq!(read_values(&mq), acked);
+    assert_eq!(read_values(&mq, "t"), acked);
     drop(producer);
     mq.close().unwrap();
     drop(mq);
 
     let mq = Broker::open(&dir, config()).unwrap();
-    assert_eq!(read_values(&mq), acked);
+    assert_eq!(read_values(&mq, "t"), acked);
     mq.close().unwrap();
 }
