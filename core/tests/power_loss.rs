@@ -572,7 +572,18 @@ fn failed_fsync_poisons_the_partition() {
     drop(producer);
     let _ = mq.close();
     drop(mq);
-    let mq = Broker::open(&dir, config()).unwrap();
+    // The other tests of this file spawn child processes: a child forked
+    // while the directory was open shares its lock until it execs, which a
+    // loaded machine can delay. Wait for that, never for more than 10 s.
+    let reopened = Instant::now();
+    let mq = loop {
+        match Broker::open(&dir, config()) {
+            Err(Error::Locked { .. }) if reopened.elapsed() < Duration::from_secs(10) => {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            r => break r.unwrap(),
+        }
+    };
     let producer = mq
         .producer(ProducerConfig::default().acks(Acks::All))
         .unwrap();
