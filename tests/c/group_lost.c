@@ -19,7 +19,10 @@ static void on_rebalance(void *user_data, mql_consumer *c, mql_rebalance_event e
     if (event == MQL_REBALANCE_REVOKE) revoke_calls++;
     if (event != MQL_REBALANCE_LOST) return;
     lost_calls++;
-    CHECK(n == 1);
+    /* One partition in the checked phase; a member slowed down (valgrind on
+     * a loaded machine) can also be removed while the group forms, with
+     * both. */
+    CHECK(n == 1 || n == 2);
     lost_part = parts[0];
     mql_committed_offset off = {parts[0].topic, parts[0].partition, 1, NULL, 0};
     commit_in_lost = mql_commit_offsets(c, &off, 1);
@@ -74,6 +77,8 @@ int main(int argc, char **argv) {
     char before[128], after[128];
     member_id(a, before, sizeof before);
     revoke_calls = 0;
+    lost_calls = 0; /* only the loss below counts */
+    commit_in_lost = MQL_OK;
 
     /* Only b polls: a is removed after 200 ms and b takes both. */
     struct timespec start, now;
