@@ -381,7 +381,7 @@ mod tests {
     use std::cell::Cell;
     use std::time::Duration;
 
-    use crate::log::batch::RecordRef;
+    use crate::log::test_util::records;
     use crate::raw::partition_log;
     use crate::{
         BorrowedRecord, Broker, Compression, Config, ConsumerConfig, Message, ProducerConfig,
@@ -422,16 +422,7 @@ mod tests {
         let log = partition_log(b, topic, p).unwrap();
         let from = log.end_offset();
         let values: Vec<String> = (0..n).map(|i| format!("v{}", from + i as u64)).collect();
-        let recs: Vec<RecordRef<'_>> = values
-            .iter()
-            .map(|v| RecordRef {
-                key: None,
-                value: Some(v.as_bytes()),
-                headers: &[],
-                timestamp: 1_700_000_000_000,
-            })
-            .collect();
-        log.append(&recs).unwrap();
+        log.append(&records(&values)).unwrap();
     }
 
     fn offsets(got: &[Message]) -> Vec<u64> {

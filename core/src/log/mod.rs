@@ -14,7 +14,7 @@ mod mmap;
 mod open;
 mod segment;
 #[cfg(test)]
-mod test_util;
+pub(crate) mod test_util;
 
 use std::path::PathBuf;
 use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
