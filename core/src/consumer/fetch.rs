@@ -9,7 +9,7 @@ use super::{Consumer, OffsetReset};
 use crate::error::{Error, Result};
 use crate::log::batch::{self, BatchHeader};
 use crate::log::compression::MAX_UNCOMPRESSED_LEN;
-use crate::log::PartitionLog;
+use crate::log::{Cursor, PartitionLog};
 use crate::message::{Rec, Sink, Source, Span};
 
 impl Consumer {
@@ -84,11 +84,15 @@ impl Consumer {
         }
     }
 
-    /// Appends up to `limit` messages of partition `a` to `out`.
+    /// Appends up to `limit` messages of partition `a` to `out`, which has
+    /// room for `room` (at least `limit`) more in this poll: `out` grows
+    /// once for what the batch read has and the poll can take, not once per
+    /// partition visited.
     fn fetch<S: Sink>(
         a: &mut Assigned,
         reset: OffsetReset,
         limit: usize,
+        room: usize,
         out: &mut S,
     ) -> Result<()> {
         let mut position = Self::resolve(a, reset)?;
@@ -98,146 +102,129 @@ impl Consumer {
             a.forget_cursor();
             position = Self::resolve(a, reset)?;
         }
-        let log = Arc::clone(&a.log);
-        let cursor = a.cursor.as_mut().expect("resolved");
-        // The batch the last fetch stopped in, if the cursor is still at it.
-        let mut kept = a.within.take().filter(|w| {
-            w.segment == cursor.seg.base() && w.pos == cursor.pos && w.next == position
-        });
+        // Disjoint borrows of the partition's state (no reference counting
+        // per fetch).
+        let Assigned {
+            log,
+            cursor,
+            next_base,
+            within,
+            source,
+            ..
+        } = &mut *a;
+        let log: &PartitionLog = log;
+        let cursor = cursor.as_mut().expect("resolved");
         let mut taken = 0;
         let mut failed = None;
         let mut skipped = false;
-        while taken < limit {
-            #[allow(clippy::single_match_else)] // two arms of equal weight
-            let (at, h, resume) = match kept.take() {
-                // Checked (and decompressed) when first read.
-                Some(w) => {
-                    cursor.pos = w.pos + w.header.total_len();
-                    (w.pos, w.header, Some((w.records, w.buffer)))
+        'read: {
+            // The batch the last fetch stopped in, if the cursor is still
+            // at it, is finished first (it was checked, and decompressed,
+            // when first read): the loop below reads whole batches.
+            if let Some(w) = within.take() {
+                if w.segment == cursor.seg.base()
+                    && w.pos == cursor.pos
+                    && w.next == position
+                    && limit > 0
+                {
+                    let (at, h) = (w.pos, w.header);
+                    out.reserve((w.records.1 as usize).min(room));
+                    let (stop, buffer) = Self::take_kept(
+                        w,
+                        cursor,
+                        source,
+                        log,
+                        &mut position,
+                        &mut taken,
+                        limit,
+                        out,
+                    );
+                    if let Stop::End = stop {
+                        *next_base = Some(h.next_offset());
+                    } else {
+                        let kept = (position, buffer);
+                        failed = Self::stopped(stop, at, &h, cursor, next_base, within, kept);
+                        break 'read;
+                    }
                 }
-                None => {
-                    let (at, h) = match log.next_batch(cursor) {
-                        Ok(Some(b)) => b,
-                        Ok(None) => break,
-                        Err(e) => {
-                            failed = Some(e);
-                            break;
-                        }
-                    };
-                    #[cfg(test)]
-                    tests::count(|c| c.checked += 1);
-                    // The base offset is outside the CRC: every batch must
-                    // hold the next offset to deliver, or it is damaged.
-                    let expected = a.next_base.is_none_or(|b| b == h.base_offset);
-                    if h.base_offset > position && position < log.start_offset() {
-                        // Retention deleted the segments between the one we
-                        // finished and this one while we read: not damage, a
-                        // reset.
-                        cursor.pos = at;
-                        skipped = true;
+            }
+            while taken < limit {
+                let (at, h) = match log.next_batch(cursor) {
+                    Ok(Some(b)) => b,
+                    Ok(None) => break,
+                    Err(e) => {
+                        failed = Some(e);
                         break;
                     }
-                    if !expected || h.base_offset > position || h.last_offset() < position {
-                        cursor.pos = at;
-                        failed = Some(cursor.seg.corrupt(at, "batch base offset out of sequence"));
-                        break;
-                    }
-                    (at, h, None)
+                };
+                #[cfg(test)]
+                tests::count(|c| c.checked += 1);
+                // The base offset is outside the CRC: every batch must hold
+                // the next offset to deliver, or it is damaged.
+                let expected = next_base.is_none_or(|b| b == h.base_offset);
+                if h.base_offset > position && position < log.start_offset() {
+                    // Retention deleted the segments between the one we
+                    // finished and this one while we read: not damage, a
+                    // reset.
+                    cursor.pos = at;
+                    skipped = true;
+                    break;
                 }
-            };
-            let bytes = cursor.seg.bytes(at, at + h.total_len());
-            // Uncompressed batches are read in place; a compressed one is
-            // decompressed once into a buffer its messages share.
-            // `take_records` is monomorphized per backing, so the
-            // uncompressed path does no per-record work for compression.
-            let (stop, state, buffer) = if h.attributes & batch::CODEC_MASK == 0 {
-                let src = match &a.source {
+                if !expected || h.base_offset > position || h.last_offset() < position {
+                    cursor.pos = at;
+                    failed = Some(cursor.seg.corrupt(at, "batch base offset out of sequence"));
+                    break;
+                }
+                let bytes = cursor.seg.bytes(at, at + h.total_len());
+                if h.attributes & batch::CODEC_MASK != 0 {
+                    // Decompressed once into a buffer its messages share.
+                    out.reserve((h.record_count as usize).min(room - taken));
+                    let (stop, buffer) = Self::take_compressed(
+                        log,
+                        bytes,
+                        &h,
+                        &mut position,
+                        &mut taken,
+                        limit,
+                        out,
+                    );
+                    if let Stop::End = stop {
+                        *next_base = Some(h.next_offset());
+                        continue;
+                    }
+                    let kept = (position, buffer);
+                    failed = Self::stopped(stop, at, &h, cursor, next_base, within, kept);
+                    break;
+                }
+                // Read in place (`take_records` is monomorphized per
+                // backing, so this path does no per-record work for
+                // compression).
+                let src = match source {
                     Some(src) if src.is_segment(&cursor.seg) => src,
-                    _ => a.source.insert(Arc::new(Source::segment(
+                    _ => source.insert(Arc::new(Source::segment(
                         log.topic(),
                         log.partition(),
                         &cursor.seg,
                     ))),
                 };
-                let mut records = match resume {
-                    Some((state, _)) => batch::Records::resume(bytes, state),
-                    None => batch::Records::new(bytes, &h),
-                };
-                let stop = Self::take_records(
-                    &mut records,
-                    at,
-                    src,
-                    &h,
-                    &mut position,
-                    &mut taken,
-                    limit,
-                    out,
-                );
-                (stop, records.state(), None)
-            } else {
-                let (state, buffer) = match resume {
-                    Some((state, buffer)) => (Some(state), buffer),
-                    None => (None, None),
-                };
-                let src = match buffer {
-                    Some(src) => Ok(src),
-                    None => Self::decompress(&log, bytes, &h),
-                };
-                match src {
-                    Ok(src) => {
-                        let section = src.buffer_bytes();
-                        let mut records = match state {
-                            Some(state) => batch::Records::resume(section, state),
-                            None => batch::Records::over_section(section, h.record_count),
-                        };
-                        let stop = Self::take_records(
-                            &mut records,
-                            0,
-                            &src,
-                            &h,
-                            &mut position,
-                            &mut taken,
-                            limit,
-                            out,
-                        );
-                        let state = records.state();
-                        (stop, state, Some(src))
-                    }
-                    Err(reason) => (Stop::Malformed(reason), (0, 0), None),
-                }
-            };
-            match stop {
-                Stop::End => {}
-                Stop::Limit => {
-                    // The next fetch goes on from here, without checking or
-                    // decoding the batch again.
-                    cursor.pos = at;
-                    a.next_base = Some(h.base_offset);
-                    a.within = Some(Within {
-                        segment: cursor.seg.base(),
-                        pos: at,
-                        header: h,
-                        records: state,
-                        next: position,
-                        buffer,
-                    });
+                out.reserve((h.record_count as usize).min(room - taken));
+                let records = batch::Records::new(bytes, &h);
+                let stop =
+                    Self::take_records(records, at, src, &h, &mut position, &mut taken, limit, out);
+                if !matches!(stop, Stop::End) {
+                    let kept = (position, None);
+                    failed = Self::stopped(stop, at, &h, cursor, next_base, within, kept);
                     break;
                 }
-                Stop::Malformed(reason) => {
-                    cursor.pos = at;
-                    a.next_base = Some(h.base_offset);
-                    failed = Some(cursor.seg.corrupt(at, reason));
-                    break;
-                }
+                *next_base = Some(h.next_offset());
             }
-            a.next_base = Some(h.next_offset());
         }
         a.position = Some(position);
         if skipped {
             a.forget_cursor();
             a.next_base = None;
             if taken == 0 {
-                return Self::fetch(a, reset, limit, out);
+                return Self::fetch(a, reset, limit, room, out);
             }
         }
         match failed {
@@ -247,14 +234,114 @@ impl Consumer {
         }
     }
 
+    /// Leaves the cursor at the batch at `at` (header `h`) that a fetch
+    /// stopped in (`stop` is not [`Stop::End`]): when its records were
+    /// taken up to the fetch's limit, keeps it in `within` with the
+    /// position and, when compressed, its records decompressed (`kept`),
+    /// so that the next fetch goes on from there without checking or
+    /// decoding it again; returns the error of a malformed one.
+    #[cold]
+    #[inline(never)]
+    fn stopped(
+        stop: Stop,
+        at: usize,
+        h: &BatchHeader,
+        cursor: &mut Cursor,
+        next_base: &mut Option<u64>,
+        within: &mut Option<Within>,
+        kept: (u64, Option<Arc<Source>>),
+    ) -> Option<Error> {
+        cursor.pos = at;
+        *next_base = Some(h.base_offset);
+        match stop {
+            Stop::End => None,
+            Stop::Limit(records) => {
+                *within = Some(Within {
+                    segment: cursor.seg.base(),
+                    pos: at,
+                    header: *h,
+                    records,
+                    next: kept.0,
+                    buffer: kept.1,
+                });
+                None
+            }
+            Stop::Malformed(reason) => Some(cursor.seg.corrupt(at, reason)),
+        }
+    }
+
+    /// Goes on with the kept batch `w` (the cursor at it) from where the
+    /// last fetch stopped, moving the cursor past it. `taken` is below
+    /// `limit`. Returns how it stopped, and the records of a compressed
+    /// batch, decompressed.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(never)]
+    fn take_kept<S: Sink>(
+        w: Within,
+        cursor: &mut Cursor,
+        source: &mut Option<Arc<Source>>,
+        log: &PartitionLog,
+        position: &mut u64,
+        taken: &mut usize,
+        limit: usize,
+        out: &mut S,
+    ) -> (Stop, Option<Arc<Source>>) {
+        let at = w.pos;
+        cursor.pos = at + w.header.total_len();
+        if let Some(buffer) = w.buffer {
+            let records = batch::Records::resume(buffer.buffer_bytes(), w.records);
+            let stop =
+                Self::take_records(records, 0, &buffer, &w.header, position, taken, limit, out);
+            (stop, Some(buffer))
+        } else {
+            let bytes = cursor.seg.bytes(at, cursor.pos);
+            let src = match source {
+                Some(src) if src.is_segment(&cursor.seg) => src,
+                _ => source.insert(Arc::new(Source::segment(
+                    log.topic(),
+                    log.partition(),
+                    &cursor.seg,
+                ))),
+            };
+            let records = batch::Records::resume(bytes, w.records);
+            let stop = Self::take_records(records, at, src, &w.header, position, taken, limit, out);
+            (stop, None)
+        }
+    }
+
+    /// Decompresses the compressed batch `bytes` (header `h`) and takes its
+    /// records (`taken` is below `limit`). Returns how it stopped, and the
+    /// records decompressed.
+    #[cold]
+    #[inline(never)]
+    fn take_compressed<S: Sink>(
+        log: &PartitionLog,
+        bytes: &[u8],
+        h: &BatchHeader,
+        position: &mut u64,
+        taken: &mut usize,
+        limit: usize,
+        out: &mut S,
+    ) -> (Stop, Option<Arc<Source>>) {
+        match Self::decompress(log, bytes, h) {
+            Ok(src) => {
+                let records = batch::Records::over_section(src.buffer_bytes(), h.record_count);
+                let stop = Self::take_records(records, 0, &src, h, position, taken, limit, out);
+                (stop, Some(src))
+            }
+            Err(reason) => (Stop::Malformed(reason), None),
+        }
+    }
+
     /// Appends the records of one batch from `position` on to `out`, until
-    /// `taken` reaches `limit` (then [`Stop::Limit`] if the batch has more,
-    /// with `records` at the first record not taken). `base` is the position
-    /// of the records' byte ranges in `backing`.
+    /// `taken` reaches `limit` (then [`Stop::Limit`] with where `records`
+    /// stand, at the first record not taken, if the batch has more).
+    /// `taken` is below `limit`; `base` is the position of the records'
+    /// byte ranges in `src`.
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     fn take_records<S: Sink>(
-        records: &mut batch::Records<'_>,
+        mut records: batch::Records<'_>,
         base: usize,
         src: &Arc<Source>,
         h: &BatchHeader,
@@ -263,17 +350,7 @@ impl Consumer {
         limit: usize,
         out: &mut S,
     ) -> Stop {
-        // Room for this batch's records at once (an empty poll allocates
-        // nothing; a batched log is not regrown record by record).
-        out.reserve((records.state().1 as usize).min(limit - *taken));
         loop {
-            if *taken == limit {
-                return if records.state().1 == 0 {
-                    Stop::End
-                } else {
-                    Stop::Limit
-                };
-            }
             let r = match records.next() {
                 Some(Ok(r)) => r,
                 Some(Err(reason)) => return Stop::Malformed(reason),
@@ -297,6 +374,14 @@ impl Consumer {
             );
             *position = offset + 1;
             *taken += 1;
+            if *taken == limit {
+                let state = records.state();
+                return if state.1 == 0 {
+                    Stop::End
+                } else {
+                    Stop::Limit(state)
+                };
+            }
         }
     }
 
@@ -350,7 +435,7 @@ impl Consumer {
                 continue;
             }
             cut = left < share;
-            let res = Self::fetch(a, reset, share.min(left), out);
+            let res = Self::fetch(a, reset, share.min(left), left, out);
             a.park();
             self.stats.skipped += std::mem::take(&mut a.skipped);
             self.stats.offset_resets += std::mem::take(&mut a.resets);

@@ -39,8 +39,9 @@ pub(super) struct Within {
 pub(super) enum Stop {
     /// The batch has no more records.
     End,
-    /// `limit` messages were taken; the batch has more.
-    Limit,
+    /// `limit` messages were taken; the batch has more, from this
+    /// [`Records::state`](crate::log::batch::Records::state) on.
+    Limit((usize, u32)),
     /// A record is malformed, or the batch's records cannot be decompressed.
     Malformed(&'static str),
 }
