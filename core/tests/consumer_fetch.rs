@@ -254,3 +254,40 @@ fn a_tailing_reader_stopped_in_a_batch_sees_what_is_appended() {
         }
     }
 }
+
+#[test]
+fn a_poll_over_two_partitions_allocates_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let b = broker(tmp.path());
+    b.create_topic("t", TopicConfig::new(8)).unwrap();
+    for p in 0..8 {
+        append(&b, "t", p, 1, 1000);
+    }
+    let mut c = b
+        .consumer(ConsumerConfig::default().max_poll_records(100))
+        .unwrap();
+    assign_all(&mut c, "t", 8);
+    for _ in 0..20 {
+        // A share of 64 from one partition and 36 from the next: the
+        // messages are stored once, in room made for the whole poll, not
+        // regrown when the second partition is reached.
+        let got = c.poll(Duration::ZERO).unwrap();
+        assert_eq!(got.len(), 100);
+        assert_eq!(got.capacity(), 100);
+        let batch = c.poll_batch(Duration::ZERO).unwrap();
+        assert_eq!(batch.len(), 100);
+        got.iter().for_each(check);
+    }
+}
+
+#[test]
+fn an_empty_poll_allocates_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let b = broker(tmp.path());
+    b.create_topic("t", TopicConfig::new(2)).unwrap();
+    let mut c = b.consumer(ConsumerConfig::default()).unwrap();
+    assign_all(&mut c, "t", 2);
+    let got = c.poll(Duration::ZERO).unwrap();
+    assert!(got.is_empty());
+    assert_eq!(got.capacity(), 0);
+}
