@@ -102,18 +102,8 @@ impl Consumer {
             a.forget_cursor();
             position = Self::resolve(a, reset)?;
         }
-        // Disjoint borrows of the partition's state (no reference counting
-        // per fetch).
-        let Assigned {
-            log,
-            cursor,
-            next_base,
-            within,
-            source,
-            ..
-        } = &mut *a;
-        let log: &PartitionLog = log;
-        let cursor = cursor.as_mut().expect("resolved");
+        let log: &PartitionLog = &a.log;
+        let cursor = a.cursor.as_mut().expect("resolved");
         let mut taken = 0;
         let mut failed = None;
         let mut skipped = false;
@@ -121,7 +111,7 @@ impl Consumer {
             // The batch the last fetch stopped in, if the cursor is still
             // at it, is finished first (it was checked, and decompressed,
             // when first read): the loop below reads whole batches.
-            if let Some(w) = within.take() {
+            if let Some(w) = a.within.take() {
                 if w.segment == cursor.seg.base()
                     && w.pos == cursor.pos
                     && w.next == position
@@ -132,7 +122,7 @@ impl Consumer {
                     let (stop, buffer) = Self::take_kept(
                         w,
                         cursor,
-                        source,
+                        &mut a.source,
                         log,
                         &mut position,
                         &mut taken,
@@ -140,10 +130,18 @@ impl Consumer {
                         out,
                     );
                     if let Stop::End = stop {
-                        *next_base = Some(h.next_offset());
+                        a.next_base = Some(h.next_offset());
                     } else {
                         let kept = (position, buffer);
-                        failed = Self::stopped(stop, at, &h, cursor, next_base, within, kept);
+                        failed = Self::stopped(
+                            stop,
+                            at,
+                            &h,
+                            cursor,
+                            &mut a.next_base,
+                            &mut a.within,
+                            kept,
+                        );
                         break 'read;
                     }
                 }
@@ -161,7 +159,7 @@ impl Consumer {
                 tests::count(|c| c.checked += 1);
                 // The base offset is outside the CRC: every batch must hold
                 // the next offset to deliver, or it is damaged.
-                let expected = next_base.is_none_or(|b| b == h.base_offset);
+                let expected = a.next_base.is_none_or(|b| b == h.base_offset);
                 if h.base_offset > position && position < log.start_offset() {
                     // Retention deleted the segments between the one we
                     // finished and this one while we read: not damage, a
@@ -189,19 +187,20 @@ impl Consumer {
                         out,
                     );
                     if let Stop::End = stop {
-                        *next_base = Some(h.next_offset());
+                        a.next_base = Some(h.next_offset());
                         continue;
                     }
                     let kept = (position, buffer);
-                    failed = Self::stopped(stop, at, &h, cursor, next_base, within, kept);
+                    failed =
+                        Self::stopped(stop, at, &h, cursor, &mut a.next_base, &mut a.within, kept);
                     break;
                 }
                 // Read in place (`take_records` is monomorphized per
                 // backing, so this path does no per-record work for
                 // compression).
-                let src = match source {
+                let src = match &a.source {
                     Some(src) if src.is_segment(&cursor.seg) => src,
-                    _ => source.insert(Arc::new(Source::segment(
+                    _ => a.source.insert(Arc::new(Source::segment(
                         log.topic(),
                         log.partition(),
                         &cursor.seg,
@@ -213,10 +212,11 @@ impl Consumer {
                     Self::take_records(records, at, src, &h, &mut position, &mut taken, limit, out);
                 if !matches!(stop, Stop::End) {
                     let kept = (position, None);
-                    failed = Self::stopped(stop, at, &h, cursor, next_base, within, kept);
+                    failed =
+                        Self::stopped(stop, at, &h, cursor, &mut a.next_base, &mut a.within, kept);
                     break;
                 }
-                *next_base = Some(h.next_offset());
+                a.next_base = Some(h.next_offset());
             }
         }
         a.position = Some(position);
