@@ -11,11 +11,12 @@ use std::sync::{Arc, Condvar, Mutex, RwLock, Weak};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use crate::background::{Pool, POOL_THREADS};
 use crate::consumer::{Consumer, ConsumerConfig, Held};
 use crate::dedup::Registry;
 use crate::error::{Error, IoContext, Result};
 use crate::group::{Group, Groups, Resume};
-use crate::log::now_ms;
+use crate::log::{now_ms, UncleanMark};
 use crate::offsets::CommittedOffset;
 use crate::producer::{Producer, ProducerConfig};
 use crate::sync;
@@ -91,6 +92,8 @@ type Stop = Arc<(Mutex<bool>, Condvar)>;
 pub(crate) struct BrokerInner {
     dir: PathBuf,
     config: Config,
+    /// What every topic's partitions share (see [`TopicOptions`]).
+    options: TopicOptions,
     lock: Mutex<Option<File>>,
     topics: RwLock<HashMap<String, Arc<Topic>>>,
     /// Serialises topic creation, deletion and growth.
@@ -217,6 +220,8 @@ impl Broker {
         let options = TopicOptions {
             prefault: config.prefault,
             file_mode: config.file_mode,
+            unclean: Arc::new(UncleanMark::open(&dir, config.file_mode)?),
+            pool: Arc::new(Pool::new(POOL_THREADS)),
         };
         let mut topics = HashMap::new();
         let mut damaged = HashMap::new();
@@ -226,7 +231,7 @@ impl Broker {
             if validate_topic_name(&name).is_err() || !entry.path().is_dir() {
                 continue;
             }
-            match Topic::open(entry.path(), options) {
+            match Topic::open(entry.path(), options.clone()) {
                 Ok(Some(t)) => {
                     topics.insert(name, Arc::new(t));
                 }
@@ -251,6 +256,7 @@ impl Broker {
             held: Mutex::new(Vec::new()),
             dir,
             config,
+            options,
             lock: Mutex::new(Some(lock)),
             topics: RwLock::new(topics),
             ddl: Mutex::new(()),
@@ -484,10 +490,7 @@ impl Drop for Broker {
 
 impl BrokerInner {
     fn topic_options(&self) -> TopicOptions {
-        TopicOptions {
-            prefault: self.config.prefault,
-            file_mode: self.config.file_mode,
-        }
+        self.options.clone()
     }
 
     fn topics_read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, Arc<Topic>>> {
@@ -673,6 +676,9 @@ impl BrokerInner {
                 let _ = h.join();
             }
         }
+        // Queued background jobs are dropped (they hold segments), running
+        // ones waited for: no thread of the broker outlives the close.
+        self.options.pool.shutdown();
         let mut first = Ok(());
         for t in self.all_topics() {
             let r = t.close();

@@ -29,6 +29,7 @@
 
 mod assign;
 mod atomic_file;
+mod background;
 mod broker;
 mod clock;
 mod consumer;

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::atomic_file::write_atomic;
 use crate::error::{Error, IoContext, Result};
-use crate::log::{batch, LogConfig, PartitionLog, RecoveryStats};
+use crate::log::{batch, LogConfig, PartitionLog, RecoveryStats, UncleanMark};
 use crate::sync;
 
 /// Version of `topic.json`.
@@ -220,10 +220,14 @@ struct TopicFile {
 }
 
 /// Options from the broker that apply to every topic.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) struct TopicOptions {
     pub prefault: bool,
     pub file_mode: u32,
+    /// The data directory's unclean mark.
+    pub unclean: Arc<UncleanMark>,
+    /// The broker's background threads.
+    pub pool: Arc<crate::background::Pool>,
 }
 
 /// A topic: its config and its partition logs.
@@ -238,7 +242,7 @@ pub(crate) struct Topic {
 }
 
 impl Topic {
-    fn log_config(config: &TopicConfig, options: TopicOptions) -> LogConfig {
+    fn log_config(config: &TopicConfig, options: &TopicOptions) -> LogConfig {
         LogConfig {
             segment_bytes: config.segment_bytes as usize,
             index_interval_bytes: config.index_interval_bytes as usize,
@@ -248,6 +252,8 @@ impl Topic {
             prefault: options.prefault,
             file_mode: options.file_mode,
             log_append_time: config.log_append_time,
+            unclean: Arc::clone(&options.unclean),
+            pool: Arc::clone(&options.pool),
         }
     }
 
@@ -270,7 +276,7 @@ impl Topic {
         name: &Arc<str>,
         dir: &Path,
         config: &TopicConfig,
-        options: TopicOptions,
+        options: &TopicOptions,
         range: std::ops::Range<u32>,
     ) -> Result<Vec<Arc<PartitionLog>>> {
         range
@@ -297,7 +303,7 @@ impl Topic {
         crate::private_dir::create_dir_all(&dir, options.file_mode)?;
         let name: Arc<str> = name.into();
         let partitions =
-            Topic::open_partitions(&name, &dir, &config, options, 0..config.partitions)?;
+            Topic::open_partitions(&name, &dir, &config, &options, 0..config.partitions)?;
         let topic = Topic {
             name,
             dir,
@@ -334,7 +340,7 @@ impl Topic {
             &name,
             &dir,
             &file.config,
-            options,
+            &options,
             0..file.config.partitions,
         )?;
         Ok(Some(Topic {
@@ -400,7 +406,7 @@ impl Topic {
             }
         }
         let added =
-            Topic::open_partitions(&self.name, &self.dir, &config, self.options, old..total)?;
+            Topic::open_partitions(&self.name, &self.dir, &config, &self.options, old..total)?;
         self.save(&config)?;
         let mut parts = sync::write(&self.partitions);
         let mut v: Vec<_> = parts.as_ref().clone();

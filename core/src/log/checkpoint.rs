@@ -8,9 +8,11 @@
 //! recovery point rather than trust the indexes. The point advances after
 //! every flush (one `pwrite`, not synced: a lost update only means a longer
 //! check), and `close` records a clean shutdown, which lets the next open
-//! skip the check. Before the first append after an open the file is
-//! rewritten as unclean and synced, so a crash after it is never mistaken
-//! for a clean shutdown.
+//! skip the check. A clean close also records the directory's session
+//! (see unclean.rs): before the first append after an open, the data
+//! directory starts a new session, once for all its partitions, so a crash
+//! after it is never mistaken for a clean shutdown (a clean point of an
+//! older session is not trusted).
 //!
 //! The file is read at open and its descriptor closed. The explicit writes
 //! (at open, before the first append, at close) open it for the write
@@ -20,9 +22,11 @@
 //! flushed since the open holds no descriptor for it, one that was holds
 //! one.
 //!
-//! Layout (24 bytes, little-endian): magic `MQRP`, version 1 (u8), clean
-//! (u8), two zero bytes, offset (u64), zero (u32), CRC32C of bytes 0..20
-//! (u32). A file that does not check out counts as "check everything".
+//! Layout (24 bytes, little-endian): magic `MQRP`, version 2 (u8), clean
+//! (u8), two zero bytes, offset (u64), session (u32), CRC32C of bytes 0..20
+//! (u32). Version 1 (written before sessions; its session bytes are zero)
+//! is read as session 0. A file that does not check out counts as "check
+//! everything", as version 2 does for a reader that knows only version 1.
 
 use std::fs::File;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
@@ -38,7 +42,9 @@ use crate::sync;
 pub(crate) const FILE: &str = "recovery.point";
 const LEN: usize = 24;
 const MAGIC: &[u8; 4] = b"MQRP";
-const VERSION: u8 = 1;
+const VERSION: u8 = 2;
+/// Recovery points written before sessions (session 0).
+const VERSION_1: u8 = 1;
 
 /// What the file says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,13 +55,19 @@ pub(crate) struct RecoveryPoint {
     pub clean: bool,
 }
 
-/// The file's bytes for `p`.
+/// The file's bytes for `p` (session 0).
 pub(crate) fn encode(p: RecoveryPoint) -> [u8; LEN] {
+    encode_session(p, 0)
+}
+
+/// The file's bytes for `p`, written in directory session `session`.
+pub(crate) fn encode_session(p: RecoveryPoint, session: u32) -> [u8; LEN] {
     let mut b = [0u8; LEN];
     b[0..4].copy_from_slice(MAGIC);
     b[4] = VERSION;
     b[5] = u8::from(p.clean);
     b[8..16].copy_from_slice(&p.offset.to_le_bytes());
+    b[16..20].copy_from_slice(&session.to_le_bytes());
     let crc = crc::crc32c(&b[..20]);
     b[20..24].copy_from_slice(&crc.to_le_bytes());
     b
@@ -64,17 +76,24 @@ pub(crate) fn encode(p: RecoveryPoint) -> [u8; LEN] {
 /// The recovery point held in a file's bytes; `None` unless they check
 /// out (size, magic, version, CRC).
 pub(crate) fn decode(b: &[u8]) -> Option<RecoveryPoint> {
-    if b.len() != LEN || &b[0..4] != MAGIC || b[4] != VERSION || b[5] > 1 {
+    decode_session(b).map(|(p, _)| p)
+}
+
+/// The recovery point held in a file's bytes and the session it was
+/// written in; `None` unless they check out.
+pub(crate) fn decode_session(b: &[u8]) -> Option<(RecoveryPoint, u32)> {
+    if b.len() != LEN || &b[0..4] != MAGIC || !matches!(b[4], VERSION | VERSION_1) || b[5] > 1 {
         return None;
     }
     let crc = u32::from_le_bytes(b[20..24].try_into().ok()?);
     if crc != crc::crc32c(&b[..20]) {
         return None;
     }
-    Some(RecoveryPoint {
+    let point = RecoveryPoint {
         offset: u64::from_le_bytes(b[8..16].try_into().ok()?),
         clean: b[5] == 1,
-    })
+    };
+    Some((point, u32::from_le_bytes(b[16..20].try_into().ok()?)))
 }
 
 /// The recovery-point file of a partition.
@@ -110,7 +129,17 @@ fn open_file(path: &Path, mode: u32) -> std::io::Result<File> {
 impl CheckpointFile {
     /// Opens (creating with `mode`) the file in `dir` and reads it: `None`
     /// when it is new, short or damaged.
+    #[cfg(test)]
     pub(crate) fn open(dir: &Path, mode: u32) -> Result<(CheckpointFile, Option<RecoveryPoint>)> {
+        let (file, point) = CheckpointFile::open_session(dir, mode)?;
+        Ok((file, point.map(|(p, _)| p)))
+    }
+
+    /// [`CheckpointFile::open`], with the session the point was written in.
+    pub(crate) fn open_session(
+        dir: &Path,
+        mode: u32,
+    ) -> Result<(CheckpointFile, Option<(RecoveryPoint, u32)>)> {
         let path = dir.join(FILE);
         let file = open_file(&path, mode).ctx(|| format!("opening {}", path.display()))?;
         let meta = file
@@ -118,13 +147,15 @@ impl CheckpointFile {
             .ctx(|| format!("reading the size of {}", path.display()))?;
         let mut b = [0u8; LEN];
         let point = if meta.is_file() && meta.len() == LEN as u64 {
-            file.read_exact_at(&mut b, 0).ok().and_then(|()| decode(&b))
+            file.read_exact_at(&mut b, 0)
+                .ok()
+                .and_then(|()| decode_session(&b))
         } else {
             None
         };
         drop(file); // opened again by the first write
         let state = Mutex::new(State {
-            written: point.map_or(0, |p| p.offset),
+            written: point.map_or(0, |(p, _)| p.offset),
             file: None,
             released: false,
         });
@@ -153,14 +184,26 @@ impl CheckpointFile {
                 offset,
                 clean: false,
             },
+            0,
             false,
         )
     }
 
     /// Records `point`; with `sync`, on disk before this returns.
     pub(crate) fn write(&self, point: RecoveryPoint, sync: bool) -> Result<()> {
+        self.write_session(point, 0, sync)
+    }
+
+    /// Records `point` as written in directory session `session` (what a
+    /// clean close records, see unclean.rs).
+    pub(crate) fn write_session(
+        &self,
+        point: RecoveryPoint,
+        session: u32,
+        sync: bool,
+    ) -> Result<()> {
         let mut st = self.lock();
-        self.write_locked(&mut st, point, sync)
+        self.write_locked(&mut st, point, session, sync)
     }
 
     /// Closes the descriptor; later writes fail with [`Error::Closed`]
@@ -175,7 +218,13 @@ impl CheckpointFile {
         sync::lock(&self.state)
     }
 
-    fn write_locked(&self, st: &mut State, point: RecoveryPoint, sync: bool) -> Result<()> {
+    fn write_locked(
+        &self,
+        st: &mut State,
+        point: RecoveryPoint,
+        session: u32,
+        sync: bool,
+    ) -> Result<()> {
         if st.released {
             return Err(Error::Closed("recovery point"));
         }
@@ -187,7 +236,7 @@ impl CheckpointFile {
                 .ctx(|| format!("opening {}", self.path.display()))?;
             &opened
         };
-        file.write_all_at(&encode(point), 0)
+        file.write_all_at(&encode_session(point, session), 0)
             .ctx(|| format!("writing {}", self.path.display()))?;
         if sync {
             faults::before_sync(&self.path, SyncKind::File)
@@ -226,6 +275,17 @@ mod tests {
         assert_eq!(decode(&b), None);
         assert_eq!(decode(&b[..10]), None);
         assert_eq!(decode(&[0u8; LEN]), None);
+        // The session round-trips; a version 1 file reads as session 0.
+        let p = RecoveryPoint {
+            offset: 9,
+            clean: true,
+        };
+        assert_eq!(decode_session(&encode_session(p, 42)), Some((p, 42)));
+        let mut v1 = encode(p);
+        v1[4] = VERSION_1;
+        let crc = crc::crc32c(&v1[..20]);
+        v1[20..24].copy_from_slice(&crc.to_le_bytes());
+        assert_eq!(decode_session(&v1), Some((p, 0)));
     }
 
     /// Progress never moves the point back, nor overwrites a clean close
