@@ -67,6 +67,20 @@ fn rss() -> u64 {
         .map_or(0, |kb| kb * 1024)
 }
 
+/// CPU time (user and system) this process used so far, in seconds: on a
+/// shared machine, less noisy than wall time.
+fn cpu() -> f64 {
+    // SAFETY: `getrusage` fills the struct it is given.
+    #[allow(unsafe_code)]
+    let ru = unsafe {
+        let mut ru: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &raw mut ru);
+        ru
+    };
+    let t = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6;
+    t(ru.ru_utime) + t(ru.ru_stime)
+}
+
 fn count_dir(path: &str) -> u64 {
     std::fs::read_dir(path).map_or(0, |d| d.count() as u64)
 }
@@ -140,9 +154,10 @@ fn child(step: &str, p: u32, dir: &Path) {
         return;
     }
     let fds0 = count_dir("/proc/self/fd");
-    let t = Instant::now();
+    let (t, c) = (Instant::now(), cpu());
     let b = Broker::open(dir, config).unwrap();
     out.push(format!("open_s={}", t.elapsed().as_secs_f64()));
+    out.push(format!("open_cpu_s={}", cpu() - c));
     out.push(format!("open_rss={}", rss().saturating_sub(base_rss)));
     out.push(format!(
         "open_fds={}",
@@ -150,7 +165,7 @@ fn child(step: &str, p: u32, dir: &Path) {
     ));
     let syncs = count_syncs(dir);
     let producer = b.producer(ProducerConfig::default()).unwrap();
-    let t = Instant::now();
+    let (t, c) = (Instant::now(), cpu());
     for (name, n) in topics(p) {
         for i in 0..n {
             producer
@@ -159,6 +174,7 @@ fn child(step: &str, p: u32, dir: &Path) {
         }
     }
     out.push(format!("send_s={}", t.elapsed().as_secs_f64()));
+    out.push(format!("send_cpu_s={}", cpu() - c));
     out.push(format!("send_syncs={}", syncs.load(Ordering::Relaxed)));
     out.push(format!("send_rss={}", rss().saturating_sub(base_rss)));
     out.push(format!("threads={}", count_dir("/proc/self/task")));
@@ -275,6 +291,8 @@ fn main() {
             let o = run_child("clean", p, &dir);
             for k in [
                 "open_s",
+                "open_cpu_s",
+                "send_cpu_s",
                 "open_rss",
                 "open_fds",
                 "send_s",
@@ -295,13 +313,15 @@ fn main() {
         }
     }
     println!(
-        "{:>6} | {:>9} | {:>9} | {:>9} | {:>5} | {:>9} | {:>6} | {:>9} | {:>7} | {:>9} | {:>9} | {:>6}",
+        "{:>6} | {:>9} | {:>8} | {:>8} | {:>9} | {:>5} | {:>8} | {:>8} | {:>5} | {:>10} | {:>7} | {:>10} | {:>10} | {:>5}",
         "P",
         "create ms",
         "open ms",
+        "open cpu",
         "open RSS",
         "fds",
         "send ms",
+        "send cpu",
         "syncs",
         "send RSS",
         "threads",
@@ -314,12 +334,14 @@ fn main() {
         let s = &samples[i];
         let ms = |k: &str| format!("{:.1}", s.median(k) * 1e3);
         println!(
-            "{p:>6} | {:>9} | {:>9} | {:>9} | {:>5} | {:>9} | {:>6} | {:>9} | {:>7} | {:>9} | {:>10} | {:>6}",
+            "{p:>6} | {:>9} | {:>8} | {:>8} | {:>9} | {:>5} | {:>8} | {:>8} | {:>5} | {:>10} | {:>7} | {:>10} | {:>10} | {:>5}",
             ms("create_s"),
             ms("open_s"),
+            ms("open_cpu_s"),
             kib(s.median("open_rss")),
             s.median("open_fds"),
             ms("send_s"),
+            ms("send_cpu_s"),
             s.median("send_syncs"),
             kib(s.median("send_rss")),
             s.median("threads"),
@@ -329,7 +351,7 @@ fn main() {
         );
     }
     println!();
-    println!("spread (min-max over runs) of the timed columns, ms:");
+    println!("spread (min-max over runs) of the timed columns, ms (cpu: user + system time of the process):");
     for (i, &p) in counts.iter().enumerate() {
         let s = &samples[i];
         let r = |k: &str| {

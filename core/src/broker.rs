@@ -15,6 +15,7 @@ use crate::background::{Pool, POOL_THREADS};
 use crate::consumer::{Consumer, ConsumerConfig, Held};
 use crate::dedup::Registry;
 use crate::error::{Error, IoContext, Result};
+use crate::files::FileCache;
 use crate::group::{Group, Groups, Resume};
 use crate::log::{now_ms, UncleanMark};
 use crate::offsets::CommittedOffset;
@@ -43,7 +44,16 @@ pub struct Config {
     /// `offset.metadata.max.bytes`); a longer one is refused with
     /// [`Error::InvalidArgument`](crate::Error::InvalidArgument).
     pub max_commit_metadata_bytes: usize,
+    /// Most descriptors the broker keeps open for its files (default
+    /// [`DEFAULT_MAX_OPEN_FILES`], like RocksDB's `max_open_files`): those
+    /// of active segments and recovery points, in a cache that closes the
+    /// least recently used and opens a file again when it is needed. Data
+    /// is read through memory maps, which need none. At least 1; 0 is
+    /// refused by [`Broker::open`] with [`Error::InvalidConfig`].
+    pub max_open_files: usize,
 }
+
+pub use crate::files::DEFAULT_MAX_OPEN_FILES;
 
 /// Default of [`Config::max_commit_metadata_bytes`]: 4 KiB, as in Kafka.
 pub const DEFAULT_MAX_COMMIT_METADATA_BYTES: usize = 4096;
@@ -55,6 +65,7 @@ impl Default for Config {
             file_mode: 0o600,
             retention_check_interval_ms: 60_000,
             max_commit_metadata_bytes: DEFAULT_MAX_COMMIT_METADATA_BYTES,
+            max_open_files: DEFAULT_MAX_OPEN_FILES,
         }
     }
 }
@@ -82,6 +93,26 @@ impl Config {
     pub fn max_commit_metadata_bytes(mut self, bytes: usize) -> Self {
         self.max_commit_metadata_bytes = bytes;
         self
+    }
+
+    /// Sets `max_open_files` (checked by [`Broker::open`]: 0 is an
+    /// [`Error::InvalidConfig`]).
+    pub fn max_open_files(mut self, n: usize) -> Self {
+        self.max_open_files = n;
+        self
+    }
+
+    /// Checks every value against its allowed range.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] naming the first value out of range.
+    pub fn validate(&self) -> Result<()> {
+        if self.max_open_files == 0 {
+            return Err(Error::InvalidConfig(
+                "max_open_files must be at least 1, got 0".into(),
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -205,9 +236,11 @@ impl Broker {
     /// exclusive lock and recovers every topic.
     ///
     /// # Errors
-    /// [`Error::Locked`] when another handle, in this process or another,
+    /// [`Error::InvalidConfig`] for a config out of range (nothing is
+    /// opened or created); [`Error::Locked`] when another handle, in this process or another,
     /// holds the directory; I/O and corruption errors from recovery.
     pub fn open(path: impl AsRef<Path>, config: Config) -> Result<Broker> {
+        config.validate()?;
         let dir = path.as_ref().to_owned();
         crate::private_dir::create_dir_all(&dir, config.file_mode)?;
         let lock = take_lock(&dir, config.file_mode)?;
@@ -222,6 +255,7 @@ impl Broker {
             file_mode: config.file_mode,
             unclean: Arc::new(UncleanMark::open(&dir, config.file_mode)?),
             pool: Arc::new(Pool::new(POOL_THREADS)),
+            files: Arc::new(FileCache::new(config.max_open_files)),
         };
         let mut topics = HashMap::new();
         let mut damaged = HashMap::new();

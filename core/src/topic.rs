@@ -219,6 +219,11 @@ struct TopicFile {
     config: TopicConfig,
 }
 
+/// Most threads opening one topic's partitions at once.
+const OPEN_THREADS: usize = 4;
+/// Partitions below which one more thread is not worth starting.
+const PARTITIONS_PER_OPEN_THREAD: usize = 64;
+
 /// Options from the broker that apply to every topic.
 #[derive(Debug, Clone)]
 pub(crate) struct TopicOptions {
@@ -228,6 +233,8 @@ pub(crate) struct TopicOptions {
     pub unclean: Arc<UncleanMark>,
     /// The broker's background threads.
     pub pool: Arc<crate::background::Pool>,
+    /// The broker's descriptor cache.
+    pub files: Arc<crate::files::FileCache>,
 }
 
 /// A topic: its config and its partition logs.
@@ -254,6 +261,7 @@ impl Topic {
             log_append_time: config.log_append_time,
             unclean: Arc::clone(&options.unclean),
             pool: Arc::clone(&options.pool),
+            files: Arc::clone(&options.files),
         }
     }
 
@@ -279,17 +287,55 @@ impl Topic {
         options: &TopicOptions,
         range: std::ops::Range<u32>,
     ) -> Result<Vec<Arc<PartitionLog>>> {
-        range
-            .map(|p| {
-                PartitionLog::open(
-                    Arc::clone(name),
-                    p,
-                    &dir.join(p.to_string()),
-                    Topic::log_config(config, options),
-                )
-                .map(Arc::new)
+        let open = |range: std::ops::Range<u32>| -> Result<Vec<Arc<PartitionLog>>> {
+            range
+                .map(|p| {
+                    PartitionLog::open(
+                        Arc::clone(name),
+                        p,
+                        &dir.join(p.to_string()),
+                        Topic::log_config(config, options),
+                    )
+                    .map(Arc::new)
+                })
+                .collect()
+        };
+        // Opening a partition is mostly system calls (a few opens, maps
+        // and reads); many are opened on several threads at once.
+        let count = range.len();
+        let threads = std::thread::available_parallelism()
+            .map_or(1, std::num::NonZero::get)
+            .min(OPEN_THREADS)
+            .min(count / PARTITIONS_PER_OPEN_THREAD)
+            .max(1);
+        if threads == 1 {
+            return open(range);
+        }
+        let per = count.div_ceil(threads) as u32;
+        let chunks: Vec<std::ops::Range<u32>> = (0..threads as u32)
+            .map(|i| {
+                let start = range.start + i * per;
+                start.min(range.end)..(start + per).min(range.end)
             })
-            .collect()
+            .collect();
+        let opened: Vec<Result<Vec<Arc<PartitionLog>>>> = std::thread::scope(|s| {
+            let handles: Vec<_> = chunks
+                .into_iter()
+                .map(|chunk| std::thread::Builder::new().spawn_scoped(s, move || open(chunk)))
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| match h {
+                    Ok(h) => h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)),
+                    Err(e) => Err(Error::io("starting a thread to open partitions", e)),
+                })
+                .collect()
+        });
+        let mut all = Vec::with_capacity(count);
+        for part in opened {
+            all.extend(part?);
+        }
+        Ok(all)
     }
 
     /// Creates the topic's directory, partitions and `topic.json` (written

@@ -15,12 +15,12 @@
 //! older session is not trusted).
 //!
 //! The file is read at open and its descriptor closed. The explicit writes
-//! (at open, before the first append, at close) open it for the write
-//! alone; the first [`CheckpointFile::advance`] (after a flush) opens it
-//! and keeps it open, as the point then advances after every flush, until
-//! [`CheckpointFile::release`] at the log's close. So a partition never
-//! flushed since the open holds no descriptor for it, one that was holds
-//! one.
+//! (after a recovery at open, at close) open it for the write alone; from
+//! the first [`CheckpointFile::advance`] (after a flush) on, as the point
+//! then advances after every flush, its descriptor is kept in the broker's
+//! descriptor cache (which may close it; the next write opens it again),
+//! until [`CheckpointFile::release`] at the log's close. So a partition
+//! never flushed since the open holds no descriptor for it.
 //!
 //! Layout (24 bytes, little-endian): magic `MQRP`, version 2 (u8), clean
 //! (u8), two zero bytes, offset (u64), session (u32), CRC32C of bytes 0..20
@@ -31,10 +31,11 @@
 use std::fs::File;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use crate::error::{Error, IoContext, Result};
 use crate::faults::{self, SyncKind};
+use crate::files::{new_file_id, FileCache};
 use crate::log::crc;
 use crate::sync;
 
@@ -101,6 +102,10 @@ pub(crate) fn decode_session(b: &[u8]) -> Option<(RecoveryPoint, u32)> {
 pub(crate) struct CheckpointFile {
     path: std::path::PathBuf,
     mode: u32,
+    /// The broker's descriptor cache, where the file's descriptor is kept
+    /// (under `id`) from the first [`CheckpointFile::advance`] on.
+    files: Arc<FileCache>,
+    id: u64,
     state: Mutex<State>,
 }
 
@@ -109,8 +114,8 @@ struct State {
     /// The offset last written: [`CheckpointFile::advance`] never moves the
     /// point back, whichever of two flushers gets here first.
     written: u64,
-    /// Open from the first write on.
-    file: Option<File>,
+    /// Whether the descriptor is kept in the cache (from the first advance).
+    kept: bool,
     /// Set by [`CheckpointFile::release`]: the file is not opened again.
     released: bool,
 }
@@ -131,14 +136,16 @@ impl CheckpointFile {
     /// when it is new, short or damaged.
     #[cfg(test)]
     pub(crate) fn open(dir: &Path, mode: u32) -> Result<(CheckpointFile, Option<RecoveryPoint>)> {
-        let (file, point) = CheckpointFile::open_session(dir, mode)?;
+        let (file, point) = CheckpointFile::open_session(dir, mode, &Arc::new(FileCache::new(4)))?;
         Ok((file, point.map(|(p, _)| p)))
     }
 
     /// [`CheckpointFile::open`], with the session the point was written in.
+    /// The descriptor, when kept, goes in `files`.
     pub(crate) fn open_session(
         dir: &Path,
         mode: u32,
+        files: &Arc<FileCache>,
     ) -> Result<(CheckpointFile, Option<(RecoveryPoint, u32)>)> {
         let path = dir.join(FILE);
         let file = open_file(&path, mode).ctx(|| format!("opening {}", path.display()))?;
@@ -156,10 +163,17 @@ impl CheckpointFile {
         drop(file); // opened again by the first write
         let state = Mutex::new(State {
             written: point.map_or(0, |(p, _)| p.offset),
-            file: None,
+            kept: false,
             released: false,
         });
-        Ok((CheckpointFile { path, mode, state }, point))
+        let file = CheckpointFile {
+            path,
+            mode,
+            files: Arc::clone(files),
+            id: new_file_id(),
+            state,
+        };
+        Ok((file, point))
     }
 
     /// Records progress after a flush: everything below `offset` is on
@@ -171,13 +185,8 @@ impl CheckpointFile {
         if offset <= st.written {
             return Ok(());
         }
-        if st.file.is_none() && !st.released {
-            // Progress is recorded after every flush: keep the file open.
-            st.file = Some(
-                open_file(&self.path, self.mode)
-                    .ctx(|| format!("opening {}", self.path.display()))?,
-            );
-        }
+        // Progress is recorded after every flush: keep the file open.
+        st.kept = true;
         self.write_locked(
             &mut st,
             RecoveryPoint {
@@ -211,7 +220,8 @@ impl CheckpointFile {
     pub(crate) fn release(&self) {
         let mut st = self.lock();
         st.released = true;
-        st.file = None;
+        st.kept = false;
+        self.files.remove(self.id);
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -228,14 +238,13 @@ impl CheckpointFile {
         if st.released {
             return Err(Error::Closed("recovery point"));
         }
-        let opened;
-        let file = if let Some(f) = &st.file {
-            f
+        let open = || open_file(&self.path, self.mode);
+        let file = if st.kept {
+            self.files.get(self.id, open)
         } else {
-            opened = open_file(&self.path, self.mode)
-                .ctx(|| format!("opening {}", self.path.display()))?;
-            &opened
-        };
+            open().map(Arc::new)
+        }
+        .ctx(|| format!("opening {}", self.path.display()))?;
         file.write_all_at(&encode_session(point, session), 0)
             .ctx(|| format!("writing {}", self.path.display()))?;
         if sync {
@@ -246,6 +255,12 @@ impl CheckpointFile {
         }
         st.written = point.offset;
         Ok(())
+    }
+}
+
+impl Drop for CheckpointFile {
+    fn drop(&mut self) {
+        self.files.remove(self.id);
     }
 }
 

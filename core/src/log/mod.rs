@@ -26,6 +26,7 @@ use std::time::Instant;
 use crate::background::{self, Pending, Pool};
 use crate::dedup::{self, Idempotence, ProducerTable, SequenceCheck};
 use crate::error::{Error, Result};
+use crate::files::FileCache;
 use crate::sync;
 use crate::sync::lock;
 use batch::{
@@ -61,6 +62,8 @@ pub(crate) struct LogConfig {
     /// The broker's background threads (page faulting, writing ahead,
     /// preparing the next segment).
     pub pool: Arc<Pool>,
+    /// The broker's descriptor cache.
+    pub files: Arc<FileCache>,
 }
 
 impl LogConfig {
@@ -69,6 +72,7 @@ impl LogConfig {
             log_bytes: self.segment_bytes,
             index_entries: self.segment_bytes / self.index_interval_bytes + 2,
             mode: self.file_mode,
+            files: Arc::clone(&self.files),
         }
     }
 
@@ -364,6 +368,11 @@ fn with_scratch<R>(len: usize, f: impl FnOnce(&mut [u8]) -> R) -> R {
 /// Bytes of a segment faulted in ahead of its writer at a time
 /// ([`PartitionLog::prefault_ahead`]).
 const POPULATE_WINDOW: usize = 8 << 20;
+/// Bytes a segment holds before pages are faulted in ahead of its writer:
+/// a partition that gets a message now and then faults in its own few
+/// pages rather than a window it may never fill (with many partitions,
+/// that window was most of the process's memory).
+const POPULATE_AFTER: usize = 16 << 10;
 
 impl PartitionLog {
     /// The topic name.
@@ -701,8 +710,8 @@ impl PartitionLog {
     }
 
     /// Background page faulting, a window at a time: the first
-    /// [`POPULATE_WINDOW`] of the active segment on its first append (idle
-    /// partitions cost no memory), the next window once the writer is half
+    /// [`POPULATE_WINDOW`] of the active segment once it holds
+    /// [`POPULATE_AFTER`] bytes (idle partitions cost no memory), the next window once the writer is half
     /// way into the last one, and the next segment (its first window) once
     /// the active one is half full. Windows stop at the file's allocated
     /// length (the file is grown first, in the writer, by
@@ -719,7 +728,9 @@ impl PartitionLog {
     #[inline]
     fn prefault_ahead(&self, w: &mut Writer) {
         let (end, cap, allocated) = (w.active.end(), w.active.capacity(), w.active.allocated());
-        let window_due = w.populated_to < allocated && end + POPULATE_WINDOW / 2 >= w.populated_to;
+        let window_due = end >= POPULATE_AFTER
+            && w.populated_to < allocated
+            && end + POPULATE_WINDOW / 2 >= w.populated_to;
         let prepare_due = !w.prepare_requested && end > cap / 2;
         if !window_due && !prepare_due {
             return;

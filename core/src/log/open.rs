@@ -44,7 +44,8 @@ impl PartitionLog {
         let sizes = config.sizes();
         let mut segments = Vec::with_capacity(bases.len().max(1));
         let mut recovery = RecoveryStats::default();
-        let (checkpoint, point) = CheckpointFile::open_session(dir, config.file_mode)?;
+        let (checkpoint, point) =
+            CheckpointFile::open_session(dir, config.file_mode, &config.files)?;
         // After an unclean shutdown, every batch from the recovery point on
         // is checked (see checkpoint.rs): `None` after a clean one, in the
         // directory's last session (see unclean.rs).
