@@ -30,8 +30,9 @@ pub const LOCK_FILE: &str = "LOCK";
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
     /// Fault in segment pages in the background before the writer reaches
-    /// them (default true): the active segment from a partition's first
-    /// append, the next one once the active one is half full.
+    /// them (default true): the active segment once it holds 16 KiB, the
+    /// next one once the active one is half full. The work runs on the
+    /// broker's two background threads, shared by every partition.
     pub prefault: bool,
     /// Unix permission bits of created data files (default `0o600`).
     pub file_mode: u32,
