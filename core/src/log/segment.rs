@@ -312,10 +312,13 @@ impl Segment {
         )?;
         let open_index = |ext, width| {
             let path = segment_path(dir, base, ext);
-            if path.exists() {
-                IndexFile::open_active(&path, width, sizes.index_entries)
-            } else {
-                IndexFile::create(&path, width, sizes.index_entries, sizes.mode)
+            // Opened first, created only when missing: one system call
+            // fewer per index at every open.
+            match IndexFile::open_active(&path, width, sizes.index_entries) {
+                Err(e) if is_not_found(&e) => {
+                    IndexFile::create(&path, width, sizes.index_entries, sizes.mode)
+                }
+                r => r,
             }
         };
         let (mut index, index_token) = open_index("idx", OFFSET_ENTRY)?;
