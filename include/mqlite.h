@@ -1203,6 +1203,21 @@ enum mql_status mql_config_set_max_commit_metadata_bytes(struct mql_config *conf
                                                          size_t max_bytes);
 
 /**
+ * Most descriptors the data directory keeps open for its files (default
+ * 256, like RocksDB's `max_open_files`): those of active segments and
+ * recovery points, in a cache that closes the least recently used and
+ * opens a file again when it is needed (data is read through memory maps,
+ * which need none). At least 1: 0 fails with `MQL_INVALID_CONFIG` and
+ * changes nothing.
+ *
+ * Ownership: borrows `config` for the call; the caller still owns it.
+ *
+ * # Safety
+ * `config` is NULL or a live config not used by another thread meanwhile.
+ */
+enum mql_status mql_config_set_max_open_files(struct mql_config *config, size_t max_open_files);
+
+/**
  * Makes a topic config with `partitions` partitions (1 to 100,000, else
  * `MQL_INVALID_CONFIG`) and defaults for the rest: 64 MiB segments, no
  * retention limit, 1 MiB largest message. The other values are checked by

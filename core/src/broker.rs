@@ -11,11 +11,13 @@ use std::sync::{Arc, Condvar, Mutex, RwLock, Weak};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use crate::background::{Pool, POOL_THREADS};
 use crate::consumer::{Consumer, ConsumerConfig, Held};
 use crate::dedup::Registry;
 use crate::error::{Error, IoContext, Result};
+use crate::files::FileCache;
 use crate::group::{Group, Groups, Resume};
-use crate::log::now_ms;
+use crate::log::{now_ms, UncleanMark};
 use crate::offsets::CommittedOffset;
 use crate::producer::{Producer, ProducerConfig};
 use crate::sync;
@@ -28,8 +30,9 @@ pub const LOCK_FILE: &str = "LOCK";
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
     /// Fault in segment pages in the background before the writer reaches
-    /// them (default true): the active segment from a partition's first
-    /// append, the next one once the active one is half full.
+    /// them (default true): the active segment once it holds 16 KiB, the
+    /// next one once the active one is half full. The work runs on the
+    /// broker's two background threads, shared by every partition.
     pub prefault: bool,
     /// Unix permission bits of created data files (default `0o600`).
     pub file_mode: u32,
@@ -42,7 +45,16 @@ pub struct Config {
     /// `offset.metadata.max.bytes`); a longer one is refused with
     /// [`Error::InvalidArgument`](crate::Error::InvalidArgument).
     pub max_commit_metadata_bytes: usize,
+    /// Most descriptors the broker keeps open for its files (default
+    /// [`DEFAULT_MAX_OPEN_FILES`], like RocksDB's `max_open_files`): those
+    /// of active segments and recovery points, in a cache that closes the
+    /// least recently used and opens a file again when it is needed. Data
+    /// is read through memory maps, which need none. At least 1; 0 is
+    /// refused by [`Broker::open`] with [`Error::InvalidConfig`].
+    pub max_open_files: usize,
 }
+
+pub use crate::files::DEFAULT_MAX_OPEN_FILES;
 
 /// Default of [`Config::max_commit_metadata_bytes`]: 4 KiB, as in Kafka.
 pub const DEFAULT_MAX_COMMIT_METADATA_BYTES: usize = 4096;
@@ -54,6 +66,7 @@ impl Default for Config {
             file_mode: 0o600,
             retention_check_interval_ms: 60_000,
             max_commit_metadata_bytes: DEFAULT_MAX_COMMIT_METADATA_BYTES,
+            max_open_files: DEFAULT_MAX_OPEN_FILES,
         }
     }
 }
@@ -82,6 +95,26 @@ impl Config {
         self.max_commit_metadata_bytes = bytes;
         self
     }
+
+    /// Sets `max_open_files` (checked by [`Broker::open`]: 0 is an
+    /// [`Error::InvalidConfig`]).
+    pub fn max_open_files(mut self, n: usize) -> Self {
+        self.max_open_files = n;
+        self
+    }
+
+    /// Checks every value against its allowed range.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] naming the first value out of range.
+    pub fn validate(&self) -> Result<()> {
+        if self.max_open_files == 0 {
+            return Err(Error::InvalidConfig(
+                "max_open_files must be at least 1, got 0".into(),
+            ));
+        }
+        Ok(())
+    }
 }
 
 type Stop = Arc<(Mutex<bool>, Condvar)>;
@@ -91,6 +124,8 @@ type Stop = Arc<(Mutex<bool>, Condvar)>;
 pub(crate) struct BrokerInner {
     dir: PathBuf,
     config: Config,
+    /// What every topic's partitions share (see [`TopicOptions`]).
+    options: TopicOptions,
     lock: Mutex<Option<File>>,
     topics: RwLock<HashMap<String, Arc<Topic>>>,
     /// Serialises topic creation, deletion and growth.
@@ -202,9 +237,11 @@ impl Broker {
     /// exclusive lock and recovers every topic.
     ///
     /// # Errors
-    /// [`Error::Locked`] when another handle, in this process or another,
+    /// [`Error::InvalidConfig`] for a config out of range (nothing is
+    /// opened or created); [`Error::Locked`] when another handle, in this process or another,
     /// holds the directory; I/O and corruption errors from recovery.
     pub fn open(path: impl AsRef<Path>, config: Config) -> Result<Broker> {
+        config.validate()?;
         let dir = path.as_ref().to_owned();
         crate::private_dir::create_dir_all(&dir, config.file_mode)?;
         let lock = take_lock(&dir, config.file_mode)?;
@@ -217,6 +254,9 @@ impl Broker {
         let options = TopicOptions {
             prefault: config.prefault,
             file_mode: config.file_mode,
+            unclean: Arc::new(UncleanMark::open(&dir, config.file_mode)?),
+            pool: Arc::new(Pool::new(POOL_THREADS)),
+            files: Arc::new(FileCache::new(config.max_open_files)),
         };
         let mut topics = HashMap::new();
         let mut damaged = HashMap::new();
@@ -226,7 +266,7 @@ impl Broker {
             if validate_topic_name(&name).is_err() || !entry.path().is_dir() {
                 continue;
             }
-            match Topic::open(entry.path(), options) {
+            match Topic::open(entry.path(), options.clone()) {
                 Ok(Some(t)) => {
                     topics.insert(name, Arc::new(t));
                 }
@@ -251,6 +291,7 @@ impl Broker {
             held: Mutex::new(Vec::new()),
             dir,
             config,
+            options,
             lock: Mutex::new(Some(lock)),
             topics: RwLock::new(topics),
             ddl: Mutex::new(()),
@@ -484,10 +525,7 @@ impl Drop for Broker {
 
 impl BrokerInner {
     fn topic_options(&self) -> TopicOptions {
-        TopicOptions {
-            prefault: self.config.prefault,
-            file_mode: self.config.file_mode,
-        }
+        self.options.clone()
     }
 
     fn topics_read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, Arc<Topic>>> {
@@ -673,6 +711,9 @@ impl BrokerInner {
                 let _ = h.join();
             }
         }
+        // Queued background jobs are dropped (they hold segments), running
+        // ones waited for: no thread of the broker outlives the close.
+        self.options.pool.shutdown();
         let mut first = Ok(());
         for t in self.all_topics() {
             let r = t.close();

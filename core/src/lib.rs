@@ -29,6 +29,7 @@
 
 mod assign;
 mod atomic_file;
+mod background;
 mod broker;
 mod clock;
 mod consumer;
@@ -36,6 +37,7 @@ mod dedup;
 mod error;
 #[doc(hidden)]
 pub mod faults;
+mod files;
 mod group;
 pub mod log;
 mod message;
@@ -55,7 +57,8 @@ pub use assign::{
     TopicPartition, DEFAULT_VIRTUAL_NODES,
 };
 pub use broker::{
-    Broker, Config, GroupInfo, GroupMember, DEFAULT_MAX_COMMIT_METADATA_BYTES, LOCK_FILE,
+    Broker, Config, GroupInfo, GroupMember, DEFAULT_MAX_COMMIT_METADATA_BYTES,
+    DEFAULT_MAX_OPEN_FILES, LOCK_FILE,
 };
 pub use consumer::{
     Consumer, ConsumerConfig, ConsumerStats, ConsumerWaker, OffsetReset, RebalanceContext,

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::atomic_file::write_atomic;
 use crate::error::{Error, IoContext, Result};
-use crate::log::{batch, LogConfig, PartitionLog, RecoveryStats};
+use crate::log::{batch, LogConfig, PartitionLog, RecoveryStats, UncleanMark};
 use crate::sync;
 
 /// Version of `topic.json`.
@@ -219,11 +219,22 @@ struct TopicFile {
     config: TopicConfig,
 }
 
+/// Most threads opening one topic's partitions at once.
+const OPEN_THREADS: usize = 4;
+/// Partitions below which one more thread is not worth starting.
+const PARTITIONS_PER_OPEN_THREAD: usize = 64;
+
 /// Options from the broker that apply to every topic.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) struct TopicOptions {
     pub prefault: bool,
     pub file_mode: u32,
+    /// The data directory's unclean mark.
+    pub unclean: Arc<UncleanMark>,
+    /// The broker's background threads.
+    pub pool: Arc<crate::background::Pool>,
+    /// The broker's descriptor cache.
+    pub files: Arc<crate::files::FileCache>,
 }
 
 /// A topic: its config and its partition logs.
@@ -238,7 +249,7 @@ pub(crate) struct Topic {
 }
 
 impl Topic {
-    fn log_config(config: &TopicConfig, options: TopicOptions) -> LogConfig {
+    fn log_config(config: &TopicConfig, options: &TopicOptions) -> LogConfig {
         LogConfig {
             segment_bytes: config.segment_bytes as usize,
             index_interval_bytes: config.index_interval_bytes as usize,
@@ -248,6 +259,9 @@ impl Topic {
             prefault: options.prefault,
             file_mode: options.file_mode,
             log_append_time: config.log_append_time,
+            unclean: Arc::clone(&options.unclean),
+            pool: Arc::clone(&options.pool),
+            files: Arc::clone(&options.files),
         }
     }
 
@@ -270,20 +284,58 @@ impl Topic {
         name: &Arc<str>,
         dir: &Path,
         config: &TopicConfig,
-        options: TopicOptions,
+        options: &TopicOptions,
         range: std::ops::Range<u32>,
     ) -> Result<Vec<Arc<PartitionLog>>> {
-        range
-            .map(|p| {
-                PartitionLog::open(
-                    Arc::clone(name),
-                    p,
-                    &dir.join(p.to_string()),
-                    Topic::log_config(config, options),
-                )
-                .map(Arc::new)
+        let open = |range: std::ops::Range<u32>| -> Result<Vec<Arc<PartitionLog>>> {
+            range
+                .map(|p| {
+                    PartitionLog::open(
+                        Arc::clone(name),
+                        p,
+                        &dir.join(p.to_string()),
+                        Topic::log_config(config, options),
+                    )
+                    .map(Arc::new)
+                })
+                .collect()
+        };
+        // Opening a partition is mostly system calls (a few opens, maps
+        // and reads); many are opened on several threads at once.
+        let count = range.len();
+        let threads = std::thread::available_parallelism()
+            .map_or(1, std::num::NonZero::get)
+            .min(OPEN_THREADS)
+            .min(count / PARTITIONS_PER_OPEN_THREAD)
+            .max(1);
+        if threads == 1 {
+            return open(range);
+        }
+        let per = count.div_ceil(threads) as u32;
+        let chunks: Vec<std::ops::Range<u32>> = (0..threads as u32)
+            .map(|i| {
+                let start = range.start + i * per;
+                start.min(range.end)..(start + per).min(range.end)
             })
-            .collect()
+            .collect();
+        let opened: Vec<Result<Vec<Arc<PartitionLog>>>> = std::thread::scope(|s| {
+            let handles: Vec<_> = chunks
+                .into_iter()
+                .map(|chunk| std::thread::Builder::new().spawn_scoped(s, move || open(chunk)))
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| match h {
+                    Ok(h) => h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)),
+                    Err(e) => Err(Error::io("starting a thread to open partitions", e)),
+                })
+                .collect()
+        });
+        let mut all = Vec::with_capacity(count);
+        for part in opened {
+            all.extend(part?);
+        }
+        Ok(all)
     }
 
     /// Creates the topic's directory, partitions and `topic.json` (written
@@ -297,7 +349,7 @@ impl Topic {
         crate::private_dir::create_dir_all(&dir, options.file_mode)?;
         let name: Arc<str> = name.into();
         let partitions =
-            Topic::open_partitions(&name, &dir, &config, options, 0..config.partitions)?;
+            Topic::open_partitions(&name, &dir, &config, &options, 0..config.partitions)?;
         let topic = Topic {
             name,
             dir,
@@ -334,7 +386,7 @@ impl Topic {
             &name,
             &dir,
             &file.config,
-            options,
+            &options,
             0..file.config.partitions,
         )?;
         Ok(Some(Topic {
@@ -400,7 +452,7 @@ impl Topic {
             }
         }
         let added =
-            Topic::open_partitions(&self.name, &self.dir, &config, self.options, old..total)?;
+            Topic::open_partitions(&self.name, &self.dir, &config, &self.options, old..total)?;
         self.save(&config)?;
         let mut parts = sync::write(&self.partitions);
         let mut v: Vec<_> = parts.as_ref().clone();

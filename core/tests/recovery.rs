@@ -78,6 +78,9 @@ struct Fixture {
     tix: Vec<u8>,
     /// The partition's recovery point file as the clean close left it.
     point: Vec<u8>,
+    /// The data directory's session file (`recovery.session`) as the clean
+    /// close left it: a clean point counts only in the session it names.
+    session: Vec<u8>,
     /// The batches of the active segment.
     spans: Vec<Span>,
 }
@@ -115,6 +118,7 @@ impl Fixture {
             "the active segment should hold several batches"
         );
         assert_eq!(spans.last().unwrap().next, count);
+        let session = std::fs::read(dir.join("recovery.session")).unwrap();
         Fixture {
             _tmp: tmp,
             dir,
@@ -123,6 +127,7 @@ impl Fixture {
             idx: std::fs::read(log_path.with_extension("idx")).unwrap(),
             tix: std::fs::read(log_path.with_extension("tix")).unwrap(),
             point: std::fs::read(log_path.with_file_name("recovery.point")).unwrap(),
+            session,
             log_path,
             log,
             spans,
@@ -141,6 +146,7 @@ impl Fixture {
         std::fs::write(self.log_path.with_extension("idx"), &self.idx).unwrap();
         std::fs::write(self.log_path.with_extension("tix"), &self.tix).unwrap();
         std::fs::write(self.log_path.with_file_name("recovery.point"), &self.point).unwrap();
+        std::fs::write(self.dir.join("recovery.session"), &self.session).unwrap();
         for q in self.quarantined() {
             std::fs::remove_file(q).unwrap();
         }

@@ -143,6 +143,33 @@ pub unsafe extern "C" fn mql_config_set_max_commit_metadata_bytes(
     set!(config, max_commit_metadata_bytes = max_bytes)
 }
 
+/// Most descriptors the data directory keeps open for its files (default
+/// 256, like RocksDB's `max_open_files`): those of active segments and
+/// recovery points, in a cache that closes the least recently used and
+/// opens a file again when it is needed (data is read through memory maps,
+/// which need none). At least 1: 0 fails with `MQL_INVALID_CONFIG` and
+/// changes nothing.
+///
+/// Ownership: borrows `config` for the call; the caller still owns it.
+///
+/// # Safety
+/// `config` is NULL or a live config not used by another thread meanwhile.
+#[no_mangle]
+pub unsafe extern "C" fn mql_config_set_max_open_files(
+    config: *mut mql_config,
+    max_open_files: usize,
+) -> mql_status {
+    set!(
+        config,
+        max_open_files = {
+            Config::default()
+                .max_open_files(max_open_files)
+                .validate()?;
+            max_open_files
+        }
+    )
+}
+
 /// Configuration of a topic, for `mql_topic_create`.
 pub struct mql_topic_config {
     pub(crate) inner: TopicConfig,

@@ -190,6 +190,7 @@ def open(  # noqa: A001 - shadows the builtin on purpose, like gzip.open
     file_mode: int = 0o600,
     retention_check_interval_ms: int = 60_000,
     max_commit_metadata_bytes: int = 4096,
+    max_open_files: int = 256,
 ) -> Broker:
     """Opens (creating if needed) the data directory at ``path``.
 
@@ -207,6 +208,10 @@ def open(  # noqa: A001 - shadows the builtin on purpose, like gzip.open
         max_commit_metadata_bytes: Largest metadata string a commit may
             carry (Kafka's ``offset.metadata.max.bytes``); a longer one
             raises ``mqlite.InvalidArgument`` and commits nothing.
+        max_open_files: Most descriptors the broker keeps open for its files
+            (like RocksDB's ``max_open_files``): active segments and recovery
+            points, in a cache that closes the least recently used and opens
+            a file again when it is needed. At least 1.
 
     Returns:
         Broker: The open data directory.
@@ -216,6 +221,7 @@ def open(  # noqa: A001 - shadows the builtin on purpose, like gzip.open
             directory; the message names the holder.
         mqlite.InvalidArgument: ``path`` is empty or holds a NUL byte, or
             ``file_mode`` or the interval is out of range.
+        mqlite.InvalidConfig: ``max_open_files`` is 0.
         mqlite.IoError: The directory cannot be created or read.
         mqlite.Corrupt: A topic's metadata is unreadable.
     """
@@ -225,4 +231,5 @@ def open(  # noqa: A001 - shadows the builtin on purpose, like gzip.open
         file_mode=file_mode,
         retention_check_interval_ms=retention_check_interval_ms,
         max_commit_metadata_bytes=max_commit_metadata_bytes,
+        max_open_files=max_open_files,
     )

@@ -438,6 +438,7 @@ class Broker:
         file_mode: int = 0o600,
         retention_check_interval_ms: int = 60000,
         max_commit_metadata_bytes: int = 4096,
+        max_open_files: int = 256,
     ) -> Self: ...
     @property
     def path(self) -> str: ...

@@ -31,12 +31,17 @@ use crate::util::{arg_u32, config_u32, config_u64};
 ///     max_commit_metadata_bytes: Largest metadata string a commit may
 ///         carry (Kafka's `offset.metadata.max.bytes`); a longer one raises
 ///         `mqlite.InvalidArgument` and commits nothing.
+///     max_open_files: Most descriptors the broker keeps open for its files
+///         (like RocksDB's `max_open_files`): active segments and recovery
+///         points, in a cache that closes the least recently used and opens
+///         a file again when it is needed. At least 1.
 ///
 /// Raises:
 ///     mqlite.Locked: Another handle, in this process or another, holds the
 ///         directory; the message names the holder.
 ///     mqlite.InvalidArgument: `path` is empty or holds a NUL byte, or
 ///         `file_mode` or the interval is out of range.
+///     mqlite.InvalidConfig: `max_open_files` is 0.
 ///     mqlite.IoError: The directory cannot be created or read.
 ///     mqlite.Corrupt: A topic's metadata is unreadable.
 ///
@@ -122,8 +127,9 @@ impl Broker {
     #[new]
     #[pyo3(
         signature = (path, *, prefault = true, file_mode = 0o600, retention_check_interval_ms = 60_000,
-                     max_commit_metadata_bytes = mqlite::DEFAULT_MAX_COMMIT_METADATA_BYTES as i64),
-        text_signature = "(path, *, prefault=True, file_mode=0o600, retention_check_interval_ms=60000, max_commit_metadata_bytes=4096)"
+                     max_commit_metadata_bytes = mqlite::DEFAULT_MAX_COMMIT_METADATA_BYTES as i64,
+                     max_open_files = mqlite::DEFAULT_MAX_OPEN_FILES as i64),
+        text_signature = "(path, *, prefault=True, file_mode=0o600, retention_check_interval_ms=60000, max_commit_metadata_bytes=4096, max_open_files=256)"
     )]
     fn new(
         py: Python<'_>,
@@ -132,6 +138,7 @@ impl Broker {
         file_mode: i64,
         retention_check_interval_ms: i64,
         max_commit_metadata_bytes: i64,
+        max_open_files: i64,
     ) -> PyResult<Self> {
         if path.as_os_str().is_empty() {
             return Err(invalid_argument(py, "path must not be empty"));
@@ -167,11 +174,18 @@ impl Broker {
                 ),
             )
         })?;
+        let max_open_files = usize::try_from(max_open_files).map_err(|_| {
+            invalid_argument(
+                py,
+                format!("max_open_files must not be negative, got {max_open_files}"),
+            )
+        })?;
         let config = mqlite::Config::default()
             .prefault(prefault)
             .file_mode(file_mode as u32)
             .retention_check_interval_ms(interval)
-            .max_commit_metadata_bytes(max_metadata);
+            .max_commit_metadata_bytes(max_metadata)
+            .max_open_files(max_open_files);
         // Recovery logs what it repairs: with the level configured now,
         // and delivered to `logging` before the broker is returned.
         crate::log::refresh_level(py);

@@ -8,29 +8,34 @@
 //! recovery point rather than trust the indexes. The point advances after
 //! every flush (one `pwrite`, not synced: a lost update only means a longer
 //! check), and `close` records a clean shutdown, which lets the next open
-//! skip the check. Before the first append after an open the file is
-//! rewritten as unclean and synced, so a crash after it is never mistaken
-//! for a clean shutdown.
+//! skip the check. A clean close also records the directory's session
+//! (see unclean.rs): before the first append after an open, the data
+//! directory starts a new session, once for all its partitions, so a crash
+//! after it is never mistaken for a clean shutdown (a clean point of an
+//! older session is not trusted).
 //!
 //! The file is read at open and its descriptor closed. The explicit writes
-//! (at open, before the first append, at close) open it for the write
-//! alone; the first [`CheckpointFile::advance`] (after a flush) opens it
-//! and keeps it open, as the point then advances after every flush, until
-//! [`CheckpointFile::release`] at the log's close. So a partition never
-//! flushed since the open holds no descriptor for it, one that was holds
-//! one.
+//! (after a recovery at open, at close) open it for the write alone; from
+//! the first [`CheckpointFile::advance`] (after a flush) on, as the point
+//! then advances after every flush, its descriptor is kept in the broker's
+//! descriptor cache (which may close it; the next write opens it again),
+//! until [`CheckpointFile::release`] at the log's close. So a partition
+//! never flushed since the open holds no descriptor for it.
 //!
-//! Layout (24 bytes, little-endian): magic `MQRP`, version 1 (u8), clean
-//! (u8), two zero bytes, offset (u64), zero (u32), CRC32C of bytes 0..20
-//! (u32). A file that does not check out counts as "check everything".
+//! Layout (24 bytes, little-endian): magic `MQRP`, version 2 (u8), clean
+//! (u8), two zero bytes, offset (u64), session (u32), CRC32C of bytes 0..20
+//! (u32). Version 1 (written before sessions; its session bytes are zero)
+//! is read as session 0. A file that does not check out counts as "check
+//! everything", as version 2 does for a reader that knows only version 1.
 
 use std::fs::File;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use crate::error::{Error, IoContext, Result};
 use crate::faults::{self, SyncKind};
+use crate::files::{new_file_id, FileCache};
 use crate::log::crc;
 use crate::sync;
 
@@ -38,7 +43,9 @@ use crate::sync;
 pub(crate) const FILE: &str = "recovery.point";
 const LEN: usize = 24;
 const MAGIC: &[u8; 4] = b"MQRP";
-const VERSION: u8 = 1;
+const VERSION: u8 = 2;
+/// Recovery points written before sessions (session 0).
+const VERSION_1: u8 = 1;
 
 /// What the file says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,13 +56,19 @@ pub(crate) struct RecoveryPoint {
     pub clean: bool,
 }
 
-/// The file's bytes for `p`.
+/// The file's bytes for `p` (session 0).
 pub(crate) fn encode(p: RecoveryPoint) -> [u8; LEN] {
+    encode_session(p, 0)
+}
+
+/// The file's bytes for `p`, written in directory session `session`.
+pub(crate) fn encode_session(p: RecoveryPoint, session: u32) -> [u8; LEN] {
     let mut b = [0u8; LEN];
     b[0..4].copy_from_slice(MAGIC);
     b[4] = VERSION;
     b[5] = u8::from(p.clean);
     b[8..16].copy_from_slice(&p.offset.to_le_bytes());
+    b[16..20].copy_from_slice(&session.to_le_bytes());
     let crc = crc::crc32c(&b[..20]);
     b[20..24].copy_from_slice(&crc.to_le_bytes());
     b
@@ -64,17 +77,24 @@ pub(crate) fn encode(p: RecoveryPoint) -> [u8; LEN] {
 /// The recovery point held in a file's bytes; `None` unless they check
 /// out (size, magic, version, CRC).
 pub(crate) fn decode(b: &[u8]) -> Option<RecoveryPoint> {
-    if b.len() != LEN || &b[0..4] != MAGIC || b[4] != VERSION || b[5] > 1 {
+    decode_session(b).map(|(p, _)| p)
+}
+
+/// The recovery point held in a file's bytes and the session it was
+/// written in; `None` unless they check out.
+pub(crate) fn decode_session(b: &[u8]) -> Option<(RecoveryPoint, u32)> {
+    if b.len() != LEN || &b[0..4] != MAGIC || !matches!(b[4], VERSION | VERSION_1) || b[5] > 1 {
         return None;
     }
     let crc = u32::from_le_bytes(b[20..24].try_into().ok()?);
     if crc != crc::crc32c(&b[..20]) {
         return None;
     }
-    Some(RecoveryPoint {
+    let point = RecoveryPoint {
         offset: u64::from_le_bytes(b[8..16].try_into().ok()?),
         clean: b[5] == 1,
-    })
+    };
+    Some((point, u32::from_le_bytes(b[16..20].try_into().ok()?)))
 }
 
 /// The recovery-point file of a partition.
@@ -82,6 +102,10 @@ pub(crate) fn decode(b: &[u8]) -> Option<RecoveryPoint> {
 pub(crate) struct CheckpointFile {
     path: std::path::PathBuf,
     mode: u32,
+    /// The broker's descriptor cache, where the file's descriptor is kept
+    /// (under `id`) from the first [`CheckpointFile::advance`] on.
+    files: Arc<FileCache>,
+    id: u64,
     state: Mutex<State>,
 }
 
@@ -90,8 +114,8 @@ struct State {
     /// The offset last written: [`CheckpointFile::advance`] never moves the
     /// point back, whichever of two flushers gets here first.
     written: u64,
-    /// Open from the first write on.
-    file: Option<File>,
+    /// Whether the descriptor is kept in the cache (from the first advance).
+    kept: bool,
     /// Set by [`CheckpointFile::release`]: the file is not opened again.
     released: bool,
 }
@@ -110,7 +134,19 @@ fn open_file(path: &Path, mode: u32) -> std::io::Result<File> {
 impl CheckpointFile {
     /// Opens (creating with `mode`) the file in `dir` and reads it: `None`
     /// when it is new, short or damaged.
+    #[cfg(test)]
     pub(crate) fn open(dir: &Path, mode: u32) -> Result<(CheckpointFile, Option<RecoveryPoint>)> {
+        let (file, point) = CheckpointFile::open_session(dir, mode, &Arc::new(FileCache::new(4)))?;
+        Ok((file, point.map(|(p, _)| p)))
+    }
+
+    /// [`CheckpointFile::open`], with the session the point was written in.
+    /// The descriptor, when kept, goes in `files`.
+    pub(crate) fn open_session(
+        dir: &Path,
+        mode: u32,
+        files: &Arc<FileCache>,
+    ) -> Result<(CheckpointFile, Option<(RecoveryPoint, u32)>)> {
         let path = dir.join(FILE);
         let file = open_file(&path, mode).ctx(|| format!("opening {}", path.display()))?;
         let meta = file
@@ -118,17 +154,26 @@ impl CheckpointFile {
             .ctx(|| format!("reading the size of {}", path.display()))?;
         let mut b = [0u8; LEN];
         let point = if meta.is_file() && meta.len() == LEN as u64 {
-            file.read_exact_at(&mut b, 0).ok().and_then(|()| decode(&b))
+            file.read_exact_at(&mut b, 0)
+                .ok()
+                .and_then(|()| decode_session(&b))
         } else {
             None
         };
         drop(file); // opened again by the first write
         let state = Mutex::new(State {
-            written: point.map_or(0, |p| p.offset),
-            file: None,
+            written: point.map_or(0, |(p, _)| p.offset),
+            kept: false,
             released: false,
         });
-        Ok((CheckpointFile { path, mode, state }, point))
+        let file = CheckpointFile {
+            path,
+            mode,
+            files: Arc::clone(files),
+            id: new_file_id(),
+            state,
+        };
+        Ok((file, point))
     }
 
     /// Records progress after a flush: everything below `offset` is on
@@ -140,27 +185,34 @@ impl CheckpointFile {
         if offset <= st.written {
             return Ok(());
         }
-        if st.file.is_none() && !st.released {
-            // Progress is recorded after every flush: keep the file open.
-            st.file = Some(
-                open_file(&self.path, self.mode)
-                    .ctx(|| format!("opening {}", self.path.display()))?,
-            );
-        }
+        // Progress is recorded after every flush: keep the file open.
+        st.kept = true;
         self.write_locked(
             &mut st,
             RecoveryPoint {
                 offset,
                 clean: false,
             },
+            0,
             false,
         )
     }
 
     /// Records `point`; with `sync`, on disk before this returns.
     pub(crate) fn write(&self, point: RecoveryPoint, sync: bool) -> Result<()> {
+        self.write_session(point, 0, sync)
+    }
+
+    /// Records `point` as written in directory session `session` (what a
+    /// clean close records, see unclean.rs).
+    pub(crate) fn write_session(
+        &self,
+        point: RecoveryPoint,
+        session: u32,
+        sync: bool,
+    ) -> Result<()> {
         let mut st = self.lock();
-        self.write_locked(&mut st, point, sync)
+        self.write_locked(&mut st, point, session, sync)
     }
 
     /// Closes the descriptor; later writes fail with [`Error::Closed`]
@@ -168,26 +220,32 @@ impl CheckpointFile {
     pub(crate) fn release(&self) {
         let mut st = self.lock();
         st.released = true;
-        st.file = None;
+        st.kept = false;
+        self.files.remove(self.id);
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         sync::lock(&self.state)
     }
 
-    fn write_locked(&self, st: &mut State, point: RecoveryPoint, sync: bool) -> Result<()> {
+    fn write_locked(
+        &self,
+        st: &mut State,
+        point: RecoveryPoint,
+        session: u32,
+        sync: bool,
+    ) -> Result<()> {
         if st.released {
             return Err(Error::Closed("recovery point"));
         }
-        let opened;
-        let file = if let Some(f) = &st.file {
-            f
+        let open = || open_file(&self.path, self.mode);
+        let file = if st.kept {
+            self.files.get(self.id, open)
         } else {
-            opened = open_file(&self.path, self.mode)
-                .ctx(|| format!("opening {}", self.path.display()))?;
-            &opened
-        };
-        file.write_all_at(&encode(point), 0)
+            open().map(Arc::new)
+        }
+        .ctx(|| format!("opening {}", self.path.display()))?;
+        file.write_all_at(&encode_session(point, session), 0)
             .ctx(|| format!("writing {}", self.path.display()))?;
         if sync {
             faults::before_sync(&self.path, SyncKind::File)
@@ -197,6 +255,12 @@ impl CheckpointFile {
         }
         st.written = point.offset;
         Ok(())
+    }
+}
+
+impl Drop for CheckpointFile {
+    fn drop(&mut self) {
+        self.files.remove(self.id);
     }
 }
 
@@ -226,6 +290,17 @@ mod tests {
         assert_eq!(decode(&b), None);
         assert_eq!(decode(&b[..10]), None);
         assert_eq!(decode(&[0u8; LEN]), None);
+        // The session round-trips; a version 1 file reads as session 0.
+        let p = RecoveryPoint {
+            offset: 9,
+            clean: true,
+        };
+        assert_eq!(decode_session(&encode_session(p, 42)), Some((p, 42)));
+        let mut v1 = encode(p);
+        v1[4] = VERSION_1;
+        let crc = crc::crc32c(&v1[..20]);
+        v1[20..24].copy_from_slice(&crc.to_le_bytes());
+        assert_eq!(decode_session(&v1), Some((p, 0)));
     }
 
     /// Progress never moves the point back, nor overwrites a clean close

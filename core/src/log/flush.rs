@@ -5,7 +5,6 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Instant;
 
-use super::checkpoint::RecoveryPoint;
 use super::{lock, PartitionLog, Segment, WriteAhead};
 use crate::error::Result;
 use crate::sync;
@@ -188,17 +187,6 @@ impl PartitionLog {
         let _ = self.checkpoint.advance(end);
         self.write_ahead();
         Ok(())
-    }
-
-    /// Records, durably, that the log is being written to: until the next
-    /// clean close, a crash must be followed by a check from the recovery
-    /// point. Writer only (under the writer lock), before the first append.
-    pub(super) fn mark_unclean(&self) -> Result<()> {
-        let point = RecoveryPoint {
-            offset: self.flushed_fast.load(Ordering::Acquire),
-            clean: false,
-        };
-        self.checkpoint.write(point, true)
     }
 
     /// Flushes everything published so far; returns the offset it covers.

@@ -28,14 +28,14 @@ use std::fs::{File, OpenOptions};
 use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
 
-use memmap2::{Advice, MmapOptions, MmapRaw};
+use memmap2::{Advice, MmapOptions, MmapRaw, UncheckedAdvice};
 
 use crate::error::{Error, IoContext, Result};
 use crate::faults::{self, SyncKind};
-use crate::sync;
+use crate::files::{new_file_id, FileCache};
 
 /// The right to write a [`MappedFile`]'s unpublished bytes, publish them
 /// and cut the file: made once, with the writable file, and checked
@@ -46,21 +46,23 @@ pub(crate) struct WriteToken {
     file: u64,
 }
 
-/// Identifies writable files, for their tokens.
-static NEXT_FILE_ID: AtomicU64 = AtomicU64::new(1);
-
 /// A file mapped into memory, readable up to an atomically published length.
 #[derive(Debug)]
 pub(crate) struct MappedFile {
     path: PathBuf,
     /// Matches the file's [`WriteToken`] (0: no token, read-only).
     id: u64,
-    /// The open file, kept only while the writer still writes to it with
-    /// `pwrite` (an active segment's log, see [`MappedFile::keep_file`]):
-    /// a mapping stays valid once its descriptor is closed, so read-only
-    /// files, indexes and sealed segments hold no descriptor, and what
-    /// needs one later (a trim, an fsync) opens the file again by path.
-    file: Mutex<Option<Arc<File>>>,
+    /// The broker's descriptor cache, for a file its writer writes with
+    /// system calls (an active segment's log: growth, `pwrite`, trim,
+    /// fsync): its descriptor is kept there under `id`, and opened again
+    /// by path when the cache closed it, until
+    /// [`MappedFile::release_file`]. A mapping stays valid once its
+    /// descriptor is closed, so read-only files, indexes and sealed
+    /// segments hold none, and what needs one (an index's growth, a trim,
+    /// an fsync) opens the file by path for the call.
+    files: Option<Arc<FileCache>>,
+    /// Set by [`MappedFile::release_file`]: no descriptor is kept again.
+    released: AtomicBool,
     map: Option<MmapRaw>,
     /// Mapped length: the most the file may grow to.
     capacity: usize,
@@ -124,13 +126,15 @@ impl MappedFile {
     /// Creates (or truncates) `path`, maps `capacity` bytes writable and
     /// reserves the first `initial` of them (the file grows from there in
     /// steps starting at `first_step`, see [`MappedFile::grow_for`]).
-    /// Nothing is published.
+    /// Nothing is published. With `files`, its descriptor is kept in that
+    /// cache (see [`MappedFile::files`]); without, it is closed at once.
     pub(crate) fn create(
         path: &Path,
         capacity: usize,
         initial: usize,
         first_step: usize,
         mode: u32,
+        files: Option<&Arc<FileCache>>,
     ) -> Result<(MappedFile, WriteToken)> {
         let file = OpenOptions::new()
             .read(true)
@@ -142,7 +146,7 @@ impl MappedFile {
             .ctx(|| format!("creating {}", path.display()))?;
         let initial = initial.min(capacity);
         allocate(&file, initial as u64).ctx(|| format!("allocating {}", path.display()))?;
-        MappedFile::map_writable(path, file, capacity, initial, first_step)
+        MappedFile::map_writable(path, file, capacity, initial, first_step, files)
     }
 
     /// Opens an existing file for appending and maps `capacity` bytes of it
@@ -150,11 +154,12 @@ impl MappedFile {
     /// that preallocated whole segments). The file keeps its length, which
     /// may be anything (a crash in the middle of a growth): it grows again
     /// at the next write past it. Returns the file, its token and its
-    /// length; nothing is published.
+    /// length; nothing is published. `files` as for [`MappedFile::create`].
     pub(crate) fn open_writable(
         path: &Path,
         capacity: usize,
         first_step: usize,
+        files: Option<&Arc<FileCache>>,
     ) -> Result<(MappedFile, WriteToken, u64)> {
         let file = OpenOptions::new()
             .read(true)
@@ -173,7 +178,7 @@ impl MappedFile {
         // SIGBUS. A huge sparse file fails here instead of being scanned.
         allocate(&file, len as u64).ctx(|| format!("allocating {}", path.display()))?;
         let capacity = capacity.max(len);
-        let (file, token) = MappedFile::map_writable(path, file, capacity, len, first_step)?;
+        let (file, token) = MappedFile::map_writable(path, file, capacity, len, first_step, files)?;
         Ok((file, token, len as u64))
     }
 
@@ -183,6 +188,7 @@ impl MappedFile {
         capacity: usize,
         allocated: usize,
         first_step: usize,
+        files: Option<&Arc<FileCache>>,
     ) -> Result<(Self, WriteToken)> {
         let map = if capacity == 0 {
             None
@@ -194,11 +200,16 @@ impl MappedFile {
                     .ctx(|| format!("mapping {}", path.display()))?,
             )
         };
-        let id = NEXT_FILE_ID.fetch_add(1, Ordering::Relaxed);
+        let id = new_file_id();
+        match files {
+            Some(c) => drop(c.insert(id, file)),
+            None => drop(file),
+        }
         let file = MappedFile {
             path: path.to_owned(),
             id,
-            file: Mutex::new(Some(Arc::new(file))),
+            files: files.cloned(),
+            released: AtomicBool::new(false),
             map,
             capacity,
             allocated: AtomicUsize::new(allocated),
@@ -230,7 +241,8 @@ impl MappedFile {
         Ok(MappedFile {
             path: path.to_owned(),
             id: 0,
-            file: Mutex::new(None),
+            files: None,
+            released: AtomicBool::new(true),
             map,
             capacity: len,
             allocated: AtomicUsize::new(len),
@@ -246,7 +258,8 @@ impl MappedFile {
         MappedFile {
             path: path.to_owned(),
             id: 0,
-            file: Mutex::new(None),
+            files: None,
+            released: AtomicBool::new(true),
             map: None,
             capacity: 0,
             allocated: AtomicUsize::new(0),
@@ -304,12 +317,13 @@ impl MappedFile {
         }
         let len = len.max(needed);
         match self.descriptor() {
-            Some(f) => allocate(&f, len as u64),
-            None => OpenOptions::new()
+            Ok(Some(f)) => allocate(&f, len as u64),
+            Ok(None) => OpenOptions::new()
                 .write(true)
                 .custom_flags(libc::O_NONBLOCK)
                 .open(&self.path)
                 .and_then(|f| allocate(&f, len as u64)),
+            Err(e) => Err(e),
         }
         .ctx(|| format!("growing {} to {len} bytes", self.path.display()))?;
         self.allocated.fetch_max(len, Ordering::AcqRel);
@@ -407,9 +421,9 @@ impl MappedFile {
         use std::os::unix::fs::FileExt;
         self.check_token(token);
         assert!(start >= self.published() && start + data.len() <= self.allocated());
-        let guard = self.file_slot();
-        let file = guard
-            .as_ref()
+        let file = self
+            .descriptor()
+            .ctx(|| format!("opening {}", self.path.display()))?
             .ok_or(Error::Closed("segment file without a descriptor"))?;
         file.write_all_at(data, start as u64)
             .ctx(|| format!("writing {}", self.path.display()))
@@ -431,6 +445,23 @@ impl MappedFile {
     pub(crate) fn set_published(&mut self, len: usize) {
         *self.published.get_mut() = len;
         *self.flushed.get_mut() = len;
+    }
+
+    /// Unmaps the file's pages from this process (they stay in the page
+    /// cache, dirty ones written back as before, and the next access maps
+    /// them again): what recovery read at open does not stay in the
+    /// process's resident set, so an idle partition costs little memory.
+    /// Best effort.
+    pub(crate) fn drop_pages(&self) {
+        let len = self.allocated().min(self.capacity);
+        if let (Some(m), true) = (&self.map, len > 0) {
+            // SAFETY: a shared file mapping: MADV_DONTNEED only removes the
+            // pages from this process's page tables; their contents stay
+            // in the page cache and the next access maps them again, so no
+            // byte any reader or writer sees changes (unlike a private
+            // mapping, which it would reset to the file's contents).
+            let _ = unsafe { m.unchecked_advise_range(UncheckedAdvice::DontNeed, 0, len) };
+        }
     }
 
     /// Asks the kernel to fault in every page of the file (as allocated
@@ -522,12 +553,13 @@ impl MappedFile {
         // Nothing (page faulting ahead, say) touches the cut part again.
         self.allocated.store(len as usize, Ordering::Release);
         match self.descriptor() {
-            Some(f) => f.set_len(len),
-            None => OpenOptions::new()
+            Ok(Some(f)) => f.set_len(len),
+            Ok(None) => OpenOptions::new()
                 .write(true)
                 .custom_flags(libc::O_NONBLOCK)
                 .open(&self.path)
                 .and_then(|f| f.set_len(len)),
+            Err(e) => Err(e),
         }
         .ctx(|| format!("trimming {}", self.path.display()))
     }
@@ -539,7 +571,8 @@ impl MappedFile {
     /// (see [`is_not_found`]).
     pub(crate) fn sync_file(&self) -> Result<()> {
         faults::before_sync(&self.path, SyncKind::File)
-            .and_then(|()| match self.descriptor() {
+            .and_then(|()| self.descriptor())
+            .and_then(|f| match f {
                 Some(f) => f.sync_all(),
                 None => OpenOptions::new()
                     .read(true)
@@ -556,18 +589,29 @@ impl MappedFile {
     /// valid. Afterwards [`MappedFile::write_unpublished`] fails, and trims
     /// and syncs open the file by path.
     pub(crate) fn release_file(&self) {
-        let file = self.file_slot().take();
-        drop(file); // closed now, or when a sync in progress lets go of it
+        self.released.store(true, Ordering::Release);
+        if let Some(c) = &self.files {
+            // Closed now, or when a call in progress lets go of it.
+            c.remove(self.id);
+        }
     }
 
-    fn file_slot(&self) -> MutexGuard<'_, Option<Arc<File>>> {
-        sync::lock(&self.file)
-    }
-
-    /// The descriptor, shared, so that a slow call on it (an fsync) does
-    /// not hold the lock.
-    fn descriptor(&self) -> Option<Arc<File>> {
-        self.file_slot().clone()
+    /// The descriptor kept for the writer (from the cache, opened again by
+    /// path when the cache closed it); `None` for a file that keeps none.
+    /// Shared, so that a slow call on it (an fsync) holds no lock.
+    fn descriptor(&self) -> std::io::Result<Option<Arc<File>>> {
+        match &self.files {
+            Some(c) if !self.released.load(Ordering::Acquire) => c
+                .get(self.id, || {
+                    OpenOptions::new()
+                        .read(true)
+                        .write(true)
+                        .custom_flags(libc::O_NONBLOCK)
+                        .open(&self.path)
+                })
+                .map(Some),
+            _ => Ok(None),
+        }
     }
 
     /// Renames the file, keeping the mapping.
@@ -582,6 +626,12 @@ impl MappedFile {
     pub(crate) fn rename_shared(&self, to: &Path) -> Result<()> {
         std::fs::rename(&self.path, to)
             .ctx(|| format!("renaming {} to {}", self.path.display(), to.display()))
+    }
+}
+
+impl Drop for MappedFile {
+    fn drop(&mut self) {
+        self.release_file();
     }
 }
 

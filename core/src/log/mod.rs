@@ -15,15 +15,18 @@ mod open;
 mod segment;
 #[cfg(test)]
 pub(crate) mod test_util;
+mod unclean;
 
 use std::path::PathBuf;
 use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
-use std::thread::{JoinHandle, Thread};
+use std::thread::Thread;
 use std::time::Instant;
 
+use crate::background::{self, Pending, Pool};
 use crate::dedup::{self, Idempotence, ProducerTable, SequenceCheck};
 use crate::error::{Error, Result};
+use crate::files::FileCache;
 use crate::sync;
 use crate::sync::lock;
 use batch::{
@@ -33,6 +36,7 @@ use checkpoint::{CheckpointFile, RecoveryPoint};
 use flush::GroupCommit;
 pub(crate) use segment::Segment;
 use segment::{PreparedSegment, SegmentSizes, SegmentWriter, PREPARED_STEM};
+pub(crate) use unclean::UncleanMark;
 
 /// Settings of one partition log, derived from the topic config.
 #[derive(Debug, Clone)]
@@ -53,6 +57,13 @@ pub(crate) struct LogConfig {
     pub file_mode: u32,
     /// Stamp batches with their append time.
     pub log_append_time: bool,
+    /// The data directory's unclean mark, set before the first append.
+    pub unclean: Arc<UncleanMark>,
+    /// The broker's background threads (page faulting, writing ahead,
+    /// preparing the next segment).
+    pub pool: Arc<Pool>,
+    /// The broker's descriptor cache.
+    pub files: Arc<FileCache>,
 }
 
 impl LogConfig {
@@ -61,6 +72,7 @@ impl LogConfig {
             log_bytes: self.segment_bytes,
             index_entries: self.segment_bytes / self.index_interval_bytes + 2,
             mode: self.file_mode,
+            files: Arc::clone(&self.files),
         }
     }
 
@@ -235,9 +247,6 @@ struct Writer {
     /// batch headers). Anonymous producers' ids are new in this process, so
     /// their state is all in memory and needs no loading.
     producers_loaded: bool,
-    /// Whether the recovery point was marked unclean (and synced) since
-    /// open: done before the first append.
-    marked_unclean: bool,
 }
 
 /// How far the active segment's blocks were written ahead of the writer.
@@ -290,9 +299,11 @@ pub(crate) struct PartitionLog {
     /// The lowest offset committed by any group (`u64::MAX`: no limit):
     /// time retention does not delete past it.
     retention_floor: AtomicU64,
-    prepare: Mutex<Option<JoinHandle<Result<PreparedSegment>>>>,
-    /// Whether a background thread is faulting in pages of the active
-    /// segment ([`PartitionLog::spawn_populate`]).
+    /// The next segment, being prepared by the broker's pool.
+    prepare: Mutex<Option<Pending<Result<PreparedSegment>>>>,
+    /// Whether a job of the broker's pool is queued or at work on the
+    /// active segment's pages ([`PartitionLog::spawn_populate`],
+    /// [`PartitionLog::write_ahead`]): one at a time per partition.
     populating: Arc<AtomicBool>,
     recovery: RecoveryStats,
     /// The recovery point file (see checkpoint.rs).
@@ -357,6 +368,11 @@ fn with_scratch<R>(len: usize, f: impl FnOnce(&mut [u8]) -> R) -> R {
 /// Bytes of a segment faulted in ahead of its writer at a time
 /// ([`PartitionLog::prefault_ahead`]).
 const POPULATE_WINDOW: usize = 8 << 20;
+/// Bytes a segment holds before pages are faulted in ahead of its writer:
+/// a partition that gets a message now and then faults in its own few
+/// pages rather than a window it may never fill (with many partitions,
+/// that window was most of the process's memory).
+const POPULATE_AFTER: usize = 16 << 10;
 
 impl PartitionLog {
     /// The topic name.
@@ -474,10 +490,9 @@ impl PartitionLog {
         if self.poisoned.load(Ordering::Acquire) {
             return Err(self.poisoned_error());
         }
-        if !w.marked_unclean {
-            self.mark_unclean()?;
-            w.marked_unclean = true;
-        }
+        // Until the next clean close, a crash must be followed by a check:
+        // the directory's session is on disk before anything is written.
+        self.config.unclean.mark()?;
         if let Some(idem) = idem {
             let table = self.producer_table(&mut w, idem.named)?;
             match table.check(idem, count as u32, &self.topic, self.partition)? {
@@ -695,8 +710,8 @@ impl PartitionLog {
     }
 
     /// Background page faulting, a window at a time: the first
-    /// [`POPULATE_WINDOW`] of the active segment on its first append (idle
-    /// partitions cost no memory), the next window once the writer is half
+    /// [`POPULATE_WINDOW`] of the active segment once it holds
+    /// [`POPULATE_AFTER`] bytes (idle partitions cost no memory), the next window once the writer is half
     /// way into the last one, and the next segment (its first window) once
     /// the active one is half full. Windows stop at the file's allocated
     /// length (the file is grown first, in the writer, by
@@ -713,7 +728,9 @@ impl PartitionLog {
     #[inline]
     fn prefault_ahead(&self, w: &mut Writer) {
         let (end, cap, allocated) = (w.active.end(), w.active.capacity(), w.active.allocated());
-        let window_due = w.populated_to < allocated && end + POPULATE_WINDOW / 2 >= w.populated_to;
+        let window_due = end >= POPULATE_AFTER
+            && w.populated_to < allocated
+            && end + POPULATE_WINDOW / 2 >= w.populated_to;
         let prepare_due = !w.prepare_requested && end > cap / 2;
         if !window_due && !prepare_due {
             return;
@@ -770,40 +787,41 @@ impl PartitionLog {
         }
         wa.to = to;
         drop(wa);
-        self.spawn_background("mqlite-write-ahead", move || seg.write_back_ahead(from, to));
+        self.spawn_background(move || seg.write_back_ahead(from, to));
     }
 
-    /// Faults in `[from, to)` of `seg`'s log on a background thread, unless
-    /// one is still at work for this partition (then the caller tries again
-    /// at a later append). Returns whether it started.
+    /// Faults in `[from, to)` of `seg`'s log on the broker's pool, unless a
+    /// job is still queued or at work for this partition (then the caller
+    /// tries again at a later append). Returns whether it was queued.
     #[cold]
     fn spawn_populate(&self, seg: &Arc<Segment>, from: usize, to: usize) -> bool {
         if self.populating.swap(true, Ordering::AcqRel) {
             return false;
         }
         let seg = Arc::clone(seg);
-        self.spawn_background("mqlite-populate", move || seg.populate_range(from, to))
+        self.spawn_background(move || seg.populate_range(from, to))
     }
 
-    /// Runs `work` on a new thread named `name`, for a caller that has set
-    /// `populating` (one such thread per partition at a time); `populating`
-    /// is cleared when the work is done, or at once if the thread cannot
-    /// start. Returns whether it started.
-    fn spawn_background(&self, name: &str, work: impl FnOnce() + Send + 'static) -> bool {
-        let busy = Arc::clone(&self.populating);
-        let started = std::thread::Builder::new()
-            .name(name.into())
-            .spawn(move || {
-                work();
-                busy.store(false, Ordering::Release);
-            });
-        if started.is_err() {
-            self.populating.store(false, Ordering::Release);
+    /// Queues `work` on the broker's pool, for a caller that has set
+    /// `populating` (one such job per partition at a time); `populating`
+    /// is cleared when the work is done, or when the job is dropped unrun
+    /// (the pool shut down). Returns whether it was queued.
+    fn spawn_background(&self, work: impl FnOnce() + Send + 'static) -> bool {
+        /// Clears the flag however the job ends.
+        struct Busy(Arc<AtomicBool>);
+        impl Drop for Busy {
+            fn drop(&mut self) {
+                self.0.store(false, Ordering::Release);
+            }
         }
-        started.is_ok()
+        let busy = Busy(Arc::clone(&self.populating));
+        self.config.pool.submit(move || {
+            let _busy = busy;
+            work();
+        })
     }
 
-    /// Starts preparing the next segment in the background, faulting in
+    /// Starts preparing the next segment on the broker's pool, faulting in
     /// its first `populate` bytes.
     fn start_prepare(&self, populate: usize) {
         let mut slot = lock(&self.prepare);
@@ -812,17 +830,23 @@ impl PartitionLog {
         }
         let dir = self.dir.clone();
         let sizes = self.config.sizes();
-        *slot = std::thread::Builder::new()
-            .name("mqlite-prepare".into())
-            .spawn(move || PreparedSegment::create(&dir, sizes, populate))
-            .ok();
+        let (result, done) = background::pending();
+        if self
+            .config
+            .pool
+            .submit(move || done.complete(PreparedSegment::create(&dir, sizes, populate)))
+        {
+            *slot = Some(result);
+        }
     }
 
+    /// The prepared next segment, once its job ends; `None` when there is
+    /// none, it failed, or its job was dropped (the broker closed).
     fn take_prepared(&self) -> Option<PreparedSegment> {
-        let handle = lock(&self.prepare).take()?;
-        match handle.join() {
-            Ok(Ok(p)) => Some(p),
-            Ok(Err(e)) => {
+        let pending = lock(&self.prepare).take()?;
+        match pending.wait()? {
+            Ok(p) => Some(p),
+            Err(e) => {
                 ::log::warn!(
                     "preparing the next segment of {}/{} failed: {e}",
                     self.topic,
@@ -830,7 +854,6 @@ impl PartitionLog {
                 );
                 None
             }
-            Err(_) => None,
         }
     }
 
@@ -921,11 +944,12 @@ impl PartitionLog {
             if !w.closed && res.is_ok() {
                 self.save_producer_snapshot(&w);
                 // Everything is flushed: the next open need not check.
-                let _ = self.checkpoint.write(
+                let _ = self.checkpoint.write_session(
                     RecoveryPoint {
                         offset: w.next_offset,
                         clean: true,
                     },
+                    self.config.unclean.session(),
                     false,
                 );
             }
@@ -964,9 +988,9 @@ impl PartitionLog {
         }
         self.checkpoint.release();
         drop(segments);
-        // A background page-faulting or write-ahead thread holds a segment
-        // for the few milliseconds its call takes: wait for it, so that
-        // the close has released everything when it returns.
+        // A page-faulting or write-ahead job of the pool holds a segment
+        // until it has run (or is dropped, at the broker's close): wait for
+        // it, so that the close has released everything when it returns.
         let deadline = Instant::now() + std::time::Duration::from_secs(10);
         while self.populating.load(Ordering::Acquire) && Instant::now() < deadline {
             std::thread::sleep(std::time::Duration::from_millis(1));

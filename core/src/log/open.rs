@@ -44,14 +44,17 @@ impl PartitionLog {
         let sizes = config.sizes();
         let mut segments = Vec::with_capacity(bases.len().max(1));
         let mut recovery = RecoveryStats::default();
-        let (checkpoint, point) = CheckpointFile::open(dir, config.file_mode)?;
+        let (checkpoint, point) =
+            CheckpointFile::open_session(dir, config.file_mode, &config.files)?;
         // After an unclean shutdown, every batch from the recovery point on
-        // is checked (see checkpoint.rs): `None` after a clean one.
+        // is checked (see checkpoint.rs): `None` after a clean one, in the
+        // directory's last session (see unclean.rs).
         let check_from = match point {
-            Some(p) if p.clean => None,
-            Some(p) => Some(p.offset),
+            Some((p, session)) if config.unclean.trusts(p, session) => None,
+            Some((p, _)) => Some(p.offset),
             None => Some(0),
         };
+        let point = point.map(|(p, _)| p);
         if let Some(from) = check_from {
             Self::truncate_at_damaged_sealed(dir, &mut bases, from, &mut recovery)?;
         }
@@ -128,7 +131,6 @@ impl PartitionLog {
                 next_offset,
                 producers: ProducerTable::default(),
                 producers_loaded: false,
-                marked_unclean: false,
             }),
             start_offset: AtomicU64::new(start),
             end_offset: AtomicU64::new(next_offset),

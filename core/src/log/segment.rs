@@ -4,10 +4,13 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU8, Ordering};
 
+use std::sync::Arc;
+
 use crate::error::{Error, Result};
+use crate::files::FileCache;
 use crate::log::batch::{self, BatchHeader, Check};
 use crate::log::index::{
-    zero_nonzero, IndexFile, OffsetEntry, TimeEntry, OFFSET_ENTRY, TIME_ENTRY,
+    last_nonzero, zero_nonzero, IndexFile, OffsetEntry, TimeEntry, OFFSET_ENTRY, TIME_ENTRY,
 };
 use crate::log::mmap::{is_not_found, sync_dir, MappedFile, WriteToken};
 
@@ -29,8 +32,8 @@ pub(crate) const LOG_FIRST_STEP: usize = 64 << 10;
 /// First growth step of an index file (created empty).
 pub(crate) const INDEX_FIRST_STEP: usize = 4 << 10;
 
-/// Sizes a segment is created with.
-#[derive(Debug, Clone, Copy)]
+/// Sizes a segment is created with, and where its log's descriptor is kept.
+#[derive(Debug, Clone)]
 pub(crate) struct SegmentSizes {
     /// Most bytes of the log (what is mapped; the file grows up to it).
     pub log_bytes: usize,
@@ -38,6 +41,9 @@ pub(crate) struct SegmentSizes {
     pub index_entries: usize,
     /// Unix mode bits of created files.
     pub mode: u32,
+    /// The broker's descriptor cache, where the log's descriptor is kept
+    /// while the segment is active.
+    pub files: Arc<FileCache>,
 }
 
 /// What recovery found at the tail of the active segment.
@@ -139,6 +145,7 @@ impl PreparedSegment {
             initial,
             LOG_FIRST_STEP,
             sizes.mode,
+            Some(&sizes.files),
         )?;
         let (index, index_token) =
             IndexFile::create(&p("idx"), OFFSET_ENTRY, sizes.index_entries, sizes.mode)?;
@@ -183,6 +190,7 @@ impl Segment {
             LOG_FIRST_STEP,
             LOG_FIRST_STEP,
             sizes.mode,
+            Some(&sizes.files),
         )?;
         let (index, index_token) = IndexFile::create(
             &segment_path(dir, base, "idx"),
@@ -272,6 +280,7 @@ impl Segment {
         index.drop_zero_tail();
         time.drop_zero_tail();
         let seg = Segment::assemble(dir, base, log, index, time, true);
+        seg.drop_pages();
         if seg.max_timestamp() == i64::MIN && seg.end() > 0 {
             // No time entry: fall back to the file's modification time.
             let mtime = std::fs::metadata(seg.path())
@@ -299,13 +308,17 @@ impl Segment {
             &segment_path(dir, base, "log"),
             sizes.log_bytes,
             LOG_FIRST_STEP,
+            Some(&sizes.files),
         )?;
         let open_index = |ext, width| {
             let path = segment_path(dir, base, ext);
-            if path.exists() {
-                IndexFile::open_active(&path, width, sizes.index_entries)
-            } else {
-                IndexFile::create(&path, width, sizes.index_entries, sizes.mode)
+            // Opened first, created only when missing: one system call
+            // fewer per index at every open.
+            match IndexFile::open_active(&path, width, sizes.index_entries) {
+                Err(e) if is_not_found(&e) => {
+                    IndexFile::create(&path, width, sizes.index_entries, sizes.mode)
+                }
+                r => r,
             }
         };
         let (mut index, index_token) = open_index("idx", OFFSET_ENTRY)?;
@@ -331,7 +344,15 @@ impl Segment {
         let seg = Segment::assemble(dir, base, log, index, time, false);
         seg.max_timestamp
             .store(rec.max_timestamp, Ordering::Relaxed);
+        seg.drop_pages();
         Ok((seg, writer, rec))
+    }
+
+    /// Unmaps the pages read so far (see [`MappedFile::drop_pages`]).
+    pub(crate) fn drop_pages(&self) {
+        self.log.drop_pages();
+        self.index.file().drop_pages();
+        self.time.file().drop_pages();
     }
 
     /// First offset of the segment.
@@ -925,9 +946,7 @@ fn recover(
             }
         }
         let window_end = limit.min(chain.saturating_add(max_batch));
-        let garbage_end = bytes[pos..window_end]
-            .iter()
-            .rposition(|&b| b != 0)
+        let garbage_end = last_nonzero(&bytes[pos..window_end])
             .map_or(pos, |last| pos + last + 1)
             .max(if bad.is_some() { chain } else { pos });
         if garbage_end > pos {
