@@ -8,6 +8,7 @@ pub mod compression;
 mod crc;
 mod flush;
 pub mod follow;
+mod gather;
 mod index;
 #[allow(unsafe_code)]
 mod mmap;
@@ -332,26 +333,20 @@ fn encode(
     written
 }
 
-/// Scratch memory kept per thread for batches written with `pwrite`; a larger
-/// one is freed after use.
-const SCRATCH_KEEP: usize = 4 << 20;
+/// Batches at least this long whose large values (or prepared section)
+/// make up half their bytes or more are written with `pwritev` whatever the
+/// acks ([`writes_by_file`]).
+const FILE_WRITE_IN_PLACE_MIN: usize = 16 << 10;
 
-/// Runs `f` on `len` bytes of this thread's scratch buffer (contents
-/// unspecified: `f` overwrites them).
-fn with_scratch<R>(len: usize, f: impl FnOnce(&mut [u8]) -> R) -> R {
-    thread_local! {
-        static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
-    }
-    SCRATCH.with(|cell| match cell.try_borrow_mut() {
-        Ok(mut buf) if len <= SCRATCH_KEEP => {
-            if buf.len() < len {
-                buf.resize(len, 0);
-            }
-            f(&mut buf[..len])
-        }
-        // Too big to keep, or already in use further up this thread's stack.
-        _ => f(&mut vec![0u8; len]),
-    })
+/// Whether a batch of `len` bytes is written to the file with `pwritev`
+/// ([`gather`]) rather than encoded into the map: when it is flushed at
+/// once (`acks=all`) and at least [`FILE_WRITE_MIN`] long, or when most of
+/// its bytes are large values or a prepared section, written from where
+/// they are (see docs/decisions.md).
+#[inline]
+fn writes_by_file(src: &BatchSource<'_>, len: usize, flush_next: bool) -> bool {
+    (flush_next && len >= FILE_WRITE_MIN)
+        || (len >= FILE_WRITE_IN_PLACE_MIN && gather::in_place_bytes(src) * 2 >= len)
 }
 
 /// Bytes of a segment faulted in ahead of its writer at a time
@@ -503,6 +498,11 @@ impl PartitionLog {
                 }
             }
         }
+        // A large batch is written to the file from where its bytes are
+        // (see `writes_by_file`); its layout fixes its length.
+        let gathered = writes_by_file(&src, len, flush_next)
+            .then(|| gather::lay_out(&src, w.next_offset, producer, attributes, append_time));
+        let len = gathered.as_ref().map_or(len, gather::Gathered::len);
         if w.active.end() + len > w.active.capacity() {
             self.roll(&mut w)?;
         }
@@ -515,17 +515,16 @@ impl PartitionLog {
             active_writer,
             ..
         } = &mut *w;
-        let written = if flush_next && len >= FILE_WRITE_MIN {
-            with_scratch(len, |buf| {
-                let written = encode(buf, base, &src, producer, attributes, append_time);
-                active
-                    .write_at_end(active_writer, &buf[..written])
-                    .map(|()| written)
-            })?
+        let written = if let Some(g) = &gathered {
+            // Published below only once the whole batch is in the file:
+            // readers never see part of it.
+            active.write_vectored_at_end(active_writer, &g.parts())?;
+            g.len()
         } else {
             let buf = active.reserve(active_writer, len);
             encode(buf, base, &src, producer, attributes, append_time)
         };
+        drop(gathered);
         debug_assert_eq!(written, len);
         let index = (pos > 0 && pos - w.last_index_pos >= self.config.index_interval_bytes)
             .then_some((base, w.max_ts));

@@ -594,15 +594,20 @@ impl Segment {
         self.log.unpublished_mut(&mut w.log, self.end(), len)
     }
 
-    /// Writes a batch at the end with `pwrite` (see
-    /// [`MappedFile::write_unpublished`]); publish it with
-    /// [`Segment::commit`].
-    pub(crate) fn write_at_end(&self, w: &mut SegmentWriter, data: &[u8]) -> Result<()> {
-        self.log.write_unpublished(&mut w.log, self.end(), data)
+    /// Writes a batch, the concatenation of `parts`, at the end with
+    /// `pwritev` (see [`MappedFile::write_unpublished_vectored`]); publish
+    /// it with [`Segment::commit`].
+    pub(crate) fn write_vectored_at_end(
+        &self,
+        w: &mut SegmentWriter,
+        parts: &[&[u8]],
+    ) -> Result<()> {
+        self.log
+            .write_unpublished_vectored(&mut w.log, self.end(), parts)
     }
 
     /// Publishes a batch written through [`Segment::reserve`] or
-    /// [`Segment::write_at_end`] and indexes it
+    /// [`Segment::write_vectored_at_end`] and indexes it
     /// when `index` is set.
     #[inline]
     pub(crate) fn commit(
