@@ -18,6 +18,7 @@ use std::cell::Cell;
 
 use super::batch::{self, ProducerFields, RecordRef, SectionInfo};
 use super::BatchSource;
+use crate::error::Result;
 
 /// Values at least this long are written from the caller's memory; shorter
 /// ones are copied next to their record's framing (a piece per value would
@@ -30,6 +31,9 @@ pub(super) const IN_PLACE_MIN: usize = 4 << 10;
 const LENGTH_AT: usize = batch::LENGTH_PREFIX - 4;
 const CRC_AT: usize = batch::LENGTH_PREFIX;
 const CRC_FROM: usize = batch::LENGTH_PREFIX + 4;
+
+/// Bytes written per `pwritev` of a long batch ([`Gathered::write_with`]).
+pub(super) const CHUNK: usize = 128 << 10;
 
 /// Capacity of the per-thread buffer kept between batches.
 const KEEP: usize = 4 << 20;
@@ -66,8 +70,66 @@ impl<'a> Gathered<'a> {
         self.len
     }
 
+    /// Computes the CRC and writes the batch with `write(at, parts)`: the
+    /// concatenation of `parts` goes to byte `at` of the batch. A batch up
+    /// to [`CHUNK`] long is written at once. A longer one is written after
+    /// its header, a chunk at a time, each checksummed just before it is
+    /// written (so that the kernel copies it from the cache rather than
+    /// from memory), then its header with the CRC: the batch is whole only
+    /// once every call succeeded.
+    pub(super) fn write_with(
+        &mut self,
+        mut write: impl FnMut(usize, &[&[u8]]) -> Result<()>,
+    ) -> Result<()> {
+        let mut digest = crc_fast::Digest::new(crc_fast::CrcAlgorithm::Crc32Iscsi);
+        digest.update(&self.own[CRC_FROM..batch::HEADER_LEN]);
+        if self.len <= CHUNK {
+            for (k, p) in self.parts().iter().enumerate() {
+                // The first piece starts with the header.
+                digest.update(if k == 0 { &p[batch::HEADER_LEN..] } else { p });
+            }
+            self.set_crc(&digest);
+            return write(0, &self.parts());
+        }
+        {
+            let parts = self.parts();
+            let mut at = batch::HEADER_LEN;
+            let mut chunk: Vec<&[u8]> = Vec::new();
+            let mut chunk_at = at;
+            let mut chunk_len = 0;
+            for (k, p) in parts.iter().enumerate() {
+                let mut p: &[u8] = if k == 0 { &p[batch::HEADER_LEN..] } else { p };
+                while !p.is_empty() {
+                    let take = p.len().min(CHUNK - chunk_len);
+                    let (head, rest) = p.split_at(take);
+                    digest.update(head);
+                    chunk.push(head);
+                    chunk_len += take;
+                    at += take;
+                    p = rest;
+                    if chunk_len == CHUNK {
+                        write(chunk_at, &chunk)?;
+                        chunk.clear();
+                        chunk_at = at;
+                        chunk_len = 0;
+                    }
+                }
+            }
+            if chunk_len > 0 {
+                write(chunk_at, &chunk)?;
+            }
+        }
+        self.set_crc(&digest);
+        write(0, &[&self.own[..batch::HEADER_LEN]])
+    }
+
+    fn set_crc(&mut self, digest: &crc_fast::Digest) {
+        let crc = digest.finalize() as u32;
+        self.own[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_le_bytes());
+    }
+
     /// The pieces, in order.
-    pub(super) fn parts(&self) -> Vec<&[u8]> {
+    fn parts(&self) -> Vec<&[u8]> {
         let mut parts = Vec::with_capacity(self.cuts.len() * 2 + 1);
         let mut from = 0;
         for &(at, bytes) in &self.cuts {
@@ -106,7 +168,8 @@ impl<'a> Gathered<'a> {
         self.cuts.iter().map(|c| c.1.len()).sum()
     }
 
-    /// Pads to the batch alignment, writes the header and its CRC.
+    /// Pads to the batch alignment and writes the header, all but its CRC
+    /// (set by [`Gathered::write_with`]).
     fn finish(&mut self, base: u64, info: SectionInfo, producer: ProducerFields, attributes: u16) {
         let unpadded = self.own.len() + self.borrowed_len();
         let len = unpadded.next_multiple_of(batch::ALIGN);
@@ -117,16 +180,6 @@ impl<'a> Gathered<'a> {
         self.own[..batch::HEADER_LEN].copy_from_slice(&head[..batch::HEADER_LEN]);
         let length = (len - batch::LENGTH_PREFIX) as u32;
         self.own[LENGTH_AT..LENGTH_AT + 4].copy_from_slice(&length.to_le_bytes());
-        let mut digest = crc_fast::Digest::new(crc_fast::CrcAlgorithm::Crc32Iscsi);
-        let mut from = CRC_FROM;
-        for &(at, bytes) in &self.cuts {
-            digest.update(&self.own[from..at]);
-            digest.update(bytes);
-            from = at;
-        }
-        digest.update(&self.own[from..]);
-        let crc = digest.finalize() as u32;
-        self.own[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_le_bytes());
         self.len = len;
     }
 }
@@ -240,8 +293,18 @@ mod tests {
     use super::*;
     use crate::log::batch::{Check, Header, Records};
 
-    fn concat(g: &Gathered<'_>) -> Vec<u8> {
-        g.parts().concat()
+    /// The batch as `write_with` writes it, and the number of writes.
+    fn concat(g: &mut Gathered<'_>) -> (Vec<u8>, usize) {
+        let mut out = vec![0xAAu8; g.len()];
+        let mut writes = 0;
+        g.write_with(|at, parts| {
+            let bytes = parts.concat();
+            out[at..at + bytes.len()].copy_from_slice(&bytes);
+            writes += 1;
+            Ok(())
+        })
+        .expect("write");
+        (out, writes)
     }
 
     /// Batches laid out here check out (length, CRC) and decode to the
@@ -291,12 +354,14 @@ mod tests {
             } else {
                 0
             };
-            let g = lay_out(&src, 123, producer, attrs, append_time);
+            let mut g = lay_out(&src, 123, producer, attrs, append_time);
             assert_eq!(g.len(), len);
             // The long value and the 4 KiB key; the 4095-byte value is copied.
             assert_eq!(g.cuts.len(), 2, "long values and keys are borrowed");
-            let bytes = concat(&g);
+            let (bytes, writes) = concat(&mut g);
             assert_eq!(bytes.len(), len);
+            // Chunks of the body, then the header.
+            assert_eq!(writes, len.div_ceil(CHUNK) + 1);
             let h = match batch::check(&bytes) {
                 Check::Valid(h) => h,
                 other => panic!("invalid batch: {other:?}"),
@@ -339,11 +404,13 @@ mod tests {
             info,
             attributes: 0,
         };
-        let g = lay_out(&src, 9, ProducerFields::default(), 0, None);
+        let mut g = lay_out(&src, 9, ProducerFields::default(), 0, None);
         let mut want = vec![0u8; batch::section_batch_len(section.len())];
         let n =
             batch::write_section_batch(&mut want, 9, &section, info, ProducerFields::default(), 0);
-        assert_eq!(concat(&g), &want[..n]);
+        let (bytes, writes) = concat(&mut g);
+        assert_eq!(bytes, &want[..n]);
+        assert_eq!(writes, 1, "a batch up to a chunk long is written at once");
         assert_eq!(in_place_bytes(&src), section.len());
     }
 }

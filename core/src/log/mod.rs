@@ -500,7 +500,7 @@ impl PartitionLog {
         }
         // A large batch is written to the file from where its bytes are
         // (see `writes_by_file`); its layout fixes its length.
-        let gathered = writes_by_file(&src, len, flush_next)
+        let mut gathered = writes_by_file(&src, len, flush_next)
             .then(|| gather::lay_out(&src, w.next_offset, producer, attributes, append_time));
         let len = gathered.as_ref().map_or(len, gather::Gathered::len);
         if w.active.end() + len > w.active.capacity() {
@@ -515,15 +515,25 @@ impl PartitionLog {
             active_writer,
             ..
         } = &mut *w;
-        let written = if let Some(g) = &gathered {
+        let written = if let Some(g) = &mut gathered {
             // Published below only once the whole batch is in the file:
             // readers never see part of it.
-            active.write_vectored_at_end(active_writer, &g.parts())?;
+            let res =
+                g.write_with(|at, parts| active.write_vectored_at_end(active_writer, at, parts));
+            if let Err(e) = res {
+                // Part of the batch may be in the file (a short write on a
+                // full disk): zeroed again through the map (its blocks are
+                // allocated), so that no later append leaves it behind as
+                // garbage for recovery to find after a clean close.
+                active.reserve(active_writer, len).fill(0);
+                return Err(e);
+            }
             g.len()
         } else {
             let buf = active.reserve(active_writer, len);
             encode(buf, base, &src, producer, attributes, append_time)
         };
+        let by_file = gathered.is_some();
         drop(gathered);
         debug_assert_eq!(written, len);
         let index = (pos > 0 && pos - w.last_index_pos >= self.config.index_interval_bytes)
@@ -547,7 +557,9 @@ impl PartitionLog {
             w.producers
                 .record(idem, producer.base_sequence, count as u32, base);
         }
-        if self.config.prefault {
+        // Pages written with `pwritev` need no faulting in: doing it ahead
+        // would only zero pages about to be overwritten.
+        if self.config.prefault && !by_file {
             self.prefault_ahead(&mut w);
         }
         drop(w);

@@ -594,16 +594,18 @@ impl Segment {
         self.log.unpublished_mut(&mut w.log, self.end(), len)
     }
 
-    /// Writes a batch, the concatenation of `parts`, at the end with
-    /// `pwritev` (see [`MappedFile::write_unpublished_vectored`]); publish
-    /// it with [`Segment::commit`].
+    /// Writes the concatenation of `parts` at byte `at` of the batch being
+    /// written at the end, with `pwritev` (see
+    /// [`MappedFile::write_unpublished_vectored`]); publish the batch with
+    /// [`Segment::commit`].
     pub(crate) fn write_vectored_at_end(
         &self,
         w: &mut SegmentWriter,
+        at: usize,
         parts: &[&[u8]],
     ) -> Result<()> {
         self.log
-            .write_unpublished_vectored(&mut w.log, self.end(), parts)
+            .write_unpublished_vectored(&mut w.log, self.end() + at, parts)
     }
 
     /// Publishes a batch written through [`Segment::reserve`] or
