@@ -109,7 +109,7 @@ fn key_spread(n: u64, partitions: u32, mode: Mode, steady: bool) -> f64 {
     mq.create_topic("t", TopicConfig::new(partitions))
         .expect("create");
     let value = vec![7u8; 100];
-    let keys: Vec<[u8; 8]> = (0..n).map(|i| i.to_le_bytes()).collect();
+    let keys: Vec<[u8; 8]> = (0..n).map(u64::to_le_bytes).collect();
     let rec = |i: usize| BorrowedRecord {
         topic: "t",
         partition: None,

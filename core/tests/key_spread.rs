@@ -12,7 +12,10 @@ use mqlite::{
     partition_for_key, BorrowedRecord, Broker, Config, ConsumerConfig, ProducerConfig, TopicConfig,
 };
 
-fn read_partition(mq: &Broker, topic: &str, p: u32) -> Vec<(u64, Vec<u8>, Vec<u8>)> {
+/// A record as read back: offset, key, value.
+type Read = (u64, Vec<u8>, Vec<u8>);
+
+fn read_partition(mq: &Broker, topic: &str, p: u32) -> Vec<Read> {
     let mut c = mq.consumer(ConsumerConfig::default()).unwrap();
     c.assign(&[(topic, p)]).unwrap();
     let mut out = Vec::new();
@@ -21,10 +24,13 @@ fn read_partition(mq: &Broker, topic: &str, p: u32) -> Vec<(u64, Vec<u8>, Vec<u8
         if msgs.is_empty() {
             return out;
         }
-        out.extend(
-            msgs.iter()
-                .map(|m| (m.offset(), m.key().unwrap().to_vec(), m.value().unwrap().to_vec())),
-        );
+        out.extend(msgs.iter().map(|m| {
+            (
+                m.offset(),
+                m.key().unwrap().to_vec(),
+                m.value().unwrap().to_vec(),
+            )
+        }));
     }
 }
 
@@ -37,10 +43,12 @@ fn keyed_batches_over_many_partitions_and_topics_keep_their_order() {
     let p = mq.producer(ProducerConfig::default()).unwrap();
     // Keys repeat (several records per key and partition), and the topic
     // changes in runs: a, b, a.
-    let keys: Vec<Vec<u8>> = (0..3000u32).map(|i| (i % 1300).to_le_bytes().to_vec()).collect();
+    let keys: Vec<Vec<u8>> = (0..3000u32)
+        .map(|i| (i % 1300).to_le_bytes().to_vec())
+        .collect();
     let values: Vec<Vec<u8>> = (0..3000u32).map(|i| i.to_le_bytes().to_vec()).collect();
     let topic_of = |i: usize| if (1000..1500).contains(&i) { "b" } else { "a" };
-    let mut sent: HashMap<(String, u32), Vec<(u64, Vec<u8>, Vec<u8>)>> = HashMap::new();
+    let mut sent: HashMap<(String, u32), Vec<Read>> = HashMap::new();
     for call in 0..3 {
         let range = call * 1000..(call + 1) * 1000;
         let recs: Vec<BorrowedRecord<'_>> = range
@@ -61,7 +69,11 @@ fn keyed_batches_over_many_partitions_and_topics_keep_their_order() {
             let topic = topic_of(i);
             let count = if topic == "a" { 1000 } else { 7 };
             assert_eq!(&*md.topic, topic, "record {i}");
-            assert_eq!(md.partition, partition_for_key(&keys[i], count), "record {i}");
+            assert_eq!(
+                md.partition,
+                partition_for_key(&keys[i], count),
+                "record {i}"
+            );
             sent.entry((topic.to_owned(), md.partition))
                 .or_default()
                 .push((md.offset, keys[i].clone(), values[i].clone()));
@@ -70,7 +82,10 @@ fn keyed_batches_over_many_partitions_and_topics_keep_their_order() {
     for ((topic, part), mut want) in sent {
         // Offsets follow input order within each partition.
         let offsets: Vec<u64> = want.iter().map(|w| w.0).collect();
-        assert!(offsets.windows(2).all(|w| w[0] < w[1]), "{topic}/{part}: {offsets:?}");
+        assert!(
+            offsets.windows(2).all(|w| w[0] < w[1]),
+            "{topic}/{part}: {offsets:?}"
+        );
         want.sort_by_key(|w| w.0);
         assert_eq!(read_partition(&mq, &topic, part), want, "{topic}/{part}");
     }
@@ -99,7 +114,11 @@ fn sequenced_records_over_many_partitions_are_deduplicated() {
     let first = p.send_batch(&recs).unwrap();
     assert!(first.iter().all(|m| !m.duplicate));
     for (i, m) in first.iter().enumerate() {
-        assert_eq!(m.partition, (i % 200) as u32, "sequence {i} goes by sequence");
+        assert_eq!(
+            m.partition,
+            (i % 200) as u32,
+            "sequence {i} goes by sequence"
+        );
     }
     // Sent again, with 200 new ones: the old ones are duplicates at their
     // original offsets.
@@ -114,7 +133,10 @@ fn sequenced_records_over_many_partitions_are_deduplicated() {
     for (i, m) in second.iter().enumerate() {
         if i < 1000 {
             assert!(m.duplicate, "sequence {i}");
-            assert_eq!((m.partition, m.offset), (first[i].partition, first[i].offset));
+            assert_eq!(
+                (m.partition, m.offset),
+                (first[i].partition, first[i].offset)
+            );
         } else {
             assert!(!m.duplicate, "sequence {i}");
         }
