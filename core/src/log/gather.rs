@@ -198,9 +198,8 @@ fn opt_len(b: Option<&[u8]>) -> usize {
     b.map_or(1, |b| batch::varint_len(b.len() as i64) + b.len())
 }
 
-/// The bytes of records whose values are written in place; `None` when
-/// the batch is not worth writing with `pwritev` unless it is flushed at
-/// once (see [`PartitionLog::append_batch`](super::PartitionLog::append_batch)).
+/// Bytes of `src` a [`lay_out`] would write from where they are: its
+/// values of [`IN_PLACE_MIN`] bytes or more, or its whole prepared section.
 pub(super) fn in_place_bytes(src: &BatchSource<'_>) -> usize {
     match *src {
         BatchSource::Records(records, _) => records

@@ -303,10 +303,10 @@ pub(crate) struct PartitionLog {
 /// Milliseconds since the Unix epoch ([`crate::clock`]).
 pub(crate) use crate::clock::now_ms;
 
-/// Batches at least this long that are flushed at once (`acks=all`) are
-/// written with `pwrite` ([`PartitionLog::append_batch`]). Measured with
-/// `bench/python_rates.py` (1000 x 1 KiB per call, `acks=all`): see
-/// docs/decisions.md.
+/// Batches at least this long are written with `pwritev` when flushed at
+/// once (`acks=all`) or made mostly of large values ([`writes_by_file`]).
+/// Measured with `bench/python_rates.py` (1000 x 1 KiB per call,
+/// `acks=all`) and `core/benches/sizes.rs`: see docs/decisions.md.
 const FILE_WRITE_MIN: usize = 64 << 10;
 
 /// Encodes a batch into `buf` (exactly its length); returns the bytes written.
@@ -333,20 +333,14 @@ fn encode(
     written
 }
 
-/// Batches at least this long whose large values (or prepared section)
-/// make up half their bytes or more are written with `pwritev` whatever the
-/// acks ([`writes_by_file`]).
-const FILE_WRITE_IN_PLACE_MIN: usize = 16 << 10;
-
 /// Whether a batch of `len` bytes is written to the file with `pwritev`
-/// ([`gather`]) rather than encoded into the map: when it is flushed at
-/// once (`acks=all`) and at least [`FILE_WRITE_MIN`] long, or when most of
-/// its bytes are large values or a prepared section, written from where
-/// they are (see docs/decisions.md).
+/// ([`gather`]) rather than encoded into the map: when it is at least
+/// [`FILE_WRITE_MIN`] long and either flushed at once (`acks=all`) or made
+/// of large values (or a prepared section) for half its bytes or more,
+/// which are then written from where they are (see docs/decisions.md).
 #[inline]
 fn writes_by_file(src: &BatchSource<'_>, len: usize, flush_next: bool) -> bool {
-    (flush_next && len >= FILE_WRITE_MIN)
-        || (len >= FILE_WRITE_IN_PLACE_MIN && gather::in_place_bytes(src) * 2 >= len)
+    len >= FILE_WRITE_MIN && (flush_next || gather::in_place_bytes(src) * 2 >= len)
 }
 
 /// Bytes of a segment faulted in ahead of its writer at a time
@@ -431,7 +425,9 @@ impl PartitionLog {
     ///
     /// `flush_next` says the caller flushes the batch as soon as it is
     /// appended (`acks=all`): a batch of [`FILE_WRITE_MIN`] bytes or more is
-    /// then written to the file with `pwrite` rather than through the map.
+    /// then written to the file with `pwritev` rather than through the map,
+    /// as is one of that size made mostly of large values whatever the
+    /// acks ([`writes_by_file`]).
     pub(crate) fn append_batch(
         &self,
         src: BatchSource<'_>,

@@ -962,8 +962,27 @@ impl Inner {
         if full || !linger {
             self.append_pending(&mut st, key);
         } else if started {
+            // The background thread sleeps until the oldest lingering
+            // batch is due, which a newer one cannot precede: it needs
+            // waking only when nothing was lingering.
+            let created = st
+                .batches
+                .get(&key)
+                .map_or_else(Instant::now, |b| b.created);
+            let idle = st.lingering.is_empty();
+            st.lingering.push_back((created, key));
+            if st.lingering.len() > 2 * st.batches.len() + 1024 {
+                // Entries of batches appended early (full) wait for their
+                // time to be skipped; with a long linger, dropped here.
+                let accumulator::AccState {
+                    lingering, batches, ..
+                } = &mut *st;
+                lingering.retain(|(c, k)| batches.get(k).is_some_and(|b| b.created == *c));
+            }
             self.ensure_sender(&mut st);
-            self.work.notify_one();
+            if idle {
+                self.work.notify_one();
+            }
         }
         drop(st);
         self.fire();
