@@ -7,7 +7,7 @@
 //!   recovery, before anyone else can see the file);
 //! - bytes at or above it are written only through
 //!   [`MappedFile::unpublished_mut`] (or with `pwrite`,
-//!   [`MappedFile::write_unpublished`]), which needs the file's [`WriteToken`]
+//!   [`MappedFile::write_unpublished_vectored`]), which needs the file's [`WriteToken`]
 //!   borrowed mutably: there is one token per writable file, so there is
 //!   one writer, holding at most one view, and nothing moves `published`
 //!   (or cuts the file) while a view lives, since that needs the token too;
@@ -403,30 +403,30 @@ impl MappedFile {
         unsafe { std::slice::from_raw_parts_mut(m.as_mut_ptr().add(start), len) }
     }
 
-    /// Writes `data` at `start`, above the published length, with `pwrite`
-    /// on the file instead of through the mapping (the page cache is the
-    /// same, so readers see it once published). For large batches about to
-    /// be synced: no page faults, no zeroed pages, and nothing for the sync
-    /// to write-protect in this process's page tables.
+    /// Writes the concatenation of `parts` at `start`, above the published
+    /// length, with `pwritev` on the file instead of through the mapping
+    /// (the page cache is the same, so readers see it once published). For
+    /// large batches: no page faults, no zeroed pages, nothing for a sync to
+    /// write-protect in this process's page tables, and the pieces are
+    /// written from where they are, with no copy into one buffer first.
     ///
     /// # Panics
     /// If `token` is another file's, or the range starts below the
     /// published length or ends past the allocated length.
-    pub(crate) fn write_unpublished(
+    pub(crate) fn write_unpublished_vectored(
         &self,
         token: &mut WriteToken,
         start: usize,
-        data: &[u8],
+        parts: &[&[u8]],
     ) -> Result<()> {
-        use std::os::unix::fs::FileExt;
         self.check_token(token);
-        assert!(start >= self.published() && start + data.len() <= self.allocated());
+        let len: usize = parts.iter().map(|p| p.len()).sum();
+        assert!(start >= self.published() && start + len <= self.allocated());
         let file = self
             .descriptor()
             .ctx(|| format!("opening {}", self.path.display()))?
             .ok_or(Error::Closed("segment file without a descriptor"))?;
-        file.write_all_at(data, start as u64)
-            .ctx(|| format!("writing {}", self.path.display()))
+        pwritev_all(&file, parts, start as u64).ctx(|| format!("writing {}", self.path.display()))
     }
 
     /// Exclusive view of the whole file (the mapping up to the allocated
@@ -647,5 +647,54 @@ pub(crate) fn sync_dir(dir: &Path) -> Result<()> {
         .and_then(|d| d.sync_all())
         .map_err(|e| Error::io(format!("syncing directory {}", dir.display()), e))?;
     faults::after_sync(dir, SyncKind::Dir);
+    Ok(())
+}
+
+/// Writes the concatenation of `parts` at `offset` of `file`, with as few
+/// `pwritev` calls as the kernel allows (at most `IOV_MAX` pieces each;
+/// a short write goes on from where it stopped).
+fn pwritev_all(file: &File, parts: &[&[u8]], mut offset: u64) -> std::io::Result<()> {
+    const IOV_MAX: usize = 1024;
+    let mut i = 0; // first piece not fully written
+    let mut skip = 0; // bytes of it already written
+    let mut iov: Vec<libc::iovec> = Vec::with_capacity(parts.len().min(IOV_MAX));
+    while i < parts.len() {
+        iov.clear();
+        for (k, p) in parts[i..].iter().take(IOV_MAX).enumerate() {
+            let p = if k == 0 { &p[skip..] } else { p };
+            iov.push(libc::iovec {
+                iov_base: p.as_ptr() as *mut libc::c_void,
+                iov_len: p.len(),
+            });
+        }
+        // SAFETY: every iovec points into a live slice of `parts`, which
+        // outlives the call, and the kernel only reads them.
+        let n = unsafe {
+            libc::pwritev(
+                file.as_raw_fd(),
+                iov.as_ptr(),
+                iov.len() as libc::c_int,
+                offset as libc::off_t,
+            )
+        };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if n == 0 && iov.iter().any(|v| v.iov_len > 0) {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        let mut n = n as usize;
+        offset += n as u64;
+        while i < parts.len() && n >= parts[i].len() - skip {
+            n -= parts[i].len() - skip;
+            skip = 0;
+            i += 1;
+        }
+        skip += n;
+    }
     Ok(())
 }

@@ -8,6 +8,7 @@ pub mod compression;
 mod crc;
 mod flush;
 pub mod follow;
+mod gather;
 mod index;
 #[allow(unsafe_code)]
 mod mmap;
@@ -313,10 +314,10 @@ pub(crate) struct PartitionLog {
 /// Milliseconds since the Unix epoch ([`crate::clock`]).
 pub(crate) use crate::clock::now_ms;
 
-/// Batches at least this long that are flushed at once (`acks=all`) are
-/// written with `pwrite` ([`PartitionLog::append_batch`]). Measured with
-/// `bench/python_rates.py` (1000 x 1 KiB per call, `acks=all`): see
-/// docs/decisions.md.
+/// Batches at least this long are written with `pwritev` when flushed at
+/// once (`acks=all`) or made mostly of large values ([`writes_by_file`]).
+/// Measured with `bench/python_rates.py` (1000 x 1 KiB per call,
+/// `acks=all`) and `core/benches/sizes.rs`: see docs/decisions.md.
 const FILE_WRITE_MIN: usize = 64 << 10;
 
 /// Encodes a batch into `buf` (exactly its length); returns the bytes written.
@@ -343,26 +344,14 @@ fn encode(
     written
 }
 
-/// Scratch memory kept per thread for batches written with `pwrite`; a larger
-/// one is freed after use.
-const SCRATCH_KEEP: usize = 4 << 20;
-
-/// Runs `f` on `len` bytes of this thread's scratch buffer (contents
-/// unspecified: `f` overwrites them).
-fn with_scratch<R>(len: usize, f: impl FnOnce(&mut [u8]) -> R) -> R {
-    thread_local! {
-        static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
-    }
-    SCRATCH.with(|cell| match cell.try_borrow_mut() {
-        Ok(mut buf) if len <= SCRATCH_KEEP => {
-            if buf.len() < len {
-                buf.resize(len, 0);
-            }
-            f(&mut buf[..len])
-        }
-        // Too big to keep, or already in use further up this thread's stack.
-        _ => f(&mut vec![0u8; len]),
-    })
+/// Whether a batch of `len` bytes is written to the file with `pwritev`
+/// ([`gather`]) rather than encoded into the map: when it is at least
+/// [`FILE_WRITE_MIN`] long and either flushed at once (`acks=all`) or made
+/// of large values (or a prepared section) for half its bytes or more,
+/// which are then written from where they are (see docs/decisions.md).
+#[inline]
+fn writes_by_file(src: &BatchSource<'_>, len: usize, flush_next: bool) -> bool {
+    len >= FILE_WRITE_MIN && (flush_next || gather::in_place_bytes(src) * 2 >= len)
 }
 
 /// Bytes of a segment faulted in ahead of its writer at a time
@@ -452,7 +441,9 @@ impl PartitionLog {
     ///
     /// `flush_next` says the caller flushes the batch as soon as it is
     /// appended (`acks=all`): a batch of [`FILE_WRITE_MIN`] bytes or more is
-    /// then written to the file with `pwrite` rather than through the map.
+    /// then written to the file with `pwritev` rather than through the map,
+    /// as is one of that size made mostly of large values whatever the
+    /// acks ([`writes_by_file`]).
     pub(crate) fn append_batch(
         &self,
         src: BatchSource<'_>,
@@ -518,6 +509,11 @@ impl PartitionLog {
                 }
             }
         }
+        // A large batch is written to the file from where its bytes are
+        // (see `writes_by_file`); its layout fixes its length.
+        let mut gathered = writes_by_file(&src, len, flush_next)
+            .then(|| gather::lay_out(&src, w.next_offset, producer, attributes, append_time));
+        let len = gathered.as_ref().map_or(len, gather::Gathered::len);
         if w.active.end() + len > w.active.capacity() {
             self.roll(&mut w)?;
         }
@@ -530,17 +526,26 @@ impl PartitionLog {
             active_writer,
             ..
         } = &mut *w;
-        let written = if flush_next && len >= FILE_WRITE_MIN {
-            with_scratch(len, |buf| {
-                let written = encode(buf, base, &src, producer, attributes, append_time);
-                active
-                    .write_at_end(active_writer, &buf[..written])
-                    .map(|()| written)
-            })?
+        let written = if let Some(g) = &mut gathered {
+            // Published below only once the whole batch is in the file:
+            // readers never see part of it.
+            let res =
+                g.write_with(|at, parts| active.write_vectored_at_end(active_writer, at, parts));
+            if let Err(e) = res {
+                // Part of the batch may be in the file (a short write on a
+                // full disk): zeroed again through the map (its blocks are
+                // allocated), so that no later append leaves it behind as
+                // garbage for recovery to find after a clean close.
+                active.reserve(active_writer, len).fill(0);
+                return Err(e);
+            }
+            g.len()
         } else {
             let buf = active.reserve(active_writer, len);
             encode(buf, base, &src, producer, attributes, append_time)
         };
+        let by_file = gathered.is_some();
+        drop(gathered);
         debug_assert_eq!(written, len);
         let index = (pos > 0 && pos - w.last_index_pos >= self.config.index_interval_bytes)
             .then_some((base, w.max_ts));
@@ -563,7 +568,9 @@ impl PartitionLog {
             w.producers
                 .record(idem, producer.base_sequence, count as u32, base);
         }
-        if self.config.prefault {
+        // Pages written with `pwritev` need no faulting in: doing it ahead
+        // would only zero pages about to be overwritten.
+        if self.config.prefault && !by_file {
             self.prefault_ahead(&mut w);
         }
         drop(w);

@@ -615,15 +615,22 @@ impl Segment {
         self.log.unpublished_mut(&mut w.log, self.end(), len)
     }
 
-    /// Writes a batch at the end with `pwrite` (see
-    /// [`MappedFile::write_unpublished`]); publish it with
+    /// Writes the concatenation of `parts` at byte `at` of the batch being
+    /// written at the end, with `pwritev` (see
+    /// [`MappedFile::write_unpublished_vectored`]); publish the batch with
     /// [`Segment::commit`].
-    pub(crate) fn write_at_end(&self, w: &mut SegmentWriter, data: &[u8]) -> Result<()> {
-        self.log.write_unpublished(&mut w.log, self.end(), data)
+    pub(crate) fn write_vectored_at_end(
+        &self,
+        w: &mut SegmentWriter,
+        at: usize,
+        parts: &[&[u8]],
+    ) -> Result<()> {
+        self.log
+            .write_unpublished_vectored(&mut w.log, self.end() + at, parts)
     }
 
     /// Publishes a batch written through [`Segment::reserve`] or
-    /// [`Segment::write_at_end`] and indexes it
+    /// [`Segment::write_vectored_at_end`] and indexes it
     /// when `index` is set.
     #[inline]
     pub(crate) fn commit(

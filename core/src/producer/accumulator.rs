@@ -2,7 +2,7 @@
 //! asynchronous sends, the memory bound, the background thread that appends
 //! lingering batches and flushes `acks=all` ones, and delivery callbacks.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, MutexGuard};
 use std::time::{Duration, Instant};
@@ -65,6 +65,12 @@ pub(crate) struct Durable {
 pub(crate) struct AccState {
     /// Open batches by partition (keyed by the log's address).
     pub batches: HashMap<usize, PartBatch>,
+    /// Lingering batches in the order they were started: `(created, key)`
+    /// (an entry whose batch was appended meanwhile is skipped when its
+    /// time comes). The background thread finds the due batches at the
+    /// front, without going through every open batch (1,000 open batches
+    /// for keys spread over 1,000 partitions).
+    pub lingering: VecDeque<(Instant, usize)>,
     /// Bytes held: open batches plus records awaiting their flush.
     pub buffered: usize,
     durable: Vec<Durable>,
@@ -204,13 +210,28 @@ impl Inner {
                 continue;
             }
             let now = Instant::now();
-            let stop = st.stop;
-            let due: Vec<usize> = st
-                .batches
-                .iter()
-                .filter(|(_, b)| stop || now >= b.created + linger)
-                .map(|(k, _)| *k)
-                .collect();
+            let due: Vec<usize> = if st.stop {
+                st.lingering.clear();
+                st.batches.keys().copied().collect()
+            } else {
+                let mut due = Vec::new();
+                while let Some(&(created, key)) = st.lingering.front() {
+                    if now < created + linger {
+                        break;
+                    }
+                    st.lingering.pop_front();
+                    // The batch now at `key` may be a later one, with its
+                    // own entry.
+                    if st
+                        .batches
+                        .get(&key)
+                        .is_some_and(|b| now >= b.created + linger)
+                    {
+                        due.push(key);
+                    }
+                }
+                due
+            };
             if !due.is_empty() {
                 for k in due {
                     self.append_pending(&mut st, k);
@@ -223,7 +244,7 @@ impl Inner {
             if st.stop {
                 return;
             }
-            let next = st.batches.values().map(|b| b.created + linger).min();
+            let next = st.lingering.front().map(|&(created, _)| created + linger);
             st = match next {
                 Some(t) => sync::wait_timeout(&self.work, st, t.saturating_duration_since(now)).0,
                 None => sync::wait(&self.work, st),
@@ -378,5 +399,80 @@ impl Inner {
         }
         self.fire();
         res
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use crate::{Broker, Config, ProducerConfig, Record, TopicConfig};
+
+    /// Lingering batches over many partitions are each appended once their
+    /// linger has passed (never before), found through the queue of
+    /// lingering batches.
+    #[test]
+    fn lingering_batches_over_many_partitions_are_appended_after_their_linger() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mq = Broker::open(tmp.path(), Config::default()).unwrap();
+        mq.create_topic("t", TopicConfig::new(500)).unwrap();
+        let p = mq
+            .producer(ProducerConfig::default().linger_ms(300))
+            .unwrap();
+        let done = Arc::new(AtomicUsize::new(0));
+        let start = Instant::now();
+        for i in 0..3000u32 {
+            let done = Arc::clone(&done);
+            p.send_async(
+                Record::new("t").key(i.to_le_bytes()).value(vec![1u8; 10]),
+                move |r| {
+                    r.unwrap();
+                    done.fetch_add(1, Ordering::Relaxed);
+                },
+            )
+            .unwrap();
+        }
+        // A slow machine only delays the appends.
+        if start.elapsed() < Duration::from_millis(250) {
+            assert_eq!(
+                done.load(Ordering::Relaxed),
+                0,
+                "appended before the linger"
+            );
+        }
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while done.load(Ordering::Relaxed) < 3000 {
+            assert!(
+                Instant::now() < deadline,
+                "lingering batches never appended"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(crate::sync::lock(&p.inner.acc).batches.len(), 0);
+    }
+
+    /// Batches appended before their linger (filled) leave entries in the
+    /// queue; with a long linger they are dropped as they pile up.
+    #[test]
+    fn entries_of_batches_appended_early_do_not_pile_up() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mq = Broker::open(tmp.path(), Config::default()).unwrap();
+        mq.create_topic("t", TopicConfig::new(1)).unwrap();
+        // Two records fill a batch: every second send appends it.
+        let p = mq
+            .producer(ProducerConfig::default().linger_ms(60_000).batch_size(150))
+            .unwrap();
+        for _ in 0..6000 {
+            p.send_async(Record::new("t").value(vec![1u8; 100]), |r| {
+                r.unwrap();
+            })
+            .unwrap();
+        }
+        let left = crate::sync::lock(&p.inner.acc).lingering.len();
+        assert!(left <= 1026, "{left} entries kept");
+        p.flush().unwrap();
+        assert_eq!(p.stats().records, 6000);
     }
 }

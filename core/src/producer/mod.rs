@@ -22,7 +22,6 @@ mod resume;
 mod route;
 mod stats;
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -678,78 +677,80 @@ impl Inner {
             }
             return Ok(());
         }
-        // Route every record, grouping indices per partition in order. The
-        // topic and its partition list are looked up once per run of
-        // records to the same topic.
-        type Group = (Arc<PartitionLog>, u32, Vec<usize>);
-        let mut groups: Vec<Group> = Vec::new();
-        let mut slot_of: HashMap<usize, usize> = HashMap::new();
-        let mut current: Option<Lent> = None;
-        let mut last: Option<(usize, usize)> = None; // (log address, slot)
+        // Route every record, then group the indices per partition, in
+        // order (a counting sort: two allocations whatever the number of
+        // partitions, no hashing). The topic and its partition list are
+        // looked up once per run of records to the same topic; a group is
+        // a partition of one run (a partition met again in a later run of
+        // its topic gets a second group, appended after the first).
+        let mut runs: Vec<Lent> = Vec::new();
+        // (run, partition) of each group, in order of first appearance.
+        let mut groups: Vec<(u32, u32)> = Vec::new();
+        // Group of each record.
+        let mut group_of: Vec<u32> = Vec::with_capacity(records.len());
+        // Group of each partition of the current run (`u32::MAX`: none yet).
+        let mut by_partition: Vec<u32> = Vec::new();
         let mut sequenced = false;
-        for (i, r) in records.iter().enumerate() {
+        for r in records {
             self.check_sequence(r)?;
             sequenced |= r.sequence.is_some();
-            if current
-                .as_ref()
+            if runs
+                .last()
                 .is_none_or(|lent| &**lent.parts()[0].topic() != r.topic)
             {
-                drop(current.take()); // given back before the next is taken
-                current = Some(self.partitions_of(r.topic)?);
+                // Kept until the appends are done: the groups point into
+                // it (the per-thread cache then keeps the last topic only).
+                runs.push(self.partitions_of(r.topic)?);
+                by_partition.clear();
             }
-            let parts = current.as_ref().expect("just set").parts();
+            let run = runs.len() - 1;
+            let parts = runs[run].parts();
             let topic = parts[0].topic();
             let count = parts.len() as u32;
             let partition = self.choose(topic, count, r, || {
                 r.value.map_or(0, <[u8]>::len) + r.key.map_or(0, <[u8]>::len) + 8
             })?;
-            let log = parts
-                .get(partition as usize)
-                .ok_or_else(|| Error::UnknownPartition {
+            if partition >= count {
+                return Err(Error::UnknownPartition {
                     topic: r.topic.to_owned(),
                     partition,
                     count,
-                })?;
-            let key = Arc::as_ptr(log) as usize;
-            let slot = match last {
-                Some((k, slot)) if k == key => slot,
-                // Few partitions so far: a scan, no map to allocate.
-                _ if groups.len() <= 8 && slot_of.is_empty() => {
-                    if let Some(slot) = groups
-                        .iter()
-                        .position(|g| Arc::as_ptr(&g.0) as usize == key)
-                    {
-                        slot
-                    } else {
-                        if groups.len() == 8 {
-                            slot_of.extend(
-                                groups
-                                    .iter()
-                                    .enumerate()
-                                    .map(|(j, g)| (Arc::as_ptr(&g.0) as usize, j)),
-                            );
-                            slot_of.insert(key, 8);
-                        }
-                        // Room for the rest of the records (at most
-                        // 1024) at once rather than regrowing.
-                        let room = (records.len() - i).min(1024);
-                        groups.push((Arc::clone(log), partition, Vec::with_capacity(room)));
-                        groups.len() - 1
-                    }
-                }
-                _ => *slot_of.entry(key).or_insert_with(|| {
-                    groups.push((Arc::clone(log), partition, Vec::new()));
-                    groups.len() - 1
-                }),
-            };
-            last = Some((key, slot));
-            groups[slot].2.push(i);
+                });
+            }
+            if by_partition.is_empty() {
+                by_partition.resize(count as usize, u32::MAX);
+            }
+            let slot = &mut by_partition[partition as usize];
+            if *slot == u32::MAX {
+                *slot = groups.len() as u32;
+                groups.push((run as u32, partition));
+            }
+            group_of.push(*slot);
         }
-        drop(current);
+        drop(by_partition);
+        // Start of each group's indices in `order`, then the indices.
+        let mut starts: Vec<usize> = vec![0; groups.len() + 1];
+        for &g in &group_of {
+            starts[g as usize + 1] += 1;
+        }
+        for g in 0..groups.len() {
+            starts[g + 1] += starts[g];
+        }
+        let mut order: Vec<usize> = vec![0; records.len()];
+        {
+            let mut next = starts.clone();
+            for (i, &g) in group_of.iter().enumerate() {
+                order[next[g as usize]] = i;
+                next[g as usize] += 1;
+            }
+        }
         let now = now_ms();
         let mut refs: Vec<RecordRef<'_>> = Vec::with_capacity(records.len().min(1024));
         let mut flush_targets: Vec<(Arc<PartitionLog>, u64)> = Vec::new();
-        for (log, partition, idx) in &groups {
+        for (g, &(run, partition)) in groups.iter().enumerate() {
+            let log = &runs[run as usize].parts()[partition as usize];
+            let partition = &partition;
+            let idx = &order[starts[g]..starts[g + 1]];
             let max_batch = log.max_batch_bytes();
             let topic = Arc::clone(log.topic());
             let guard = if sequenced || self.pending.load(Ordering::Acquire) > 0 {
@@ -961,8 +962,27 @@ impl Inner {
         if full || !linger {
             self.append_pending(&mut st, key);
         } else if started {
+            // The background thread sleeps until the oldest lingering
+            // batch is due, which a newer one cannot precede: it needs
+            // waking only when nothing was lingering.
+            let created = st
+                .batches
+                .get(&key)
+                .map_or_else(Instant::now, |b| b.created);
+            let idle = st.lingering.is_empty();
+            st.lingering.push_back((created, key));
+            if st.lingering.len() > 2 * st.batches.len() + 1024 {
+                // Entries of batches appended early (full) wait for their
+                // time to be skipped; with a long linger, dropped here.
+                let accumulator::AccState {
+                    lingering, batches, ..
+                } = &mut *st;
+                lingering.retain(|(c, k)| batches.get(k).is_some_and(|b| b.created == *c));
+            }
             self.ensure_sender(&mut st);
-            self.work.notify_one();
+            if idle {
+                self.work.notify_one();
+            }
         }
         drop(st);
         self.fire();
