@@ -139,6 +139,17 @@ impl BatchSource<'_> {
         }
     }
 
+    /// The exact size of the batch once the producer fields and attributes
+    /// are known (a one-record batch is written compact).
+    fn encoded_len(&self, producer: &ProducerFields, attributes: u16) -> usize {
+        match self {
+            BatchSource::Records(r, _) => batch::encoded_len(r, producer, attributes),
+            BatchSource::Section { bytes, info, .. } => {
+                batch::section_encoded_len(bytes, info.count, producer, attributes)
+            }
+        }
+    }
+
     fn max_timestamp(&self) -> i64 {
         match self {
             BatchSource::Records(r, _) => r.iter().map(|r| r.timestamp).max().unwrap_or(i64::MIN),
@@ -319,11 +330,9 @@ fn encode(
     append_time: Option<i64>,
 ) -> usize {
     let written = match *src {
-        BatchSource::Records(records, _) => {
-            batch::encode_batch(buf, base, records, producer, attributes)
-        }
+        BatchSource::Records(records, _) => batch::encode(buf, base, records, producer, attributes),
         BatchSource::Section { bytes, info, .. } => {
-            batch::write_section_batch(buf, base, bytes, info, producer, attributes)
+            batch::write_section(buf, base, bytes, info, producer, attributes)
         }
     };
     if let Some(t) = append_time {
@@ -503,6 +512,7 @@ impl PartitionLog {
                 }
             }
         }
+        let len = src.encoded_len(&producer, attributes);
         if w.active.end() + len > w.active.capacity() {
             self.roll(&mut w)?;
         }
@@ -1066,7 +1076,7 @@ impl PartitionLog {
                     let section =
                         batch::records_section(bytes, &h, compression::MAX_UNCOMPRESSED_LEN)
                             .map_err(|reason| seg.corrupt(pos, reason))?;
-                    for r in batch::Records::over_section(&section, h.record_count) {
+                    for r in batch::Records::in_section(&section, &h) {
                         let r = r.map_err(|reason| seg.corrupt(pos, reason))?;
                         if h.record_timestamp(r.timestamp_delta) >= ts {
                             return Ok(Some(h.base_offset + u64::from(r.offset_delta)));
