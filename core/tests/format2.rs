@@ -668,3 +668,116 @@ fn a_format_1_directory_opens_reads_and_takes_format_2_batches() {
     assert_eq!(magics, [1, 1, 1, 1, 1, 1, 2, 2, 2]);
     mq.close().unwrap();
 }
+
+/// A full-layout batch at `base` with records at `deltas`, ending at
+/// `base + last`.
+fn gapped(base: u64, deltas: &[u32], last: u32, ts: i64) -> Vec<u8> {
+    let values: Vec<String> = deltas
+        .iter()
+        .map(|d| format!("gap {}", base + u64::from(*d)))
+        .collect();
+    let recs: Vec<RecordRef<'_>> = values
+        .iter()
+        .map(|v| RecordRef {
+            key: None,
+            value: Some(v.as_bytes()),
+            headers: &[],
+            timestamp: ts,
+        })
+        .collect();
+    let mut buf = vec![0u8; batch::batch_len(&recs) + 5 * recs.len()];
+    let n = batch::encode_batch_with_gaps(
+        &mut buf,
+        base,
+        &recs,
+        deltas,
+        last,
+        ProducerFields::default(),
+        0,
+    );
+    buf.truncate(n);
+    buf
+}
+
+#[test]
+fn offsets_may_skip_inside_a_partition() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let mq = open(dir);
+    mq.create_topic("t", TopicConfig::new(1).index_interval_bytes(64))
+        .unwrap();
+    let p = mq.producer(ProducerConfig::default()).unwrap();
+    for i in 0..5 {
+        p.send(Record::new("t").value(format!("a{i}")).timestamp(1_000 + i))
+            .unwrap();
+    }
+    mq.close().unwrap();
+    drop(mq);
+    // Batches whose last offsets pass their records: 5 and 8 of 5..=11,
+    // 12..=14 without a gap, then 17 alone of 15..=19.
+    let log_path = segment_logs(dir, "t", 0).pop().unwrap();
+    let mut log = std::fs::read(&log_path).unwrap();
+    let end = batches(&log).last().unwrap().end();
+    log.truncate(end);
+    log.extend(gapped(5, &[0, 3], 6, 2_000));
+    log.extend(gapped(12, &[0, 1, 2], 2, 3_000));
+    log.extend(gapped(15, &[2], 4, 4_000));
+    std::fs::write(&log_path, &log).unwrap();
+    // Read back as after a crash: every batch is checked, the indexes rebuilt.
+    std::fs::remove_file(log_path.with_file_name("recovery.point")).unwrap();
+
+    let mq = open(dir);
+    let info = &mq.topic("t").unwrap().partitions[0];
+    assert_eq!(info.recovery, RecoveryStats::default());
+    assert_eq!(info.end_offset, 20);
+    let want: Vec<u64> = vec![0, 1, 2, 3, 4, 5, 8, 12, 13, 14, 17];
+    let got = read_partition(&mq, "t", 0).unwrap();
+    assert_eq!(got.iter().map(|m| m.offset).collect::<Vec<_>>(), want);
+    assert_eq!(got[6].value.as_deref(), Some(&b"gap 8"[..]));
+    // Appends go on after the last batch's last offset.
+    let p = mq.producer(ProducerConfig::default()).unwrap();
+    assert_eq!(p.send(Record::new("t").value("after")).unwrap().offset, 20);
+
+    let mut c = mq
+        .consumer(mqlite::ConsumerConfig::default().max_poll_records(1000))
+        .unwrap();
+    c.assign(&[("t", 0)]).unwrap();
+    for (seek, first) in [(6u64, 8u64), (9, 12), (15, 17), (18, 20), (0, 0), (13, 13)] {
+        c.seek("t", 0, seek).unwrap();
+        let m = c.poll(std::time::Duration::ZERO).unwrap();
+        assert_eq!(m[0].offset(), first, "seek {seek}");
+        assert_eq!(m.last().unwrap().offset(), 20, "seek {seek}");
+        assert_eq!(c.position("t", 0).unwrap(), 21);
+        assert_eq!(c.lag().unwrap(), vec![("t".to_owned(), 0, 0)]);
+    }
+    // A poll that stops right after a gapped batch: the position steps
+    // over the gap.
+    let mut one = mq
+        .consumer(mqlite::ConsumerConfig::default().max_poll_records(2))
+        .unwrap();
+    one.assign(&[("t", 0)]).unwrap();
+    one.seek("t", 0, 5).unwrap();
+    let m = one.poll(std::time::Duration::ZERO).unwrap();
+    assert_eq!(m.iter().map(|m| m.offset()).collect::<Vec<_>>(), [5, 8]);
+    assert_eq!(one.poll(std::time::Duration::ZERO).unwrap()[0].offset(), 12);
+    // The time index and the lookup by time.
+    assert_eq!(mq.offset_for_timestamp("t", 0, 2_500).unwrap(), Some(12));
+    assert_eq!(mq.offset_for_timestamp("t", 0, 3_500).unwrap(), Some(17));
+    mq.close().unwrap();
+    drop(mq);
+    // The follower and the checker step over the gaps too.
+    let mut f = Follower::open(partition_dir(dir, "t", 0)).unwrap();
+    let followed: Vec<u64> = f.poll(100).unwrap().iter().map(|r| r.offset).collect();
+    assert_eq!(followed[..want.len()], want[..]);
+    assert_eq!(f.position(), 21);
+    f.seek(9).unwrap();
+    assert_eq!(f.poll(1).unwrap()[0].offset, 12);
+    let report = check_partition(
+        &partition_dir(dir, "t", 0),
+        CheckOptions::default(),
+        &mut |_| {},
+    )
+    .unwrap();
+    assert!(report.issues.is_empty(), "{:?}", report.issues);
+    assert_eq!(report.end_offset, 21);
+}

@@ -231,6 +231,9 @@ impl Consumer {
                 }
             }
             a.next_base = Some(h.next_offset());
+            // Offsets may skip past the batch's last record (its
+            // `last_offset_delta`): the next batch starts after the gap.
+            position = position.max(h.next_offset());
         }
         a.position = Some(position);
         if skipped {

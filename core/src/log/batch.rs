@@ -311,6 +311,62 @@ pub fn encode(
     }
 }
 
+/// Encodes `records` as one full-layout batch whose records have the
+/// offset deltas `offset_deltas` (strictly increasing, one per record) and
+/// whose last offset is `base_offset + last_offset_delta` (at least the
+/// last record's): a batch with offset gaps, as compaction or transaction
+/// markers leave them. `buf` must be at least [`batch_len`] plus 5 bytes
+/// per record long. Returns the bytes written.
+///
+/// # Panics
+/// When the deltas are not strictly increasing, do not match the records,
+/// or pass `last_offset_delta`.
+pub fn encode_batch_with_gaps(
+    buf: &mut [u8],
+    base_offset: u64,
+    records: &[RecordRef<'_>],
+    offset_deltas: &[u32],
+    last_offset_delta: u32,
+    producer: ProducerFields,
+    attributes: u16,
+) -> usize {
+    assert_eq!(
+        records.len(),
+        offset_deltas.len(),
+        "one offset delta per record"
+    );
+    assert!(
+        offset_deltas.windows(2).all(|w| w[0] < w[1]),
+        "deltas must increase"
+    );
+    assert!(offset_deltas.last().is_none_or(|&d| d <= last_offset_delta));
+    let first_ts = records.first().map_or(0, |r| r.timestamp);
+    let mut max_ts = first_ts;
+    let mut p = HEADER_LEN;
+    for (r, &d) in records.iter().zip(offset_deltas) {
+        max_ts = max_ts.max(r.timestamp);
+        p = put_record(buf, p, r, r.timestamp.wrapping_sub(first_ts), i64::from(d));
+    }
+    let end = padded(p);
+    buf[p..end].fill(0);
+    let h = BatchHeader {
+        base_offset,
+        length: (end - LENGTH_PREFIX) as u32,
+        crc: 0,
+        magic: MAGIC,
+        attributes,
+        last_offset_delta,
+        first_timestamp: first_ts,
+        max_timestamp: max_ts,
+        producer,
+        record_count: records.len() as u32,
+    };
+    h.write(&mut buf[..HEADER_LEN]);
+    let crc = crc::crc32c(&buf[CRC_START..end]);
+    buf[OFF_CRC..OFF_CRC + 4].copy_from_slice(&crc.to_le_bytes());
+    end
+}
+
 /// Encodes `records` as one batch in the full (`magic` 1) layout at the
 /// start of `buf`, which must be at least [`batch_len`] bytes long. Returns
 /// the number of bytes written.
