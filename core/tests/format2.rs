@@ -93,6 +93,11 @@ fn one_record_batches_take_at_most_40_bytes_beyond_key_and_value() {
         }
         p.close().unwrap();
         let used = used_bytes(dir, topic, 0);
+        // The figures docs/decisions.md quotes (`-- --nocapture`).
+        println!(
+            "{topic}: {:.2} bytes per record beyond key and value",
+            (used - payload) as f64 / N as f64
+        );
         assert!(
             used <= payload + N * MAX_OVERHEAD,
             "{topic}: {used} bytes for {N} records of {payload} bytes: {} per record",
