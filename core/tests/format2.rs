@@ -2,6 +2,7 @@
 //! full layout (`magic` 1), how big it is on disk, what it round-trips,
 //! recovery of damaged compact batches, named producers after a restart,
 //! and the refusal of a newer `magic`.
+#![allow(clippy::unwrap_used)]
 
 mod common;
 
@@ -34,7 +35,7 @@ fn used_bytes(dir: &Path, topic: &str, p: u32) -> usize {
         .map(|l| {
             batches(&std::fs::read(l).unwrap())
                 .last()
-                .map_or(0, |s| s.end())
+                .map_or(0, common::Span::end)
         })
         .sum()
 }
@@ -120,7 +121,10 @@ fn one_record_batches_take_at_most_40_bytes_beyond_key_and_value() {
     mq.close().unwrap();
 }
 
-fn refs(r: &(Option<Vec<u8>>, Option<Vec<u8>>, Vec<Header>, i64)) -> RecordRef<'_> {
+/// An owned record: key, value, headers, timestamp.
+type Owned = (Option<Vec<u8>>, Option<Vec<u8>>, Vec<Header>, i64);
+
+fn refs(r: &Owned) -> RecordRef<'_> {
     RecordRef {
         key: r.0.as_deref(),
         value: r.1.as_deref(),
@@ -763,7 +767,10 @@ fn offsets_may_skip_inside_a_partition() {
     one.assign(&[("t", 0)]).unwrap();
     one.seek("t", 0, 5).unwrap();
     let m = one.poll(std::time::Duration::ZERO).unwrap();
-    assert_eq!(m.iter().map(|m| m.offset()).collect::<Vec<_>>(), [5, 8]);
+    assert_eq!(
+        m.iter().map(mqlite::Message::offset).collect::<Vec<_>>(),
+        [5, 8]
+    );
     assert_eq!(one.poll(std::time::Duration::ZERO).unwrap()[0].offset(), 12);
     // The time index and the lookup by time.
     assert_eq!(mq.offset_for_timestamp("t", 0, 2_500).unwrap(), Some(12));
