@@ -676,7 +676,7 @@ impl BatchHeader {
     /// `magic`). `None` if `b` is too short.
     pub fn parse(b: &[u8]) -> Option<BatchHeader> {
         if b.get(OFF_MAGIC) == Some(&MAGIC_COMPACT) {
-            return compact::parse(b);
+            return compact::parse(b).map(|(h, _)| h);
         }
         if b.len() < HEADER_LEN {
             return None;

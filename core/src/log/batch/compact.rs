@@ -52,7 +52,7 @@ pub fn is_compact(records: usize, attributes: u16) -> bool {
 
 #[inline]
 fn has_producer(p: &ProducerFields) -> bool {
-    *p != ProducerFields::default()
+    (p.producer_id, p.producer_epoch, p.base_sequence) != (-1, -1, -1)
 }
 
 /// Bytes of the producer fields of a compact header.
@@ -159,22 +159,23 @@ pub(super) fn stamp(buf: &mut [u8], ts: i64) {
 }
 
 /// Decodes a compact header from `b` (at least through the producer
-/// fields; no CRC check). `None` when `b` is too short or a varint is
-/// malformed.
-pub(super) fn parse(b: &[u8]) -> Option<BatchHeader> {
+/// fields; no CRC check) and finds where its record starts. `None` when `b`
+/// is too short or a varint is malformed.
+#[inline]
+pub(super) fn parse(b: &[u8]) -> Option<(BatchHeader, usize)> {
     if b.len() < COMPACT_FIXED_LEN {
         return None;
     }
     let flags = b[OFF_FLAGS];
     let ts = i64::from_le_bytes(rd(b, OFF_TIMESTAMP));
     let mut producer = ProducerFields::default();
+    let mut p = COMPACT_FIXED_LEN;
     if flags & FLAG_PRODUCER != 0 {
-        let mut p = COMPACT_FIXED_LEN;
         producer.producer_id = get_varint(b, &mut p)?;
         producer.producer_epoch = i16::try_from(get_varint(b, &mut p)?).ok()?;
         producer.base_sequence = get_varint(b, &mut p)?;
     }
-    Some(BatchHeader {
+    let h = BatchHeader {
         base_offset: u64::from_le_bytes(rd(b, 0)),
         length: u32::from_le_bytes(rd(b, OFF_LENGTH)),
         crc: u32::from_le_bytes(rd(b, OFF_CRC)),
@@ -185,27 +186,22 @@ pub(super) fn parse(b: &[u8]) -> Option<BatchHeader> {
         max_timestamp: ts,
         producer,
         record_count: 1,
-    })
+    };
+    Some((h, p))
 }
 
 /// The checks of a compact batch `b` (exactly its bytes, CRC already
 /// checked) beyond its header decoding: known flags, producer fields in
 /// their shortest encoding and present exactly when set, and a record
 /// position inside the batch.
+#[inline]
 pub(super) fn check(b: &[u8]) -> Result<BatchHeader, &'static str> {
-    let h = parse(b).ok_or("malformed compact batch header")?;
-    let flags = b[OFF_FLAGS];
-    if flags & !(FLAG_ATTRS | FLAG_PRODUCER) != 0 {
+    let (h, p) = parse(b).ok_or("malformed compact batch header")?;
+    if b[OFF_FLAGS] & !(FLAG_ATTRS | FLAG_PRODUCER) != 0 {
         return Err("unknown compact batch flags");
     }
     // The encoding is canonical: the record position follows from the
     // decoded fields alone (`BatchHeader::records_at`).
-    let mut p = COMPACT_FIXED_LEN;
-    if flags & FLAG_PRODUCER != 0 {
-        for _ in 0..3 {
-            get_varint(b, &mut p).ok_or("malformed compact batch header")?;
-        }
-    }
     if p != record_at(&h.producer) || p + 3 > b.len() {
         return Err("malformed compact batch header");
     }
