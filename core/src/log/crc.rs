@@ -11,8 +11,7 @@ use crc_fast::CrcAlgorithm;
 
 /// Inputs up to this size are checked with a plain loop of CRC32
 /// instructions: `crc-fast`'s dispatch and folding setup cost more than the
-/// whole CRC of a small batch (a one-record batch of 100 bytes took about
-/// 270 instructions through it, 40 through the loop; see docs/decisions.md).
+/// whole CRC of a small batch (see docs/decisions.md).
 const SMALL: usize = 512;
 
 /// The CRC32C of `bytes`.
