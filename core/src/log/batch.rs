@@ -270,10 +270,10 @@ pub fn batch_len(records: &[RecordRef<'_>]) -> usize {
     padded(n)
 }
 
-/// Batches are padded with zeros to a multiple of [`ALIGN`] bytes, so that
-/// every batch starts 8-byte aligned in its segment and the CRC (from byte
-/// 16 to the end) runs over whole aligned words: measured about a third
-/// faster to check than unaligned batches.
+/// Full-layout batches are padded with zeros to a multiple of [`ALIGN`]
+/// bytes (as in format 1, where every batch therefore started 8-byte
+/// aligned). Compact batches are not padded: in format 2 a batch may start
+/// at any byte, and no reader relies on alignment.
 pub const ALIGN: usize = 8;
 
 #[inline]
