@@ -802,3 +802,35 @@ fn offsets_may_skip_inside_a_partition() {
     assert!(report.issues.is_empty(), "{:?}", report.issues);
     assert_eq!(report.end_offset, 21);
 }
+
+#[test]
+fn producer_stats_count_the_bytes_written() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let mq = open(dir);
+    mq.create_topic("t", TopicConfig::new(1)).unwrap();
+    let p = mq.producer(ProducerConfig::default()).unwrap();
+    for i in 0..20 {
+        p.send(Record::new("t").value(format!("v{i}"))).unwrap();
+    }
+    let many: Vec<Record> = (0..3)
+        .map(|i| Record::new("t").value(format!("m{i}")))
+        .collect();
+    let borrowed: Vec<BorrowedRecord<'_>> = many.iter().map(Record::as_borrowed).collect();
+    p.send_batch(&borrowed).unwrap();
+    let one = [Record::new("t").value("alone")];
+    let borrowed: Vec<BorrowedRecord<'_>> = one.iter().map(Record::as_borrowed).collect();
+    p.send_batch(&borrowed).unwrap();
+    let lingering = mq.producer(ProducerConfig::default().linger_ms(0)).unwrap();
+    lingering
+        .send_async(Record::new("t").value("async"), |_| {})
+        .unwrap();
+    lingering.flush().unwrap();
+    let written = p.stats().bytes + lingering.stats().bytes;
+    assert_eq!(
+        written,
+        mq.topic("t").unwrap().partitions[0].size_bytes,
+        "bytes counted by the producers against the log's size"
+    );
+    mq.close().unwrap();
+}

@@ -100,6 +100,8 @@ pub(crate) struct Appended {
     pub duplicate: bool,
     /// The append time stamped on the batch, for a log-append-time topic.
     pub log_append_time: Option<i64>,
+    /// Bytes the batch takes on disk (0 for a duplicate).
+    pub bytes: usize,
 }
 
 /// Offset reported for a duplicate whose original is no longer remembered.
@@ -495,6 +497,7 @@ impl PartitionLog {
                         base_offset: original.unwrap_or(UNKNOWN_OFFSET),
                         duplicate: true,
                         log_append_time: None,
+                        bytes: 0,
                     })
                 }
                 SequenceCheck::Write(seq) => {
@@ -567,6 +570,7 @@ impl PartitionLog {
             base_offset: base,
             duplicate: false,
             log_append_time: append_time,
+            bytes: written,
         })
     }
 
