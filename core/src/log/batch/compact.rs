@@ -161,7 +161,7 @@ pub(super) fn stamp(buf: &mut [u8], ts: i64) {
 /// Decodes a compact header from `b` (at least through the producer
 /// fields; no CRC check) and finds where its record starts. `None` when `b`
 /// is too short or a varint is malformed.
-#[inline]
+#[inline(always)]
 pub(super) fn parse(b: &[u8]) -> Option<(BatchHeader, usize)> {
     if b.len() < COMPACT_FIXED_LEN {
         return None;
@@ -194,7 +194,7 @@ pub(super) fn parse(b: &[u8]) -> Option<(BatchHeader, usize)> {
 /// checked) beyond its header decoding: known flags, producer fields in
 /// their shortest encoding and present exactly when set, and a record
 /// position inside the batch.
-#[inline]
+#[inline(always)]
 pub(super) fn check(b: &[u8]) -> Result<BatchHeader, &'static str> {
     let (h, p) = parse(b).ok_or("malformed compact batch header")?;
     if b[OFF_FLAGS] & !(FLAG_ATTRS | FLAG_PRODUCER) != 0 {
