@@ -210,9 +210,16 @@ fn a_torn_tail_after_a_crash_is_a_warning() {
         .max()
         .unwrap();
     let mut bytes = std::fs::read(&active).unwrap();
-    // (The active segment may be empty: a roll just happened.)
-    let end = bytes.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
-    let end = end.next_multiple_of(8);
+    // (The active segment may be empty: a roll just happened.) The end of
+    // the data: walk the batches by their length fields.
+    let mut end = 0;
+    while let Some(l) = bytes.get(end + 8..end + 12) {
+        let length = u32::from_le_bytes(l.try_into().unwrap()) as usize;
+        if length == 0 {
+            break;
+        }
+        end += 12 + length;
+    }
     bytes[end..end + 40].copy_from_slice(&[0x5a; 40]);
     std::fs::write(&active, bytes).unwrap();
     let out = run(dir, &["verify"], None);

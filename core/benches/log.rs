@@ -100,10 +100,11 @@ fn record(value: &[u8]) -> RecordRef<'_> {
     }
 }
 
-/// Encoded size of one single-record batch holding `size` bytes of value.
+/// Encoded size of one single-record batch holding `size` bytes of value,
+/// as the log writes it (compact, no producer fields).
 fn encoded(size: usize) -> usize {
     let v = vec![0u8; size];
-    batch::batch_len(&[record(&v)])
+    batch::encoded_len(&[record(&v)], &batch::ProducerFields::default(), 0)
 }
 
 fn raw_mmap(n: u64, size: usize, touched: bool) -> f64 {
@@ -210,6 +211,38 @@ fn scan(n: u64, size: usize, per_batch: usize) -> f64 {
             .scan(0, |_, _, v| sum += v.map_or(0, <[u8]>::len))
             .expect("scan");
         assert_eq!(got, n / per_batch as u64 * per_batch as u64);
+    });
+    black_box(sum);
+    close(mq, &dir);
+    secs
+}
+
+/// A plain buffered `read(2)` loop (64 KiB at a time) over the bytes of a
+/// log of `n` one-record batches, written as the `log read+CRC` row writes
+/// them and read from the page cache: the floor for reading them.
+fn raw_read(n: u64, size: usize) -> f64 {
+    use std::io::Read;
+    let (mq, log, dir) = open("rawread", true);
+    let value = vec![7u8; size];
+    for _ in 0..n {
+        log.append(&[record(&value)]).expect("append");
+    }
+    let used = mq.topic("t").expect("topic").partitions[0].size_bytes as usize;
+    let path = dir.join("topics/t/0/00000000000000000000.log");
+    let mut file = std::fs::File::open(path).expect("open");
+    let mut buf = vec![0u8; 64 << 10];
+    let mut sum = 0u64;
+    let secs = time(|| {
+        let mut left = used;
+        while left > 0 {
+            let k = file.read(&mut buf[..left.min(64 << 10)]).expect("read");
+            if k == 0 {
+                break;
+            }
+            sum += u64::from(buf[k - 1]);
+            left -= k;
+        }
+        assert_eq!(left, 0);
     });
     black_box(sum);
     close(mq, &dir);
@@ -761,6 +794,9 @@ fn main() {
         bench("Producer::send_async acks=all", a, &|| {
             produce_with(a, size, 1, SendMode::Async, cfg().acks(Acks::All))
         });
+        bench("raw read(2) of the log file, 1-record batches", n, &|| {
+            raw_read(n, size)
+        });
     }
     // One consumer over the same messages spread over more partitions, and
     // over `max_poll_records`: rates, and ratios to the first row of each
@@ -874,6 +910,17 @@ fn main() {
             large * 1e3,
             large / small
         );
+    }
+    // Readers of one-record batches against the raw read of the same file.
+    for r in rows.iter().filter(|r| r.name.starts_with("raw read(2)")) {
+        let rate = |b: &Row| b.msgs as f64 / b.secs;
+        for row in rows.iter().filter(|b| {
+            b.payload == r.payload
+                && (b.name.starts_with("log read+CRC, 1-record")
+                    || b.name.starts_with("Consumer::poll_batch"))
+        }) {
+            println!("{} / {}: {:.2}", row.name, r.name, rate(row) / rate(r));
+        }
     }
     println!();
     println!("| benchmark | messages/s | MB/s (payload) | ratio to raw mmap write (touched) |");

@@ -34,6 +34,20 @@ fn batch_decode_regressions() {
     fuzz_checks::batch_decode(&[]);
     fuzz_checks::batch_decode(&[1; 200]);
     fuzz_checks::batch_decode(&[0; 200]);
+    // Compact batches (`magic` 2), sealed by the check: with and without
+    // producer fields, and with every flag byte.
+    for flags in [0u8, 0x20, 0x3f, 0x40, 0xff] {
+        let mut b = vec![1u8; 48];
+        b[17] = 2; // after the mode byte: the batch's byte 16, `magic`
+        b[18] = flags;
+        fuzz_checks::batch_decode(&b);
+    }
+    fuzz_checks::batch_decode(
+        &std::fs::read(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/seeds/batch_decode/compact"),
+        )
+        .unwrap(),
+    );
 }
 
 #[test]

@@ -58,7 +58,7 @@ fn reader(group: &str, reset: OffsetReset, broadcast: bool) -> ConsumerConfig {
 fn committed_then_damaged(dir: &Path) -> u64 {
     {
         let mq = Broker::open(dir, cfg()).unwrap();
-        mq.create_topic("t", TopicConfig::new(1).segment_bytes(16 * 1024))
+        mq.create_topic("t", TopicConfig::new(1).segment_bytes(8 * 1024))
             .unwrap();
         send(&mq, "old", 1200);
         for (group, broadcast) in [("g", false), ("b", true)] {

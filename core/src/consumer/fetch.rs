@@ -131,6 +131,7 @@ impl Consumer {
                     );
                     if let Stop::End = stop {
                         a.next_base = Some(h.next_offset());
+                        position = position.max(h.next_offset());
                     } else {
                         let kept = (position, buffer);
                         failed = Self::stopped(
@@ -188,6 +189,7 @@ impl Consumer {
                     );
                     if let Stop::End = stop {
                         a.next_base = Some(h.next_offset());
+                        position = position.max(h.next_offset());
                         continue;
                     }
                     let kept = (position, buffer);
@@ -217,6 +219,9 @@ impl Consumer {
                     break;
                 }
                 a.next_base = Some(h.next_offset());
+                // Offsets may skip past the batch's last record (its
+                // `last_offset_delta`): the next batch starts after the gap.
+                position = position.max(h.next_offset());
             }
         }
         a.position = Some(position);

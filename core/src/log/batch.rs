@@ -25,13 +25,32 @@
 //! `length, attributes: i8, timestamp_delta: varlong, offset_delta: varint,
 //! key_len (-1 = null), key, value_len (-1 = null), value, header_count,
 //! headers (key_len, key utf-8, value_len, value)`.
+//!
+//! A batch of one uncompressed record is written in the compact layout
+//! (`magic` 2, see [`compact`](self::compact)): the same first 17 bytes
+//! (`base_offset`, `length`, `crc`, `magic`), then a one-byte flags field,
+//! one timestamp, the producer fields as varints and the record without its
+//! length, attributes and deltas. Both layouts make format version 2; the
+//! `magic` byte tells them apart, and a reader refuses a larger one
+//! ([`UNSUPPORTED_VERSION`]).
 
 use std::ops::Range;
 
 use crate::log::crc;
 
-/// The current format version, stored in every batch's `magic` byte.
+mod compact;
+pub use compact::{is_compact, COMPACT_FIXED_LEN, COMPACT_MIN_LENGTH, MAGIC_COMPACT};
+
+/// The `magic` of the full layout (any number of records, any codec),
+/// unchanged since format version 1.
 pub const MAGIC: u8 = 1;
+/// The largest `magic` this build reads (format version 2).
+pub const MAX_MAGIC: u8 = MAGIC_COMPACT;
+/// The [`Check::Invalid`] reason of a batch whose CRC32C checks out but
+/// whose `magic` is larger than [`MAX_MAGIC`]: written by a newer format
+/// version, refused as [`Error::UnsupportedVersion`](crate::Error), never
+/// cut as damage.
+pub const UNSUPPORTED_VERSION: &str = "batch from a newer format version";
 /// Attribute bit: the batch carries its append time in `max_timestamp`,
 /// which is the timestamp of every record (Kafka's log-append time).
 pub const ATTR_LOG_APPEND_TIME: u16 = 1 << 3;
@@ -43,12 +62,14 @@ pub const ATTR_APP_SEQUENCE: u16 = 1 << 6;
 /// kept across restarts.
 pub const ATTR_NAMED_PRODUCER: u16 = 1 << 7;
 
-/// Size of the fixed batch header.
+/// Size of the fixed header of the full (`magic` 1) layout.
 pub const HEADER_LEN: usize = 61;
 /// Bytes before the CRC-covered part that are not counted by `length`.
 pub const LENGTH_PREFIX: usize = 12;
-/// The smallest valid value of the `length` field.
-pub const MIN_LENGTH: u32 = (HEADER_LEN - LENGTH_PREFIX) as u32;
+/// The smallest valid value of the `length` field (of a compact batch).
+pub const MIN_LENGTH: u32 = COMPACT_MIN_LENGTH;
+/// The smallest valid `length` of a full (`magic` 1) batch.
+pub const FULL_MIN_LENGTH: u32 = (HEADER_LEN - LENGTH_PREFIX) as u32;
 /// First byte covered by the CRC.
 const CRC_START: usize = 16;
 
@@ -249,10 +270,10 @@ pub fn batch_len(records: &[RecordRef<'_>]) -> usize {
     padded(n)
 }
 
-/// Batches are padded with zeros to a multiple of [`ALIGN`] bytes, so that
-/// every batch starts 8-byte aligned in its segment and the CRC (from byte
-/// 16 to the end) runs over whole aligned words: measured about a third
-/// faster to check than unaligned batches.
+/// Full-layout batches are padded with zeros to a multiple of [`ALIGN`]
+/// bytes (as in format 1, where every batch therefore started 8-byte
+/// aligned). Compact batches are not padded: in format 2 a batch may start
+/// at any byte, and no reader relies on alignment.
 pub const ALIGN: usize = 8;
 
 #[inline]
@@ -260,8 +281,95 @@ fn padded(n: usize) -> usize {
     (n + ALIGN - 1) & !(ALIGN - 1)
 }
 
-/// Encodes `records` as one batch at the start of `buf`, which must be at
-/// least [`batch_len`] bytes long. Returns the number of bytes written.
+/// Encoded size of the batch [`encode`] writes for `records` with
+/// `producer` and `attributes`: the compact layout for one uncompressed
+/// record ([`is_compact`]), the full layout ([`batch_len`]) otherwise.
+#[inline]
+pub fn encoded_len(records: &[RecordRef<'_>], producer: &ProducerFields, attributes: u16) -> usize {
+    match records {
+        [r] if is_compact(1, attributes) => compact::compact_len(compact::body_len(r), producer),
+        _ => batch_len(records),
+    }
+}
+
+/// Encodes `records` as one batch at the start of `buf` (at least
+/// [`encoded_len`] bytes), in the compact layout when [`is_compact`] says
+/// so, else as [`encode_batch`] does. Returns the number of bytes written.
+#[inline]
+pub fn encode(
+    buf: &mut [u8],
+    base_offset: u64,
+    records: &[RecordRef<'_>],
+    producer: ProducerFields,
+    attributes: u16,
+) -> usize {
+    match records {
+        [r] if is_compact(1, attributes) => {
+            compact::encode(buf, base_offset, r, &producer, attributes)
+        }
+        _ => encode_batch(buf, base_offset, records, producer, attributes),
+    }
+}
+
+/// Encodes `records` as one full-layout batch whose records have the
+/// offset deltas `offset_deltas` (strictly increasing, one per record) and
+/// whose last offset is `base_offset + last_offset_delta` (at least the
+/// last record's): a batch with offset gaps, as compaction or transaction
+/// markers leave them. `buf` must be at least [`batch_len`] plus 5 bytes
+/// per record long. Returns the bytes written.
+///
+/// # Panics
+/// When the deltas are not strictly increasing, do not match the records,
+/// or pass `last_offset_delta`.
+pub fn encode_batch_with_gaps(
+    buf: &mut [u8],
+    base_offset: u64,
+    records: &[RecordRef<'_>],
+    offset_deltas: &[u32],
+    last_offset_delta: u32,
+    producer: ProducerFields,
+    attributes: u16,
+) -> usize {
+    assert_eq!(
+        records.len(),
+        offset_deltas.len(),
+        "one offset delta per record"
+    );
+    assert!(
+        offset_deltas.windows(2).all(|w| w[0] < w[1]),
+        "deltas must increase"
+    );
+    assert!(offset_deltas.last().is_none_or(|&d| d <= last_offset_delta));
+    let first_ts = records.first().map_or(0, |r| r.timestamp);
+    let mut max_ts = first_ts;
+    let mut p = HEADER_LEN;
+    for (r, &d) in records.iter().zip(offset_deltas) {
+        max_ts = max_ts.max(r.timestamp);
+        p = put_record(buf, p, r, r.timestamp.wrapping_sub(first_ts), i64::from(d));
+    }
+    let end = padded(p);
+    buf[p..end].fill(0);
+    let h = BatchHeader {
+        base_offset,
+        length: (end - LENGTH_PREFIX) as u32,
+        crc: 0,
+        magic: MAGIC,
+        attributes,
+        last_offset_delta,
+        first_timestamp: first_ts,
+        max_timestamp: max_ts,
+        producer,
+        record_count: records.len() as u32,
+    };
+    h.write(&mut buf[..HEADER_LEN]);
+    let crc = crc::crc32c(&buf[CRC_START..end]);
+    buf[OFF_CRC..OFF_CRC + 4].copy_from_slice(&crc.to_le_bytes());
+    end
+}
+
+/// Encodes `records` as one batch in the full (`magic` 1) layout at the
+/// start of `buf`, which must be at least [`batch_len`] bytes long. Returns
+/// the number of bytes written.
 pub fn encode_batch(
     buf: &mut [u8],
     base_offset: u64,
@@ -410,10 +518,72 @@ pub fn write_section_batch(
     p
 }
 
+/// The record body of a one-record, uncompressed records section (as
+/// [`EncodedRecords`] makes it) in the compact layout: the record without
+/// its length, attributes and (zero) deltas. `None` when the section is not
+/// one such record.
+fn compact_body(section: &[u8]) -> Option<&[u8]> {
+    let mut p = 0;
+    let len = usize::try_from(get_varint(section, &mut p)?).ok()?;
+    if p.checked_add(len)? != section.len() || section.get(p + 1..p + 3)? != [0, 0] {
+        return None;
+    }
+    Some(&section[p + 3..])
+}
+
+/// Size of the batch [`write_section`] makes of a prepared records section
+/// of `count` records with `producer` and `attributes`.
+#[inline]
+pub fn section_encoded_len(
+    section: &[u8],
+    count: u32,
+    producer: &ProducerFields,
+    attributes: u16,
+) -> usize {
+    match compact_body(section).filter(|_| is_compact(count as usize, attributes)) {
+        Some(body) => compact::compact_len(body.len(), producer),
+        None => section_batch_len(section.len()),
+    }
+}
+
+/// Writes a batch of a prepared records section at the start of `buf`
+/// (at least [`section_encoded_len`] bytes): in the compact layout when it
+/// holds one uncompressed record, else as [`write_section_batch`] does.
+/// Returns the bytes written.
+pub fn write_section(
+    buf: &mut [u8],
+    base_offset: u64,
+    section: &[u8],
+    info: SectionInfo,
+    producer: ProducerFields,
+    attributes: u16,
+) -> usize {
+    match compact_body(section).filter(|_| is_compact(info.count as usize, attributes)) {
+        Some(body) => {
+            let at = compact::record_at(&producer);
+            let end = at + body.len();
+            buf[at..end].copy_from_slice(body);
+            compact::finish(
+                &mut buf[..end],
+                base_offset,
+                &producer,
+                attributes,
+                info.first_timestamp,
+            );
+            end
+        }
+        None => write_section_batch(buf, base_offset, section, info, producer, attributes),
+    }
+}
+
 /// Writes the append time `ts` into the encoded batch `buf` (its
-/// `max_timestamp`) and updates the CRC. The batch must have been encoded
-/// with [`ATTR_LOG_APPEND_TIME`] set.
+/// `max_timestamp`, or the timestamp of a compact batch) and updates the
+/// CRC. The batch must have been encoded with [`ATTR_LOG_APPEND_TIME`] set.
 pub fn stamp_log_append_time(buf: &mut [u8], ts: i64) {
+    if buf[OFF_MAGIC] == MAGIC_COMPACT {
+        compact::stamp(buf, ts);
+        return;
+    }
     buf[OFF_MAX_TS..OFF_MAX_TS + 8].copy_from_slice(&ts.to_le_bytes());
     let crc = crc::crc32c(&buf[CRC_START..]);
     buf[OFF_CRC..OFF_CRC + 4].copy_from_slice(&crc.to_le_bytes());
@@ -490,9 +660,24 @@ impl BatchHeader {
         Compression::from_bits(self.attributes & CODEC_MASK)
     }
 
-    /// Decodes a header from the first [`HEADER_LEN`] bytes of `b`
-    /// (no CRC check). `None` if `b` is too short.
+    /// Position of the records section in the batch: after the header,
+    /// whose size depends on the layout.
+    #[inline]
+    pub fn records_at(&self) -> usize {
+        if self.magic == MAGIC_COMPACT {
+            compact::record_at(&self.producer)
+        } else {
+            HEADER_LEN
+        }
+    }
+
+    /// Decodes a header from the start of `b` (no CRC check): the compact
+    /// layout when `magic` says so, else the full one (whatever the
+    /// `magic`). `None` if `b` is too short.
     pub fn parse(b: &[u8]) -> Option<BatchHeader> {
+        if b.get(OFF_MAGIC) == Some(&MAGIC_COMPACT) {
+            return compact::parse(b).map(|(h, _)| h);
+        }
         if b.len() < HEADER_LEN {
             return None;
         }
@@ -566,16 +751,32 @@ pub fn check(b: &[u8]) -> Check {
     if total > b.len() {
         return Check::Invalid("length runs past the end of the segment");
     }
+    // The first 17 bytes are the same in every layout and version: the CRC
+    // is checked before the `magic` is trusted.
+    let stored_crc = u32::from_le_bytes(rd(b, OFF_CRC));
+    if crc::crc32c(&b[CRC_START..total]) != stored_crc {
+        return Check::Invalid("CRC32C mismatch");
+    }
+    match b[OFF_MAGIC] {
+        MAGIC => {}
+        MAGIC_COMPACT => {
+            return match compact::check(&b[..total]) {
+                Ok(h) => Check::Valid(h),
+                Err(reason) => Check::Invalid(reason),
+            }
+        }
+        m if m > MAX_MAGIC => return Check::Invalid(UNSUPPORTED_VERSION),
+        _ => return Check::Invalid("unknown format version"),
+    }
+    if length < FULL_MIN_LENGTH {
+        return Check::Invalid("length smaller than a batch header");
+    }
     let Some(h) = BatchHeader::parse(b) else {
         return Check::Invalid("truncated header");
     };
-    if crc::crc32c(&b[CRC_START..total]) != h.crc {
-        return Check::Invalid("CRC32C mismatch");
-    }
-    if h.magic != MAGIC {
-        return Check::Invalid("unknown format version");
-    }
-    if h.record_count == 0 || h.last_offset_delta != h.record_count - 1 {
+    // Offsets may skip (`last_offset_delta` beyond the records), never
+    // fall short.
+    if h.record_count == 0 || h.last_offset_delta < h.record_count - 1 {
         return Check::Invalid("record count does not match the offset delta");
     }
     if h.attributes & CODEC_MASK != 0 {
@@ -624,7 +825,7 @@ pub fn records_section<'a>(
     limit: usize,
 ) -> Result<std::borrow::Cow<'a, [u8]>, &'static str> {
     let end = h.total_len().min(batch.len());
-    let section = batch.get(HEADER_LEN..end).unwrap_or_default();
+    let section = batch.get(h.records_at()..end).unwrap_or_default();
     match h.attributes & CODEC_MASK {
         0 => Ok(std::borrow::Cow::Borrowed(section)),
         _ => decompress_section(section, h, limit).map(std::borrow::Cow::Owned),
@@ -668,6 +869,9 @@ pub struct Records<'a> {
     /// batch given to [`Records::new`].
     pos: usize,
     left: u32,
+    /// The record is in the compact layout (no length, attributes or
+    /// deltas; it ends where `buf` ends).
+    compact: bool,
 }
 
 /// `Records::pos` of a compressed batch given to [`Records::new`] (with an
@@ -686,23 +890,40 @@ impl<'a> Records<'a> {
                 buf: &[],
                 pos: COMPRESSED,
                 left: 1,
+                compact: false,
             };
         }
         Records {
             buf: &buf[..header.total_len().min(buf.len())],
-            pos: HEADER_LEN,
+            pos: header.records_at(),
             left: header.record_count,
+            compact: header.magic == MAGIC_COMPACT,
+        }
+    }
+
+    /// The records of a records section (as returned by
+    /// [`records_section`]) of the batch whose header is `header`, in
+    /// either layout; ranges are relative to `section`.
+    #[inline]
+    pub fn in_section(section: &'a [u8], header: &BatchHeader) -> Records<'a> {
+        Records {
+            buf: section,
+            pos: 0,
+            left: header.record_count,
+            compact: header.magic == MAGIC_COMPACT,
         }
     }
 
     /// The first `count` records of a records section (as returned by
-    /// [`records_section`]); ranges are relative to `section`.
+    /// [`records_section`]) of a full-layout batch; ranges are relative to
+    /// `section`. [`Records::in_section`] reads either layout.
     #[inline]
     pub fn over_section(section: &'a [u8], count: u32) -> Records<'a> {
         Records {
             buf: section,
             pos: 0,
             left: count,
+            compact: false,
         }
     }
 
@@ -726,6 +947,7 @@ impl<'a> Records<'a> {
             buf,
             pos: state.0,
             left: state.1,
+            compact: false,
         }
     }
 }
@@ -758,6 +980,29 @@ fn parse_record(buf: &[u8], pos: &mut usize) -> Option<RecordView> {
     let mut p = *pos + 1; // attributes
     let timestamp_delta = get_varint(rec, &mut p)?;
     let offset_delta = u32::try_from(get_varint(rec, &mut p)?).ok()?;
+    let r = parse_body(rec, p, offset_delta, timestamp_delta)?;
+    *pos = end;
+    Some(r)
+}
+
+/// The record of a compact batch: its body from `*pos` to the end of `buf`.
+#[inline(always)]
+fn parse_compact_record(buf: &[u8], pos: &mut usize) -> Option<RecordView> {
+    let r = parse_body(buf, *pos, 0, 0)?;
+    *pos = buf.len();
+    Some(r)
+}
+
+/// The fields of a record after its deltas, from `p` to exactly the end of
+/// `rec`.
+#[inline(always)]
+fn parse_body(
+    rec: &[u8],
+    mut p: usize,
+    offset_delta: u32,
+    timestamp_delta: i64,
+) -> Option<RecordView> {
+    let end = rec.len();
     let key = get_opt(rec, &mut p)?;
     let value = get_opt(rec, &mut p)?;
     let header_count = u32::try_from(get_varint(rec, &mut p)?).ok()?;
@@ -768,7 +1013,6 @@ fn parse_record(buf: &[u8], pos: &mut usize) -> Option<RecordView> {
     if p != end {
         return None;
     }
-    *pos = end;
     Some(RecordView {
         offset_delta,
         timestamp_delta,
@@ -800,7 +1044,12 @@ impl Iterator for Records<'_> {
             return None;
         }
         self.left -= 1;
-        if let Some(r) = parse_record(self.buf, &mut self.pos) {
+        let r = if self.compact {
+            parse_compact_record(self.buf, &mut self.pos)
+        } else {
+            parse_record(self.buf, &mut self.pos)
+        };
+        if let Some(r) = r {
             Some(Ok(r))
         } else {
             self.left = 0;

@@ -15,7 +15,7 @@
 //! decompressed) as a reader would. Unlike recovery, the walk goes on past
 //! damage: it resumes at the position the damaged batch's length field
 //! points to when a valid batch starts there, else at the next position
-//! (on the 8-byte batch alignment) holding a valid batch, and reports what
+//! (at any byte: compact batches are not aligned) holding a valid batch, and reports what
 //! follows. Every damaged region becomes one [`Issue`] with its file, byte
 //! position, size, offsets and reason.
 //!
@@ -48,7 +48,7 @@ use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, IoContext, Result};
-use crate::log::batch::{self, Records, ALIGN, HEADER_LEN, LENGTH_PREFIX, MAGIC, MIN_LENGTH};
+use crate::log::batch::{self, Records, HEADER_LEN, LENGTH_PREFIX, MAGIC, MAX_MAGIC, MIN_LENGTH};
 use crate::log::checkpoint;
 use crate::log::compression::MAX_UNCOMPRESSED_LEN;
 use crate::log::follow::{segment_bases, FollowedBatch, Probe, SegmentFile};
@@ -702,7 +702,7 @@ impl Walk<'_> {
                     let next = claimed
                         .filter(|&l| l >= MIN_LENGTH)
                         .map(|l| pos + (LENGTH_PREFIX as u64) + u64::from(l))
-                        .filter(|&n| n <= file_len && n % ALIGN as u64 == 0);
+                        .filter(|&n| n <= file_len);
                     if let Some(n) = next {
                         if matches!(seg.probe(n), Ok(Probe::Batch(_))) {
                             (self.progress)(n - pos);
@@ -776,8 +776,7 @@ impl Walk<'_> {
         damage: u64,
         file_len: u64,
     ) -> Option<Resync> {
-        let align = ALIGN as u64;
-        let mut chunk_start = damage.div_ceil(align) * align;
+        let mut chunk_start = damage;
         let mut data_end = None;
         let mut buf = vec![0u8; SCAN_CHUNK + HEADER_LEN];
         while chunk_start < file_len {
@@ -805,10 +804,10 @@ impl Walk<'_> {
                         });
                     }
                 }
-                if let Some(last) = b[..ALIGN.min(b.len())].iter().rposition(|&x| x != 0) {
-                    data_end = Some(p + last as u64 + 1);
+                if b[0] != 0 {
+                    data_end = Some(p + 1);
                 }
-                off += ALIGN;
+                off += 1;
             }
             chunk_start += scan as u64;
         }
@@ -819,14 +818,16 @@ impl Walk<'_> {
     }
 }
 
-/// Whether `b` (bytes at a batch-aligned position, `room` bytes left in the
-/// file) could start a batch: a length in range and the format version.
+/// Whether `b` (bytes at some position, `room` bytes left in the file)
+/// could start a batch: a length in range and a format version.
 fn plausible_header(b: &[u8], room: u64) -> bool {
     if b.len() < LENGTH_PREFIX + 5 {
         return false;
     }
     let length = u32::from_le_bytes([b[8], b[9], b[10], b[11]]);
-    length >= MIN_LENGTH && LENGTH_PREFIX as u64 + u64::from(length) <= room && b[16] == MAGIC
+    length >= MIN_LENGTH
+        && LENGTH_PREFIX as u64 + u64::from(length) <= room
+        && (MAGIC..=MAX_MAGIC).contains(&b[16])
 }
 
 /// The length field at `pos`, when its bytes can be read.
@@ -863,7 +864,7 @@ fn decode_records(b: &FollowedBatch) -> std::result::Result<(), &'static str> {
     let h = b.header();
     let section = batch::records_section(b.bytes(), h, MAX_UNCOMPRESSED_LEN)?;
     let mut n = 0u32;
-    for r in Records::over_section(&section, h.record_count) {
+    for r in Records::in_section(&section, h) {
         if r?.offset_delta > h.last_offset_delta {
             return Err("record offset delta past the batch's last offset");
         }

@@ -167,7 +167,7 @@ impl FollowedBatch {
         let section = batch::records_section(&self.bytes, h, MAX_UNCOMPRESSED_LEN)
             .map_err(|r| self.corrupt(r))?;
         let mut out = Vec::with_capacity(h.record_count.min(1 << 16) as usize);
-        for r in Records::over_section(&section, h.record_count) {
+        for r in Records::in_section(&section, h) {
             let r = r.map_err(|r| self.corrupt(r))?;
             if r.offset_delta > h.last_offset_delta {
                 return Err(self.corrupt("record offset delta past the batch's last offset"));
@@ -640,6 +640,18 @@ impl Follower {
     }
 
     fn corrupt(seg: &SegmentFile, pos: u64, reason: &str) -> Error {
+        if reason == batch::UNSUPPORTED_VERSION {
+            let mut magic = [0u8; 1];
+            let found = match seg.file.read_at(&mut magic, pos + 16) {
+                Ok(1) => u32::from(magic[0]),
+                _ => 0,
+            };
+            return Error::UnsupportedVersion {
+                path: seg.path().to_owned(),
+                found,
+                supported: u32::from(batch::MAX_MAGIC),
+            };
+        }
         Error::Corrupt {
             path: seg.path().to_owned(),
             position: pos,
@@ -753,6 +765,10 @@ impl Follower {
             // Valid by CRC but not where the sequence says: the base offset
             // (outside the CRC) is damaged, unless it is still being written.
             Miss::OutOfSequence => (OUT_OF_SEQUENCE, true),
+            // Whole and checked, but from a newer format: refused now.
+            Miss::Invalid(reason) if reason == batch::UNSUPPORTED_VERSION => {
+                return Err(Self::corrupt(seg, self.pos, reason));
+            }
             Miss::Invalid(reason) => (reason, Self::valid_batch_after(seg, self.pos)?),
         };
         if !damaged {

@@ -113,6 +113,8 @@ pub(crate) struct Appended {
     pub duplicate: bool,
     /// The append time stamped on the batch, for a log-append-time topic.
     pub log_append_time: Option<i64>,
+    /// Bytes the batch takes on disk (0 for a duplicate).
+    pub bytes: usize,
 }
 
 /// Offset reported for a duplicate whose original is no longer remembered.
@@ -149,6 +151,17 @@ impl BatchSource<'_> {
         match self {
             BatchSource::Records(_, len) => *len,
             BatchSource::Section { bytes, .. } => batch::section_batch_len(bytes.len()),
+        }
+    }
+
+    /// The exact size of the batch once the producer fields and attributes
+    /// are known (a one-record batch is written compact).
+    fn encoded_len(&self, producer: &ProducerFields, attributes: u16) -> usize {
+        match self {
+            BatchSource::Records(r, _) => batch::encoded_len(r, producer, attributes),
+            BatchSource::Section { bytes, info, .. } => {
+                batch::section_encoded_len(bytes, info.count, producer, attributes)
+            }
         }
     }
 
@@ -331,11 +344,9 @@ fn encode(
     append_time: Option<i64>,
 ) -> usize {
     let written = match *src {
-        BatchSource::Records(records, _) => {
-            batch::encode_batch(buf, base, records, producer, attributes)
-        }
+        BatchSource::Records(records, _) => batch::encode(buf, base, records, producer, attributes),
         BatchSource::Section { bytes, info, .. } => {
-            batch::write_section_batch(buf, base, bytes, info, producer, attributes)
+            batch::write_section(buf, base, bytes, info, producer, attributes)
         }
     };
     if let Some(t) = append_time {
@@ -492,6 +503,7 @@ impl PartitionLog {
                         base_offset: original.unwrap_or(UNKNOWN_OFFSET),
                         duplicate: true,
                         log_append_time: None,
+                        bytes: 0,
                     })
                 }
                 SequenceCheck::Write(seq) => {
@@ -509,8 +521,11 @@ impl PartitionLog {
                 }
             }
         }
+        let len = src.encoded_len(&producer, attributes);
         // A large batch is written to the file from where its bytes are
-        // (see `writes_by_file`); its layout fixes its length.
+        // (see `writes_by_file`), in the multi-record layout (a compact
+        // one-record batch saves nothing worth a copy at that size); its
+        // layout fixes its length.
         let mut gathered = writes_by_file(&src, len, flush_next)
             .then(|| gather::lay_out(&src, w.next_offset, producer, attributes, append_time));
         let len = gathered.as_ref().map_or(len, gather::Gathered::len);
@@ -579,6 +594,7 @@ impl PartitionLog {
             base_offset: base,
             duplicate: false,
             log_append_time: append_time,
+            bytes: written,
         })
     }
 
@@ -1097,7 +1113,7 @@ impl PartitionLog {
                     let section =
                         batch::records_section(bytes, &h, compression::MAX_UNCOMPRESSED_LEN)
                             .map_err(|reason| seg.corrupt(pos, reason))?;
-                    for r in batch::Records::over_section(&section, h.record_count) {
+                    for r in batch::Records::in_section(&section, &h) {
                         let r = r.map_err(|reason| seg.corrupt(pos, reason))?;
                         if h.record_timestamp(r.timestamp_delta) >= ts {
                             return Ok(Some(h.base_offset + u64::from(r.offset_delta)));

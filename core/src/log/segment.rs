@@ -67,6 +67,9 @@ pub(crate) struct Recovered {
     /// Bytes of the cut moved aside (after a clean shutdown, see
     /// [`quarantine_path`]).
     pub quarantined_bytes: u64,
+    /// The `magic` of a batch from a newer format version where the scan
+    /// stopped (nothing was cut: the segment is refused).
+    pub unsupported: Option<u8>,
 }
 
 /// Where recovery moves the bytes it cuts from `<base>.log` at byte `pos`
@@ -341,6 +344,13 @@ impl Segment {
             trust_index,
             sizes.mode,
         );
+        if let Some(found) = rec.unsupported {
+            return Err(Error::UnsupportedVersion {
+                path: log.path().to_owned(),
+                found: u32::from(found),
+                supported: u32::from(batch::MAX_MAGIC),
+            });
+        }
         let seg = Segment::assemble(dir, base, log, index, time, false);
         seg.max_timestamp
             .store(rec.max_timestamp, Ordering::Relaxed);
@@ -491,7 +501,7 @@ impl Segment {
             }
             let total = h.total_len();
             if h.base_offset != expected
-                || total < batch::HEADER_LEN
+                || h.length < batch::MIN_LENGTH
                 || total > end - pos
                 || h.record_count == 0
             {
@@ -528,17 +538,17 @@ impl Segment {
         self.log.bytes(start, end)
     }
 
-    /// The first position after `pos` (on the 8-byte grid batches are
-    /// written on) that holds a valid batch, if any: where reading can go
+    /// The first position after `pos` (at any byte: compact batches are
+    /// not aligned) that holds a valid batch, if any: where reading can go
     /// on past damage.
     pub(crate) fn next_valid_batch_after(&self, pos: usize) -> Option<usize> {
         let end = self.end();
-        let mut at = (pos / batch::ALIGN + 1) * batch::ALIGN;
+        let mut at = pos + 1;
         while at < end {
             if let Check::Valid(_) = batch::check(self.log.bytes(at, end)) {
                 return Some(at);
             }
-            at += batch::ALIGN;
+            at += 1;
         }
         None
     }
@@ -554,8 +564,23 @@ impl Segment {
         match batch::check(self.log.bytes(pos, end)) {
             Check::Valid(h) => Ok(Some(h)),
             Check::End => Ok(None),
-            Check::Invalid(reason) => Err(self.corrupt(pos, reason)),
+            Check::Invalid(reason) => Err(self.invalid(pos, reason)),
         }
+    }
+
+    /// The error for the invalid batch at `pos`: [`Error::UnsupportedVersion`]
+    /// for a batch of a newer format, else [`Error::Corrupt`].
+    #[cold]
+    fn invalid(&self, pos: usize, reason: &str) -> Error {
+        if reason == batch::UNSUPPORTED_VERSION {
+            let magic = self.log.bytes(pos, self.end()).get(16).copied();
+            return Error::UnsupportedVersion {
+                path: self.log.path().to_owned(),
+                found: u32::from(magic.unwrap_or(0)),
+                supported: u32::from(batch::MAX_MAGIC),
+            };
+        }
+        self.corrupt(pos, reason)
     }
 
     /// The corruption error for `pos`.
@@ -934,6 +959,11 @@ fn recover(
             Check::End => None,
             Check::Invalid(reason) => Some(reason),
         };
+        if bad == Some(batch::UNSUPPORTED_VERSION) {
+            // Written by a newer version on purpose: refused, never cut.
+            rec.unsupported = Some(bytes[pos + 16]);
+            break;
+        }
         // Past the last good batch: find how far damage or valid-looking
         // leftovers reach, and zero it all so the zero-length end marker holds.
         let mut chain = pos;

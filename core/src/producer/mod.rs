@@ -520,7 +520,9 @@ impl Inner {
         if self.config.compression == Compression::None {
             let len = batch::batch_len(records);
             let src = BatchSource::Records(records, len);
-            return Ok((self.append(log, src, sequence)?, len));
+            let a = self.append(log, src, sequence)?;
+            let bytes = a.bytes;
+            return Ok((a, bytes));
         }
         let mut enc = EncodedRecords::default();
         for r in records {
@@ -557,7 +559,6 @@ impl Inner {
             compressed = out;
             (&compressed[..], codec.bits())
         };
-        let len = batch::section_batch_len(bytes.len());
         let a = self.append(
             log,
             BatchSource::Section {
@@ -567,7 +568,8 @@ impl Inner {
             },
             sequence,
         )?;
-        Ok((a, len))
+        let written = a.bytes;
+        Ok((a, written))
     }
 
     /// Checks a record about to be sent and stamps its timestamp.
@@ -653,6 +655,7 @@ impl Inner {
                     base_offset: original.unwrap_or(UNKNOWN_OFFSET),
                     duplicate: true,
                     log_append_time: None,
+                    bytes: 0,
                 },
                 0,
             ));
@@ -824,7 +827,9 @@ impl Inner {
                 let (appended, len) = if self.config.compression == Compression::None {
                     let len = batch::section_batch_len(size);
                     let src = BatchSource::Records(&refs, len);
-                    (self.append(log, src, first_seq)?, len)
+                    let a = self.append(log, src, first_seq)?;
+                    let bytes = a.bytes;
+                    (a, bytes)
                 } else {
                     self.append_records(log, &refs, first_seq)?
                 };

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use mqlite::log::batch::{self, Check, Records, HEADER_LEN, LENGTH_PREFIX};
+use mqlite::log::batch::{self, Check, Records, LENGTH_PREFIX, MIN_LENGTH};
 use mqlite::{Broker, Config, ConsumerConfig, ProducerConfig, Record, TopicConfig};
 
 /// Uncompressed bytes a fuzzed compressed batch may expand to (the engine's
@@ -32,10 +32,13 @@ const TOPIC: &str = "t";
 const CRC_AT: usize = 12;
 const CRC_FROM: usize = 16;
 
+/// The smallest batch of any layout (a compact one).
+const MIN_BATCH: usize = LENGTH_PREFIX + MIN_LENGTH as usize;
+
 /// Makes `buf` one batch whose length field and CRC fit its bytes, so the
 /// fuzzer reaches the record decoder instead of stopping at the CRC.
 fn seal(buf: &mut [u8]) {
-    if buf.len() < HEADER_LEN {
+    if buf.len() < MIN_BATCH {
         return;
     }
     let length = (buf.len() - LENGTH_PREFIX) as u32;
@@ -64,7 +67,7 @@ pub fn batch_decode(data: &[u8]) {
         };
         let bytes = &buf[pos..pos + h.total_len()];
         assert!(
-            h.total_len() >= HEADER_LEN,
+            h.total_len() >= h.records_at().max(MIN_BATCH),
             "a valid batch shorter than its header"
         );
         if h.attributes & batch::CODEC_MASK == 0 {
@@ -75,7 +78,7 @@ pub fn batch_decode(data: &[u8]) {
         if let Ok(section) = batch::records_section(bytes, &h, DECOMPRESS_LIMIT) {
             assert!(section.len() <= DECOMPRESS_LIMIT.max(bytes.len()));
             let mut seen = 0u32;
-            for r in Records::over_section(&section, h.record_count) {
+            for r in Records::in_section(&section, &h) {
                 let Ok(r) = r else { break };
                 touch_record(&section, &r);
                 seen += 1;
@@ -254,9 +257,9 @@ pub fn segment_recovery(data: &[u8]) {
 /// with arbitrary contents.
 fn seal_each(buf: &mut [u8]) {
     let mut pos = 0;
-    while buf.len() - pos >= HEADER_LEN {
+    while buf.len() - pos >= MIN_BATCH {
         let length = u32::from_le_bytes(buf[pos + 8..pos + 12].try_into().unwrap()) as usize;
-        let total = (LENGTH_PREFIX + length).clamp(HEADER_LEN, buf.len() - pos);
+        let total = (LENGTH_PREFIX + length).clamp(MIN_BATCH, buf.len() - pos);
         let end = pos + total;
         seal(&mut buf[pos..end]);
         pos = end;

@@ -80,10 +80,31 @@ pub(crate) fn recompress(plain: &[u8], codec: Compression) -> Vec<u8> {
     if codec == Compression::None {
         return plain[..h.total_len()].to_vec();
     }
+    if h.magic == MAGIC_COMPACT {
+        return recompress(&full_layout(plain), codec);
+    }
     let mut out = plain[..HEADER_LEN].to_vec();
     compress_records(codec, plain_records(plain), &mut out);
     seal(&mut out, h.attributes, codec);
     out
+}
+
+/// The compact (one-record) batch `b` in the full layout: the same record
+/// and header fields.
+pub(crate) fn full_layout(b: &[u8]) -> Vec<u8> {
+    let h = valid(b);
+    let r = Records::new(b, &h).next().unwrap().unwrap();
+    let headers = decode_headers(&b[r.headers.clone()], r.header_count);
+    let rec = RecordRef {
+        key: r.key.map(|k| &b[k]),
+        value: r.value.map(|v| &b[v]),
+        headers: &headers,
+        timestamp: h.first_timestamp,
+    };
+    let mut buf = vec![0u8; batch_len(&[rec])];
+    let n = encode_batch(&mut buf, h.base_offset, &[rec], h.producer, h.attributes);
+    assert_eq!(n, buf.len());
+    buf
 }
 
 /// Compresses `data` with `codec` using the codec crates directly (not

@@ -25,6 +25,7 @@ use framing::*;
 use mqlite::log::batch::{
     batch_len, check, decode_headers, encode_batch, records_section, BatchHeader, Check,
     ProducerFields, RecordRef, Records, ALIGN, CODEC_MASK, HEADER_LEN, LENGTH_PREFIX,
+    MAGIC_COMPACT,
 };
 use mqlite::log::compression::{
     compress_records, decompress_records, parse_framing, FRAMING_LEN, MAX_UNCOMPRESSED_LEN,
