@@ -29,6 +29,7 @@ GROUPS = [
     "produce 64 B, acks=all",
     "produce 64 B, acks=all, batches of 1000",
     "consume 64 B",
+    "consume 64 B, one-record batches",
 ]
 PEERS_EXPECTED = ["persist-queue SQLiteQueue", "persist-queue Queue", "litequeue", "diskcache", "queuelib"]
 
@@ -54,12 +55,17 @@ def check_rows(doc: dict[str, Any]) -> None:
     assert doc["suite"] == "python"
     assert doc["runs"] == 1
     assert {"cpu", "cores", "kernel", "python"} <= set(doc["machine"])
+    assert doc["interleaved"] is True and set(doc["load_avg"]) == {"start", "end"}
+    assert doc["git"]["commit"] is None or len(doc["git"]["commit"]) == 40
     for row in doc["rows"]:
         assert ROW_KEYS <= set(row), row
         assert row["size"] == 64
         assert 1 <= row["n"] <= 200
         assert row["msgs_per_s"] > 0
         assert row["mb_per_s"] == pytest.approx(row["msgs_per_s"] * 64 / 1e6)
+        # Every run's rate is kept; the median is one of them (one run here).
+        assert len(row["runs_msgs_per_s"]) == doc["runs"]
+        assert row["msgs_per_s_min"] <= row["msgs_per_s"] <= row["msgs_per_s_max"]
     groups: dict[str, list[dict[str, Any]]] = {}
     for row in doc["rows"]:
         groups.setdefault(row["group"], []).append(row)
@@ -134,7 +140,7 @@ def test_without_redis_server(tmp_path: Path) -> None:
     check_rows(doc)
     skips = [line for line in stdout.splitlines() if line.startswith("SKIP Redis")]
     assert len(skips) == 1 and "redis-server is not installed" in skips[0], stdout
-    assert {r["group"] for r in doc["rows"]} == {"consume 64 B"}
+    assert {r["group"] for r in doc["rows"]} == {"consume 64 B", "consume 64 B, one-record batches"}
     assert not any(r["system"].startswith("Redis") for r in doc["rows"])
     assert any("Redis: skipped" in n for n in doc["notes"])
 
