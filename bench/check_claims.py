@@ -51,12 +51,13 @@ FIGURE = re.compile(
 
 
 def num(x: float) -> str:
-    """Three significant digits, no exponent: 0.583, 5.83, 58.3, 583."""
-    if x >= 100:
+    """Three significant digits, no exponent: 0.583, 5.83, 58.3, 583 (and -3.19)."""
+    a = abs(x)
+    if a >= 100:
         return f"{x:,.0f}"
-    if x >= 10:
+    if a >= 10:
         return f"{x:.1f}"
-    if x >= 1:
+    if a >= 1:
         return f"{x:.2f}"
     return f"{x:.3f}"
 

@@ -485,7 +485,8 @@ def engine_lines(e: Engine) -> list[str]:
     title = ENGINE_TITLES.get(e.name, f"The engine: `{e.doc.get('command', e.name)}`")
     out = [f"### {title}", "", f"From `{e.source.name}`: {run_line(e.doc)}.", ""]
     if e.doc.get("command"):
-        out += ["```sh", str(e.doc["command"]), "```", ""]
+        env = " ".join(f"{k}={v}" for k, v in sorted((e.doc.get("env") or {}).items()))
+        out += ["```sh", f"{env + ' ' if env else ''}{e.doc['command']}", "```", ""]
     groups: list[str] = []
     for r in e.rows:
         if r.group not in groups:

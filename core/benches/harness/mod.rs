@@ -86,19 +86,22 @@ pub struct Harness {
     runs: usize,
     date: String,
     load_start: Option<f64>,
+    git: Value,
     rows: Vec<Row>,
     figures: Vec<Figure>,
     notes: Vec<String>,
 }
 
 impl Harness {
-    /// A harness for the bench binary `bench` (its file name), started now.
+    /// A harness for the bench binary `bench` (its file name), started now
+    /// (the date, load average and commit are taken here).
     pub fn new(bench: &str) -> Harness {
         Harness {
             bench: bench.to_owned(),
             runs: runs(),
             date: utc_now(),
             load_start: load_average(),
+            git: git(),
             rows: Vec::new(),
             figures: Vec::new(),
             notes: Vec::new(),
@@ -258,7 +261,7 @@ impl Harness {
             "machine": machine(),
             "machine_state": std::env::var("MQLITE_BENCH_MACHINE").ok(),
             "load_avg": {"start": self.load_start, "end": load_end},
-            "git": git(),
+            "git": self.git,
             "runs": self.runs,
             "interleaved": true,
             "rows": rows,
