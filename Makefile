@@ -104,9 +104,11 @@ install-test: ffi
 # (no speed is asserted): the Rust peer bench's own tests, then at a tiny
 # size and two interleaved runs the Rust peer bench and the engine bench
 # (its JSON output included), bench/report.py over their JSON (without the
-# chart).
-# The Rust peers have their own workspace, so `rust-test` does not
-# build them; bench/peers.py runs in py-test (tests/python/test_bench_scripts.py).
+# chart), then bench/check_claims.py's own tests and its check that every
+# figure quoted in README.md and docs/benchmarks.md is one the committed
+# JSON in bench/results/ shows. The Rust peers have their own workspace,
+# so `rust-test` does not build them; bench/peers.py runs in py-test
+# (tests/python/test_bench_scripts.py).
 SMOKE_DIR := target/bench/smoke
 bench-smoke:
 	$(CARGO) test --release -q --manifest-path bench/rust-peers/Cargo.toml
@@ -119,6 +121,8 @@ bench-smoke:
 	$(PYTHON) bench/report.py --dir $(SMOKE_DIR) --out $(SMOKE_DIR)/benchmarks.md --no-chart
 	grep -q "log append, 1 per batch, prefaulted (100 B)" $(SMOKE_DIR)/benchmarks.md
 	grep -q "consume 100 B, one-record batches" $(SMOKE_DIR)/benchmarks.md
+	$(PYTHON) bench/test_check_claims.py
+	$(PYTHON) bench/check_claims.py
 
 test: rust-test c-test py-test readme-test install-test bench-smoke
 	@echo "all tests passed"
