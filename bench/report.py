@@ -618,8 +618,12 @@ def render(
         "(`python-peers.json`), the `bench/rust-peers` crate (`rust-peers.json`), then `bench/report.py`,",
         "which writes this page and its chart from that directory. One part alone:",
         "`.venv/bin/python bench/peers.py --help` (`--n`, `--sizes`, `--runs`, `--only FILTER`, `--quick`),",
-        "then `.venv/bin/python bench/report.py --dir DIR`. `bench/check_claims.py` checks that every figure",
-        "quoted in README.md's Performance section is one of the committed JSON's.",
+        "then `.venv/bin/python bench/report.py --dir DIR`. `BENCH_RUNS` (default 3) sets the interleaved runs,",
+        "`BENCH_SCALE` (default 1) scales the engine benches' message counts and `BENCH_N` (default",
+        "1000000) is the peer suites' messages per row: `make bench BENCH_SCALE=0.25 BENCH_N=250000` is a",
+        "quarter of the full size. `bench/check_claims.py` (run by `make bench-smoke`) checks that every",
+        "figure quoted in README.md's Performance section and in this page's hand-written reading is one",
+        "the committed JSON shows.",
         "",
     ]
     out += kept[1]
