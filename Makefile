@@ -153,7 +153,7 @@ demo: ext ffi
 # Every bench, each row run BENCH_RUNS times interleaved with the others,
 # every run's figures kept as JSON in BENCH_OUT (committed: the figures
 # quoted in README.md and docs/ come from there), then docs/benchmarks.md
-# and .png rendered from that directory: each bench binary of core/benches
+# and .png rendered from that directory: each bench of core/Cargo.toml
 # (engine-<name>.json), bench/python_rates.py, bench/peers.py and
 # bench/rust-peers. BENCH_SCALE scales the engine benches' message counts
 # and BENCH_N is the peer suites' messages per row (defaults: full size).
@@ -163,7 +163,8 @@ BENCH_OUT ?= bench/results/$(shell date -u +%Y-%m-%d)
 BENCH_RUNS ?= 3
 BENCH_SCALE ?= 1
 BENCH_N ?= 1000000
-BENCH_ENGINE := $(sort $(basename $(notdir $(wildcard core/benches/*.rs))))
+# The bench binaries of core/Cargo.toml (each `[[bench]]` followed by its name).
+BENCH_ENGINE := $(shell sed -n '/^\[\[bench\]\]/{n;s/^name *= *"\(.*\)"/\1/p;}' core/Cargo.toml)
 bench: ext venv-bench
 	mkdir -p $(BENCH_OUT)
 	for b in $(BENCH_ENGINE); do \
