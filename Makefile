@@ -118,6 +118,10 @@ bench-smoke:
 	MQLITE_BENCH_SCALE=0.002 MQLITE_BENCH_RUNS=2 MQLITE_BENCH_JSON=$(abspath $(SMOKE_DIR))/engine-log.json \
 		MQLITE_BENCH_FILTER="touched pages|log append, 1 per batch, prefaulted|log read+CRC|Consumer::poll_batch|P=1 " \
 		$(CARGO) bench -q -p mqlite --bench log >/dev/null
+	$(PYTHON) -c 'import json, sys; d = json.load(open(sys.argv[1])); r = d["rows"]; m = r[0]["msgs_per_s"]; \
+		assert d["runs"] == 2 and all(len(x["secs"]) == 2 for x in r) and m["min"] <= m["median"] <= m["max"], d; \
+		assert d["git"]["commit"] and d["load_avg"]["end"] is not None and d["machine"]["cores"] >= 1, d' \
+		$(SMOKE_DIR)/engine-log.json
 	$(PYTHON) bench/report.py --dir $(SMOKE_DIR) --out $(SMOKE_DIR)/benchmarks.md --no-chart
 	grep -q "log append, 1 per batch, prefaulted (100 B)" $(SMOKE_DIR)/benchmarks.md
 	grep -q "consume 100 B, one-record batches" $(SMOKE_DIR)/benchmarks.md

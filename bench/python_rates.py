@@ -364,13 +364,15 @@ def main():
     first = {}
     for kind, n, name, _ in rows:
         first.setdefault(kind, name)
+        m, lo, hi = spread([n / x for x in secs[name]])
         doc["rows"].append(
             {"name": name, "group": kind, "msgs": n, "size": 1024 if "1 KiB" in name else 100,
-             "secs": secs[name], "baseline": first[kind]}
+             "secs": secs[name], "msgs_per_s": {"median": m, "min": lo, "max": hi}, "baseline": first[kind]}
         )
     what = f"produce-to-consume latency, {LAT_RATE:,} msgs/s for {LAT_SECS:g} s (acks=1, one producer thread)"
     for k, v in lat.items():
-        doc["figures"].append({"name": f"{what}, {k}", "unit": "us", "values": v})
+        m, lo, hi = spread(v)
+        doc["figures"].append({"name": f"{what}, {k}", "unit": "us", "values": v, "median": m, "min": lo, "max": hi})
     print()
     print(f"{RUNS} interleaved runs; median (min-max)")
     print("| row | messages/s | ratio to the first row of its group (deque; poll_batch loop) |")

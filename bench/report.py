@@ -46,8 +46,11 @@ keeps the seconds of every run instead of rates::
      "machine_state": ..., "load_avg": {...}, "git": {...}, "runs": 3, "interleaved": true,
      "rows": [{"name": "...", "group": "100 B", "msgs": 2000000, "size": 100,
                "secs": [0.21, 0.19, 0.2],         # one per run, in run order
-               "baseline": "row name" | null}],    # ratios are to that row, run by run
-     "figures": [{"name": "...", "unit": "ms", "values": [...]}],   # one value per run
+               "msgs_per_s": {"median": ..., "min": ..., "max": ...},  # optional, from secs
+               "baseline": "row name" | null,      # ratios are to that row, run by run
+               "ratio_to_baseline": {"median": ..., "min": ..., "max": ...} | null}],  # optional
+     "figures": [{"name": "...", "unit": "ms", "values": [...],     # one value per run
+                  "median": ..., "min": ..., "max": ...}],          # optional
      "notes": [...]}
 
 A ratio is the median over the runs of the ratio within each run (the runs

@@ -211,6 +211,9 @@ def test_python_rates_runs_interleaved_into_json_and_report(tmp_path: Path) -> N
     assert proc.stdout.index("run 1 of 2") < proc.stdout.index("run 2 of 2")
     doc = json.loads(out.read_text())
     assert doc["kind"] == "engine" and doc["runs"] == 2 and doc["interleaved"] is True
+    for r in doc["rows"]:
+        rates = sorted(r["msgs"] / s for s in r["secs"])
+        assert r["msgs_per_s"]["min"] == pytest.approx(rates[0]) and r["msgs_per_s"]["max"] == pytest.approx(rates[-1])
     assert doc["machine_state"] == "shared" and doc["load_avg"]["end"] is not None
     names = [r["name"] for r in doc["rows"]]
     assert any("send_batch" in n for n in names) and "collections.deque.append, 100 B" in names

@@ -237,20 +237,32 @@ impl Harness {
             .rows
             .iter()
             .map(|r| {
+                let rates: Vec<f64> = r.secs.iter().map(|s| r.msgs as f64 / s).collect();
+                let (median, min, max) = spread(&rates);
+                let ratio = self.ratios(r).map(|v| {
+                    let (median, min, max) = spread(&v);
+                    json!({"median": median, "min": min, "max": max})
+                });
                 json!({
                     "name": r.name,
                     "group": r.group,
                     "msgs": r.msgs,
                     "size": r.payload,
                     "secs": r.secs,
+                    "msgs_per_s": {"median": median, "min": min, "max": max},
                     "baseline": r.baseline,
+                    "ratio_to_baseline": ratio,
                 })
             })
             .collect();
         let figures: Vec<Value> = self
             .figures
             .iter()
-            .map(|f| json!({"name": f.name, "unit": f.unit, "values": f.values}))
+            .map(|f| {
+                let (median, min, max) = spread(&f.values);
+                json!({"name": f.name, "unit": f.unit, "values": f.values,
+                       "median": median, "min": min, "max": max})
+            })
             .collect();
         json!({
             "suite": format!("engine-{}", self.bench),
