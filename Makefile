@@ -173,8 +173,10 @@ bench: ext venv-bench
 	mkdir -p $(BENCH_OUT)
 	for b in $(BENCH_ENGINE); do \
 		MQLITE_BENCH_RUNS=$(BENCH_RUNS) MQLITE_BENCH_SCALE=$(BENCH_SCALE) \
-			MQLITE_BENCH_JSON=$(abspath $(BENCH_OUT))/engine-$$b.json $(CARGO) bench -p mqlite --bench $$b; \
-		test -e $(BENCH_OUT)/engine-$$b.json || echo "note: core/benches/$$b.rs wrote no JSON (MQLITE_BENCH_JSON)"; \
+			MQLITE_BENCH_JSON=$(abspath $(BENCH_OUT))/engine-$$b.json $(CARGO) bench -p mqlite --bench $$b \
+			| tee $(BENCH_OUT)/engine-$$b.txt; \
+		if test -e $(BENCH_OUT)/engine-$$b.json; then rm $(BENCH_OUT)/engine-$$b.txt; \
+		else echo "note: the $$b bench wrote no JSON (MQLITE_BENCH_JSON): its printed tables are kept"; fi; \
 	done
 	MQLITE_BENCH_RUNS=$(BENCH_RUNS) MQLITE_BENCH_JSON=$(BENCH_OUT)/python-rates.json \
 		$(VPY) bench/python_rates.py $(BENCH_N)

@@ -548,8 +548,10 @@ def render(
     kept: tuple[list[str], list[str]] = ([], []),
     engines: Optional[dict[str, Engine]] = None,
     source: str = "target/bench",
+    printed: Optional[list[Path]] = None,
 ) -> str:
     engines = engines or {}
+    printed = printed or []
     out = [
         "# Benchmarks: mqlite against its peers",
         "",
@@ -595,7 +597,7 @@ def render(
             out += ["Notes from the run:", ""]
             out += [f"- {md_escape(str(n))}" for n in notes]
             out.append("")
-    if engines:
+    if engines or printed:
         out += ["## The engine and the Python module on their own", ""]
         out += [
             "Rates of the engine's own benches and of the Python module, each row beside a baseline",
@@ -605,6 +607,19 @@ def render(
         for e in engines.values():
             out += engine_lines(e)
             out.append("")
+        for p in printed:
+            name = p.stem.removeprefix("engine-")
+            out += [
+                f"### The engine: `cargo bench -p mqlite --bench {name}` (printed output, no JSON)",
+                "",
+                f"From `{p.name}`: this bench does not write MQLITE_BENCH_JSON, so its figures carry no",
+                "machine record and cannot be checked; what it printed:",
+                "",
+                "```",
+                *p.read_text().rstrip().splitlines(),
+                "```",
+                "",
+            ]
     out += kept[0]
     out += [
         REPRODUCE,
@@ -725,10 +740,12 @@ def newest_results() -> Path:
 
 
 def suite_files(directory: Path) -> list[Path]:
-    """The suites' JSON files of a results directory, in the page's order."""
+    """The suites' files of a results directory, in the page's order: JSON, then the printed
+    output (engine-<name>.txt) of an engine bench that wrote no JSON."""
     order = ["python-peers.json", "rust-peers.json", "python-rates.json"]
     found = [directory / n for n in order if (directory / n).exists()]
-    return found + sorted(directory.glob("engine-*.json"))
+    texts = [p for p in sorted(directory.glob("engine-*.txt")) if not p.with_suffix(".json").exists()]
+    return found + sorted(directory.glob("engine-*.json")) + texts
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -748,7 +765,11 @@ def main(argv: Optional[list[str]] = None) -> int:
         return 1
     suites: dict[str, Suite] = {}
     engines: dict[str, Engine] = {}
+    printed: list[Path] = []
     for p in inputs:
+        if p.suffix == ".txt":
+            printed.append(p)
+            continue
         s = load_any(p)
         if isinstance(s, Engine):
             engines[s.name] = s
@@ -767,7 +788,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         source = str(where.relative_to(ROOT))
     except ValueError:
         source = where.name
-    page = render(suites, os.path.relpath(png, args.out.parent) if draw else None, kept, engines, source)
+    page = render(suites, os.path.relpath(png, args.out.parent) if draw else None, kept, engines, source, printed)
     args.out.write_text(page)
     print(f"wrote {args.out}" + (f" and {png}" if draw else ""))
     for t in targets(suites):

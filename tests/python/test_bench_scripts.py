@@ -232,3 +232,22 @@ def test_python_rates_runs_interleaved_into_json_and_report(tmp_path: Path) -> N
     assert "machine shared (as stated by whoever ran it)" in page
     row = next(line for line in page.splitlines() if line.startswith("| mqlite Producer.send_batch, acks=1,"))
     assert re.search(r"\| [\d.]+ [Mk] \([\d.]+ [Mk]-[\d.]+ [Mk]\) \|", row), row
+
+
+def test_report_keeps_the_printed_output_of_a_bench_without_json(tmp_path: Path) -> None:
+    # `make bench` keeps engine-<name>.txt when a bench wrote no JSON; the
+    # page shows it as printed, and says it cannot be checked.
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "engine-sweep.txt").write_text("| row | rate |\n|---|---|\n| sweep row 42 | 1.0 M |\n")
+    md = tmp_path / "b.md"
+    proc = subprocess.run(
+        [sys.executable, str(REPORT), "--dir", str(results), "--out", str(md), "--no-chart"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    page = md.read_text()
+    assert "### The engine: `cargo bench -p mqlite --bench sweep` (printed output, no JSON)" in page
+    assert "| sweep row 42 | 1.0 M |" in page
