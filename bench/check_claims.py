@@ -2,6 +2,9 @@
 
 Usage: python3 bench/check_claims.py [FILE ...]   (default: README.md's "Performance" section and
        the hand-written part of docs/benchmarks.md, from report.py's KEEP_MARK to "How to reproduce")
+       python3 bench/check_claims.py --fix [bench/results/DATE]
+           rewrites those figures from the JSON (of DATE: the declaration is changed too), then checks;
+           the words around them (ahead, level, behind) are yours to reread.
 
 A quoted figure is followed at once by a marker naming where it comes from, in an HTML comment
 (invisible once rendered); the results directory is named once, before the first marker:
@@ -44,6 +47,11 @@ RESULTS = re.compile(r"<!--\s*bench-results:\s*(\S+)\s*-->")
 COMMENT = re.compile(r"<!--.*?-->", re.S)
 CODE = re.compile(r"`[^`\n]*`")
 # What reads as a measured figure: a ratio, a rate, a time.
+# A figure as `expected` renders it ("2.98x (2.50-3.10x)", "7.90 M/s (7.1-8.2 M/s)", "1.19 ms (...)"),
+# or a bare one, right before a marker.
+_NUM = r"-?\d[\d,]*(?:\.\d+)?"
+_UNIT = r"(?:x| [MkK]/s| [A-Za-zµ]+)"
+RENDERED = re.compile(rf"{_NUM}{_UNIT}(?: \({_NUM}-{_NUM}{_UNIT}\))?\s*$")
 FIGURE = re.compile(
     r"(?<![\w.])\d+(?:\.\d+)?(?:-\d+(?:\.\d+)?)?"
     r"(?:x(?![\w])| ?[MkK](?:/s| msg/s| msgs/s| messages/s)| ?(?:ms|us|µs)(?![\w])| ?[MG]B/s)"
@@ -182,6 +190,31 @@ def check_text(text: str, where: str, results_dir: Optional[Path] = None) -> lis
     return problems
 
 
+def fix_text(text: str, results_dir: Optional[str] = None) -> str:
+    """`text` with each marked figure replaced by the JSON's rendering (and, with `results_dir`, the
+    bench-results declaration pointing there). Prose around the figures is left to be reread."""
+    if results_dir:
+        text = RESULTS.sub(f"<!-- bench-results: {results_dir} -->", text)
+    declared = RESULTS.search(text)
+    if not declared:
+        return text
+    results = Results(ROOT / declared.group(1))
+    out, at = [], 0
+    for m in MARKER.finditer(text):
+        kind, suite, args = m.group(1), m.group(2).strip(), [a.strip() for a in m.group(3).split("|")]
+        try:
+            want = expected(results, kind, suite, args)
+        except (KeyError, ValueError):
+            continue  # reported by check_text
+        old = RENDERED.search(text, at, m.start())
+        if old is None:
+            continue  # no figure of the rendered shape before the marker: reported by check_text
+        out.append(text[at : old.start()] + want)
+        at = m.start()
+    out.append(text[at:])
+    return "".join(out)
+
+
 def section(text: str, start: str, end_prefix: str) -> tuple[str, int]:
     """The lines from the line `start` to the next line starting with `end_prefix`, and the first's number."""
     lines = text.splitlines()
@@ -205,8 +238,25 @@ def default_targets() -> list[tuple[str, str]]:
     return out
 
 
+def fix_files(results_dir: Optional[str]) -> None:
+    """Rewrites the marked figures of README.md's Performance section and docs/benchmarks.md's
+    hand-written part in place (after a new `make bench`)."""
+    for path, start, end in (
+        (ROOT / "README.md", "## Performance", "## "),
+        (ROOT / "docs" / "benchmarks.md", report.KEEP_MARK, report.REPRODUCE),
+    ):
+        text = path.read_text()
+        part, _ = section(text, start, end)
+        if part:
+            path.write_text(text.replace(part, fix_text(part, results_dir)))
+            print(f"rewrote the marked figures of {path.relative_to(ROOT)}: reread the prose around them")
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--fix"]:
+        fix_files(argv[1] if len(argv) > 1 else None)
+        argv = []
     targets = [(a, Path(a).read_text()) for a in argv] if argv else default_targets()
     problems = []
     markers = 0

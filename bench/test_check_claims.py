@@ -74,6 +74,20 @@ def test_code_spans_and_comments_are_not_figures() -> None:
     assert check("run `MQLITE_BENCH_SCALE=0.5x` <!-- 2.5x -->") == []
 
 
+def test_fix_rewrites_the_figures_from_the_json() -> None:
+    with tempfile.TemporaryDirectory(dir=check_claims.ROOT / "target") as d:
+        (Path(d) / "rust-peers.json").write_text(json.dumps(PEERS))
+        (Path(d) / "engine-x.json").write_text(json.dumps(ENGINE))
+        rel = Path(d).relative_to(check_claims.ROOT)
+        stale = (
+            f"<!-- bench-results: {rel} -->\nsend is 9.99x (1.00-20.0x)<!-- bench: ratio rust-peers | g | peer --> "
+            "faster; open 7.00 ms (1.00-9.00 ms)<!-- bench: figure engine-x | open -->."
+        )
+        fixed = check_claims.fix_text(stale)
+        assert "send is 3.00x (2.00-3.00x)<!--" in fixed and "open 1.25 ms (1.00-1.50 ms)<!--" in fixed, fixed
+        assert check_claims.check_text(fixed, "t") == []
+
+
 if __name__ == "__main__":
     for name, fn in list(globals().items()):
         if name.startswith("test_") and callable(fn):
