@@ -641,7 +641,8 @@ def render(
         "1000000) is the peer suites' messages per row: `make bench BENCH_SCALE=0.25 BENCH_N=250000` is a",
         "quarter of the full size. `bench/check_claims.py` (run by `make bench-smoke`) checks that every",
         "figure quoted in README.md's Performance section and in this page's hand-written reading is one",
-        "the committed JSON shows.",
+        "the committed JSON shows; after a new run, `python3 bench/check_claims.py --fix bench/results/<date>`",
+        "rewrites those figures from it, and the words around them (ahead, level, behind) are to be reread.",
         "",
     ]
     out += kept[1]
