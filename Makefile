@@ -100,12 +100,33 @@ readme-test: ext ffi
 install-test: ffi
 	bash tests/install/run.sh
 
-# The Rust peer bench's own tests, then the bench at a tiny size, only to
-# prove it runs (no speed is asserted; its own workspace, so `rust-test`
-# does not build the peers).
+# Quick proof that every bench runs and that its figures reach the page
+# (no speed is asserted): the Rust peer bench's own tests, then at a tiny
+# size and two interleaved runs the Rust peer bench and the engine bench
+# (its JSON output included), bench/report.py over their JSON (without the
+# chart), then bench/check_claims.py's own tests and its check that every
+# figure quoted in README.md and docs/benchmarks.md is one the committed
+# JSON in bench/results/ shows. The Rust peers have their own workspace,
+# so `rust-test` does not build them; bench/peers.py runs in py-test
+# (tests/python/test_bench_scripts.py).
+SMOKE_DIR := target/bench/smoke
 bench-smoke:
 	$(CARGO) test --release -q --manifest-path bench/rust-peers/Cargo.toml
-	$(CARGO) run --release -q --manifest-path bench/rust-peers/Cargo.toml -- --quick --out target/bench/rust-peers-quick.json
+	rm -rf $(SMOKE_DIR) && mkdir -p $(SMOKE_DIR)
+	$(CARGO) run --release -q --manifest-path bench/rust-peers/Cargo.toml -- --quick --runs 2 \
+		--only "acks=1: mqlite send|one-record batches|acks=all: raw write" --out $(SMOKE_DIR)/rust-peers.json
+	MQLITE_BENCH_SCALE=0.002 MQLITE_BENCH_RUNS=2 MQLITE_BENCH_JSON=$(abspath $(SMOKE_DIR))/engine-log.json \
+		MQLITE_BENCH_FILTER="touched pages|log append, 1 per batch, prefaulted|log read+CRC|Consumer::poll_batch|P=1 " \
+		$(CARGO) bench -q -p mqlite --bench log >/dev/null
+	$(PYTHON) -c 'import json, sys; d = json.load(open(sys.argv[1])); r = d["rows"]; m = r[0]["msgs_per_s"]; \
+		assert d["runs"] == 2 and all(len(x["secs"]) == 2 for x in r) and m["min"] <= m["median"] <= m["max"], d; \
+		assert d["git"]["commit"] and d["load_avg"]["end"] is not None and d["machine"]["cores"] >= 1, d' \
+		$(SMOKE_DIR)/engine-log.json
+	$(PYTHON) bench/report.py --dir $(SMOKE_DIR) --out $(SMOKE_DIR)/benchmarks.md --no-chart
+	grep -q "log append, 1 per batch, prefaulted (100 B)" $(SMOKE_DIR)/benchmarks.md
+	grep -q "consume 100 B, one-record batches" $(SMOKE_DIR)/benchmarks.md
+	$(PYTHON) bench/test_check_claims.py
+	$(PYTHON) bench/check_claims.py
 
 test: rust-test c-test py-test readme-test install-test bench-smoke
 	@echo "all tests passed"
@@ -133,15 +154,38 @@ demo: ext ffi
 	$(PROFILE_DIR)/mqlite --dir $(DEMO_DIR) groups
 	$(PROFILE_DIR)/mqlite --dir $(DEMO_DIR) group describe billing
 
-# The peer comparison (bench/peers.py, bench/rust-peers) ends in docs/benchmarks.md and .png.
+# Every bench, each row run BENCH_RUNS times interleaved with the others,
+# every run's figures kept as JSON in BENCH_OUT (committed: the figures
+# quoted in README.md and docs/ come from there), then docs/benchmarks.md
+# and .png rendered from that directory: each bench of core/Cargo.toml
+# (engine-<name>.json), bench/python_rates.py, bench/peers.py and
+# bench/rust-peers. BENCH_SCALE scales the engine benches' message counts
+# and BENCH_N is the peer suites' messages per row (defaults: full size).
+# MQLITE_BENCH_MACHINE=quiet (or shared) records what you know of the
+# machine beside its load average.
+BENCH_OUT ?= bench/results/$(shell date -u +%Y-%m-%d)
+BENCH_RUNS ?= 3
+BENCH_SCALE ?= 1
+BENCH_N ?= 1000000
+# The bench binaries of core/Cargo.toml (each `[[bench]]` followed by its name).
+BENCH_ENGINE := $(shell sed -n '/^\[\[bench\]\]/{n;s/^name *= *"\(.*\)"/\1/p;}' core/Cargo.toml)
 bench: ext venv-bench
-	$(CARGO) bench -p mqlite --bench log
-	$(VPY) bench/python_rates.py
+	mkdir -p $(BENCH_OUT)
+	for b in $(BENCH_ENGINE); do \
+		MQLITE_BENCH_RUNS=$(BENCH_RUNS) MQLITE_BENCH_SCALE=$(BENCH_SCALE) \
+			MQLITE_BENCH_JSON=$(abspath $(BENCH_OUT))/engine-$$b.json $(CARGO) bench -p mqlite --bench $$b \
+			| tee $(BENCH_OUT)/engine-$$b.txt; \
+		if test -e $(BENCH_OUT)/engine-$$b.json; then rm $(BENCH_OUT)/engine-$$b.txt; \
+		else echo "note: the $$b bench wrote no JSON (MQLITE_BENCH_JSON): its printed tables are kept"; fi; \
+	done
+	MQLITE_BENCH_RUNS=$(BENCH_RUNS) MQLITE_BENCH_JSON=$(BENCH_OUT)/python-rates.json \
+		$(VPY) bench/python_rates.py $(BENCH_N)
 	command -v redis-server >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server; } \
 		|| echo "could not install redis-server: bench/peers.py will skip the Redis rows"
-	$(VPY) bench/peers.py
-	$(CARGO) run --release --manifest-path bench/rust-peers/Cargo.toml -- --out target/bench/rust-peers.json
-	$(VPY) bench/report.py
+	$(VPY) bench/peers.py --runs $(BENCH_RUNS) --n $(BENCH_N) --out $(BENCH_OUT)/python-peers.json
+	$(CARGO) run --release --manifest-path bench/rust-peers/Cargo.toml -- --runs $(BENCH_RUNS) --n $(BENCH_N) \
+		--out $(BENCH_OUT)/rust-peers.json
+	$(VPY) bench/report.py --dir $(BENCH_OUT)
 
 # Long fault-injection runs (not part of `make test`, which runs short
 # versions): kill -9 cycles across durability levels and producer kinds,

@@ -26,7 +26,13 @@ size S:
 - ``produce S B, acks=all`` and ``..., batches of 1000``: each call returns
   once its messages are on disk (fsync or msync). Peers without such a mode
   are left out, with a note;
-- ``consume S B``: reading back messages written before the clock starts.
+- ``consume S B``: reading back messages written before the clock starts;
+- ``consume S B, one-record batches``: the same read of a log written by one
+  ``send`` per message, beside queuelib (one record per entry) and a
+  buffered read of a file of the same bytes (the floor).
+
+The durable batched groups have a floor too: one ``os.write`` of each batch
+then ``os.fdatasync``.
 
 mqlite's rows (but for ``send`` with acks=all) and the baselines use N
 messages, after a warm-up run. The other rows first run at growing N to
@@ -35,7 +41,9 @@ take longer than ``--budget`` seconds per run (fsync per message, slow
 peers), or the whole run with its untimed setup (filling a queue before
 consuming it, closing) five times that: rates are messages per second, so
 the figures stay comparable; such rows say so in their note. The timed runs
-of a group go round its rows, ``--runs`` times; medians are reported. The
+of a group go round its rows, ``--runs`` times; medians are reported, and
+the JSON keeps every run's rate, the min and max, the load average before
+and after, and the commit measured. The
 JSON (its format is in bench/report.py) goes to
 target/bench/python-peers.json; bench/report.py renders it.
 
@@ -260,12 +268,19 @@ def mqlite_send_batch(scratch: Scratch, size: int, acks: Any) -> Measure:
     return measure
 
 
-def mqlite_consume(scratch: Scratch, size: int, batched: bool) -> Measure:
+def mqlite_consume(scratch: Scratch, size: int, batched: bool, singles: bool = False) -> Measure:
+    """Reads n messages back; with `singles` they were written by one `send`
+    each (one record per log batch), else by `send_batch` of BATCH."""
+
     def measure(n: int) -> float:
         with mqlite_topic(scratch) as mq:
             with mq.producer(acks=1) as p:
                 for b in batches_for(n, size):
-                    p.send_batch("t", b)
+                    if singles:
+                        for v in b:
+                            p.send("t", v)
+                    else:
+                        p.send_batch("t", b)
             c = mq.consumer("bench", auto_offset_reset="earliest")
             total = got = 0
             t0 = perf_counter()
@@ -440,6 +455,50 @@ def diskcache_case(scratch: Scratch, size: int, synchronous: int, op: str) -> Me
                 return secs
             finally:
                 cache.close()
+
+    return measure
+
+
+# Raw files: the floor under a durable batch and under a read ------------------------
+
+
+def raw_write_fdatasync(scratch: Scratch, size: int) -> Measure:
+    """One os.write of each batch of BATCH messages (joined first), then os.fdatasync."""
+
+    def measure(n: int) -> float:
+        batches = batches_for(n, size)
+        with scratch.dir() as d:
+            fd = os.open(d / "raw", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                t0 = perf_counter()
+                for b in batches:
+                    os.write(fd, b"".join(b))
+                    os.fdatasync(fd)
+                secs = perf_counter() - t0
+                check(os.fstat(fd).st_size, n * size, "raw write + fdatasync bytes")
+                return secs
+            finally:
+                os.close(fd)
+
+    return measure
+
+
+def raw_file_read(scratch: Scratch, size: int) -> Measure:
+    """A file of the n messages back to back, read one message at a time through a 64 KiB buffer."""
+
+    def measure(n: int) -> float:
+        with scratch.dir() as d:
+            with open(d / "raw", "wb") as f:
+                for b in batches_for(n, size):
+                    f.write(b"".join(b))
+            total = 0
+            with open(d / "raw", "rb", buffering=64 << 10) as f:
+                t0 = perf_counter()
+                for _ in range(n):
+                    total += len(f.read(size))
+                secs = perf_counter() - t0
+            check(total, n * size, "raw read bytes")
+            return secs
 
     return measure
 
@@ -731,6 +790,15 @@ def plan(sizes: list[int], scratch: Scratch, redis_server: Optional[RedisServer]
                     redis_case(redis_server, size, "always", "xadd_pipeline"),
                 )
             )
+        cases.append(
+            Case(
+                g,
+                "raw os.write + os.fdatasync",
+                f"one os.write of each batch of {BATCH} (joined), then os.fdatasync",
+                raw_write_fdatasync(scratch, size),
+                baseline=True,
+            )
+        )
 
         g = f"consume {size} B"
         cases += [
@@ -788,6 +856,30 @@ def plan(sizes: list[int], scratch: Scratch, redis_server: Optional[RedisServer]
                 )
             )
         cases.append(Case(g, "collections.deque.popleft", "memory only", deque_popleft(size), baseline=True))
+
+        g = f"consume {size} B, one-record batches"
+        cases += [
+            Case(
+                g,
+                "mqlite consumer iteration",
+                "a log written by one send per message (one record per batch); otherwise as in the consume group",
+                mqlite_consume(scratch, size, batched=False, singles=True),
+                reference=True,
+            ),
+            Case(
+                g,
+                "queuelib FifoDiskQueue.pop",
+                "one os.write per push, one os.read per pop; tail position saved only at close()",
+                queuelib_case(scratch, size, "pop"),
+            ),
+            Case(
+                g,
+                "raw file read, 64 KiB buffer",
+                "a file of the messages back to back, f.read(size) per message",
+                raw_file_read(scratch, size),
+                baseline=True,
+            ),
+        ]
         for c in cases[first:]:
             c.size = size
             if c.scalable is None:
@@ -857,6 +949,20 @@ def machine() -> dict[str, Any]:
     }
 
 
+def git_commit() -> dict[str, Any]:
+    """The commit measured, and whether tracked files differed from it."""
+
+    def out(*args: str) -> Optional[str]:
+        try:
+            return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True, check=True).stdout
+        except (OSError, subprocess.CalledProcessError):
+            return None
+
+    commit = out("rev-parse", "HEAD")
+    status = out("status", "--porcelain", "--untracked-files=no")
+    return {"commit": commit.strip() if commit else None, "dirty": None if status is None else bool(status.strip())}
+
+
 def write_json(path: Path, doc: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
@@ -898,6 +1004,7 @@ def run_group(cases: list[Case], args: argparse.Namespace, failed: list[str]) ->
     for i, secs in times.items():
         c, n = cases[i], sizes[i]
         rate = n / statistics.median(secs)
+        runs = [n / s for s in secs]
         note = c.note
         if n < args.n:
             note = "; ".join(x for x in (note, f"N scaled down to {n:,} (slow row)") if x)
@@ -908,6 +1015,9 @@ def run_group(cases: list[Case], args: argparse.Namespace, failed: list[str]) ->
             "n": n,
             "size": c.size,
             "msgs_per_s": rate,
+            "runs_msgs_per_s": runs,
+            "msgs_per_s_min": min(runs),
+            "msgs_per_s_max": max(runs),
             "mb_per_s": rate * c.size / 1e6,
             "reference": c.reference,
         }
@@ -968,6 +1078,10 @@ def main(argv: Optional[list[str]] = None) -> int:
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "machine": machine(),
         "runs": args.runs,
+        "interleaved": True,
+        "command": " ".join([".venv/bin/python bench/peers.py", *(argv if argv is not None else sys.argv[1:])]),
+        "machine_state": os.environ.get("MQLITE_BENCH_MACHINE"),
+        "git": git_commit(),
         "rows": [],
         "notes": notes,
         # Other work on the machine shows here: figures of a busy machine are lower and noisier.

@@ -7,7 +7,12 @@ the send(acks="all") row N/200 (one flush per message). FILTER keeps only
 the rows whose name contains it (and the baselines). Prints messages/s for
 each row and the ratio to collections.deque, the ceiling for per-call
 overhead (the Processor row: to the plain poll_batch loop over the same
-data, the loop a Processor replaces). Medians of 3 runs.
+data, the loop a Processor replaces), as the median and min-max of
+MQLITE_BENCH_RUNS runs (default 3), interleaved: every row once, then every
+row again, so a shared machine's drifting load weighs on all rows alike;
+each ratio is taken within a run. MQLITE_BENCH_JSON=path writes every
+run's seconds there (the format bench/report.py reads; MQLITE_BENCH_MACHINE,
+"quiet" or "shared", is recorded as given).
 
 The send and produce rows build each message in the loop, as a user would,
 like the deque rows. The send_batch rows send lists built before the clock
@@ -23,7 +28,12 @@ which dominates the figures. Printed as p50, p99 and p99.9 in µs.
 """
 
 import collections
+import datetime
+import json
+import os
+import platform
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -34,6 +44,7 @@ import mqlite
 N = int(sys.argv[1]) if len(sys.argv) > 1 else 1_000_000
 N_1K = max(1, N // 4)
 N_ALL = max(1, N // 200)
+RUNS = max(1, int(os.environ.get("MQLITE_BENCH_RUNS", "3")))
 BATCH = 1000
 PAD = b"x" * 92
 PAD_1K = b"x" * 1016
@@ -247,14 +258,55 @@ def latency(mq):
     return delays
 
 
-def print_latency():
+def latency_figures():
+    """p50, p99, p99.9 and max of one latency run, in µs."""
     delays = sorted(with_topic(latency))
     pick = lambda q: delays[min(len(delays) - 1, int(q * len(delays)))] / 1e3  # noqa: E731
-    print()
-    print(f"produce-to-consume latency, {LAT_RATE:,} msgs/s for {LAT_SECS:g} s, one producer thread (acks=1), one consumer")
-    print("| p50 | p99 | p99.9 | max |")
-    print("|---:|---:|---:|---:|")
-    print(f"| {pick(0.5):.0f} µs | {pick(0.99):.0f} µs | {pick(0.999):.0f} µs | {delays[-1] / 1e3:.0f} µs |")
+    return {"p50": pick(0.5), "p99": pick(0.99), "p99.9": pick(0.999), "max": delays[-1] / 1e3}
+
+
+def spread(values):
+    """(median, min, max)."""
+    return statistics.median(values), min(values), max(values)
+
+
+def fmt_rate(rate):
+    return f"{rate / 1e6:.2f} M" if rate >= 100_000 else f"{rate / 1e3:.1f} k"
+
+
+def fmt_ratio(r):
+    return f"{r:.2f}" if r >= 0.01 else f"{r:.4f}"
+
+
+def git_commit():
+    """The commit measured, and whether tracked files differed from it."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+    def out(*args):
+        try:
+            return subprocess.run(["git", "-C", root, *args], capture_output=True, text=True, check=True).stdout
+        except (OSError, subprocess.CalledProcessError):
+            return None
+
+    commit = out("rev-parse", "HEAD")
+    status = out("status", "--porcelain", "--untracked-files=no")
+    return {"commit": commit.strip() if commit else None, "dirty": None if status is None else bool(status.strip())}
+
+
+def machine():
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), cpu)
+    except OSError:
+        pass
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "rustc": None,
+    }
 
 
 def main():
@@ -281,20 +333,72 @@ def main():
         ("proc", N, "Processor, trivial handler (orderly, 4 threads)", lambda: with_topic(processor)),
     ]
     rows = rows_to_run(rows)
-    base = {}
-    print(f"{N:,} messages of 100 bytes ({N_1K:,} of 1 KiB); medians of 3 runs")
+    with_latency = len(sys.argv) <= 2 or sys.argv[2] in "produce-to-consume latency"
+    doc = {
+        "suite": "python-rates",
+        "kind": "engine",
+        "command": " ".join([".venv/bin/python bench/python_rates.py", *sys.argv[1:]]),
+        "env": {k: v for k, v in os.environ.items() if k in ("MQLITE_BENCH_RUNS",)},
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "machine": machine(),
+        "machine_state": os.environ.get("MQLITE_BENCH_MACHINE"),
+        "load_avg": {"start": os.getloadavg()[0], "end": None},
+        "git": git_commit(),
+        "runs": RUNS,
+        "interleaved": True,
+        "rows": [],
+        "figures": [],
+        "notes": [],
+    }
+    secs = {name: [] for _, _, name, _ in rows}
+    lat = collections.defaultdict(list)
+    print(f"{N:,} messages of 100 bytes ({N_1K:,} of 1 KiB); {RUNS} interleaved runs", flush=True)
+    for run in range(1, RUNS + 1):
+        print(f"run {run} of {RUNS}", flush=True)
+        for _, n, name, fn in rows:
+            secs[name].append(fn())
+            print(f"  {name:<64} {fmt_rate(n / secs[name][-1]):>10}/s", flush=True)
+        if with_latency:
+            for k, v in latency_figures().items():
+                lat[k].append(v)
+    first = {}
+    for kind, n, name, _ in rows:
+        first.setdefault(kind, name)
+        m, lo, hi = spread([n / x for x in secs[name]])
+        doc["rows"].append(
+            {"name": name, "group": kind, "msgs": n, "size": 1024 if "1 KiB" in name else 100,
+             "secs": secs[name], "msgs_per_s": {"median": m, "min": lo, "max": hi}, "baseline": first[kind]}
+        )
+    what = f"produce-to-consume latency, {LAT_RATE:,} msgs/s for {LAT_SECS:g} s (acks=1, one producer thread)"
+    for k, v in lat.items():
+        m, lo, hi = spread(v)
+        doc["figures"].append({"name": f"{what}, {k}", "unit": "us", "values": v, "median": m, "min": lo, "max": hi})
+    print()
+    print(f"{RUNS} interleaved runs; median (min-max)")
     print("| row | messages/s | ratio to the first row of its group (deque; poll_batch loop) |")
     print("|---|---:|---:|")
-    for kind, n, name, fn in rows:
-        secs = statistics.median(fn() for _ in range(3))
-        rate = n / secs
-        base.setdefault(kind, rate)
-        shown = f"{rate / 1e6:.2f} M" if rate >= 100_000 else f"{rate / 1e3:.1f} k"
-        ratio = rate / base[kind]
-        ratio_shown = f"{ratio:.2f}" if ratio >= 0.01 else f"{ratio:.4f}"
-        print(f"| {name} | {shown} | {ratio_shown} |", flush=True)
-    if len(sys.argv) <= 2 or sys.argv[2] in "produce-to-consume latency":
-        print_latency()
+    for kind, n, name, _ in rows:
+        rates = [n / x for x in secs[name]]
+        base = [dict((r[2], r[1]) for r in rows)[first[kind]] / x for x in secs[first[kind]]]
+        m, lo, hi = spread(rates)
+        rm, rlo, rhi = spread([a / c for a, c in zip(rates, base)])
+        print(
+            f"| {name} | {fmt_rate(m)} ({fmt_rate(lo)}-{fmt_rate(hi)}) "
+            f"| {fmt_ratio(rm)} ({fmt_ratio(rlo)}-{fmt_ratio(rhi)}) |"
+        )
+    if lat:
+        print()
+        print(f"{what}, µs: median (min-max)")
+        for k, v in lat.items():
+            m, lo, hi = spread(v)
+            print(f"  {k}: {m:.0f} ({lo:.0f}-{hi:.0f})")
+    doc["load_avg"]["end"] = os.getloadavg()[0]
+    out = os.environ.get("MQLITE_BENCH_JSON")
+    if out:
+        os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+        with open(out, "w") as f:
+            f.write(json.dumps(doc, indent=1) + "\n")
+        print(f"wrote {out}")
 
 
 if __name__ == "__main__":

@@ -1,12 +1,18 @@
 //! Log, producer and consumer throughput beside raw baselines, in one run.
 //!
-//! `cargo bench -p mqlite --bench log` (or `make bench`). Each figure is the
-//! median of `MQLITE_BENCH_RUNS` runs (default 3); `MQLITE_BENCH_SCALE`
+//! `cargo bench -p mqlite --bench log` (or `make bench`). Each row runs
+//! `MQLITE_BENCH_RUNS` times (default 3), interleaved with the other rows
+//! (every row's first run, then every row's second, ...), and is reported
+//! as the median and the min-max of its runs; `MQLITE_BENCH_SCALE`
 //! (default 1.0) scales the message counts; `MQLITE_BENCH_FILTER=text`
-//! runs only the rows whose name contains `text` (`a|b`: either). Ratios are against the raw
-//! memmap2 write of the same bytes into already-touched pages, measured in
-//! the same run, because the machines are shared and noisy.
+//! runs only the rows whose name contains `text` (`a|b`: either);
+//! `MQLITE_BENCH_JSON=path` writes every run's figures there (see
+//! `harness`). Ratios are against the raw memmap2 write of the same bytes
+//! into already-touched pages, measured in the same run, because the
+//! machines are shared and noisy.
 #![allow(clippy::unwrap_used)]
+
+mod harness;
 
 use std::fs::OpenOptions;
 use std::hint::black_box;
@@ -14,6 +20,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use harness::{filter_matches, scaled, Harness};
 use memmap2::MmapMut;
 use mqlite::log::batch::{self, RecordRef};
 use mqlite::raw::{partition_log, RawLog};
@@ -24,31 +31,9 @@ use mqlite::{
 
 const SEGMENT: u64 = 512 << 20;
 
-struct Row {
-    name: String,
-    msgs: u64,
-    payload: usize,
-    secs: f64,
-}
-
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.partial_cmp(b).expect("no NaN"));
     v[v.len() / 2]
-}
-
-fn runs() -> usize {
-    std::env::var("MQLITE_BENCH_RUNS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(3)
-}
-
-fn scaled(n: u64) -> u64 {
-    let s: f64 = std::env::var("MQLITE_BENCH_SCALE")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1.0);
-    ((n as f64 * s) as u64).max(100)
 }
 
 fn fresh_dir(tag: &str) -> PathBuf {
@@ -688,37 +673,37 @@ fn consume_partitions(n: u64, size: usize, partitions: u32, max_poll: Option<usi
     secs
 }
 
-/// Whether a row is selected by `MQLITE_BENCH_FILTER`: substrings separated
-/// by `|`, any of which may match (unset: every row).
-fn filter_matches(name: &str) -> bool {
-    std::env::var("MQLITE_BENCH_FILTER")
-        .map_or(true, |f| f.split('|').any(|part| name.contains(part)))
-}
-
 fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
     }
-    let runs = runs();
-    let mut rows: Vec<Row> = Vec::new();
+    let mut h = Harness::new("log");
+    let runs = h.runs();
+    for run in 1..=runs {
+        eprintln!("run {run} of {runs}");
+        one_run(&mut h);
+    }
+    h.finish();
+}
+
+/// One run of every selected row, in the order they are listed.
+fn one_run(h: &mut Harness) {
     for &(size, n) in &[(100usize, scaled(2_000_000)), (1024usize, scaled(300_000))] {
+        let group = format!("{size} B");
+        let baseline = format!("raw mmap write, touched pages ({size} B)");
         let mut bench = |name: &str, msgs: u64, f: &dyn Fn() -> f64| {
             if !filter_matches(name) {
                 return;
             }
-            let secs = median((0..runs).map(|_| f()).collect());
-            let row = Row {
-                name: format!("{name} ({size} B)"),
+            let secs = f();
+            h.record(
+                &format!("{name} ({size} B)"),
+                &group,
                 msgs,
-                payload: size,
+                size,
                 secs,
-            };
-            eprintln!(
-                "  {:<44} {:>8.2} M msg/s",
-                row.name,
-                msgs as f64 / secs / 1e6
+                Some(&baseline),
             );
-            rows.push(row);
         };
         bench("memcpy into touched memory", n, &|| memcpy(n, size));
         bench("raw mmap write, fresh file (page faults)", n, &|| {
@@ -797,34 +782,34 @@ fn main() {
         bench("raw read(2) of the log file, 1-record batches", n, &|| {
             raw_read(n, size)
         });
+        // Readers of one-record batches against the raw read of the same
+        // file, run by run.
+        let raw = h.last_rate(&format!(
+            "raw read(2) of the log file, 1-record batches ({size} B)"
+        ));
+        for reader in ["log read+CRC, 1-record batches", "Consumer::poll_batch"] {
+            if let (Some(raw), Some(own)) = (raw, h.last_rate(&format!("{reader} ({size} B)"))) {
+                h.figure(
+                    &format!("{reader} over raw read(2) ({size} B)"),
+                    "x",
+                    own / raw,
+                );
+            }
+        }
     }
     // One consumer over the same messages spread over more partitions, and
     // over `max_poll_records`: rates, and ratios to the first row of each
     // sweep measured in the same run.
     let spread_n = scaled(2_000_000);
-    let sweep = |title: &str, cases: &[(String, u32, Option<usize>)]| {
-        let mut got: Vec<(String, f64)> = Vec::new();
+    let mut sweep = |title: &str, cases: &[(String, u32, Option<usize>)]| {
+        let mut first: Option<String> = None;
         for (name, parts, max_poll) in cases {
             if !filter_matches(name) {
                 continue;
             }
-            let secs = median(
-                (0..runs)
-                    .map(|_| consume_partitions(spread_n, 100, *parts, *max_poll))
-                    .collect(),
-            );
-            let rate = spread_n as f64 / secs;
-            eprintln!("  {:<44} {:>8.2} M msg/s", name, rate / 1e6);
-            got.push((name.clone(), rate));
-        }
-        if got.is_empty() {
-            return;
-        }
-        println!();
-        println!("| {title} | M msg/s | ratio to the first row |");
-        println!("|---|---:|---:|");
-        for (name, rate) in &got {
-            println!("| {name} | {:.2} | {:.2} |", rate / 1e6, rate / got[0].1);
+            let secs = consume_partitions(spread_n, 100, *parts, *max_poll);
+            let base = first.get_or_insert_with(|| name.clone()).clone();
+            h.record(name, title, spread_n, 100, secs, Some(&base));
         }
     };
     let spread: Vec<(String, u32, Option<usize>)> = [1u32, 2, 8, 32]
@@ -858,90 +843,32 @@ fn main() {
         let base_b = wakeup_latencies(n, rate);
         let pct =
             |l: &[u64], q: f64| l[((l.len() as f64 * q) as usize).min(l.len() - 1)] as f64 / 1e3;
-        let line = |what: &str, l: &[u64]| {
-            format!(
-                "{what}: p50 {:.1} us, p99 {:.1} us, p99.9 {:.1} us, max {:.1} us",
-                pct(l, 0.5),
-                pct(l, 0.99),
-                pct(l, 0.999),
-                *l.last().expect("some") as f64 / 1e3
-            )
-        };
-        eprintln!(
-            "  {}",
-            line(&format!("produce-to-consume latency at {rate}/s"), &l)
-        );
-        println!();
-        println!(
-            "{}",
-            line(
-                &format!(
-                    "Produce-to-consume latency (acks=1, one process, {n} messages at {rate}/s)"
-                ),
-                &l
-            )
-        );
-        for (when, b) in [("before", &base_a), ("after", &base_b)] {
-            println!(
-                "{}",
-                line(
-                    &format!("  baseline {when}: thread park/unpark hand-off at {rate}/s"),
-                    b
-                )
-            );
+        let what = format!("produce-to-consume latency (acks=1, {n} messages at {rate}/s)");
+        for (q, label) in [(0.5, "p50"), (0.99, "p99"), (0.999, "p99.9"), (1.0, "max")] {
+            h.figure(&format!("{what}, {label}"), "us", pct(&l, q));
         }
-        println!(
-            "  p50 over the baseline (mean of both): {:.2}x",
-            pct(&l, 0.5) / f64::midpoint(pct(&base_a, 0.5), pct(&base_b, 0.5))
+        let floor =
+            format!("thread park/unpark hand-off at {rate}/s (baseline, mean of before and after)");
+        for (q, label) in [(0.5, "p50"), (0.99, "p99")] {
+            let b = f64::midpoint(pct(&base_a, q), pct(&base_b, q));
+            h.figure(&format!("{floor}, {label}"), "us", b);
+        }
+        h.figure(
+            "produce-to-consume latency p50 over the hand-off p50",
+            "x",
+            pct(&l, 0.5) / f64::midpoint(pct(&base_a, 0.5), pct(&base_b, 0.5)),
         );
     }
-    if std::env::var("MQLITE_BENCH_FILTER").is_err() {
+    if filter_matches("open") {
         let small = open_time(1);
         let large = open_time(64);
-        eprintln!(
-            "  open: {:.2} ms with 16 MiB of log, {:.2} ms with 1 GiB",
-            small * 1e3,
-            large * 1e3
-        );
-        println!();
-        println!(
-            "Open time: {:.2} ms with one 16 MiB segment, {:.2} ms with 64 segments (1 GiB); ratio {:.2}",
-            small * 1e3,
-            large * 1e3,
-            large / small
-        );
-    }
-    // Readers of one-record batches against the raw read of the same file.
-    for r in rows.iter().filter(|r| r.name.starts_with("raw read(2)")) {
-        let rate = |b: &Row| b.msgs as f64 / b.secs;
-        for row in rows.iter().filter(|b| {
-            b.payload == r.payload
-                && (b.name.starts_with("log read+CRC, 1-record")
-                    || b.name.starts_with("Consumer::poll_batch"))
-        }) {
-            println!("{} / {}: {:.2}", row.name, r.name, rate(row) / rate(r));
-        }
-    }
-    println!();
-    println!("| benchmark | messages/s | MB/s (payload) | ratio to raw mmap write (touched) |");
-    println!("|---|---:|---:|---:|");
-    for r in &rows {
-        let rate = r.msgs as f64 / r.secs;
-        let baseline = rows
-            .iter()
-            .find(|b| b.payload == r.payload && b.name.starts_with("raw mmap write, touched"))
-            .map_or(f64::NAN, |b| b.msgs as f64 / b.secs);
-        let ratio = rate / baseline;
-        let shown = if rate >= 1e6 {
-            format!("{:.2} M", rate / 1e6)
-        } else {
-            format!("{:.1} K", rate / 1e3)
-        };
-        println!(
-            "| {} | {shown} | {:.0} | {:.2} |",
-            r.name,
-            rate * r.payload as f64 / 1e6,
-            ratio
+        h.figure("open, one 16 MiB segment", "ms", small * 1e3);
+        h.figure("open, 64 segments of 16 MiB (1 GiB)", "ms", large * 1e3);
+        h.figure("open, 64 segments over one segment", "x", large / small);
+        h.figure(
+            "open, cost per extra segment",
+            "us",
+            (large - small) * 1e6 / 63.0,
         );
     }
 }

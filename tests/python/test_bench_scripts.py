@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -29,6 +30,7 @@ GROUPS = [
     "produce 64 B, acks=all",
     "produce 64 B, acks=all, batches of 1000",
     "consume 64 B",
+    "consume 64 B, one-record batches",
 ]
 PEERS_EXPECTED = ["persist-queue SQLiteQueue", "persist-queue Queue", "litequeue", "diskcache", "queuelib"]
 
@@ -54,12 +56,17 @@ def check_rows(doc: dict[str, Any]) -> None:
     assert doc["suite"] == "python"
     assert doc["runs"] == 1
     assert {"cpu", "cores", "kernel", "python"} <= set(doc["machine"])
+    assert doc["interleaved"] is True and set(doc["load_avg"]) == {"start", "end"}
+    assert doc["git"]["commit"] is None or len(doc["git"]["commit"]) == 40
     for row in doc["rows"]:
         assert ROW_KEYS <= set(row), row
         assert row["size"] == 64
         assert 1 <= row["n"] <= 200
         assert row["msgs_per_s"] > 0
         assert row["mb_per_s"] == pytest.approx(row["msgs_per_s"] * 64 / 1e6)
+        # Every run's rate is kept; the median is one of them (one run here).
+        assert len(row["runs_msgs_per_s"]) == doc["runs"]
+        assert row["msgs_per_s_min"] <= row["msgs_per_s"] <= row["msgs_per_s_max"]
     groups: dict[str, list[dict[str, Any]]] = {}
     for row in doc["rows"]:
         groups.setdefault(row["group"], []).append(row)
@@ -78,7 +85,8 @@ def test_peers_and_report(tmp_path: Path) -> None:
         assert peer in systems, peer
     redis_rows = [r for r in doc["rows"] if r["system"].startswith("Redis")]
     if shutil.which("redis-server"):
-        assert {r["group"] for r in redis_rows} == set(GROUPS), redis_rows
+        # Redis keeps no batches: it is not in the group of one-record batches.
+        assert {r["group"] for r in redis_rows} == set(GROUPS) - {"consume 64 B, one-record batches"}, redis_rows
     else:
         assert redis_rows == []
         assert "SKIP Redis" in stdout
@@ -134,7 +142,7 @@ def test_without_redis_server(tmp_path: Path) -> None:
     check_rows(doc)
     skips = [line for line in stdout.splitlines() if line.startswith("SKIP Redis")]
     assert len(skips) == 1 and "redis-server is not installed" in skips[0], stdout
-    assert {r["group"] for r in doc["rows"]} == {"consume 64 B"}
+    assert {r["group"] for r in doc["rows"]} == {"consume 64 B", "consume 64 B, one-record batches"}
     assert not any(r["system"].startswith("Redis") for r in doc["rows"])
     assert any("Redis: skipped" in n for n in doc["notes"])
 
@@ -184,3 +192,62 @@ def test_report_without_figures(tmp_path: Path) -> None:
     assert proc.returncode == 1
     assert "no figures to render" in proc.stderr
     assert not (tmp_path / "b.md").exists()
+
+
+def test_python_rates_runs_interleaved_into_json_and_report(tmp_path: Path) -> None:
+    # Two runs of the send_batch rows (and the deque baselines, which the
+    # filter keeps): every run's seconds in the JSON, and the page shows
+    # each row's median with its min-max.
+    out = tmp_path / "python-rates.json"
+    env = dict(os.environ, MQLITE_BENCH_RUNS="2", MQLITE_BENCH_JSON=str(out), MQLITE_BENCH_MACHINE="shared")
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "python_rates.py"), "2000", "send_batch"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.index("run 1 of 2") < proc.stdout.index("run 2 of 2")
+    doc = json.loads(out.read_text())
+    assert doc["kind"] == "engine" and doc["runs"] == 2 and doc["interleaved"] is True
+    for r in doc["rows"]:
+        rates = sorted(r["msgs"] / s for s in r["secs"])
+        assert r["msgs_per_s"]["min"] == pytest.approx(rates[0]) and r["msgs_per_s"]["max"] == pytest.approx(rates[-1])
+    assert doc["machine_state"] == "shared" and doc["load_avg"]["end"] is not None
+    names = [r["name"] for r in doc["rows"]]
+    assert any("send_batch" in n for n in names) and "collections.deque.append, 100 B" in names
+    for r in doc["rows"]:
+        assert len(r["secs"]) == 2 and all(s > 0 for s in r["secs"]), r
+        assert r["baseline"] in names
+    md = tmp_path / "b.md"
+    proc = subprocess.run(
+        [sys.executable, str(REPORT), "--in", str(out), "--out", str(md), "--no-chart"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    page = md.read_text()
+    assert "machine shared (as stated by whoever ran it)" in page
+    row = next(line for line in page.splitlines() if line.startswith("| mqlite Producer.send_batch, acks=1,"))
+    assert re.search(r"\| [\d.]+ [Mk] \([\d.]+ [Mk]-[\d.]+ [Mk]\) \|", row), row
+
+
+def test_report_keeps_the_printed_output_of_a_bench_without_json(tmp_path: Path) -> None:
+    # `make bench` keeps engine-<name>.txt when a bench wrote no JSON; the
+    # page shows it as printed, and says it cannot be checked.
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "engine-sweep.txt").write_text("| row | rate |\n|---|---|\n| sweep row 42 | 1.0 M |\n")
+    md = tmp_path / "b.md"
+    proc = subprocess.run(
+        [sys.executable, str(REPORT), "--dir", str(results), "--out", str(md), "--no-chart"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    page = md.read_text()
+    assert "### The engine: `cargo bench -p mqlite --bench sweep` (printed output, no JSON)" in page
+    assert "| sweep row 42 | 1.0 M |" in page

@@ -3,6 +3,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::hint::black_box;
+use std::io::{BufReader, Read, Write};
 use std::path::Path;
 
 use memmap2::MmapMut;
@@ -89,6 +90,56 @@ pub fn mmap_read(ctx: &Ctx, n: u64) -> Res<f64> {
     let secs = time(|| {
         for rec in m.chunks_exact(s) {
             tally.add(rec);
+        }
+        Ok(())
+    })?;
+    tally.check(ctx, n)?;
+    Ok(secs)
+}
+
+/// Writes `n` payloads to a fresh file, one write(2) of each batch of
+/// `ctx.batch` (copied into one buffer first) followed by an fdatasync:
+/// the bare cost of a durable batch.
+pub fn write_fdatasync(ctx: &Ctx, n: u64) -> Res<f64> {
+    let dir = ctx.dir()?;
+    let mut f = create(&dir.path().join("raw"), 0)?;
+    let mut buf: Vec<u8> = Vec::with_capacity(ctx.batch * ctx.size);
+    time(|| {
+        for (first, len) in ctx.batches(n) {
+            buf.clear();
+            for i in first..first + len as u64 {
+                buf.extend_from_slice(ctx.payload(i));
+            }
+            f.write_all(&buf).ctx("write")?;
+            f.sync_data().ctx("fdatasync")?;
+        }
+        Ok(())
+    })
+}
+
+/// Reads `n` payloads back from a file of exactly their bytes (written
+/// untimed, closed and opened again) through a 64 KiB `BufReader`: read(2)
+/// of big blocks, each record copied out of the buffer and into the digest.
+pub fn file_read(ctx: &Ctx, n: u64) -> Res<f64> {
+    let dir = ctx.dir()?;
+    let s = ctx.size;
+    let path = dir.path().join("raw");
+    {
+        let mut f = create(&path, 0)?;
+        let mut w = std::io::BufWriter::new(&mut f);
+        for i in 0..n {
+            w.write_all(ctx.payload(i)).ctx("write")?;
+        }
+        w.flush().ctx("write")?;
+    }
+    let f = File::open(&path).ctx("opening the file")?;
+    let mut r = BufReader::with_capacity(64 << 10, f);
+    let mut rec = vec![0u8; s];
+    let mut tally = Tally::default();
+    let secs = time(|| {
+        for _ in 0..n {
+            r.read_exact(&mut rec).ctx("read")?;
+            tally.add(&rec);
         }
         Ok(())
     })?;

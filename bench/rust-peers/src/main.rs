@@ -42,9 +42,20 @@
 //!   and sled range scans from a cursor key, and a mapped file. Each reader
 //!   folds every payload byte into a digest checked against what was
 //!   written, so a lost or wrong message fails the row.
+//! * `consume S B, one-record batches`: the same read of a backlog written
+//!   one record per log batch (as `send` writes them, so a reader pays the
+//!   per-batch work for each message): mqlite `poll_batch` (the reference),
+//!   `poll` and the raw log scan; commitlog `read` of the same messages
+//!   written by one `append_msg` each; and a buffered `read(2)` of a file
+//!   of the same payload bytes (the baseline).
+//!
+//! The `acks=all` group's baseline beside raw msync is one `write(2)` of
+//! each batch then `fdatasync` (what a durable batch costs at the least).
 //!
 //! Every run uses fresh temporary directories (under `--tmp`). Figures are
-//! medians of `--runs` runs. A peer predicted (from a pilot run of N/50) to
+//! medians of `--runs` runs, interleaved (run 1 of every row of a group,
+//! then run 2, ...); the JSON keeps every run's rate, the min and max, the
+//! 1-minute load average before and after, and the commit measured. A peer predicted (from a pilot run of N/50) to
 //! take longer than `--budget` seconds per run is measured at a smaller N,
 //! said in its row's note. Results go to `--out` in the shared bench format
 //! (suite "rust"). Exits non-zero when any row failed.
@@ -64,6 +75,7 @@ use clap::Parser;
 use fjall::PersistMode;
 use mqlite::Acks;
 
+use mq::Backlog;
 use report::Report;
 use runner::{Bench, Ctx, Group, Kind, RunOpts};
 
@@ -297,6 +309,12 @@ fn groups(size: usize, n: u64, durable_n: u64, batch: usize, threads: usize) -> 
             Peer,
             |c, n| fjall::batch(c, n, PersistMode::SyncData),
         ),
+        Bench::new(
+            "raw write(2) + fdatasync",
+            format!("one write(2) of each batch of {batch} into a file, then fdatasync"),
+            Baseline,
+            baseline::write_fdatasync,
+        ),
     ];
 
     let consume = vec![
@@ -305,27 +323,27 @@ fn groups(size: usize, n: u64, durable_n: u64, batch: usize, threads: usize) -> 
             "standalone consumer assigned the partition, 500 per poll, read by reference \
              from one MessageBatch; zero-copy values; position in memory (no commit)",
             Mqlite,
-            mq::poll_batch,
+            |c, n| mq::poll_batch(c, n, Backlog::Batches),
         )
         .reference(),
         Bench::new(
             "mqlite poll",
             "the same, as owned Messages (a reference count each)",
             Mqlite,
-            mq::poll,
+            |c, n| mq::poll(c, n, Backlog::Batches),
         ),
         Bench::new(
             "mqlite raw log scan",
             "log-level scan, every batch's CRC checked, no consumer",
             Mqlite,
-            mq::raw_scan,
+            |c, n| mq::raw_scan(c, n, Backlog::Batches),
         ),
         Bench::new(
             "commitlog read",
             "read(offset, ReadLimit) of 500 messages' bytes, copied into a MessageBuf; \
              position kept by the caller",
             Peer,
-            commitlog::consume,
+            |c, n| commitlog::consume(c, n, false),
         ),
         Bench::new(
             "yaque try_recv_batch_up_to + commit",
@@ -356,6 +374,42 @@ fn groups(size: usize, n: u64, durable_n: u64, batch: usize, threads: usize) -> 
             "reading a mapped file record by record",
             Baseline,
             baseline::mmap_read,
+        ),
+    ];
+
+    let singles = vec![
+        Bench::new(
+            "mqlite poll_batch",
+            "a log of one-record batches (as send writes them); otherwise as in \
+             the consume group",
+            Mqlite,
+            |c, n| mq::poll_batch(c, n, Backlog::Singles),
+        )
+        .reference(),
+        Bench::new(
+            "mqlite poll",
+            "the same, as owned Messages",
+            Mqlite,
+            |c, n| mq::poll(c, n, Backlog::Singles),
+        ),
+        Bench::new(
+            "mqlite raw log scan",
+            "log-level scan of the one-record batches, every batch's CRC checked",
+            Mqlite,
+            |c, n| mq::raw_scan(c, n, Backlog::Singles),
+        ),
+        Bench::new(
+            "commitlog read",
+            "the same messages written by one append_msg each; read(offset, ReadLimit) \
+             of 500 messages' bytes",
+            Peer,
+            |c, n| commitlog::consume(c, n, true),
+        ),
+        Bench::new(
+            "raw read(2), 64 KiB BufReader",
+            "a file of the payloads back to back, read record by record",
+            Baseline,
+            baseline::file_read,
         ),
     ];
 
@@ -400,6 +454,17 @@ fn groups(size: usize, n: u64, durable_n: u64, batch: usize, threads: usize) -> 
             left_out: Vec::new(),
             benches: consume,
         },
+        Group {
+            name: format!("consume {size} B, one-record batches"),
+            n,
+            note: None,
+            left_out: vec![
+                "yaque, queue-file, fjall, sled: they keep no batches (each message is its \
+                 own entry), so their consume rows above already read one message per entry"
+                    .into(),
+            ],
+            benches: singles,
+        },
     ]
 }
 
@@ -425,7 +490,13 @@ fn main() -> ExitCode {
         isolate: !args.in_process,
     };
 
-    let mut report = Report::new(runs);
+    let command = std::iter::once(
+        "cargo run --release --manifest-path bench/rust-peers/Cargo.toml --".to_owned(),
+    )
+    .chain(std::env::args().skip(1))
+    .collect::<Vec<_>>()
+    .join(" ");
+    let mut report = Report::new(runs, command);
     println!(
         "mqlite Rust peers: N = {n}, sizes {:?}, {runs} run(s) per row (medians), batch {batch}",
         args.sizes

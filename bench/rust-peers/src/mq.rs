@@ -178,20 +178,45 @@ pub fn raw_append(ctx: &Ctx, n: u64, per: usize, flush: bool) -> Res<f64> {
     })
 }
 
-/// A data directory holding `n` records written with `send_batch`, closed
+/// How the backlog of a consume row was written.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Backlog {
+    /// `send_batch` of `ctx.batch` records: one log batch per call.
+    Batches,
+    /// One record per log batch (as `send` without batching writes them):
+    /// the per-batch work of a read (header, CRC) is paid per message.
+    Singles,
+}
+
+/// A data directory holding `n` records written as `shape` says, closed
 /// and opened again (the consume rows read a backlog from the files).
-fn backlog(ctx: &Ctx, dir: &Path, n: u64) -> Res<Broker> {
+fn backlog(ctx: &Ctx, dir: &Path, n: u64, shape: Backlog) -> Res<Broker> {
     {
         let mq = create(dir)?;
-        send_batches(&producer(&mq, Acks::One)?, ctx, n)?;
+        match shape {
+            Backlog::Batches => send_batches(&producer(&mq, Acks::One)?, ctx, n)?,
+            Backlog::Singles => {
+                let log = partition_log(&mq, TOPIC, 0).ctx("partition_log")?;
+                let ts = now_ms();
+                for i in 0..n {
+                    let rec = RecordRef {
+                        key: None,
+                        value: Some(ctx.payload(i)),
+                        headers: &[],
+                        timestamp: ts,
+                    };
+                    log.append(&[rec]).ctx("append")?;
+                }
+            }
+        }
     }
     open(dir)
 }
 
 /// A standalone consumer of the backlog's partition, `CONSUME_BATCH`
 /// records per poll, and that backlog.
-fn backlog_consumer(ctx: &Ctx, dir: &Path, n: u64) -> Res<(Broker, Consumer)> {
-    let mq = backlog(ctx, dir, n)?;
+fn backlog_consumer(ctx: &Ctx, dir: &Path, n: u64, shape: Backlog) -> Res<(Broker, Consumer)> {
+    let mq = backlog(ctx, dir, n, shape)?;
     let mut c = mq
         .consumer(
             ConsumerConfig::default()
@@ -208,10 +233,11 @@ fn backlog_consumer(ctx: &Ctx, dir: &Path, n: u64) -> Res<(Broker, Consumer)> {
 fn consume_with(
     ctx: &Ctx,
     n: u64,
+    shape: Backlog,
     mut take: impl FnMut(&mut Consumer, &mut Tally) -> Res<usize>,
 ) -> Res<f64> {
     let dir = ctx.dir()?;
-    let (_mq, mut c) = backlog_consumer(ctx, dir.path(), n)?;
+    let (_mq, mut c) = backlog_consumer(ctx, dir.path(), n, shape)?;
     let mut tally = Tally::default();
     let secs = time(|| {
         let mut idle = 0;
@@ -229,9 +255,10 @@ fn consume_with(
     Ok(secs)
 }
 
-/// Reads the `n` records back with `Consumer::poll` (owned messages).
-pub fn poll(ctx: &Ctx, n: u64) -> Res<f64> {
-    consume_with(ctx, n, |c, tally| {
+/// Reads the `n` records of a backlog of `shape` back with
+/// `Consumer::poll` (owned messages).
+pub fn poll(ctx: &Ctx, n: u64, shape: Backlog) -> Res<f64> {
+    consume_with(ctx, n, shape, |c, tally| {
         let msgs = c.poll(Duration::from_millis(100)).ctx("poll")?;
         for m in &msgs {
             tally.add(m.value().unwrap_or_default());
@@ -240,10 +267,11 @@ pub fn poll(ctx: &Ctx, n: u64) -> Res<f64> {
     })
 }
 
-/// Reads the `n` records back with `Consumer::poll_batch` (the messages of
-/// a poll read by reference from one `MessageBatch`).
-pub fn poll_batch(ctx: &Ctx, n: u64) -> Res<f64> {
-    consume_with(ctx, n, |c, tally| {
+/// Reads the `n` records of a backlog of `shape` back with
+/// `Consumer::poll_batch` (the messages of a poll read by reference from
+/// one `MessageBatch`).
+pub fn poll_batch(ctx: &Ctx, n: u64, shape: Backlog) -> Res<f64> {
+    consume_with(ctx, n, shape, |c, tally| {
         let batch = c.poll_batch(Duration::from_millis(100)).ctx("poll_batch")?;
         for m in &batch {
             tally.add(m.value().unwrap_or_default());
@@ -252,11 +280,11 @@ pub fn poll_batch(ctx: &Ctx, n: u64) -> Res<f64> {
     })
 }
 
-/// Reads the `n` records back with the raw log scan (CRC checked, no
-/// consumer).
-pub fn raw_scan(ctx: &Ctx, n: u64) -> Res<f64> {
+/// Reads the `n` records of a backlog of `shape` back with the raw log
+/// scan (CRC checked, no consumer).
+pub fn raw_scan(ctx: &Ctx, n: u64, shape: Backlog) -> Res<f64> {
     let dir = ctx.dir()?;
-    let mq = backlog(ctx, dir.path(), n)?;
+    let mq = backlog(ctx, dir.path(), n, shape)?;
     let log = partition_log(&mq, TOPIC, 0).ctx("partition_log")?;
     let mut tally = Tally::default();
     let secs = time(|| {

@@ -56,11 +56,21 @@ pub mod commitlog {
         time(|| append_batches(&mut log, ctx, n))
     }
 
-    /// Reads the backlog with `read(offset, ReadLimit)`, about
-    /// `CONSUME_BATCH` messages' worth of bytes per call.
-    pub fn consume(ctx: &Ctx, n: u64) -> Res<f64> {
+    /// Reads the backlog (written in `MessageBuf`s of `ctx.batch`, or with
+    /// `singles` one `append_msg` per message) with `read(offset,
+    /// ReadLimit)`, about `CONSUME_BATCH` messages' worth of bytes per call.
+    pub fn consume(ctx: &Ctx, n: u64, singles: bool) -> Res<f64> {
         let dir = ctx.dir()?;
-        append_batches(&mut open(dir.path())?, ctx, n)?;
+        {
+            let mut log = open(dir.path())?;
+            if singles {
+                for i in 0..n {
+                    log.append_msg(ctx.payload(i)).ctx("append_msg")?;
+                }
+            } else {
+                append_batches(&mut log, ctx, n)?;
+            }
+        }
         let log = open(dir.path())?;
         let limit = ReadLimit::max_bytes(CONSUME_BATCH * (ctx.size + HEADER));
         let mut tally = Tally::default();

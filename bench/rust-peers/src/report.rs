@@ -23,6 +23,14 @@ pub struct Row {
     pub size: usize,
     /// Median messages per second.
     pub msgs_per_s: f64,
+    /// Messages per second of each run, in the order they ran (the runs of
+    /// a group's rows are interleaved, so run `i` of every row of the
+    /// group ran in the same minutes).
+    pub runs_msgs_per_s: Vec<f64>,
+    /// The slowest run's messages per second.
+    pub msgs_per_s_min: f64,
+    /// The fastest run's messages per second.
+    pub msgs_per_s_max: f64,
     /// Median payload MB (10^6 bytes) per second.
     pub mb_per_s: f64,
     /// The mqlite row the group's others are compared with.
@@ -61,6 +69,17 @@ pub struct Report {
     pub machine: Machine,
     /// Runs per row (figures are medians).
     pub runs: usize,
+    /// Always true: the runs of a group's rows alternate.
+    pub interleaved: bool,
+    /// What reproduces the run.
+    pub command: String,
+    /// What the person running it says of the machine (`MQLITE_BENCH_MACHINE`:
+    /// `quiet` or `shared`), as given.
+    pub machine_state: Option<String>,
+    /// The 1-minute load average at the start and at the end.
+    pub load_avg: LoadAvg,
+    /// The mqlite commit measured.
+    pub git: Git,
     /// The rows, group by group.
     pub rows: Vec<Row>,
     /// Lines about the whole run (peers left out of a group, and why).
@@ -68,21 +87,77 @@ pub struct Report {
     pub notes: Vec<String>,
 }
 
+/// The 1-minute load average, from /proc/loadavg.
+#[derive(Debug, Clone, Serialize)]
+pub struct LoadAvg {
+    /// When the run started.
+    pub start: Option<f64>,
+    /// When it ended (set by [`Report::write`]).
+    pub end: Option<f64>,
+}
+
+/// The commit measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct Git {
+    /// `git rev-parse HEAD` of the mqlite checkout.
+    pub commit: Option<String>,
+    /// Whether tracked files differed from it.
+    pub dirty: Option<bool>,
+}
+
+/// The 1-minute load average now.
+pub fn load_average() -> Option<f64> {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+fn output(cmd: &str, args: &[&str]) -> Option<String> {
+    let out = std::process::Command::new(cmd).args(args).output().ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+}
+
+fn git() -> Git {
+    let dir = env!("CARGO_MANIFEST_DIR");
+    Git {
+        commit: output("git", &["-C", dir, "rev-parse", "HEAD"]),
+        dirty: output(
+            "git",
+            &["-C", dir, "status", "--porcelain", "--untracked-files=no"],
+        )
+        .map(|s| !s.is_empty()),
+    }
+}
+
 impl Report {
-    /// An empty report dated now.
-    pub fn new(runs: usize) -> Report {
+    /// An empty report dated now; `command` is what reproduces it.
+    pub fn new(runs: usize, command: String) -> Report {
         Report {
             suite: "rust",
             date: utc_now(),
             machine: machine(),
             runs,
+            interleaved: true,
+            command,
+            machine_state: std::env::var("MQLITE_BENCH_MACHINE").ok(),
+            load_avg: LoadAvg {
+                start: load_average(),
+                end: None,
+            },
+            git: git(),
             rows: Vec::new(),
             notes: Vec::new(),
         }
     }
 
     /// Writes the report as JSON to `path`, creating its directory.
-    pub fn write(&self, path: &Path) -> Res<()> {
+    pub fn write(&mut self, path: &Path) -> Res<()> {
+        self.load_avg.end = load_average();
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).ctx("creating the output directory")?;
         }
@@ -156,7 +231,7 @@ pub fn print_heading(group: &Group) {
         println!("   left out: {why}");
     }
     println!(
-        "  {:<44} {:>14} {:>10} {:>8}",
+        "  {:<44} {:>14} {:>10} {:>8}  (min-max msgs/s)",
         "system", "msgs/s", "MB/s", "vs ref"
     );
 }
@@ -170,8 +245,14 @@ pub fn print_row(row: &Row, reference: Option<f64>) {
         .filter(|n| n.contains("scaled down"))
         .map_or(String::new(), |_| format!("  (n = {})", row.n));
     println!(
-        "  {:<44} {:>14.0} {:>10.1} {:>8}{}",
-        row.system, row.msgs_per_s, row.mb_per_s, ratio, scaled
+        "  {:<44} {:>14.0} {:>10.1} {:>8}  ({:.0}-{:.0}){}",
+        row.system,
+        row.msgs_per_s,
+        row.mb_per_s,
+        ratio,
+        row.msgs_per_s_min,
+        row.msgs_per_s_max,
+        scaled
     );
 }
 

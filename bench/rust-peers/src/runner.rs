@@ -405,7 +405,10 @@ pub fn run_group(ctx: &Ctx, group: &Group, opts: &RunOpts, report: &mut Report) 
         let Some((n, scaled, secs)) = plan else {
             continue;
         };
-        let msgs_per_s = n as f64 / median(secs);
+        let msgs_per_s = n as f64 / median(secs.clone());
+        let runs: Vec<f64> = secs.iter().map(|s| n as f64 / s).collect();
+        let lo = runs.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = runs.iter().copied().fold(0.0, f64::max);
         let note = [group.note.clone(), scaled]
             .into_iter()
             .flatten()
@@ -418,6 +421,9 @@ pub fn run_group(ctx: &Ctx, group: &Group, opts: &RunOpts, report: &mut Report) 
             n,
             size: ctx.size,
             msgs_per_s,
+            runs_msgs_per_s: runs,
+            msgs_per_s_min: lo,
+            msgs_per_s_max: hi,
             mb_per_s: msgs_per_s * ctx.size as f64 / 1e6,
             reference: bench.reference,
             baseline: bench.kind == Kind::Baseline,
