@@ -164,3 +164,38 @@ fn read_partition_values(mq: &Broker, p: u32) -> Vec<Vec<u8>> {
         out.extend(msgs.iter().map(|m| m.value().unwrap().to_vec()));
     }
 }
+
+/// Records of two topics that take turns within one call still share one
+/// batch per partition.
+#[test]
+fn alternating_topics_share_one_batch_per_partition() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mq = Broker::open(tmp.path(), Config::default()).unwrap();
+    mq.create_topic("a", TopicConfig::new(4)).unwrap();
+    mq.create_topic("b", TopicConfig::new(1)).unwrap();
+    let p = mq.producer(ProducerConfig::default()).unwrap();
+    let values: Vec<Vec<u8>> = (0..40u32).map(|i| i.to_le_bytes().to_vec()).collect();
+    let recs: Vec<BorrowedRecord<'_>> = values
+        .iter()
+        .enumerate()
+        .map(|(i, v)| BorrowedRecord {
+            topic: if i % 10 == 9 { "b" } else { "a" },
+            partition: (i % 10 != 9).then_some(i as u32 % 4),
+            value: Some(v),
+            ..Default::default()
+        })
+        .collect();
+    let mds = p.send_batch(&recs).unwrap();
+    assert_eq!(p.stats().batches, 5, "{:?}", p.stats());
+    // Offsets consecutive per partition, in input order.
+    let mut next: HashMap<(String, u32), u64> = HashMap::new();
+    for md in &mds {
+        let n = next
+            .entry((md.topic.to_string(), md.partition))
+            .or_default();
+        assert_eq!(md.offset, *n);
+        *n += 1;
+    }
+    assert_eq!(next[&("a".to_owned(), 0)], 10);
+    assert_eq!(next[&("b".to_owned(), 0)], 4);
+}

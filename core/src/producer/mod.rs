@@ -681,32 +681,35 @@ impl Inner {
             return Ok(());
         }
         // Route every record, then group the indices per partition, in
-        // order (a counting sort: two allocations whatever the number of
+        // order (a counting sort: a few allocations whatever the number of
         // partitions, no hashing). The topic and its partition list are
-        // looked up once per run of records to the same topic; a group is
-        // a partition of one run (a partition met again in a later run of
-        // its topic gets a second group, appended after the first).
+        // looked up once per topic of the call: records of topics that
+        // take turns still share one group per partition.
         let mut runs: Vec<Lent> = Vec::new();
-        // (run, partition) of each group, in order of first appearance.
+        // Group of each partition of each topic (`u32::MAX`: none yet).
+        let mut slots: Vec<Vec<u32>> = Vec::new();
+        // (topic, partition) of each group, in order of first appearance.
         let mut groups: Vec<(u32, u32)> = Vec::new();
         // Group of each record.
         let mut group_of: Vec<u32> = Vec::with_capacity(records.len());
-        // Group of each partition of the current run (`u32::MAX`: none yet).
-        let mut by_partition: Vec<u32> = Vec::new();
+        let mut run = usize::MAX;
         let mut sequenced = false;
         for r in records {
             self.check_sequence(r)?;
             sequenced |= r.sequence.is_some();
-            if runs
-                .last()
-                .is_none_or(|lent| &**lent.parts()[0].topic() != r.topic)
-            {
+            if run == usize::MAX || &**runs[run].parts()[0].topic() != r.topic {
                 // Kept until the appends are done: the groups point into
                 // it (the per-thread cache then keeps the last topic only).
-                runs.push(self.partitions_of(r.topic)?);
-                by_partition.clear();
+                let known = runs.iter().position(|l| &**l.parts()[0].topic() == r.topic);
+                run = if let Some(i) = known {
+                    i
+                } else {
+                    let lent = self.partitions_of(r.topic)?;
+                    slots.push(vec![u32::MAX; lent.parts().len()]);
+                    runs.push(lent);
+                    runs.len() - 1
+                };
             }
-            let run = runs.len() - 1;
             let parts = runs[run].parts();
             let topic = parts[0].topic();
             let count = parts.len() as u32;
@@ -720,17 +723,14 @@ impl Inner {
                     count,
                 });
             }
-            if by_partition.is_empty() {
-                by_partition.resize(count as usize, u32::MAX);
-            }
-            let slot = &mut by_partition[partition as usize];
+            let slot = &mut slots[run][partition as usize];
             if *slot == u32::MAX {
                 *slot = groups.len() as u32;
                 groups.push((run as u32, partition));
             }
             group_of.push(*slot);
         }
-        drop(by_partition);
+        drop(slots);
         // Start of each group's indices in `order`, then the indices.
         let mut starts: Vec<usize> = vec![0; groups.len() + 1];
         for &g in &group_of {
