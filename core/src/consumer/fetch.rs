@@ -153,7 +153,7 @@ impl Consumer {
             }
             let (source, next_base) = (&mut a.source, &mut a.next_base);
             let run = log.read_run(cursor, |seg, b| {
-                let (at, h) = (b.at, b.header);
+                let (at, h) = (b.at, &b.header);
                 #[cfg(test)]
                 tests::count(|c| c.checked += 1);
                 // The base offset is outside the CRC: every batch must hold
@@ -174,14 +174,14 @@ impl Consumer {
                     let (stop, buffer) = Self::take_compressed(
                         log,
                         b.bytes,
-                        &h,
+                        h,
                         &mut position,
                         &mut taken,
                         limit,
                         out,
                     );
                     if !matches!(stop, Stop::End) {
-                        return ControlFlow::Break(Exit::Stopped(stop, at, h, buffer));
+                        return ControlFlow::Break(Exit::Stopped(stop, at, *h, buffer));
                     }
                 } else {
                     // Read in place (`take_records` is monomorphized per
@@ -196,15 +196,15 @@ impl Consumer {
                         ))),
                     };
                     let stop = if h.magic == batch::MAGIC_COMPACT {
-                        Self::take_compact(&b, src, &mut position, &mut taken, out)
+                        Self::take_compact(b, src, &mut position, &mut taken, out)
                     } else {
                         out.reserve((h.record_count as usize).min(room - taken));
-                        let records = batch::Records::new(b.bytes, &h);
+                        let records = batch::Records::new(b.bytes, h);
                         Self::take_records(
                             records,
                             at,
                             src,
-                            &h,
+                            h,
                             &mut position,
                             &mut taken,
                             limit,
@@ -212,7 +212,7 @@ impl Consumer {
                         )
                     };
                     if !matches!(stop, Stop::End) {
-                        return ControlFlow::Break(Exit::Stopped(stop, at, h, None));
+                        return ControlFlow::Break(Exit::Stopped(stop, at, *h, None));
                     }
                 }
                 *next_base = Some(h.next_offset());

@@ -48,7 +48,7 @@ impl PartitionLog {
     pub(crate) fn read_run<B>(
         &self,
         c: &mut Cursor,
-        mut f: impl FnMut(&Arc<Segment>, RunBatch<'_>) -> ControlFlow<B>,
+        mut f: impl FnMut(&Arc<Segment>, &RunBatch<'_>) -> ControlFlow<B>,
     ) -> Result<Option<B>> {
         loop {
             // Sealed first: the length read after it is then the final one.
@@ -79,7 +79,7 @@ impl PartitionLog {
                         bytes: &bytes[at..next],
                         records_at,
                     };
-                    if let ControlFlow::Break(b) = f(seg, run) {
+                    if let ControlFlow::Break(b) = f(seg, &run) {
                         return Ok(Some(b));
                     }
                 }
