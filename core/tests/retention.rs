@@ -218,7 +218,11 @@ fn the_background_thread_applies_retention() {
     let segments = mq.topic("t").unwrap().partitions[0].segments;
     assert!(segments > 1);
     let deadline = Instant::now() + Duration::from_secs(30);
-    while mq.topic("t").unwrap().partitions[0].segments > 1 {
+    // The segment leaves the list first, then its files are renamed away
+    // (outside the list's lock): wait for both.
+    while mq.topic("t").unwrap().partitions[0].segments > 1
+        || segment_logs(tmp.path(), "t", 0).len() > 1
+    {
         assert!(
             Instant::now() < deadline,
             "the background thread deleted nothing"

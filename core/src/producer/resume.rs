@@ -25,7 +25,7 @@ impl Producer {
     /// Each partition keeps the sequences of the producer written above a
     /// floor below which all are known written; the floor is raised after
     /// this call and as sends complete, so what is kept is bounded by the
-    /// sends in flight (at most [`crate::seqranges`]' 4096 ranges per
+    /// sends in flight (at most 4096 ranges per
     /// partition; past that the oldest are forgotten and the answer can
     /// only be lower, which costs re-sending, never records). The call
     /// loads each partition's producer table (its snapshot and the batch
