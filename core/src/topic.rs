@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::atomic_file::write_atomic;
 use crate::error::{Error, IoContext, Result};
-use crate::log::{batch, LogConfig, PartitionLog, RecoveryStats, UncleanMark};
+use crate::log::{batch, LogConfig, PartitionLog, PendingSync, RecoveryStats, UncleanMark};
 use crate::sync;
 
 /// Version of `topic.json`.
@@ -287,18 +287,25 @@ impl Topic {
         options: &TopicOptions,
         range: std::ops::Range<u32>,
     ) -> Result<Vec<Arc<PartitionLog>>> {
-        let open = |range: std::ops::Range<u32>| -> Result<Vec<Arc<PartitionLog>>> {
+        type Opened = Vec<(Arc<PartitionLog>, Option<PendingSync>)>;
+        let open = |range: std::ops::Range<u32>| -> Result<Opened> {
             range
                 .map(|p| {
-                    PartitionLog::open(
+                    PartitionLog::open_unsynced(
                         Arc::clone(name),
                         p,
                         &dir.join(p.to_string()),
                         Topic::log_config(config, options),
                     )
-                    .map(Arc::new)
+                    .map(|(log, pending)| (Arc::new(log), pending))
                 })
                 .collect()
+        };
+        // What the opens checked (all of them at a creation) is made
+        // durable in one pass once all are open.
+        let finish = |opened: Opened| -> Result<Vec<Arc<PartitionLog>>> {
+            PartitionLog::sync_opened(&opened, dir)?;
+            Ok(opened.into_iter().map(|(log, _)| log).collect())
         };
         // Opening a partition is mostly system calls (a few opens, maps
         // and reads); many are opened on several threads at once.
@@ -309,7 +316,7 @@ impl Topic {
             .min(count / PARTITIONS_PER_OPEN_THREAD)
             .max(1);
         if threads == 1 {
-            return open(range);
+            return finish(open(range)?);
         }
         let per = count.div_ceil(threads) as u32;
         let chunks: Vec<std::ops::Range<u32>> = (0..threads as u32)
@@ -318,7 +325,7 @@ impl Topic {
                 start.min(range.end)..(start + per).min(range.end)
             })
             .collect();
-        let opened: Vec<Result<Vec<Arc<PartitionLog>>>> = std::thread::scope(|s| {
+        let opened: Vec<Result<Opened>> = std::thread::scope(|s| {
             let handles: Vec<_> = chunks
                 .into_iter()
                 .map(|chunk| std::thread::Builder::new().spawn_scoped(s, move || open(chunk)))
@@ -335,7 +342,7 @@ impl Topic {
         for part in opened {
             all.extend(part?);
         }
-        Ok(all)
+        finish(all)
     }
 
     /// Creates the topic's directory, partitions and `topic.json` (written
