@@ -15,10 +15,13 @@ use crate::dedup::ProducerTable;
 use crate::error::{IoContext, Result};
 use crate::faults::{self, SyncKind};
 
-/// Files that the open of many partitions makes durable one by one; above,
-/// one `syncfs(2)` of the filesystem makes them all durable at once (see
-/// [`PartitionLog::sync_opened`]).
-const SYNCFS_MIN_FILES: usize = 64;
+/// Files that the open of many partitions makes durable one by one; from
+/// this many on, one `syncfs(2)` of the filesystem makes them all durable
+/// at once (see [`PartitionLog::sync_opened`]). A `syncfs` writes back every
+/// dirty page of the filesystem, other programs' too, so it is worth it
+/// only over many files: 256 fsyncs (64 one-segment partitions) took about
+/// as long as one `syncfs` on the shared machine (see docs/decisions.md).
+const SYNCFS_MIN_FILES: usize = 256;
 
 /// What an open that checked the partition (after an unclean shutdown, or
 /// at its creation) must still make durable before the partition is used:
