@@ -219,6 +219,10 @@ struct TopicFile {
     config: TopicConfig,
 }
 
+/// Partitions just opened, each with what its open still has to make
+/// durable (see [`PartitionLog::sync_opened`]).
+pub(crate) type Opened = Vec<(Arc<PartitionLog>, Option<PendingSync>)>;
+
 /// Most threads opening one topic's partitions at once.
 const OPEN_THREADS: usize = 4;
 /// Partitions below which one more thread is not worth starting.
@@ -280,6 +284,8 @@ impl Topic {
         )
     }
 
+    /// Opens (creating what is missing) partitions `range` of the topic,
+    /// synced: see [`Topic::open_partitions_unsynced`].
     fn open_partitions(
         name: &Arc<str>,
         dir: &Path,
@@ -287,7 +293,21 @@ impl Topic {
         options: &TopicOptions,
         range: std::ops::Range<u32>,
     ) -> Result<Vec<Arc<PartitionLog>>> {
-        type Opened = Vec<(Arc<PartitionLog>, Option<PendingSync>)>;
+        let opened = Topic::open_partitions_unsynced(name, dir, config, options, range)?;
+        PartitionLog::sync_opened(&opened, dir)?;
+        Ok(opened.into_iter().map(|(log, _)| log).collect())
+    }
+
+    /// Opens (creating what is missing) partitions `range` of the topic,
+    /// each with what its open still has to make durable (see
+    /// [`PartitionLog::sync_opened`]): none may be used before that.
+    fn open_partitions_unsynced(
+        name: &Arc<str>,
+        dir: &Path,
+        config: &TopicConfig,
+        options: &TopicOptions,
+        range: std::ops::Range<u32>,
+    ) -> Result<Opened> {
         let open = |range: std::ops::Range<u32>| -> Result<Opened> {
             range
                 .map(|p| {
@@ -301,12 +321,6 @@ impl Topic {
                 })
                 .collect()
         };
-        // What the opens checked (all of them at a creation) is made
-        // durable in one pass once all are open.
-        let finish = |opened: Opened| -> Result<Vec<Arc<PartitionLog>>> {
-            PartitionLog::sync_opened(&opened, dir)?;
-            Ok(opened.into_iter().map(|(log, _)| log).collect())
-        };
         // Opening a partition is mostly system calls (a few opens, maps
         // and reads); many are opened on several threads at once.
         let count = range.len();
@@ -316,7 +330,7 @@ impl Topic {
             .min(count / PARTITIONS_PER_OPEN_THREAD)
             .max(1);
         if threads == 1 {
-            return finish(open(range)?);
+            return open(range);
         }
         let per = count.div_ceil(threads) as u32;
         let chunks: Vec<std::ops::Range<u32>> = (0..threads as u32)
@@ -342,7 +356,7 @@ impl Topic {
         for part in opened {
             all.extend(part?);
         }
-        finish(all)
+        Ok(all)
     }
 
     /// Creates the topic's directory, partitions and `topic.json` (written
@@ -370,7 +384,14 @@ impl Topic {
     }
 
     /// Opens an existing topic directory. `Ok(None)` for an unfinished one.
-    pub(crate) fn open(dir: PathBuf, options: TopicOptions) -> Result<Option<Topic>> {
+    /// The partitions its open checked are added to `unsynced`, to be made
+    /// durable (with other topics', [`PartitionLog::sync_opened`]) before
+    /// the topic is used.
+    pub(crate) fn open(
+        dir: PathBuf,
+        options: TopicOptions,
+        unsynced: &mut Opened,
+    ) -> Result<Option<Topic>> {
         let path = dir.join(TOPIC_FILE);
         let Some(bytes) = crate::atomic_file::read_small(&path)? else {
             return Ok(None);
@@ -389,13 +410,20 @@ impl Topic {
         }
         file.config.validate()?;
         let name: Arc<str> = file.name.as_str().into();
-        let partitions = Topic::open_partitions(
+        let opened = Topic::open_partitions_unsynced(
             &name,
             &dir,
             &file.config,
             &options,
             0..file.config.partitions,
         )?;
+        let mut partitions = Vec::with_capacity(opened.len());
+        for (log, pending) in opened {
+            if pending.is_some() {
+                unsynced.push((Arc::clone(&log), pending));
+            }
+            partitions.push(log);
+        }
         Ok(Some(Topic {
             name,
             dir,

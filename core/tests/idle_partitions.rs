@@ -285,25 +285,31 @@ fn creating_many_partitions_syncs_the_filesystem_not_each_file() {
         .unwrap();
 }
 
-/// After a crash, the open checks every partition and makes what it kept
-/// durable with two syncs of the filesystem, not one per file; when the
-/// second fails (as a crash during recovery would end it), the open fails
-/// and the next one checks everything again and recovers the same log.
+/// After a crash, the open checks every partition of every topic and makes
+/// what it kept durable with two syncs of the filesystem for all topics
+/// together (two topics whose files, each alone, would be synced one by
+/// one), not one per file; when the second fails (as a crash during
+/// recovery would end it), the open fails and the next one checks
+/// everything again and recovers the same log.
 #[test]
 fn recovery_of_many_partitions_syncs_the_filesystem_not_each_file() {
-    const PARTITIONS: u32 = 100;
+    const PARTITIONS: u32 = 40;
+    const TOPICS: [&str; 2] = [TOPIC, "u"];
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     {
         let mq = Broker::open(dir, cfg()).unwrap();
-        mq.create_topic(TOPIC, TopicConfig::new(PARTITIONS))
-            .unwrap();
+        for t in TOPICS {
+            mq.create_topic(t, TopicConfig::new(PARTITIONS)).unwrap();
+        }
         let producer = mq.producer(ProducerConfig::default()).unwrap();
         for i in 0..5u32 {
-            for p in 0..PARTITIONS {
-                producer
-                    .send(Record::new(TOPIC).partition(p).value(value(p, i, 100)))
-                    .unwrap();
+            for t in TOPICS {
+                for p in 0..PARTITIONS {
+                    producer
+                        .send(Record::new(t).partition(p).value(value(p, i, 100)))
+                        .unwrap();
+                }
             }
         }
         drop(producer);
@@ -331,9 +337,11 @@ fn recovery_of_many_partitions_syncs_the_filesystem_not_each_file() {
     // clean open) and found nothing more to cut.
     let info = mq.topic(TOPIC).unwrap();
     assert_eq!(info.partitions[0].end_offset, 5, "the torn batch is cut");
-    for p in 0..PARTITIONS {
-        let got = read_partition(&mq, TOPIC, p).unwrap();
-        assert_eq!(got.len(), 5, "partition {p}");
-        assert_eq!(got[4].value, Some(value(p, 4, 100)), "partition {p}");
+    for t in TOPICS {
+        for p in 0..PARTITIONS {
+            let got = read_partition(&mq, t, p).unwrap();
+            assert_eq!(got.len(), 5, "{t} partition {p}");
+            assert_eq!(got[4].value, Some(value(p, 4, 100)), "{t} partition {p}");
+        }
     }
 }
