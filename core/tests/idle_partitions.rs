@@ -1,7 +1,8 @@
 //! Many partitions, most of them idle: the descriptor limit
 //! (`Config::max_open_files`), the directory's unclean mark (one sync for
 //! the first appends of every partition, and a crash after them still
-//! checked), and what a bad limit gets.
+//! checked), the syncs of creating and recovering many partitions (two
+//! syncs of the filesystem, not one per file), and what a bad limit gets.
 //!
 //! The crash test's child is this test binary itself, re-run with
 //! `--exact crash_child` and `MQLITE_IDLE_CHILD_DIR` set.
