@@ -36,9 +36,8 @@ use batch::{
 };
 use checkpoint::{CheckpointFile, RecoveryPoint};
 use flush::GroupCommit;
-pub(crate) use run::RunBatch;
-
 pub(crate) use open::PendingSync;
+pub(crate) use run::RunBatch;
 pub(crate) use segment::Segment;
 use segment::{PreparedSegment, SegmentSizes, SegmentWriter, PREPARED_STEM};
 pub(crate) use unclean::UncleanMark;
