@@ -6,17 +6,22 @@
 //! `cargo bench -p mqlite --bench partitions`. Each measurement runs in a
 //! child process of its own (this binary, run again), so that RSS and
 //! descriptor counts start from an empty process; the empty broker's RSS is
-//! measured in the same child and subtracted. Each figure is the median of
-//! `MQLITE_BENCH_RUNS` runs (default 3), interleaved over the partition
-//! counts; `MQLITE_BENCH_SCALE` (default 1.0) scales the largest partition
-//! count (10,000 at 1.0: the rows are 1, 10, 100, 1,000 and 10,000, those
-//! above the scaled limit left out); `MQLITE_BENCH_FILTER=text` runs only
-//! the rows whose name contains `text` (`a|b`: either). The children run
-//! under a descriptor limit of 1,024 (the usual default `ulimit -n`;
+//! measured in the same child and subtracted. The figures go through the
+//! shared bench harness (`harness/mod.rs`): `MQLITE_BENCH_RUNS` runs
+//! (default 3), interleaved over the partition counts, each figure's median
+//! and min-max printed and, with `MQLITE_BENCH_JSON=path`, every run's
+//! value written as JSON. `MQLITE_BENCH_SCALE` (default 1.0) scales the
+//! largest partition count (10,000 at 1.0: the rows are 1, 10, 100, 1,000
+//! and 10,000, those above the scaled limit, at least 100, left out);
+//! `MQLITE_BENCH_FILTER=text` runs only the partition counts whose name
+//! (`P=1000`) contains `text` (`a|b`: either). The children run under a
+//! descriptor limit of 1,024 (the usual default `ulimit -n`;
 //! `MQLITE_BENCH_NOFILE=n` sets another): a step that fails (as opening
 //! more partitions than that did before descriptors were cached) shows as
-//! `fail` (NaN).
+//! `NaN` (`null` in the JSON).
 #![allow(clippy::unwrap_used)]
+
+mod harness;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -24,38 +29,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
+use harness::{filter_matches, scaled, Harness};
 use mqlite::faults::{set_sync_hook, SyncKind};
 use mqlite::{Broker, Config, ProducerConfig, Record, TopicConfig};
 
 /// Partitions per topic: larger counts use several topics.
 const PER_TOPIC: u32 = 1000;
 const CHILD_ENV: &str = "MQLITE_PARTITIONS_BENCH_CHILD";
-
-fn runs() -> usize {
-    std::env::var("MQLITE_BENCH_RUNS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(3)
-}
-
-fn scale() -> f64 {
-    std::env::var("MQLITE_BENCH_SCALE")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1.0)
-}
-
-fn filter_matches(name: &str) -> bool {
-    match std::env::var("MQLITE_BENCH_FILTER") {
-        Ok(f) if !f.is_empty() => f.split('|').any(|p| name.contains(p)),
-        _ => true,
-    }
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.partial_cmp(b).expect("no NaN"));
-    v[v.len() / 2]
-}
 
 /// Resident set of this process, in bytes (`VmRSS`).
 fn rss() -> u64 {
@@ -142,6 +122,7 @@ fn child(step: &str, p: u32, dir: &Path) {
         r
     };
     let mut out = vec![format!("base_rss={base_rss}")];
+    let syncs = count_syncs(dir);
     if step == "create" {
         let t = Instant::now();
         let b = Broker::open(dir, config).unwrap();
@@ -150,6 +131,8 @@ fn child(step: &str, p: u32, dir: &Path) {
         }
         b.close().unwrap();
         out.push(format!("create_s={}", t.elapsed().as_secs_f64()));
+        out.push(format!("create_syncs={}", syncs.load(Ordering::Relaxed)));
+        set_sync_hook(None);
         println!("{}", out.join(" "));
         return;
     }
@@ -163,7 +146,7 @@ fn child(step: &str, p: u32, dir: &Path) {
         "open_fds={}",
         count_dir("/proc/self/fd").saturating_sub(fds0)
     ));
-    let syncs = count_syncs(dir);
+    out.push(format!("open_syncs={}", syncs.swap(0, Ordering::Relaxed)));
     let producer = b.producer(ProducerConfig::default()).unwrap();
     let (t, c) = (Instant::now(), cpu());
     for (name, n) in topics(p) {
@@ -230,38 +213,6 @@ fn fresh_dir(p: u32) -> PathBuf {
     d
 }
 
-#[derive(Default)]
-struct Samples {
-    values: Vec<(String, Vec<f64>)>,
-}
-
-impl Samples {
-    fn add(&mut self, key: &str, v: f64) {
-        match self.values.iter_mut().find(|(k, _)| k == key) {
-            Some((_, vs)) => vs.push(v),
-            None => self.values.push((key.to_owned(), vec![v])),
-        }
-    }
-
-    fn median(&self, key: &str) -> f64 {
-        self.values
-            .iter()
-            .find(|(k, _)| k == key)
-            .map_or(f64::NAN, |(_, v)| median(v.clone()))
-    }
-
-    fn spread(&self, key: &str) -> (f64, f64) {
-        self.values
-            .iter()
-            .find(|(k, _)| k == key)
-            .map_or((f64::NAN, f64::NAN), |(_, v)| {
-                let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
-                let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-                (lo, hi)
-            })
-    }
-}
-
 fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
@@ -276,106 +227,127 @@ fn main() {
         child(step, p, Path::new(dir));
         return;
     }
-    let limit = (10_000.0 * scale()).max(1.0) as u32;
-    let counts: Vec<u32> = [1, 10, 100, 1000, 10_000]
-        .into_iter()
-        .filter(|&p| p <= limit && filter_matches(&format!("{p} partitions")))
-        .collect();
-    let mut samples: Vec<Samples> = counts.iter().map(|_| Samples::default()).collect();
-    for run in 0..runs() {
-        for (i, &p) in counts.iter().enumerate() {
-            let dir = fresh_dir(p);
-            let s = &mut samples[i];
-            let c = run_child("create", p, &dir);
-            s.add("create_s", get(&c, "create_s"));
-            let o = run_child("clean", p, &dir);
-            for k in [
-                "open_s",
-                "open_cpu_s",
-                "send_cpu_s",
-                "open_rss",
-                "open_fds",
-                "send_s",
-                "send_syncs",
-                "send_rss",
-                "threads",
-                "send_fds",
-            ] {
-                s.add(k, get(&o, k));
-            }
-            let _ = run_child("crash", p, &dir);
-            let r = run_child("clean", p, &dir);
-            for k in ["open_s", "open_rss", "send_s", "send_syncs"] {
-                s.add(&format!("crash_{k}"), get(&r, k));
-            }
-            let _ = std::fs::remove_dir_all(&dir);
-            eprintln!("  run {} of {}: {p} partitions done", run + 1, runs());
-        }
+    let mut h = Harness::new("partitions");
+    let runs = h.runs();
+    for run in 1..=runs {
+        eprintln!("run {run} of {runs}");
+        one_run(&mut h);
     }
-    println!(
-        "{:>6} | {:>9} | {:>8} | {:>8} | {:>9} | {:>5} | {:>8} | {:>8} | {:>5} | {:>10} | {:>7} | {:>10} | {:>10} | {:>5}",
-        "P",
-        "create ms",
-        "open ms",
-        "open cpu",
-        "open RSS",
-        "fds",
-        "send ms",
-        "send cpu",
-        "syncs",
-        "send RSS",
-        "threads",
-        "crash open",
-        "crash send",
-        "syncs"
+    h.note(
+        "each step in a child process of its own under a descriptor limit of 1,024; \
+         RSS counted from the empty broker's; syncs: fsync, fdatasync and msync of the \
+         partitions' files (not directories)",
     );
-    let kib = |b: f64| format!("{:.0} KiB", b / 1024.0);
-    for (i, &p) in counts.iter().enumerate() {
-        let s = &samples[i];
-        let ms = |k: &str| format!("{:.1}", s.median(k) * 1e3);
-        println!(
-            "{p:>6} | {:>9} | {:>8} | {:>8} | {:>9} | {:>5} | {:>8} | {:>8} | {:>5} | {:>10} | {:>7} | {:>10} | {:>10} | {:>5}",
-            ms("create_s"),
-            ms("open_s"),
-            ms("open_cpu_s"),
-            kib(s.median("open_rss")),
-            s.median("open_fds"),
-            ms("send_s"),
-            ms("send_cpu_s"),
-            s.median("send_syncs"),
-            kib(s.median("send_rss")),
-            s.median("threads"),
-            ms("crash_open_s"),
-            ms("crash_send_s"),
-            s.median("crash_send_syncs"),
+    h.finish();
+}
+
+/// One run of every selected partition count: create, clean open and one
+/// send to each partition, `kill -9`-style exit, open after it and one
+/// send to each partition again.
+fn one_run(h: &mut Harness) {
+    let limit = scaled(10_000).min(10_000) as u32;
+    for p in [1u32, 10, 100, 1000, 10_000] {
+        let row = format!("P={p}");
+        if p > limit || !filter_matches(&row) {
+            continue;
+        }
+        let dir = fresh_dir(p);
+        let c = run_child("create", p, &dir);
+        h.figure(&format!("{row}: create"), "ms", get(&c, "create_s") * 1e3);
+        h.figure(
+            &format!("{row}: create, syncs"),
+            "syncs",
+            get(&c, "create_syncs"),
         );
-    }
-    println!();
-    println!("spread (min-max over runs) of the timed columns, ms (cpu: user + system time of the process):");
-    for (i, &p) in counts.iter().enumerate() {
-        let s = &samples[i];
-        let r = |k: &str| {
-            let (lo, hi) = s.spread(k);
-            format!("{:.1}-{:.1}", lo * 1e3, hi * 1e3)
-        };
-        println!(
-            "{p:>6}: create {} open {} send {} crash open {} crash send {}",
-            r("create_s"),
-            r("open_s"),
-            r("send_s"),
-            r("crash_open_s"),
-            r("crash_send_s")
+        let o = run_child("clean", p, &dir);
+        let kib = |b: f64| b / 1024.0;
+        h.figure(&format!("{row}: open"), "ms", get(&o, "open_s") * 1e3);
+        h.figure(
+            &format!("{row}: open, CPU (user + system)"),
+            "ms",
+            get(&o, "open_cpu_s") * 1e3,
         );
+        h.figure(
+            &format!("{row}: open, RSS"),
+            "KiB",
+            kib(get(&o, "open_rss")),
+        );
+        h.figure(
+            &format!("{row}: open, descriptors"),
+            "fds",
+            get(&o, "open_fds"),
+        );
+        h.figure(
+            &format!("{row}: one send to each partition"),
+            "ms",
+            get(&o, "send_s") * 1e3,
+        );
+        h.figure(
+            &format!("{row}: one send to each partition, CPU"),
+            "ms",
+            get(&o, "send_cpu_s") * 1e3,
+        );
+        h.figure(
+            &format!("{row}: one send to each partition, syncs"),
+            "syncs",
+            get(&o, "send_syncs"),
+        );
+        h.figure(
+            &format!("{row}: after the sends, RSS"),
+            "KiB",
+            kib(get(&o, "send_rss")),
+        );
+        h.figure(
+            &format!("{row}: after the sends, descriptors"),
+            "fds",
+            get(&o, "send_fds"),
+        );
+        h.figure(&format!("{row}: threads"), "threads", get(&o, "threads"));
+        if p >= 100 {
+            let per = f64::from(p) * 1024.0;
+            h.figure(
+                &format!("{row}: RSS per partition after open"),
+                "KiB",
+                get(&o, "open_rss") / per,
+            );
+            h.figure(
+                &format!("{row}: RSS per partition after one send each"),
+                "KiB",
+                get(&o, "send_rss") / per,
+            );
+        }
+        let _ = run_child("crash", p, &dir);
+        let r = run_child("clean", p, &dir);
+        h.figure(
+            &format!("{row}: open after kill -9"),
+            "ms",
+            get(&r, "open_s") * 1e3,
+        );
+        h.figure(
+            &format!("{row}: open after kill -9, CPU"),
+            "ms",
+            get(&r, "open_cpu_s") * 1e3,
+        );
+        h.figure(
+            &format!("{row}: open after kill -9, syncs"),
+            "syncs",
+            get(&r, "open_syncs"),
+        );
+        h.figure(
+            &format!("{row}: open after kill -9, RSS"),
+            "KiB",
+            kib(get(&r, "open_rss")),
+        );
+        h.figure(
+            &format!("{row}: one send to each partition after kill -9"),
+            "ms",
+            get(&r, "send_s") * 1e3,
+        );
+        h.figure(
+            &format!("{row}: one send to each partition after kill -9, syncs"),
+            "syncs",
+            get(&r, "send_syncs"),
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
-    let per = |k: &str| {
-        counts
-            .iter()
-            .zip(&samples)
-            .filter(|(&p, _)| p >= 100)
-            .map(|(&p, s)| format!("{p}: {:.1} KiB", s.median(k) / f64::from(p) / 1024.0))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    println!("RSS per partition after open: {}", per("open_rss"));
-    println!("RSS per partition after one send each: {}", per("send_rss"));
 }

@@ -17,7 +17,7 @@ use crate::dedup::Registry;
 use crate::error::{Error, IoContext, Result};
 use crate::files::FileCache;
 use crate::group::{Group, Groups, Resume};
-use crate::log::{now_ms, UncleanMark};
+use crate::log::{now_ms, PartitionLog, UncleanMark};
 use crate::offsets::CommittedOffset;
 use crate::producer::{Producer, ProducerConfig};
 use crate::sync;
@@ -260,13 +260,15 @@ impl Broker {
         };
         let mut topics = HashMap::new();
         let mut damaged = HashMap::new();
+        // What the topics' opens checked, made durable in one pass below.
+        let mut unsynced = Vec::new();
         for entry in std::fs::read_dir(&tdir).ctx(|| format!("listing {}", tdir.display()))? {
             let entry = entry.ctx(|| format!("listing {}", tdir.display()))?;
             let name = entry.file_name().to_string_lossy().into_owned();
             if validate_topic_name(&name).is_err() || !entry.path().is_dir() {
                 continue;
             }
-            match Topic::open(entry.path(), options.clone()) {
+            match Topic::open(entry.path(), options.clone(), &mut unsynced) {
                 Ok(Some(t)) => {
                     topics.insert(name, Arc::new(t));
                 }
@@ -282,6 +284,8 @@ impl Broker {
                 Err(e) => return Err(e),
             }
         }
+        PartitionLog::sync_opened(&unsynced, &tdir)?;
+        drop(unsynced);
         let registry = Registry::open(&dir, config.file_mode)?;
         let inner = Arc::new(BrokerInner {
             registry,

@@ -22,6 +22,10 @@ pub enum SyncKind {
     File,
     /// `fsync` of a directory (created, renamed and removed entries).
     Dir,
+    /// `syncfs` of the filesystem holding the directory `path`: every file
+    /// and directory entry written there so far (many partitions' files
+    /// made durable at once, at their creation or recovery).
+    Filesystem,
 }
 
 /// A hook: called with `before = true` just before a sync (an `Err` makes

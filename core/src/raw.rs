@@ -1,6 +1,7 @@
 //! Low-level access to one partition's log, below the producer and
 //! consumer: for benchmarks and tools. Not a stable API.
 
+use std::ops::ControlFlow;
 use std::sync::Arc;
 
 use crate::broker::Broker;
@@ -54,23 +55,64 @@ impl RawLog {
     ) -> Result<u64> {
         let mut c = self.0.cursor(from)?;
         let mut n = 0;
-        while let Some((at, h)) = self.0.next_batch(&mut c)? {
-            let bytes = c.seg.bytes(at, at + h.total_len());
-            if h.attributes & batch::CODEC_MASK != 0 {
-                n += scan_compressed(&c.seg, at, bytes, &h, from, &mut f)?;
-                continue;
-            }
-            for r in batch::Records::new(bytes, &h) {
-                let r = r.map_err(|reason| c.seg.corrupt(at, reason))?;
-                let offset = h.base_offset + u64::from(r.offset_delta);
-                if offset >= from {
-                    f(offset, r.key.map(|k| &bytes[k]), r.value.map(|v| &bytes[v]));
-                    n += 1;
+        let stopped = self.0.read_run(&mut c, |seg, b| {
+            let (at, h, bytes) = (b.at, &b.header, b.bytes);
+            if h.magic == batch::MAGIC_COMPACT {
+                // One record, at the batch's base offset.
+                match batch::compact_record(bytes, b.records_at) {
+                    Ok(r) if h.base_offset >= from => {
+                        f(
+                            h.base_offset,
+                            r.key.map(|k| &bytes[k]),
+                            r.value.map(|v| &bytes[v]),
+                        );
+                        n += 1;
+                    }
+                    Ok(_) => {}
+                    Err(reason) => return ControlFlow::Break(seg.corrupt(at, reason)),
                 }
+                return ControlFlow::Continue(());
             }
+            let got = if h.attributes & batch::CODEC_MASK != 0 {
+                scan_compressed(seg, at, bytes, h, from, &mut f)
+            } else {
+                scan_records(seg, at, bytes, h, from, &mut f)
+            };
+            match got {
+                Ok(k) => {
+                    n += k;
+                    ControlFlow::Continue(())
+                }
+                Err(e) => ControlFlow::Break(e),
+            }
+        })?;
+        match stopped {
+            Some(e) => Err(e),
+            None => Ok(n),
         }
-        Ok(n)
     }
+}
+
+/// [`RawLog::scan`] of one uncompressed full-layout batch (`bytes`, at `at`
+/// in `seg`).
+fn scan_records(
+    seg: &Segment,
+    at: usize,
+    bytes: &[u8],
+    h: &BatchHeader,
+    from: u64,
+    f: &mut impl FnMut(u64, Option<&[u8]>, Option<&[u8]>),
+) -> Result<u64> {
+    let mut n = 0;
+    for r in batch::Records::new(bytes, h) {
+        let r = r.map_err(|reason| seg.corrupt(at, reason))?;
+        let offset = h.base_offset + u64::from(r.offset_delta);
+        if offset >= from {
+            f(offset, r.key.map(|k| &bytes[k]), r.value.map(|v| &bytes[v]));
+            n += 1;
+        }
+    }
+    Ok(n)
 }
 
 /// [`RawLog::scan`] of one compressed batch (`bytes`, at `at` in `seg`).

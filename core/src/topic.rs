@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::atomic_file::write_atomic;
 use crate::error::{Error, IoContext, Result};
-use crate::log::{batch, LogConfig, PartitionLog, RecoveryStats, UncleanMark};
+use crate::log::{batch, LogConfig, PartitionLog, PendingSync, RecoveryStats, UncleanMark};
 use crate::sync;
 
 /// Version of `topic.json`.
@@ -219,6 +219,10 @@ struct TopicFile {
     config: TopicConfig,
 }
 
+/// Partitions just opened, each with what its open still has to make
+/// durable (see [`PartitionLog::sync_opened`]).
+pub(crate) type Opened = Vec<(Arc<PartitionLog>, Option<PendingSync>)>;
+
 /// Most threads opening one topic's partitions at once.
 const OPEN_THREADS: usize = 4;
 /// Partitions below which one more thread is not worth starting.
@@ -280,6 +284,8 @@ impl Topic {
         )
     }
 
+    /// Opens (creating what is missing) partitions `range` of the topic,
+    /// synced: see [`Topic::open_partitions_unsynced`].
     fn open_partitions(
         name: &Arc<str>,
         dir: &Path,
@@ -287,16 +293,31 @@ impl Topic {
         options: &TopicOptions,
         range: std::ops::Range<u32>,
     ) -> Result<Vec<Arc<PartitionLog>>> {
-        let open = |range: std::ops::Range<u32>| -> Result<Vec<Arc<PartitionLog>>> {
+        let opened = Topic::open_partitions_unsynced(name, dir, config, options, range)?;
+        PartitionLog::sync_opened(&opened, dir)?;
+        Ok(opened.into_iter().map(|(log, _)| log).collect())
+    }
+
+    /// Opens (creating what is missing) partitions `range` of the topic,
+    /// each with what its open still has to make durable (see
+    /// [`PartitionLog::sync_opened`]): none may be used before that.
+    fn open_partitions_unsynced(
+        name: &Arc<str>,
+        dir: &Path,
+        config: &TopicConfig,
+        options: &TopicOptions,
+        range: std::ops::Range<u32>,
+    ) -> Result<Opened> {
+        let open = |range: std::ops::Range<u32>| -> Result<Opened> {
             range
                 .map(|p| {
-                    PartitionLog::open(
+                    PartitionLog::open_unsynced(
                         Arc::clone(name),
                         p,
                         &dir.join(p.to_string()),
                         Topic::log_config(config, options),
                     )
-                    .map(Arc::new)
+                    .map(|(log, pending)| (Arc::new(log), pending))
                 })
                 .collect()
         };
@@ -318,7 +339,7 @@ impl Topic {
                 start.min(range.end)..(start + per).min(range.end)
             })
             .collect();
-        let opened: Vec<Result<Vec<Arc<PartitionLog>>>> = std::thread::scope(|s| {
+        let opened: Vec<Result<Opened>> = std::thread::scope(|s| {
             let handles: Vec<_> = chunks
                 .into_iter()
                 .map(|chunk| std::thread::Builder::new().spawn_scoped(s, move || open(chunk)))
@@ -363,7 +384,14 @@ impl Topic {
     }
 
     /// Opens an existing topic directory. `Ok(None)` for an unfinished one.
-    pub(crate) fn open(dir: PathBuf, options: TopicOptions) -> Result<Option<Topic>> {
+    /// The partitions its open checked are added to `unsynced`, to be made
+    /// durable (with other topics', [`PartitionLog::sync_opened`]) before
+    /// the topic is used.
+    pub(crate) fn open(
+        dir: PathBuf,
+        options: TopicOptions,
+        unsynced: &mut Opened,
+    ) -> Result<Option<Topic>> {
         let path = dir.join(TOPIC_FILE);
         let Some(bytes) = crate::atomic_file::read_small(&path)? else {
             return Ok(None);
@@ -382,13 +410,20 @@ impl Topic {
         }
         file.config.validate()?;
         let name: Arc<str> = file.name.as_str().into();
-        let partitions = Topic::open_partitions(
+        let opened = Topic::open_partitions_unsynced(
             &name,
             &dir,
             &file.config,
             &options,
             0..file.config.partitions,
         )?;
+        let mut partitions = Vec::with_capacity(opened.len());
+        for (log, pending) in opened {
+            if pending.is_some() {
+                unsynced.push((Arc::clone(&log), pending));
+            }
+            partitions.push(log);
+        }
         Ok(Some(Topic {
             name,
             dir,

@@ -1,7 +1,8 @@
 //! Many partitions, most of them idle: the descriptor limit
 //! (`Config::max_open_files`), the directory's unclean mark (one sync for
 //! the first appends of every partition, and a crash after them still
-//! checked), and what a bad limit gets.
+//! checked), the syncs of creating and recovering many partitions (two
+//! syncs of the filesystem, not one per file), and what a bad limit gets.
 //!
 //! The crash test's child is this test binary itself, re-run with
 //! `--exact crash_child` and `MQLITE_IDLE_CHILD_DIR` set.
@@ -224,4 +225,124 @@ fn a_crash_after_the_first_append_is_recovered_as_unclean() {
         "a clean close is trusted: {r:?}"
     );
     assert!(r.quarantined_bytes > 0);
+}
+
+/// Counts, under `dir`, the file syncs (fsync, fdatasync) and the
+/// filesystem syncs (syncfs); with `fail_fs`, the filesystem sync number
+/// `fail_fs` (from 1) fails as a disk error would.
+fn count_syncs_by_kind(dir: &Path, fail_fs: Option<u64>) -> (Arc<AtomicU64>, Arc<AtomicU64>) {
+    let (files, fs) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let (f, s, dir) = (Arc::clone(&files), Arc::clone(&fs), dir.to_owned());
+    set_sync_hook(Some(Arc::new(move |path: &Path, kind, before| {
+        if !path.starts_with(&dir) {
+            return Ok(());
+        }
+        match (kind, before) {
+            (SyncKind::Filesystem, true) => {
+                let n = s.fetch_add(1, Ordering::Relaxed) + 1;
+                if fail_fs == Some(n) {
+                    return Err(std::io::Error::from_raw_os_error(libc::EIO));
+                }
+            }
+            (SyncKind::File, false) => {
+                f.fetch_add(1, Ordering::Relaxed);
+            }
+            _ => {}
+        }
+        Ok(())
+    })));
+    (files, fs)
+}
+
+/// Creating many partitions makes their files durable with two syncs of
+/// the filesystem (before and after their recovery points), not one sync
+/// per file; the topic opens with every partition empty and writable.
+#[test]
+fn creating_many_partitions_syncs_the_filesystem_not_each_file() {
+    const PARTITIONS: u32 = 100;
+    let tmp = tempfile::tempdir().unwrap();
+    let mq = Broker::open(tmp.path(), cfg()).unwrap();
+    let (files, fs) = count_syncs_by_kind(tmp.path(), None);
+    mq.create_topic(TOPIC, TopicConfig::new(PARTITIONS))
+        .unwrap();
+    let (files, fs) = (files.load(Ordering::Relaxed), fs.load(Ordering::Relaxed));
+    set_sync_hook(None);
+    assert_eq!(fs, 2, "filesystem syncs at the creation");
+    assert!(
+        files <= 2,
+        "{files} file syncs for the creation of {PARTITIONS} partitions"
+    );
+    mq.close().unwrap();
+    let mq = Broker::open(tmp.path(), cfg()).unwrap();
+    let info = mq.topic(TOPIC).unwrap();
+    assert_eq!(info.partitions.len(), PARTITIONS as usize);
+    for p in &info.partitions {
+        assert_eq!((p.start_offset, p.end_offset), (0, 0));
+        assert_eq!(p.recovery, RecoveryStats::default(), "a clean reopen");
+    }
+    let producer = mq.producer(ProducerConfig::default()).unwrap();
+    producer
+        .send(Record::new(TOPIC).partition(PARTITIONS - 1).value("x"))
+        .unwrap();
+}
+
+/// After a crash, the open checks every partition of every topic and makes
+/// what it kept durable with two syncs of the filesystem for all topics
+/// together (two topics whose files, each alone, would be synced one by
+/// one), not one per file; when the second fails (as a crash during
+/// recovery would end it), the open fails and the next one checks
+/// everything again and recovers the same log.
+#[test]
+fn recovery_of_many_partitions_syncs_the_filesystem_not_each_file() {
+    const PARTITIONS: u32 = 40;
+    const TOPICS: [&str; 2] = [TOPIC, "u"];
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    {
+        let mq = Broker::open(dir, cfg()).unwrap();
+        for t in TOPICS {
+            mq.create_topic(t, TopicConfig::new(PARTITIONS)).unwrap();
+        }
+        let producer = mq.producer(ProducerConfig::default()).unwrap();
+        for i in 0..5u32 {
+            for t in TOPICS {
+                for p in 0..PARTITIONS {
+                    producer
+                        .send(Record::new(t).partition(p).value(value(p, i, 100)))
+                        .unwrap();
+                }
+            }
+        }
+        drop(producer);
+        mq.close().unwrap();
+    }
+    run_crash_child(dir); // one more record in partition 0, no close
+    damage_last_batch(dir);
+    let (_, fs) = count_syncs_by_kind(dir, Some(2));
+    let failed = Broker::open(dir, cfg());
+    set_sync_hook(None);
+    assert!(
+        matches!(failed, Err(Error::Io { .. })),
+        "{:?}",
+        failed.err()
+    );
+    assert_eq!(fs.load(Ordering::Relaxed), 2);
+    let (files, fs) = count_syncs_by_kind(dir, None);
+    let mq = Broker::open(dir, cfg()).unwrap();
+    let (files, fs) = (files.load(Ordering::Relaxed), fs.load(Ordering::Relaxed));
+    set_sync_hook(None);
+    assert_eq!(fs, 2, "filesystem syncs at the recovery");
+    assert!(files <= 2, "{files} file syncs for the recovery");
+    // The failed open cut the torn batch already; this one checked every
+    // partition again (the two filesystem syncs: nothing to sync after a
+    // clean open) and found nothing more to cut.
+    let info = mq.topic(TOPIC).unwrap();
+    assert_eq!(info.partitions[0].end_offset, 5, "the torn batch is cut");
+    for t in TOPICS {
+        for p in 0..PARTITIONS {
+            let got = read_partition(&mq, t, p).unwrap();
+            assert_eq!(got.len(), 5, "{t} partition {p}");
+            assert_eq!(got[4].value, Some(value(p, 4, 100)), "{t} partition {p}");
+        }
+    }
 }

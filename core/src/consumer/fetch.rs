@@ -2,6 +2,7 @@
 //! batches (in place, or decompressed) into a sink, and sharing a poll
 //! fairly across the assigned partitions.
 
+use std::ops::ControlFlow;
 use std::sync::Arc;
 
 use super::partition::{Assigned, Stop, Within};
@@ -9,7 +10,7 @@ use super::{Consumer, OffsetReset};
 use crate::error::{Error, Result};
 use crate::log::batch::{self, BatchHeader};
 use crate::log::compression::MAX_UNCOMPRESSED_LEN;
-use crate::log::{Cursor, PartitionLog};
+use crate::log::{Cursor, PartitionLog, RunBatch};
 use crate::message::{Rec, Sink, Source, Span};
 
 impl Consumer {
@@ -147,81 +148,99 @@ impl Consumer {
                     }
                 }
             }
-            while taken < limit {
-                let (at, h) = match log.next_batch(cursor) {
-                    Ok(Some(b)) => b,
-                    Ok(None) => break,
-                    Err(e) => {
-                        failed = Some(e);
-                        break;
-                    }
-                };
+            if taken >= limit {
+                break 'read;
+            }
+            let (source, next_base) = (&mut a.source, &mut a.next_base);
+            let run = log.read_run(cursor, |seg, b| {
+                let (at, h) = (b.at, &b.header);
                 #[cfg(test)]
                 tests::count(|c| c.checked += 1);
                 // The base offset is outside the CRC: every batch must hold
                 // the next offset to deliver, or it is damaged.
-                let expected = a.next_base.is_none_or(|b| b == h.base_offset);
+                let expected = next_base.is_none_or(|nb| nb == h.base_offset);
                 if h.base_offset > position && position < log.start_offset() {
                     // Retention deleted the segments between the one we
                     // finished and this one while we read: not damage, a
                     // reset.
-                    cursor.pos = at;
-                    skipped = true;
-                    break;
+                    return ControlFlow::Break(Exit::Skipped(at));
                 }
                 if !expected || h.base_offset > position || h.last_offset() < position {
-                    cursor.pos = at;
-                    failed = Some(cursor.seg.corrupt(at, "batch base offset out of sequence"));
-                    break;
+                    return ControlFlow::Break(Exit::OutOfSequence(at));
                 }
-                let bytes = cursor.seg.bytes(at, at + h.total_len());
                 if h.attributes & batch::CODEC_MASK != 0 {
                     // Decompressed once into a buffer its messages share.
                     out.reserve((h.record_count as usize).min(room - taken));
                     let (stop, buffer) = Self::take_compressed(
                         log,
-                        bytes,
-                        &h,
+                        b.bytes,
+                        h,
                         &mut position,
                         &mut taken,
                         limit,
                         out,
                     );
-                    if let Stop::End = stop {
-                        a.next_base = Some(h.next_offset());
-                        position = position.max(h.next_offset());
-                        continue;
+                    if !matches!(stop, Stop::End) {
+                        return ControlFlow::Break(Exit::Stopped(stop, at, *h, buffer));
                     }
-                    let kept = (position, buffer);
-                    failed =
-                        Self::stopped(stop, at, &h, cursor, &mut a.next_base, &mut a.within, kept);
-                    break;
+                } else {
+                    // Read in place (`take_records` is monomorphized per
+                    // backing, so this path does no per-record work for
+                    // compression).
+                    let src = match source {
+                        Some(src) if src.is_segment(seg) => src,
+                        _ => source.insert(Arc::new(Source::segment(
+                            log.topic(),
+                            log.partition(),
+                            seg,
+                        ))),
+                    };
+                    let stop = if h.magic == batch::MAGIC_COMPACT {
+                        Self::take_compact(b, src, &mut position, &mut taken, out)
+                    } else {
+                        out.reserve((h.record_count as usize).min(room - taken));
+                        let records = batch::Records::new(b.bytes, h);
+                        Self::take_records(
+                            records,
+                            at,
+                            src,
+                            h,
+                            &mut position,
+                            &mut taken,
+                            limit,
+                            out,
+                        )
+                    };
+                    if !matches!(stop, Stop::End) {
+                        return ControlFlow::Break(Exit::Stopped(stop, at, *h, None));
+                    }
                 }
-                // Read in place (`take_records` is monomorphized per
-                // backing, so this path does no per-record work for
-                // compression).
-                let src = match &a.source {
-                    Some(src) if src.is_segment(&cursor.seg) => src,
-                    _ => a.source.insert(Arc::new(Source::segment(
-                        log.topic(),
-                        log.partition(),
-                        &cursor.seg,
-                    ))),
-                };
-                out.reserve((h.record_count as usize).min(room - taken));
-                let records = batch::Records::new(bytes, &h);
-                let stop =
-                    Self::take_records(records, at, src, &h, &mut position, &mut taken, limit, out);
-                if !matches!(stop, Stop::End) {
-                    let kept = (position, None);
-                    failed =
-                        Self::stopped(stop, at, &h, cursor, &mut a.next_base, &mut a.within, kept);
-                    break;
-                }
-                a.next_base = Some(h.next_offset());
+                *next_base = Some(h.next_offset());
                 // Offsets may skip past the batch's last record (its
                 // `last_offset_delta`): the next batch starts after the gap.
                 position = position.max(h.next_offset());
+                if taken < limit {
+                    ControlFlow::Continue(())
+                } else {
+                    ControlFlow::Break(Exit::Full)
+                }
+            });
+            match run {
+                Ok(None | Some(Exit::Full)) => {}
+                Ok(Some(Exit::Skipped(at))) => {
+                    cursor.pos = at;
+                    skipped = true;
+                }
+                Ok(Some(Exit::OutOfSequence(at))) => {
+                    cursor.pos = at;
+                    failed = Some(cursor.seg.corrupt(at, "batch base offset out of sequence"));
+                }
+                Ok(Some(Exit::Stopped(stop, at, h, buffer))) => {
+                    let kept = (position, buffer);
+                    failed =
+                        Self::stopped(stop, at, &h, cursor, &mut a.next_base, &mut a.within, kept);
+                }
+                Err(e) => failed = Some(e),
             }
         }
         a.position = Some(position);
@@ -390,6 +409,39 @@ impl Consumer {
         }
     }
 
+    /// Takes the record of the compact (one-record) batch `b`, which holds
+    /// `position` (checked by the caller): what [`Consumer::take_records`]
+    /// does for it, without the record iterator.
+    #[inline(always)]
+    fn take_compact<S: Sink>(
+        b: &RunBatch<'_>,
+        src: &Arc<Source>,
+        position: &mut u64,
+        taken: &mut usize,
+        out: &mut S,
+    ) -> Stop {
+        let h = &b.header;
+        let r = match batch::compact_record(b.bytes, b.records_at) {
+            Ok(r) => r,
+            Err(reason) => return Stop::Malformed(reason),
+        };
+        out.push(
+            src,
+            Rec {
+                offset: h.base_offset,
+                timestamp: h.record_timestamp(0),
+                key: Span::opt(b.at, r.key),
+                value: Span::opt(b.at, r.value),
+                headers: Span::new(b.at, r.headers),
+                header_count: r.header_count,
+                source: 0,
+            },
+        );
+        *position = h.base_offset + 1;
+        *taken += 1;
+        Stop::End
+    }
+
     /// The records of the compressed batch `bytes`, decompressed.
     #[cold]
     fn decompress(
@@ -458,6 +510,20 @@ impl Consumer {
         self.next_start = next % n;
         Ok(())
     }
+}
+
+/// Why a fetch's run of batches ended before the published end.
+enum Exit {
+    /// The fetch took its limit.
+    Full,
+    /// Retention deleted what came before the batch at this position.
+    Skipped(usize),
+    /// The batch at this position does not hold the next offset.
+    OutOfSequence(usize),
+    /// The batch at this position (with this header) stopped before its
+    /// end ([`Consumer::stopped`]), with its records decompressed if it is
+    /// compressed.
+    Stopped(Stop, usize, BatchHeader, Option<Arc<Source>>),
 }
 
 /// Fewest messages a poll takes from a partition when it has them (unless
@@ -646,5 +712,68 @@ mod tests {
         }
         assert_eq!(next, [1000u64; 32]);
         assert_eq!(take().checked, 32);
+    }
+
+    /// One-record (compact) batches, read as a run: keys, headers and
+    /// values come through; a CRC mismatch in the middle of the run
+    /// delivers the messages before it in that poll, then the error, at the
+    /// damaged batch, and never the message.
+    #[test]
+    fn one_record_batches_in_a_run_and_damage_in_its_middle() {
+        use crate::{Error, Record};
+        let tmp = tempfile::tempdir().unwrap();
+        let b = broker(tmp.path());
+        b.create_topic("t", TopicConfig::new(1)).unwrap();
+        let p = b.producer(ProducerConfig::default()).unwrap();
+        for i in 0..100 {
+            let mut r = Record::new("t").value(format!("v{i}"));
+            if i % 3 == 0 {
+                r = r.key(format!("k{i}")).header("h", format!("{i}"));
+            }
+            p.send(r).unwrap();
+        }
+        p.close().unwrap();
+        let mut c = b
+            .consumer(ConsumerConfig::default().max_poll_records(1000))
+            .unwrap();
+        c.assign(&[("t", 0)]).unwrap();
+        take();
+        let got = c.poll_batch(Duration::ZERO).unwrap();
+        assert_eq!(got.len(), 100);
+        assert_eq!(take().checked, 100);
+        for (i, m) in got.iter().enumerate() {
+            assert_eq!(m.offset(), i as u64);
+            assert_eq!(m.value().unwrap(), format!("v{i}").as_bytes());
+            if i % 3 == 0 {
+                assert_eq!(m.key().unwrap(), format!("k{i}").as_bytes());
+                assert_eq!(m.headers(), vec![crate::Header::new("h", format!("{i}"))]);
+            } else {
+                assert_eq!((m.key(), m.header_count()), (None, 0));
+            }
+        }
+        drop(got);
+
+        // Damage batch 40 in the file (the segment's map shows it).
+        let log = partition_log(&b, "t", 0).unwrap();
+        let path = tmp.path().join("topics/t/0/00000000000000000000.log");
+        let bytes = std::fs::read(&path).unwrap();
+        let mut at = 0usize;
+        for _ in 0..40 {
+            at += 12 + u32::from_le_bytes(bytes[at + 8..at + 12].try_into().unwrap()) as usize;
+        }
+        crate::log::test_util::write_at(&path, at as u64 + 30, &[bytes[at + 30] ^ 0x10]);
+        c.seek("t", 0, 0).unwrap();
+        let got = c.poll(Duration::ZERO).unwrap();
+        assert_eq!(offsets(&got), (0..40).collect::<Vec<_>>());
+        match c.poll(Duration::ZERO) {
+            Err(Error::Corrupt {
+                position, reason, ..
+            }) => {
+                assert_eq!(position, at as u64);
+                assert!(reason.contains("CRC"), "{reason}");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(log.end_offset(), 100);
     }
 }

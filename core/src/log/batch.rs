@@ -787,6 +787,26 @@ pub fn check(b: &[u8]) -> Check {
     Check::Valid(h)
 }
 
+/// The compact batch at the start of `b` (the bytes up to the end of the
+/// readable region) when it is one and [`check`] finds it valid, with the
+/// position of its record; `None` for anything else, which [`check`] then
+/// classifies. The read path's case for one-record batches: the same checks
+/// (bounds, CRC32C, flags, header encoding), decoded in the caller's loop.
+#[inline(always)]
+pub(crate) fn check_compact(b: &[u8]) -> Option<(BatchHeader, usize)> {
+    let length = u32::from_le_bytes(*b.get(OFF_LENGTH..OFF_LENGTH + 4)?.first_chunk()?);
+    if length < MIN_LENGTH {
+        return None;
+    }
+    let batch = b.get(..LENGTH_PREFIX + length as usize)?;
+    if batch[OFF_MAGIC] != MAGIC_COMPACT
+        || crc::crc32c(&batch[CRC_START..]) != u32::from_le_bytes(rd(batch, OFF_CRC))
+    {
+        return None;
+    }
+    compact::check_at(batch).ok()
+}
+
 /// The checks of a compressed batch's records section (`section`: the bytes
 /// after the header, padding included): a known codec, and a framed block
 /// that lies inside the batch and is followed by padding only.
@@ -1060,6 +1080,15 @@ impl Iterator for Records<'_> {
             }))
         }
     }
+}
+
+/// The record of the compact batch `batch` (exactly its bytes, checked),
+/// whose record starts at `at` (from [`check_compact`], or
+/// [`BatchHeader::records_at`]); ranges are relative to `batch`. What
+/// [`Records::new`] yields for it, without the iterator.
+#[inline(always)]
+pub(crate) fn compact_record(batch: &[u8], at: usize) -> Result<RecordView, &'static str> {
+    parse_body(batch, at, 0, 0).ok_or("malformed record")
 }
 
 /// Decodes `count` headers from their encoded bytes (as found by

@@ -148,19 +148,25 @@ impl CheckpointFile {
         files: &Arc<FileCache>,
     ) -> Result<(CheckpointFile, Option<(RecoveryPoint, u32)>)> {
         let path = dir.join(FILE);
-        let file = open_file(&path, mode).ctx(|| format!("opening {}", path.display()))?;
-        let meta = file
-            .metadata()
-            .ctx(|| format!("reading the size of {}", path.display()))?;
-        let mut b = [0u8; LEN];
-        let point = if meta.is_file() && meta.len() == LEN as u64 {
-            file.read_exact_at(&mut b, 0)
-                .ok()
-                .and_then(|()| decode_session(&b))
-        } else {
-            None
+        // One read of one byte more than a point: anything but a regular
+        // file of exactly `LEN` bytes (a directory, a FIFO, a device, a
+        // longer file) reads as no point. The file is created by the first
+        // write, not here.
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&path);
+        let point = match file {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(Error::io(format!("opening {}", path.display()), e)),
+            Ok(file) => {
+                let mut b = [0u8; LEN + 1];
+                match file.read_at(&mut b, 0) {
+                    Ok(LEN) => decode_session(&b[..LEN]),
+                    _ => None,
+                }
+            }
         };
-        drop(file); // opened again by the first write
         let state = Mutex::new(State {
             written: point.map_or(0, |(p, _)| p.offset),
             kept: false,
@@ -305,6 +311,30 @@ mod tests {
 
     /// Progress never moves the point back, nor overwrites a clean close
     /// with an older offset; explicit writes (open, close) always land.
+    /// The open reads one regular file of exactly one point and creates
+    /// nothing: a missing file, a longer one or a directory in its place
+    /// read as no point.
+    #[test]
+    fn open_reads_a_point_and_creates_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(FILE);
+        assert_eq!(CheckpointFile::open(dir.path(), 0o600).unwrap().1, None);
+        assert!(!path.exists(), "the open created the file");
+        let p = RecoveryPoint {
+            offset: 5,
+            clean: true,
+        };
+        std::fs::write(&path, encode(p)).unwrap();
+        assert_eq!(CheckpointFile::open(dir.path(), 0o600).unwrap().1, Some(p));
+        let mut longer = encode(p).to_vec();
+        longer.push(0);
+        std::fs::write(&path, longer).unwrap();
+        assert_eq!(CheckpointFile::open(dir.path(), 0o600).unwrap().1, None);
+        std::fs::remove_file(&path).unwrap();
+        std::fs::create_dir(&path).unwrap();
+        assert_eq!(CheckpointFile::open(dir.path(), 0o600).unwrap().1, None);
+    }
+
     #[test]
     fn advance_only_moves_forward() {
         let dir = tempfile::tempdir().unwrap();

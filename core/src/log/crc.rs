@@ -28,19 +28,38 @@ pub(crate) fn crc32c(bytes: &[u8]) -> u32 {
     crc_fast::checksum(CrcAlgorithm::Crc32Iscsi, bytes) as u32
 }
 
-/// CRC32C with the SSE4.2 CRC32 instruction, 8 bytes at a time.
+/// CRC32C with the SSE4.2 CRC32 instruction: 32 bytes per loop turn (four
+/// instructions on one dependency chain, so the loop costs a compare and a
+/// branch per 32 bytes rather than per 8), then the last 0-31 bytes in at
+/// most six instructions (8, 8, 8, 4, 2 and 1 bytes).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "sse4.2")]
 #[allow(unsafe_code)]
 unsafe fn crc32c_sse42(bytes: &[u8]) -> u32 {
-    use std::arch::x86_64::{_mm_crc32_u64, _mm_crc32_u8};
+    use std::arch::x86_64::{_mm_crc32_u16, _mm_crc32_u32, _mm_crc32_u64, _mm_crc32_u8};
     let mut c = u64::from(u32::MAX);
-    let (words, rest) = bytes.as_chunks::<8>();
+    let (blocks, rest) = bytes.as_chunks::<32>();
+    for b in blocks {
+        let (w, _) = b.as_chunks::<8>();
+        c = _mm_crc32_u64(c, u64::from_le_bytes(w[0]));
+        c = _mm_crc32_u64(c, u64::from_le_bytes(w[1]));
+        c = _mm_crc32_u64(c, u64::from_le_bytes(w[2]));
+        c = _mm_crc32_u64(c, u64::from_le_bytes(w[3]));
+    }
+    let (words, mut rest) = rest.as_chunks::<8>();
     for w in words {
         c = _mm_crc32_u64(c, u64::from_le_bytes(*w));
     }
     let mut c = c as u32;
-    for &b in rest {
+    if let Some((w, r)) = rest.split_first_chunk::<4>() {
+        c = _mm_crc32_u32(c, u32::from_le_bytes(*w));
+        rest = r;
+    }
+    if let Some((w, r)) = rest.split_first_chunk::<2>() {
+        c = _mm_crc32_u16(c, u16::from_le_bytes(*w));
+        rest = r;
+    }
+    if let Some(&b) = rest.first() {
         c = _mm_crc32_u8(c, b);
     }
     !c
@@ -60,8 +79,8 @@ mod tests {
             .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
             .collect();
         for len in [
-            1, 7, 8, 15, 16, 31, 63, 64, 127, 128, 255, 256, 511, 512, 513, 1024, 4095, 4096,
-            65_537, 70_000,
+            1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 15, 16, 30, 31, 32, 33, 63, 64, 114, 127, 128, 255, 256,
+            511, 512, 513, 1024, 4095, 4096, 65_537, 70_000,
         ] {
             for start in [0, 1, 3] {
                 let d = &data[start..len.max(start)];

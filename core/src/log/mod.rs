@@ -13,6 +13,7 @@ mod index;
 #[allow(unsafe_code)]
 mod mmap;
 mod open;
+mod run;
 mod segment;
 #[cfg(test)]
 pub(crate) mod test_util;
@@ -35,6 +36,8 @@ use batch::{
 };
 use checkpoint::{CheckpointFile, RecoveryPoint};
 use flush::GroupCommit;
+pub(crate) use open::PendingSync;
+pub(crate) use run::RunBatch;
 pub(crate) use segment::Segment;
 use segment::{PreparedSegment, SegmentSizes, SegmentWriter, PREPARED_STEM};
 pub(crate) use unclean::UncleanMark;

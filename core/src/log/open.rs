@@ -13,19 +13,101 @@ use super::segment::{self, Segment, DELETED_SUFFIX, PREPARED_STEM};
 use super::{mmap, LogConfig, PartitionLog, RecoveryStats, Waiters, WriteAhead, Writer};
 use crate::dedup::ProducerTable;
 use crate::error::{IoContext, Result};
+use crate::faults::{self, SyncKind};
+
+/// Files that the open of many partitions makes durable one by one; from
+/// this many on, one `syncfs(2)` of the filesystem makes them all durable
+/// at once (see [`PartitionLog::sync_opened`]). A `syncfs` writes back every
+/// dirty page of the filesystem, other programs' too, so it is worth it
+/// only over many files: 256 fsyncs (64 one-segment partitions) took about
+/// as long as one `syncfs` on the shared machine (see docs/decisions.md).
+const SYNCFS_MIN_FILES: usize = 256;
+
+/// What an open that checked the partition (after an unclean shutdown, or
+/// at its creation) must still make durable before the partition is used:
+/// the segments recovery kept, then the new recovery point.
+#[derive(Debug)]
+pub(crate) struct PendingSync {
+    /// Segments that may hold what recovery kept (only in the page cache
+    /// after a `kill -9`).
+    segments: Vec<Arc<Segment>>,
+    /// The recovery point to write once they are durable.
+    point: RecoveryPoint,
+}
+
+impl PendingSync {
+    /// Files the sync covers: three per segment, and the recovery point.
+    fn files(&self) -> usize {
+        self.segments.len() * 3 + 1
+    }
+}
 
 impl PartitionLog {
+    /// Makes the partitions just opened (`opened`, each with what its open
+    /// left to sync) durable, and writes their recovery points: one by one
+    /// for a few files; for more, all their files first with one
+    /// `syncfs(2)` of the filesystem holding `dir`, then every recovery
+    /// point, then one more `syncfs(2)`. Either way no recovery point
+    /// moves past data before that data is durable, and a crash anywhere
+    /// in between leaves points that are checked again at the next open.
+    /// No partition may be used before this returns.
+    pub(crate) fn sync_opened(
+        opened: &[(Arc<PartitionLog>, Option<PendingSync>)],
+        dir: &Path,
+    ) -> Result<()> {
+        let files: usize = opened
+            .iter()
+            .filter_map(|(_, p)| p.as_ref().map(PendingSync::files))
+            .sum();
+        if files < SYNCFS_MIN_FILES || !cfg!(target_os = "linux") || !same_filesystem(opened, dir) {
+            for (log, pending) in opened {
+                if let Some(pending) = pending {
+                    log.finish_pending(pending)?;
+                }
+            }
+            return Ok(());
+        }
+        sync_filesystem(dir)?;
+        for (log, pending) in opened {
+            if let Some(pending) = pending {
+                log.checkpoint.write(pending.point, false)?;
+            }
+        }
+        sync_filesystem(dir)
+    }
+
+    /// The one-partition path of [`PartitionLog::sync_opened`]: syncs the
+    /// kept segments' files, then writes and syncs the recovery point.
+    fn finish_pending(&self, pending: &PendingSync) -> Result<()> {
+        for seg in &pending.segments {
+            seg.sync_all_files()?;
+        }
+        self.checkpoint.write(pending.point, true)
+    }
+
     /// Opens the partition in `dir`, creating it (empty) if needed, and
-    /// recovers the tail of its active segment.
-    pub(crate) fn open(
+    /// recovers the tail of its active segment. What it must still make
+    /// durable (when it checked the partition: after an unclean shutdown,
+    /// or at its creation) is returned for [`PartitionLog::sync_opened`],
+    /// to be synced with other partitions': the partition may not be used
+    /// before that.
+    pub(crate) fn open_unsynced(
         topic: Arc<str>,
         partition: u32,
         dir: &Path,
         config: LogConfig,
-    ) -> Result<Self> {
-        crate::private_dir::create_dir_all(dir, config.file_mode)?;
+    ) -> Result<(Self, Option<PendingSync>)> {
+        // Listed first, created only when missing: two system calls fewer
+        // per partition at every open.
+        let listing = match std::fs::read_dir(dir) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                crate::private_dir::create_dir_all(dir, config.file_mode)?;
+                std::fs::read_dir(dir)
+            }
+            r => r,
+        };
         let mut bases = Vec::new();
-        for entry in std::fs::read_dir(dir).ctx(|| format!("listing {}", dir.display()))? {
+        for entry in listing.ctx(|| format!("listing {}", dir.display()))? {
             let entry = entry.ctx(|| format!("listing {}", dir.display()))?;
             let name = entry.file_name();
             let name = name.to_string_lossy();
@@ -94,26 +176,23 @@ impl PartitionLog {
         }
         let active = Arc::new(active);
         segments.push(Arc::clone(&active));
-        if let Some(from) = check_from {
-            // What recovery kept may still be only in the page cache (a
-            // `kill -9` keeps it): make it durable before the recovery
-            // point moves past it.
-            for (i, seg) in segments.iter().enumerate() {
-                let next_base = segments.get(i + 1).map_or(u64::MAX, |s| s.base());
-                if next_base > from {
-                    seg.sync_all_files()?;
-                }
-            }
-            checkpoint.write(
-                RecoveryPoint {
-                    offset: next_offset,
-                    clean: false,
-                },
-                true,
-            )?;
-        }
+        // What recovery kept may still be only in the page cache (a `kill
+        // -9` keeps it): it is made durable before the recovery point moves
+        // past it (see `sync_opened`).
+        let pending = check_from.map(|from| PendingSync {
+            segments: segments
+                .iter()
+                .enumerate()
+                .filter(|&(i, _)| segments.get(i + 1).map_or(u64::MAX, |s| s.base()) > from)
+                .map(|(_, seg)| Arc::clone(seg))
+                .collect(),
+            point: RecoveryPoint {
+                offset: next_offset,
+                clean: false,
+            },
+        });
         let start = segments[0].base();
-        Ok(PartitionLog {
+        let log = PartitionLog {
             topic,
             partition,
             dir: dir.to_owned(),
@@ -157,7 +236,8 @@ impl PartitionLog {
             recovery,
             checkpoint,
             config,
-        })
+        };
+        Ok((log, pending))
     }
 
     /// Reports records below the recovery point `p` (flushed, so
@@ -242,4 +322,49 @@ impl PartitionLog {
         }
         Ok(())
     }
+}
+
+/// Whether every partition directory in `opened` that has something to
+/// sync is on the filesystem of `dir` (a partition directory made a mount
+/// point of its own is synced file by file).
+fn same_filesystem(opened: &[(Arc<PartitionLog>, Option<PendingSync>)], dir: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let dev = |d: &Path| std::fs::metadata(d).map(|m| m.dev()).ok();
+    let Some(own) = dev(dir) else {
+        return false;
+    };
+    opened
+        .iter()
+        .filter(|(_, p)| p.is_some())
+        .all(|(log, _)| dev(&log.dir) == Some(own))
+}
+
+/// `syncfs(2)` of the filesystem holding `dir`: every file and directory
+/// entry written there so far is durable once it returns (Linux reports
+/// write-back errors of any file since 5.8).
+fn sync_filesystem(dir: &Path) -> Result<()> {
+    faults::before_sync(dir, SyncKind::Filesystem)
+        .and_then(|()| std::fs::File::open(dir))
+        .and_then(|d| syncfs(&d))
+        .ctx(|| format!("syncing the filesystem of {}", dir.display()))?;
+    faults::after_sync(dir, SyncKind::Filesystem);
+    Ok(())
+}
+
+#[cfg(target_os = "linux")]
+#[allow(unsafe_code)]
+fn syncfs(file: &std::fs::File) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: `file` is an open descriptor for the whole call.
+    if unsafe { libc::syncfs(file.as_raw_fd()) } == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn syncfs(_: &std::fs::File) -> std::io::Result<()> {
+    // Not reached: `sync_opened` syncs file by file there.
+    Err(std::io::ErrorKind::Unsupported.into())
 }

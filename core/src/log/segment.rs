@@ -571,7 +571,7 @@ impl Segment {
     /// The error for the invalid batch at `pos`: [`Error::UnsupportedVersion`]
     /// for a batch of a newer format, else [`Error::Corrupt`].
     #[cold]
-    fn invalid(&self, pos: usize, reason: &str) -> Error {
+    pub(crate) fn invalid(&self, pos: usize, reason: &str) -> Error {
         if reason == batch::UNSUPPORTED_VERSION {
             let magic = self.log.bytes(pos, self.end()).get(16).copied();
             return Error::UnsupportedVersion {

@@ -196,6 +196,12 @@ pub(super) fn parse(b: &[u8]) -> Option<(BatchHeader, usize)> {
 /// position inside the batch.
 #[inline(always)]
 pub(super) fn check(b: &[u8]) -> Result<BatchHeader, &'static str> {
+    check_at(b).map(|(h, _)| h)
+}
+
+/// [`check`], also returning the position of the record.
+#[inline(always)]
+pub(super) fn check_at(b: &[u8]) -> Result<(BatchHeader, usize), &'static str> {
     let (h, p) = parse(b).ok_or("malformed compact batch header")?;
     if b[OFF_FLAGS] & !(FLAG_ATTRS | FLAG_PRODUCER) != 0 {
         return Err("unknown compact batch flags");
@@ -205,5 +211,5 @@ pub(super) fn check(b: &[u8]) -> Result<BatchHeader, &'static str> {
     if p != record_at(&h.producer) || p + 3 > b.len() {
         return Err("malformed compact batch header");
     }
-    Ok(h)
+    Ok((h, p))
 }
