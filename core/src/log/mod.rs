@@ -13,6 +13,8 @@ mod index;
 #[allow(unsafe_code)]
 mod mmap;
 mod open;
+#[allow(unsafe_code)]
+mod prefetch;
 mod segment;
 #[cfg(test)]
 pub(crate) mod test_util;
@@ -322,6 +324,8 @@ pub(crate) struct PartitionLog {
     recovery: RecoveryStats,
     /// The recovery point file (see checkpoint.rs).
     checkpoint: CheckpointFile,
+    /// Where the next append writes, for prefetching ([`prefetch`]).
+    hints: prefetch::Hints,
 }
 
 /// Milliseconds since the Unix epoch ([`crate::clock`]).
@@ -557,7 +561,13 @@ impl PartitionLog {
             g.len()
         } else {
             let buf = active.reserve(active_writer, len);
-            encode(buf, base, &src, producer, attributes, append_time)
+            let tail = buf.as_ptr() as usize + len;
+            let written = encode(buf, base, &src, producer, attributes, append_time);
+            self.hints.tail.store(tail, Ordering::Relaxed);
+            self.hints
+                .segment
+                .store(Arc::as_ptr(active) as usize, Ordering::Relaxed);
+            written
         };
         let by_file = gathered.is_some();
         drop(gathered);
@@ -596,6 +606,35 @@ impl PartitionLog {
             log_append_time: append_time,
             bytes: written,
         })
+    }
+
+    /// First of two steps warming this partition's cache lines up for an
+    /// append soon (see [`prefetch`]): its writer, and the hints
+    /// [`PartitionLog::prefetch_tail`] reads. Call it two appends ahead.
+    #[inline]
+    pub(crate) fn prefetch_writer(&self) {
+        let w = std::ptr::from_ref(&self.writer).cast::<u8>();
+        prefetch::read(w);
+        prefetch::read(w.wrapping_add(64));
+        prefetch::read(w.wrapping_add(128));
+        prefetch::read(std::ptr::from_ref(&self.hints).cast::<u8>());
+    }
+
+    /// Second step (see [`PartitionLog::prefetch_writer`], one append
+    /// later): the active segment and the map line the next batch starts
+    /// on, for writing. Reads the hints only; changes nothing.
+    #[inline]
+    pub(crate) fn prefetch_tail(&self) {
+        let tail = self.hints.tail.load(Ordering::Relaxed);
+        if tail != 0 {
+            prefetch::write(tail as *const u8);
+        }
+        let seg = self.hints.segment.load(Ordering::Relaxed) as *const u8;
+        if !seg.is_null() {
+            prefetch::read(seg);
+            prefetch::read(seg.wrapping_add(64));
+            prefetch::read(seg.wrapping_add(128));
+        }
     }
 
     /// The producer table; with `named`, first loaded from disk if it was

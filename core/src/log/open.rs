@@ -157,6 +157,7 @@ impl PartitionLog {
             recovery,
             checkpoint,
             config,
+            hints: super::prefetch::Hints::default(),
         })
     }
 
