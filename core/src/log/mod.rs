@@ -627,7 +627,11 @@ impl PartitionLog {
     pub(crate) fn prefetch_tail(&self) {
         let tail = self.hints.tail.load(Ordering::Relaxed);
         if tail != 0 {
-            prefetch::write(tail as *const u8);
+            // A one-record batch of 100 B spans up to three lines.
+            let tail = tail as *const u8;
+            prefetch::write(tail);
+            prefetch::write(tail.wrapping_add(64));
+            prefetch::write(tail.wrapping_add(128));
         }
         let seg = self.hints.segment.load(Ordering::Relaxed) as *const u8;
         if !seg.is_null() {
