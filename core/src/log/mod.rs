@@ -617,6 +617,9 @@ impl PartitionLog {
         prefetch::read(w);
         prefetch::read(w.wrapping_add(64));
         prefetch::read(w.wrapping_add(128));
+        // The first producer's sequence state, inline in the writer.
+        prefetch::read(w.wrapping_add(192));
+        prefetch::read(w.wrapping_add(256));
         prefetch::read(std::ptr::from_ref(&self.hints).cast::<u8>());
     }
 
