@@ -608,42 +608,6 @@ impl PartitionLog {
         })
     }
 
-    /// First of two steps warming this partition's cache lines up for an
-    /// append soon (see [`prefetch`]): its writer, and the hints
-    /// [`PartitionLog::prefetch_tail`] reads. Call it two appends ahead.
-    #[inline]
-    pub(crate) fn prefetch_writer(&self) {
-        let w = std::ptr::from_ref(&self.writer).cast::<u8>();
-        prefetch::read(w);
-        prefetch::read(w.wrapping_add(64));
-        prefetch::read(w.wrapping_add(128));
-        // The first producer's sequence state, inline in the writer.
-        prefetch::read(w.wrapping_add(192));
-        prefetch::read(w.wrapping_add(256));
-        prefetch::read(std::ptr::from_ref(&self.hints).cast::<u8>());
-    }
-
-    /// Second step (see [`PartitionLog::prefetch_writer`], one append
-    /// later): the active segment and the map line the next batch starts
-    /// on, for writing. Reads the hints only; changes nothing.
-    #[inline]
-    pub(crate) fn prefetch_tail(&self) {
-        let tail = self.hints.tail.load(Ordering::Relaxed);
-        if tail != 0 {
-            // A one-record batch of 100 B spans up to three lines.
-            let tail = tail as *const u8;
-            prefetch::write(tail);
-            prefetch::write(tail.wrapping_add(64));
-            prefetch::write(tail.wrapping_add(128));
-        }
-        let seg = self.hints.segment.load(Ordering::Relaxed) as *const u8;
-        if !seg.is_null() {
-            prefetch::read(seg);
-            prefetch::read(seg.wrapping_add(64));
-            prefetch::read(seg.wrapping_add(128));
-        }
-    }
-
     /// The producer table; with `named`, first loaded from disk if it was
     /// not yet: the snapshot, then the headers of every batch after it.
     fn producer_table<'w>(&self, w: &'w mut Writer, named: bool) -> Result<&'w mut ProducerTable> {

@@ -10,6 +10,49 @@
 //! current append runs. A prefetch is a hint: it never faults, whatever the
 //! address (a stale or unmapped one included), and changes no data.
 
+use std::sync::atomic::Ordering;
+
+use super::PartitionLog;
+
+impl PartitionLog {
+    /// First of two steps warming this partition's cache lines up for an
+    /// append soon (see the module documentation): its writer, and the
+    /// hints [`PartitionLog::prefetch_tail`] reads. Call it two appends
+    /// ahead.
+    #[inline]
+    pub(crate) fn prefetch_writer(&self) {
+        let w = std::ptr::from_ref(&self.writer).cast::<u8>();
+        read(w);
+        read(w.wrapping_add(64));
+        read(w.wrapping_add(128));
+        // The first producer's sequence state, inline in the writer.
+        read(w.wrapping_add(192));
+        read(w.wrapping_add(256));
+        read(std::ptr::from_ref(&self.hints).cast::<u8>());
+    }
+
+    /// Second step (see [`PartitionLog::prefetch_writer`], one append
+    /// later): the active segment and the map line the next batch starts
+    /// on, for writing. Reads the hints only; changes nothing.
+    #[inline]
+    pub(crate) fn prefetch_tail(&self) {
+        let tail = self.hints.tail.load(Ordering::Relaxed);
+        if tail != 0 {
+            // A one-record batch of 100 B spans up to three lines.
+            let tail = tail as *const u8;
+            write(tail);
+            write(tail.wrapping_add(64));
+            write(tail.wrapping_add(128));
+        }
+        let seg = self.hints.segment.load(Ordering::Relaxed) as *const u8;
+        if !seg.is_null() {
+            read(seg);
+            read(seg.wrapping_add(64));
+            read(seg.wrapping_add(128));
+        }
+    }
+}
+
 /// Asks for the cache line holding `p`, to be read soon.
 #[inline(always)]
 pub(crate) fn read(p: *const u8) {
