@@ -1,24 +1,27 @@
 //! Produce at scale: keys spread over many partitions, and record sizes
 //! from 16 B to 1 MiB beside `write(2)` and `read(2)` of the same bytes.
 //!
-//! `cargo bench -p mqlite --bench sizes`. Conventions as in `log.rs`:
-//! `MQLITE_BENCH_RUNS` (default 3) runs per row, `MQLITE_BENCH_SCALE`
-//! (default 1.0) scales the counts, `MQLITE_BENCH_FILTER=text` runs only
-//! the rows whose name contains `text` (`a|b`: either).
+//! `cargo bench -p mqlite --bench sizes`. Runs, scale, filter and the JSON
+//! record as in every bench on the shared harness (`harness/mod.rs`):
+//! `MQLITE_BENCH_RUNS` (default 3) interleaved runs of every row,
+//! `MQLITE_BENCH_SCALE` (default 1.0) scales the counts,
+//! `MQLITE_BENCH_FILTER=text` runs only the rows whose name contains `text`
+//! (`a|b`: either), `MQLITE_BENCH_JSON=path` writes every run's figures.
 //!
 //! - Key spread: records with distinct keys sent over P = 1, 10, 100 and
 //!   1,000 partitions (default producer config, `acks=1`), by
 //!   `send_batch` of 100 records, by `send` one at a time and by
 //!   `send_async` with a 5 ms linger; "fresh" rows time from the topic's
 //!   creation (every partition's first append included), "steady" rows
-//!   first append one record to every partition. Ratios are to the P=100
-//!   row of the same kind, from the same run.
+//!   first append one record to every partition. Each row's baseline is
+//!   the P=100 row of the same kind, from the same run.
 //! - Sizes: `Producer::send_borrowed` (the send of `send`, without copying
 //!   the record first) of records of one size into a fresh topic, against
 //!   `write(2)` of the same bytes in the same sizes into a fresh file; then
 //!   `Consumer::poll_batch` of that log against `read(2)` of that file into
-//!   a buffer. Each run does the four in turn (interleaved); the ratio is
-//!   taken per run and the table shows the median and the spread.
+//!   a buffer. Each run does the four in turn (interleaved); the baseline
+//!   of the send row is the `write(2)` row, that of the `poll_batch` row the
+//!   `read(2)` row, each from the same run.
 #![allow(clippy::unwrap_used)]
 
 use std::fs::OpenOptions;
@@ -29,42 +32,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+mod harness;
+use harness::{filter_matches, scaled, Harness};
+
 use mqlite::{BorrowedRecord, Broker, Config, ConsumerConfig, ProducerConfig, TopicConfig};
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.partial_cmp(b).expect("no NaN"));
-    v[v.len() / 2]
-}
-
-fn spread(v: &[f64]) -> (f64, f64) {
-    let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
-    let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    (lo, hi)
-}
-
-fn runs() -> usize {
-    std::env::var("MQLITE_BENCH_RUNS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(3)
-}
-
-fn scale() -> f64 {
-    std::env::var("MQLITE_BENCH_SCALE")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1.0)
-}
-
-fn scaled(n: u64) -> u64 {
-    ((n as f64 * scale()) as u64).max(1)
-}
-
-/// Whether a row is selected by `MQLITE_BENCH_FILTER` (see `log.rs`).
-fn filter_matches(name: &str) -> bool {
-    std::env::var("MQLITE_BENCH_FILTER")
-        .map_or(true, |f| f.split('|').any(|part| name.contains(part)))
-}
 
 fn fresh_dir(tag: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("mqlite-sizes-{}-{tag}", std::process::id()));
@@ -130,7 +101,9 @@ fn key_spread(n: u64, partitions: u32, mode: Mode, steady: bool) -> f64 {
                 partition: Some(p),
                 ..rec(0)
             };
-            producer.send_borrowed(&r).expect("warm-up send");
+            producer
+                .send_borrowed(&r)
+                .unwrap_or_else(|e| panic!("warm-up send to partition {p}: {e}"));
         }
     }
     let done = Arc::new(AtomicU64::new(0));
@@ -140,12 +113,18 @@ fn key_spread(n: u64, partitions: u32, mode: Mode, steady: bool) -> f64 {
             for chunk in (0..n as usize).collect::<Vec<_>>().chunks(100) {
                 batch.clear();
                 batch.extend(chunk.iter().map(|&i| rec(i)));
-                black_box(producer.send_batch(&batch).expect("send_batch"));
+                let got = producer.send_batch(&batch).unwrap_or_else(|e| {
+                    panic!("send_batch over {partitions} partitions: {e} ({e:?})")
+                });
+                black_box(got);
             }
         }
         Mode::One => {
             for i in 0..n as usize {
-                black_box(producer.send_borrowed(&rec(i)).expect("send"));
+                let got = producer
+                    .send_borrowed(&rec(i))
+                    .unwrap_or_else(|e| panic!("send over {partitions} partitions: {e} ({e:?})"));
+                black_box(got);
             }
         }
         Mode::Async => {
@@ -173,12 +152,17 @@ fn key_spread(n: u64, partitions: u32, mode: Mode, steady: bool) -> f64 {
     secs
 }
 
-fn key_spread_rows() {
-    let runs = runs();
+/// One run of every selected key-spread row; each row's baseline is the
+/// P=100 row of its kind.
+fn key_spread_rows(h: &mut Harness) {
     for mode in [Mode::Batch, Mode::One, Mode::Async] {
         for steady in [true, false] {
             let when = if steady { "steady" } else { "fresh" };
-            let mut got: Vec<(String, f64, f64, f64)> = Vec::new();
+            let group = format!(
+                "{} ({when}), 100 B records with distinct keys",
+                mode.label()
+            );
+            let baseline = format!("{}, P=100, {when}", mode.label());
             for partitions in [1u32, 10, 100, 1000] {
                 let name = format!("{}, P={partitions}, {when}", mode.label());
                 if !filter_matches(&name) {
@@ -189,35 +173,8 @@ fn key_spread_rows() {
                     Mode::One | Mode::Async => 400_000,
                 })
                 .max(u64::from(partitions));
-                let rates: Vec<f64> = (0..runs)
-                    .map(|_| n as f64 / key_spread(n, partitions, mode, steady))
-                    .collect();
-                let (lo, hi) = spread(&rates);
-                let rate = median(rates);
-                eprintln!("  {name:<60} {:>8.3} M msg/s", rate / 1e6);
-                got.push((name, rate, lo, hi));
-            }
-            if got.is_empty() {
-                continue;
-            }
-            let base = got
-                .iter()
-                .find(|g| g.0.contains("P=100,"))
-                .map_or(f64::NAN, |g| g.1);
-            println!();
-            println!(
-                "| {} ({when}), 100 B records with distinct keys | M msg/s (median) | spread | ratio to P=100 |",
-                mode.label()
-            );
-            println!("|---|---:|---:|---:|");
-            for (name, rate, lo, hi) in &got {
-                println!(
-                    "| {name} | {:.3} | {:.3}-{:.3} | {:.2} |",
-                    rate / 1e6,
-                    lo / 1e6,
-                    hi / 1e6,
-                    rate / base
-                );
+                let secs = key_spread(n, partitions, mode, steady);
+                h.record(&name, &group, n, 100, secs, Some(&baseline));
             }
         }
     }
@@ -310,73 +267,46 @@ fn sizes_run(size: usize, count: usize) -> [f64; 4] {
     [write, send, read, poll]
 }
 
-fn size_rows() {
-    let runs = runs();
-    let mut produce: Vec<String> = Vec::new();
-    let mut consume: Vec<String> = Vec::new();
+/// One run of every selected record-size row: `Producer::send` against
+/// `write(2)`, and `Consumer::poll_batch` against `read(2)`, of one size.
+fn size_rows(h: &mut Harness) {
     for size in [16usize, 100, 1 << 10, 16 << 10, 256 << 10, 1 << 20] {
-        let name = format!("record size {size} B");
-        if !filter_matches(&name) {
+        let prefix = format!("record size {size} B");
+        if !filter_matches(&prefix) {
             continue;
         }
         // 256 MiB per row, at most 2 M records.
         let count = (scaled(256 << 20) as usize / size).clamp(1, scaled(2_000_000) as usize);
-        let all: Vec<[f64; 4]> = (0..runs).map(|_| sizes_run(size, count)).collect();
-        let bytes = (size * count) as f64;
-        let col = |k: usize| -> Vec<f64> { all.iter().map(|r| bytes / r[k]).collect() };
-        let ratio = |a: usize, b: usize| -> Vec<f64> { all.iter().map(|r| r[b] / r[a]).collect() };
-        let fmt = |v: Vec<f64>| {
-            let (lo, hi) = spread(&v);
-            format!("{:.2} ({:.2}-{:.2})", median(v), lo, hi)
-        };
-        let gbs = |v: Vec<f64>| {
-            let (lo, hi) = spread(&v);
-            format!("{:.2} ({:.2}-{:.2})", median(v) / 1e9, lo / 1e9, hi / 1e9)
-        };
-        eprintln!(
-            "  {name:<24} send {} GB/s, write(2) {} GB/s, ratio {}",
-            gbs(col(1)),
-            gbs(col(0)),
-            fmt(ratio(1, 0))
-        );
-        produce.push(format!(
-            "| {size} | {count} | {} | {} | {} |",
-            gbs(col(1)),
-            gbs(col(0)),
-            fmt(ratio(1, 0))
-        ));
-        consume.push(format!(
-            "| {size} | {count} | {} | {} | {} |",
-            gbs(col(3)),
-            gbs(col(2)),
-            fmt(ratio(3, 2))
-        ));
+        let [write, send, read, poll] = sizes_run(size, count);
+        let msgs = count as u64;
+        let produce = "record sizes, Producer::send against write(2)";
+        let consume = "record sizes, Consumer::poll_batch against read(2)";
+        let write_row = format!("{prefix}, write(2)");
+        let read_row = format!("{prefix}, read(2)");
+        h.record(&write_row, produce, msgs, size, write, None);
+        let send_row = format!("{prefix}, Producer::send");
+        h.record(&send_row, produce, msgs, size, send, Some(&write_row));
+        h.record(&read_row, consume, msgs, size, read, None);
+        let poll_row = format!("{prefix}, Consumer::poll_batch");
+        h.record(&poll_row, consume, msgs, size, poll, Some(&read_row));
     }
-    if produce.is_empty() {
-        return;
-    }
-    println!();
-    println!(
-        "| record bytes | records | Producer::send GB/s | write(2) GB/s | ratio send / write(2) |"
-    );
-    println!("|---:|---:|---:|---:|---:|");
-    for l in &produce {
-        println!("{l}");
-    }
-    println!();
-    println!("| record bytes | records | Consumer::poll_batch GB/s | read(2) GB/s | ratio poll_batch / read(2) |");
-    println!("|---:|---:|---:|---:|---:|");
-    for l in &consume {
-        println!("{l}");
-    }
-    println!();
-    println!("(median of {runs} interleaved runs, min-max in brackets; GB/s of record values)");
 }
 
 fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
     }
-    key_spread_rows();
-    size_rows();
+    let mut h = Harness::new("sizes");
+    let runs = h.runs();
+    for run in 1..=runs {
+        eprintln!("run {run} of {runs}");
+        one_run(&mut h);
+    }
+    h.finish();
+}
+
+/// One run of every selected row, key spread first.
+fn one_run(h: &mut Harness) {
+    key_spread_rows(h);
+    size_rows(h);
 }

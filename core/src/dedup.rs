@@ -351,10 +351,26 @@ impl std::hash::Hasher for IdHasher {
 type IdMap<V> = HashMap<i64, V, std::hash::BuildHasherDefault<IdHasher>>;
 
 /// Sequence state of every producer that wrote to one partition.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
+#[derive(Debug, Default, Clone)]
 pub(crate) struct ProducerTable {
-    producers: IdMap<ProducerState>,
+    /// The first producer that wrote here, inline: a partition mostly has
+    /// one producer at a time, whose lookup (on every idempotent append)
+    /// then touches the partition's writer state only, not a map's memory
+    /// as well (with keys spread over 1,000 partitions, one more cache
+    /// miss per append).
+    first: Option<(i64, ProducerState)>,
+    /// Every other producer.
+    others: IdMap<ProducerState>,
 }
+
+impl PartialEq for ProducerTable {
+    /// The same producers in the same states, wherever each is kept.
+    fn eq(&self, other: &Self) -> bool {
+        self.len() == other.len() && self.iter().all(|(id, s)| other.get(id) == Some(s))
+    }
+}
+
+impl Eq for ProducerTable {}
 
 /// What the table says about a batch about to be appended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -389,8 +405,51 @@ pub(crate) struct Idempotence {
 
 impl ProducerTable {
     /// The state of producer `id`, if it wrote here.
+    #[inline]
     pub(crate) fn get(&self, id: i64) -> Option<&ProducerState> {
-        self.producers.get(&id)
+        match &self.first {
+            Some((first, s)) if *first == id => Some(s),
+            _ => self.others.get(&id),
+        }
+    }
+
+    /// [`ProducerTable::get`], mutable.
+    fn get_mut(&mut self, id: i64) -> Option<&mut ProducerState> {
+        match &mut self.first {
+            Some((first, s)) if *first == id => Some(s),
+            _ => self.others.get_mut(&id),
+        }
+    }
+
+    /// The state of producer `id`, made by `make` if it has none yet.
+    fn entry(&mut self, id: i64, make: impl FnOnce() -> ProducerState) -> &mut ProducerState {
+        if self.first.as_ref().is_some_and(|(first, _)| *first != id) {
+            return self.others.entry(id).or_insert_with(make);
+        }
+        &mut self.first.get_or_insert_with(|| (id, make())).1
+    }
+
+    /// Sets the state of producer `id`.
+    fn insert(&mut self, id: i64, state: ProducerState) {
+        match self.get_mut(id) {
+            Some(s) => *s = state,
+            None => {
+                self.entry(id, || state);
+            }
+        }
+    }
+
+    /// Number of producers.
+    fn len(&self) -> usize {
+        usize::from(self.first.is_some()) + self.others.len()
+    }
+
+    /// Every producer and its state (the first one first).
+    fn iter(&self) -> impl Iterator<Item = (i64, &ProducerState)> {
+        self.first
+            .iter()
+            .map(|(id, s)| (*id, s))
+            .chain(self.others.iter().map(|(id, s)| (*id, s)))
     }
 
     /// Decides what to do with a batch of `count` records from `idem`.
@@ -401,7 +460,7 @@ impl ProducerTable {
         topic: &str,
         partition: u32,
     ) -> Result<SequenceCheck> {
-        let state = self.producers.get(&idem.producer_id);
+        let state = self.get(idem.producer_id);
         if let Some(s) = state {
             if s.epoch > idem.epoch {
                 return Err(Error::ProducerFenced {
@@ -444,17 +503,14 @@ impl ProducerTable {
 
     /// Records a batch written by `idem` with sequences `first_seq..`.
     pub(crate) fn record(&mut self, idem: &Idempotence, first_seq: i64, count: u32, base: u64) {
-        let s = self
-            .producers
-            .entry(idem.producer_id)
-            .or_insert_with(|| ProducerState {
-                epoch: idem.epoch,
-                last_seq: -1,
-                last_app_seq: -1,
-                named: idem.named,
-                window: VecDeque::new(),
-                app_written: SeqRanges::default(),
-            });
+        let s = self.entry(idem.producer_id, || ProducerState {
+            epoch: idem.epoch,
+            last_seq: -1,
+            last_app_seq: -1,
+            named: idem.named,
+            window: VecDeque::new(),
+            app_written: SeqRanges::default(),
+        });
         s.epoch = s.epoch.max(idem.epoch);
         s.named |= idem.named;
         let last = first_seq + i64::from(count) - 1;
@@ -501,7 +557,7 @@ impl ProducerTable {
     /// Raises producer `id`'s floor of written application sequences
     /// (nothing when it never wrote here).
     pub(crate) fn raise_floor(&mut self, id: i64, floor: i64) {
-        if let Some(s) = self.producers.get_mut(&id) {
+        if let Some(s) = self.get_mut(id) {
             s.app_written.raise_floor(floor);
         }
     }
@@ -509,8 +565,8 @@ impl ProducerTable {
     /// Adds the named producers' state read from disk to a table holding
     /// this process's anonymous producers.
     pub(crate) fn merge_loaded(&mut self, loaded: ProducerTable) {
-        for (id, s) in loaded.producers {
-            self.producers.entry(id).or_insert(s);
+        for (id, s) in loaded.first.into_iter().chain(loaded.others) {
+            self.entry(id, || s);
         }
     }
 
@@ -518,10 +574,9 @@ impl ProducerTable {
     /// process).
     fn named_only(&self) -> Vec<(i64, ProducerState)> {
         let mut v: Vec<_> = self
-            .producers
             .iter()
             .filter(|(_, s)| s.named)
-            .map(|(id, s)| (*id, s.clone()))
+            .map(|(id, s)| (id, s.clone()))
             .collect();
         v.sort_by_key(|(id, _)| *id);
         v
@@ -573,7 +628,7 @@ pub(crate) fn load_snapshot(dir: &Path) -> Option<(ProducerTable, u64)> {
                     s.window.pop_front();
                 }
                 s.app_written = std::mem::take(&mut s.app_written).normalized();
-                table.producers.insert(id, s);
+                table.insert(id, s);
             }
             Some((table, f.offset))
         }
@@ -602,6 +657,65 @@ mod tests {
             window: 5,
             floor: 0,
         }
+    }
+
+    /// The first producer is kept apart from the others: each keeps its
+    /// own state, a table compares by content, and the snapshot and the
+    /// merge of a loaded table keep every producer.
+    #[test]
+    fn producers_after_the_first_keep_their_own_state() {
+        let of = |id: i64, seq: Option<i64>| Idempotence {
+            producer_id: id,
+            ..idem(seq, false)
+        };
+        let mut t = ProducerTable::default();
+        t.record(&of(7, None), 0, 3, 100);
+        t.record(&of(8, None), 0, 5, 103);
+        t.record(&of(9, Some(4)), 4, 1, 108);
+        t.record(&of(7, None), 3, 1, 109);
+        assert_eq!(t.len(), 3);
+        assert_eq!(t.get(7).map(|s| s.last_seq), Some(3));
+        assert_eq!(t.get(8).map(|s| s.last_seq), Some(4));
+        assert_eq!(t.get(9).map(|s| s.last_app_seq), Some(4));
+        assert!(t.get(10).is_none());
+        assert_eq!(
+            t.check(&of(8, None), 1, "t", 0).unwrap(),
+            SequenceCheck::Write(5)
+        );
+        assert_eq!(
+            t.check(&of(9, Some(4)), 1, "t", 0).unwrap(),
+            SequenceCheck::Duplicate(Some(108))
+        );
+        // The same producers recorded in another order: another one is
+        // first, the tables are equal.
+        let mut u = ProducerTable::default();
+        u.record(&of(9, Some(4)), 4, 1, 108);
+        u.record(&of(8, None), 0, 5, 103);
+        u.record(&of(7, None), 0, 4, 100);
+        assert_eq!(t, u);
+        u.record(&of(8, None), 5, 1, 110);
+        assert_ne!(t, u);
+        // Saved (named producers only: all three are) and loaded back.
+        let dir = tempfile::tempdir().unwrap();
+        save_snapshot(dir.path(), &t, 110, 0o600).unwrap();
+        let (loaded, offset) = load_snapshot(dir.path()).unwrap();
+        assert_eq!(offset, 110);
+        assert_eq!(loaded, t);
+        // Merged into a table holding another producer: all four.
+        let mut m = ProducerTable::default();
+        m.record(
+            &Idempotence {
+                named: false,
+                ..of(1, None)
+            },
+            0,
+            1,
+            0,
+        );
+        m.merge_loaded(loaded);
+        assert_eq!(m.len(), 4);
+        assert_eq!(m.get(8).map(|s| s.last_seq), Some(4));
+        assert_eq!(m.get(1).map(|s| s.last_seq), Some(0));
     }
 
     #[test]

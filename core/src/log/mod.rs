@@ -13,6 +13,8 @@ mod index;
 #[allow(unsafe_code)]
 mod mmap;
 mod open;
+#[allow(unsafe_code)]
+mod prefetch;
 mod run;
 mod segment;
 #[cfg(test)]
@@ -325,6 +327,8 @@ pub(crate) struct PartitionLog {
     recovery: RecoveryStats,
     /// The recovery point file (see checkpoint.rs).
     checkpoint: CheckpointFile,
+    /// Where the next append writes, for prefetching ([`prefetch`]).
+    hints: prefetch::Hints,
 }
 
 /// Milliseconds since the Unix epoch ([`crate::clock`]).
@@ -560,7 +564,13 @@ impl PartitionLog {
             g.len()
         } else {
             let buf = active.reserve(active_writer, len);
-            encode(buf, base, &src, producer, attributes, append_time)
+            let tail = buf.as_ptr() as usize + len;
+            let written = encode(buf, base, &src, producer, attributes, append_time);
+            self.hints.tail.store(tail, Ordering::Relaxed);
+            self.hints
+                .segment
+                .store(Arc::as_ptr(active) as usize, Ordering::Relaxed);
+            written
         };
         let by_file = gathered.is_some();
         drop(gathered);

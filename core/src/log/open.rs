@@ -236,6 +236,7 @@ impl PartitionLog {
             recovery,
             checkpoint,
             config,
+            hints: super::prefetch::Hints::default(),
         };
         Ok((log, pending))
     }

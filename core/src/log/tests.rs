@@ -146,3 +146,33 @@ fn the_caller_completing_a_round_flushes_for_the_leader() {
     }
     panic!("the leader never waited long enough for a second caller");
 }
+
+/// The prefetch hints follow the writer: the tail moves by each batch
+/// written through the map, and the segment is the active one, a new one
+/// after a roll.
+#[test]
+fn prefetch_hints_follow_the_writer() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_mq, log) = open(dir.path(), 64 << 10);
+    let active = || Arc::clone(log.segments.read().unwrap().last().unwrap());
+    let value = [7u8; 100];
+    assert_eq!(log.hints.tail.load(Ordering::Relaxed), 0);
+    append(&log, &value, 1);
+    let first = log.hints.tail.load(Ordering::Relaxed);
+    let end = active().end();
+    append(&log, &value, 1);
+    let second = log.hints.tail.load(Ordering::Relaxed);
+    assert_eq!(second - first, active().end() - end);
+    let seg = Arc::as_ptr(&active()) as usize;
+    assert_eq!(log.hints.segment.load(Ordering::Relaxed), seg);
+    // Prefetching reads the hints only.
+    log.prefetch_writer();
+    log.prefetch_tail();
+    assert_eq!(log.hints.tail.load(Ordering::Relaxed), second);
+    while log.segments.read().unwrap().len() < 2 {
+        append(&log, &value, 1);
+    }
+    let rolled = Arc::as_ptr(&active()) as usize;
+    assert_ne!(rolled, seg);
+    assert_eq!(log.hints.segment.load(Ordering::Relaxed), rolled);
+}

@@ -233,7 +233,16 @@ impl Inner {
                 due
             };
             if !due.is_empty() {
-                for k in due {
+                // Due batches are often of as many partitions (keys spread
+                // over them): the next ones' cache lines are asked for
+                // ahead, as in `send_many`.
+                for (i, &k) in due.iter().enumerate() {
+                    if let Some(b) = due.get(i + 2).and_then(|k| st.batches.get(k)) {
+                        b.log.prefetch_writer();
+                    }
+                    if let Some(b) = due.get(i + 1).and_then(|k| st.batches.get(k)) {
+                        b.log.prefetch_tail();
+                    }
                     self.append_pending(&mut st, k);
                 }
                 drop(st);

@@ -750,8 +750,32 @@ impl Inner {
         let now = now_ms();
         let mut refs: Vec<RecordRef<'_>> = Vec::with_capacity(records.len().min(1024));
         let mut flush_targets: Vec<(Arc<PartitionLog>, u64)> = Vec::new();
+        let log_of = |g: usize| {
+            groups
+                .get(g)
+                .map(|&(run, partition)| &runs[run as usize].parts()[partition as usize])
+        };
+        // Over many partitions every append starts on cold cache lines:
+        // the next partitions' are asked for ahead (the writer two groups
+        // ahead, where the next one writes one ahead), to arrive while
+        // this one is written.
+        if let Some(l) = log_of(0) {
+            l.prefetch_writer();
+        }
+        if let Some(l) = log_of(1) {
+            l.prefetch_writer();
+        }
+        if let Some(l) = log_of(0) {
+            l.prefetch_tail();
+        }
         for (g, &(run, partition)) in groups.iter().enumerate() {
             let log = &runs[run as usize].parts()[partition as usize];
+            if let Some(l) = log_of(g + 2) {
+                l.prefetch_writer();
+            }
+            if let Some(l) = log_of(g + 1) {
+                l.prefetch_tail();
+            }
             let partition = &partition;
             let idx = &order[starts[g]..starts[g + 1]];
             let max_batch = log.max_batch_bytes();
