@@ -674,16 +674,7 @@ fn consume_partitions(n: u64, size: usize, partitions: u32, max_poll: Option<usi
 }
 
 fn main() {
-    if std::env::args().any(|a| a == "--list") {
-        return;
-    }
-    let mut h = Harness::new("log");
-    let runs = h.runs();
-    for run in 1..=runs {
-        eprintln!("run {run} of {runs}");
-        one_run(&mut h);
-    }
-    h.finish();
+    harness::run_bench("log", &[], one_run);
 }
 
 /// One run of every selected row, in the order they are listed.

@@ -214,9 +214,6 @@ fn fresh_dir(p: u32) -> PathBuf {
 }
 
 fn main() {
-    if std::env::args().any(|a| a == "--list") {
-        return;
-    }
     if let Ok(spec) = std::env::var(CHILD_ENV) {
         let mut it = spec.splitn(3, ':');
         let (step, p, dir) = (
@@ -227,18 +224,15 @@ fn main() {
         child(step, p, Path::new(dir));
         return;
     }
-    let mut h = Harness::new("partitions");
-    let runs = h.runs();
-    for run in 1..=runs {
-        eprintln!("run {run} of {runs}");
-        one_run(&mut h);
-    }
-    h.note(
-        "each step in a child process of its own under a descriptor limit of 1,024; \
-         RSS counted from the empty broker's; syncs: fsync, fdatasync and msync of the \
-         partitions' files (not directories)",
+    harness::run_bench(
+        "partitions",
+        &[
+            "each step in a child process of its own under a descriptor limit of 1,024; \
+           RSS counted from the empty broker's; syncs: fsync, fdatasync and msync of the \
+           partitions' files (not directories)",
+        ],
+        one_run,
     );
-    h.finish();
 }
 
 /// One run of every selected partition count: create, clean open and one

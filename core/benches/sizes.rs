@@ -293,16 +293,7 @@ fn size_rows(h: &mut Harness) {
 }
 
 fn main() {
-    if std::env::args().any(|a| a == "--list") {
-        return;
-    }
-    let mut h = Harness::new("sizes");
-    let runs = h.runs();
-    for run in 1..=runs {
-        eprintln!("run {run} of {runs}");
-        one_run(&mut h);
-    }
-    h.finish();
+    harness::run_bench("sizes", &[], one_run);
 }
 
 /// One run of every selected row, key spread first.

@@ -92,6 +92,25 @@ pub struct Harness {
     notes: Vec<String>,
 }
 
+/// The body of a bench binary's `main`: nothing with `--list` (what
+/// `cargo test --benches` asks), else `one_run` once per interleaved run
+/// (`MQLITE_BENCH_RUNS`), `notes` added, and the tables and JSON written.
+pub fn run_bench(bench: &str, notes: &[&str], one_run: fn(&mut Harness)) {
+    if std::env::args().any(|a| a == "--list") {
+        return;
+    }
+    let mut h = Harness::new(bench);
+    let runs = h.runs();
+    for run in 1..=runs {
+        eprintln!("run {run} of {runs}");
+        one_run(&mut h);
+    }
+    for n in notes {
+        h.note(n);
+    }
+    h.finish();
+}
+
 impl Harness {
     /// A harness for the bench binary `bench` (its file name), started now
     /// (the date, load average and commit are taken here).

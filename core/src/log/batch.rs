@@ -27,7 +27,7 @@
 //! headers (key_len, key utf-8, value_len, value)`.
 //!
 //! A batch of one uncompressed record is written in the compact layout
-//! (`magic` 2, see [`compact`](self::compact)): the same first 17 bytes
+//! (`magic` 2, see the `compact` module): the same first 17 bytes
 //! (`base_offset`, `length`, `crc`, `magic`), then a one-byte flags field,
 //! one timestamp, the producer fields as varints and the record without its
 //! length, attributes and deltas. Both layouts make format version 2; the
