@@ -103,12 +103,27 @@ fn scan_records(
     from: u64,
     f: &mut impl FnMut(u64, Option<&[u8]>, Option<&[u8]>),
 ) -> Result<u64> {
+    deliver(seg, at, batch::Records::new(bytes, h), bytes, h, from, f)
+}
+
+/// Hands `f` each record of `records` (whose keys and values index into
+/// `buf`) at or after `from`, and counts them; a malformed record is the
+/// batch's corruption.
+fn deliver(
+    seg: &Segment,
+    at: usize,
+    records: batch::Records<'_>,
+    buf: &[u8],
+    h: &BatchHeader,
+    from: u64,
+    f: &mut impl FnMut(u64, Option<&[u8]>, Option<&[u8]>),
+) -> Result<u64> {
     let mut n = 0;
-    for r in batch::Records::new(bytes, h) {
+    for r in records {
         let r = r.map_err(|reason| seg.corrupt(at, reason))?;
         let offset = h.base_offset + u64::from(r.offset_delta);
         if offset >= from {
-            f(offset, r.key.map(|k| &bytes[k]), r.value.map(|v| &bytes[v]));
+            f(offset, r.key.map(|k| &buf[k]), r.value.map(|v| &buf[v]));
             n += 1;
         }
     }
@@ -128,18 +143,6 @@ fn scan_compressed(
 ) -> Result<u64> {
     let section = batch::records_section(bytes, h, MAX_UNCOMPRESSED_LEN)
         .map_err(|reason| seg.corrupt(at, reason))?;
-    let mut n = 0;
-    for r in batch::Records::over_section(&section, h.record_count) {
-        let r = r.map_err(|reason| seg.corrupt(at, reason))?;
-        let offset = h.base_offset + u64::from(r.offset_delta);
-        if offset >= from {
-            f(
-                offset,
-                r.key.map(|k| &section[k]),
-                r.value.map(|v| &section[v]),
-            );
-            n += 1;
-        }
-    }
-    Ok(n)
+    let records = batch::Records::over_section(&section, h.record_count);
+    deliver(seg, at, records, &section, h, from, f)
 }
