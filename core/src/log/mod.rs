@@ -163,6 +163,9 @@ impl BatchSource<'_> {
     /// are known (a one-record batch is written compact).
     fn encoded_len(&self, producer: &ProducerFields, attributes: u16) -> usize {
         match self {
+            // Several records keep the full layout, whose size the caller
+            // computed: no second pass over them.
+            BatchSource::Records(r, len) if r.len() > 1 => *len,
             BatchSource::Records(r, _) => batch::encoded_len(r, producer, attributes),
             BatchSource::Section { bytes, info, .. } => {
                 batch::section_encoded_len(bytes, info.count, producer, attributes)
