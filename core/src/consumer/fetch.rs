@@ -183,8 +183,7 @@ impl Consumer {
                     // codec), at the position: read in place.
                     let src = Self::segment_source(source, &mut source_seg, log, seg);
                     if let Err(reason) = Self::take_compact(b, src, out) {
-                        let stop = Stop::Malformed(reason);
-                        return ControlFlow::Break(Exit::Stopped(stop, b.at, *h, None));
+                        return ControlFlow::Break(Exit::Malformed(b.at, h.base_offset, reason));
                     }
                     taken += 1;
                     position = h.base_offset + 1;
@@ -224,6 +223,11 @@ impl Consumer {
                 Ok(Some(Exit::OutOfSequence(at))) => {
                     cursor.pos = at;
                     failed = Some(cursor.seg.corrupt(at, "batch base offset out of sequence"));
+                }
+                Ok(Some(Exit::Malformed(at, base, reason))) => {
+                    cursor.pos = at;
+                    a.next_base = Some(base);
+                    failed = Some(cursor.seg.corrupt(at, reason));
                 }
                 Ok(Some(Exit::Stopped(stop, at, h, buffer))) => {
                     let kept = (position, buffer);
@@ -607,6 +611,10 @@ enum Exit {
     Skipped(usize),
     /// The batch at this position does not hold the next offset.
     OutOfSequence(usize),
+    /// The compact batch at this position (with this base offset) holds a
+    /// malformed record (what [`Consumer::stopped`] makes of
+    /// [`Stop::Malformed`], without the whole header).
+    Malformed(usize, u64, &'static str),
     /// The batch at this position (with this header) stopped before its
     /// end ([`Consumer::stopped`]), with its records decompressed if it is
     /// compressed.
