@@ -867,6 +867,58 @@ mod tests {
         }
     }
 
+    /// A compact batch whose CRC matches but whose record is malformed (a
+    /// value length past the batch's end): the messages before it, then
+    /// the error at the batch; put right, the same consumer reads on.
+    #[test]
+    fn a_malformed_compact_record_is_an_error_at_its_batch() {
+        use crate::Error;
+        let tmp = tempfile::tempdir().unwrap();
+        let b = broker(tmp.path());
+        b.create_topic("t", TopicConfig::new(1)).unwrap();
+        for _ in 0..8 {
+            append_batch(&b, "t", 0, 1);
+        }
+        let path = tmp.path().join("topics/t/0/00000000000000000000.log");
+        let bytes = std::fs::read(&path).unwrap();
+        let mut at = 0usize;
+        for _ in 0..3 {
+            at += 12 + u32::from_le_bytes(bytes[at + 8..at + 12].try_into().unwrap()) as usize;
+        }
+        let end = at + 12 + u32::from_le_bytes(bytes[at + 8..at + 12].try_into().unwrap()) as usize;
+        // No producer fields: the record is at 26, a null key (1), then
+        // the value's length (zigzag, one byte for "v3").
+        assert_eq!(bytes[at + 16], crate::log::batch::MAGIC_COMPACT);
+        assert_eq!((bytes[at + 26], bytes[at + 27]), (1, 4));
+        let mut bad = bytes[at..end].to_vec();
+        bad[27] = 40;
+        let crc = ::crc32c::crc32c(&bad[16..]);
+        bad[12..16].copy_from_slice(&crc.to_le_bytes());
+        crate::log::test_util::write_at(&path, at as u64, &bad);
+        let mut c = b
+            .consumer(ConsumerConfig::default().max_poll_records(1000))
+            .unwrap();
+        c.assign(&[("t", 0)]).unwrap();
+        let got = c.poll_batch(Duration::ZERO).unwrap();
+        assert_eq!(
+            got.iter().map(|m| m.offset()).collect::<Vec<_>>(),
+            [0, 1, 2]
+        );
+        match c.poll_batch(Duration::ZERO) {
+            Err(Error::Corrupt {
+                position, reason, ..
+            }) => {
+                assert_eq!(position, at as u64);
+                assert!(reason.contains("malformed record"), "{reason}");
+            }
+            other => panic!("{other:?}"),
+        }
+        crate::log::test_util::write_at(&path, at as u64, &bytes[at..end]);
+        let got = c.poll(Duration::ZERO).unwrap();
+        assert_eq!(offsets(&got), (3..8).collect::<Vec<_>>());
+        check_values(&got);
+    }
+
     /// One-record (compact) batches, read as a run: keys, headers and
     /// values come through; a CRC mismatch in the middle of the run
     /// delivers the messages before it in that poll, then the error, at the
