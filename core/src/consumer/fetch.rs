@@ -158,6 +158,8 @@ impl Consumer {
             // references.
             let mut next_base = a.next_base;
             let mut source_seg: *const Segment = std::ptr::null();
+            // Whether `out` was given room for the compact batches ahead.
+            let mut reserved = false;
             let run = log.read_run(cursor, |seg, b| {
                 #[cfg(test)]
                 tests::count(|c| c.checked += 1);
@@ -181,6 +183,10 @@ impl Consumer {
                 if h.magic == batch::MAGIC_COMPACT {
                     // One uncompressed record (the compact layout has no
                     // codec), at the position: read in place.
+                    if !reserved {
+                        reserved = true;
+                        Self::reserve_compact(out, seg, b.at, limit - taken);
+                    }
                     let src = Self::segment_source(source, &mut source_seg, log, seg);
                     if let Err(reason) = Self::take_compact(b, src, out) {
                         return ControlFlow::Break(Exit::Malformed(b.at, h.base_offset, reason));
@@ -276,6 +282,19 @@ impl Consumer {
             return Some(Exit::OutOfSequence(at));
         }
         None
+    }
+
+    /// Makes room in `out`, once per fetch, for the compact batches it may
+    /// take from `at` in `seg` on: `left` at most, and no more than the
+    /// published bytes there can hold (a reader near the end of the log
+    /// does not reserve for a full poll). One-record batches carry no
+    /// record count to reserve by, as a batch of many does.
+    #[cold]
+    #[inline(never)]
+    fn reserve_compact<S: Sink>(out: &mut S, seg: &Segment, at: usize, left: usize) {
+        const SMALLEST: usize = batch::LENGTH_PREFIX + batch::COMPACT_MIN_LENGTH as usize;
+        let fit = seg.end().saturating_sub(at) / SMALLEST;
+        out.reserve(fit.clamp(1, left.max(1)));
     }
 
     /// The source of the messages read in place from `seg`: `source`,
