@@ -7,7 +7,8 @@
 //! (default 1.0) scales the message counts; `MQLITE_BENCH_FILTER=text`
 //! runs only the rows whose name contains `text` (`a|b`: either);
 //! `MQLITE_BENCH_JSON=path` writes every run's figures there (see
-//! `harness`). Ratios are against the raw memmap2 write of the same bytes
+//! `harness`); `MQLITE_BENCH_SIZES=100` (a comma-separated list) runs only
+//! those message sizes of the per-size rows (100 and 1024 B). Ratios are against the raw memmap2 write of the same bytes
 //! into already-touched pages, measured in the same run, because the
 //! machines are shared and noisy.
 #![allow(clippy::unwrap_used)]
@@ -673,6 +674,13 @@ fn consume_partitions(n: u64, size: usize, partitions: u32, max_poll: Option<usi
     secs
 }
 
+/// Whether `MQLITE_BENCH_SIZES` (comma-separated sizes in bytes; all when
+/// unset) selects the per-size rows of `size`.
+fn size_selected(size: usize) -> bool {
+    std::env::var("MQLITE_BENCH_SIZES")
+        .map_or(true, |v| v.split(',').any(|s| s.trim().parse() == Ok(size)))
+}
+
 fn main() {
     harness::run_bench("log", &[], one_run);
 }
@@ -680,6 +688,9 @@ fn main() {
 /// One run of every selected row, in the order they are listed.
 fn one_run(h: &mut Harness) {
     for &(size, n) in &[(100usize, scaled(2_000_000)), (1024usize, scaled(300_000))] {
+        if !size_selected(size) {
+            continue;
+        }
         let group = format!("{size} B");
         let baseline = format!("raw mmap write, touched pages ({size} B)");
         let mut bench = |name: &str, msgs: u64, f: &dyn Fn() -> f64| {

@@ -10,7 +10,7 @@ use super::{Consumer, OffsetReset};
 use crate::error::{Error, Result};
 use crate::log::batch::{self, BatchHeader};
 use crate::log::compression::MAX_UNCOMPRESSED_LEN;
-use crate::log::{Cursor, PartitionLog, RunBatch};
+use crate::log::{Cursor, PartitionLog, RunBatch, Segment};
 use crate::message::{Rec, Sink, Source, Span};
 
 impl Consumer {
@@ -151,80 +151,75 @@ impl Consumer {
             if taken >= limit {
                 break 'read;
             }
-            let (source, next_base) = (&mut a.source, &mut a.next_base);
+            let source = &mut a.source;
+            // Kept in locals while the run goes on (written back after it),
+            // and the segment `source` reads from as a pointer: per batch,
+            // the compact path compares registers, not fields behind
+            // references.
+            let mut next_base = a.next_base;
+            let mut source_seg: *const Segment = std::ptr::null();
+            // Whether `out` was given room for the compact batches ahead.
+            let mut reserved = false;
             let run = log.read_run(cursor, |seg, b| {
-                let (at, h) = (b.at, &b.header);
                 #[cfg(test)]
                 tests::count(|c| c.checked += 1);
+                let h = &b.header;
                 // The base offset is outside the CRC: every batch must hold
-                // the next offset to deliver, or it is damaged.
-                let expected = next_base.is_none_or(|nb| nb == h.base_offset);
-                if h.base_offset > position && position < log.start_offset() {
-                    // Retention deleted the segments between the one we
-                    // finished and this one while we read: not damage, a
-                    // reset.
-                    return ControlFlow::Break(Exit::Skipped(at));
-                }
-                if !expected || h.base_offset > position || h.last_offset() < position {
-                    return ControlFlow::Break(Exit::OutOfSequence(at));
-                }
-                if h.attributes & batch::CODEC_MASK != 0 {
-                    // Decompressed once into a buffer its messages share.
-                    out.reserve((h.record_count as usize).min(room - taken));
-                    let (stop, buffer) = Self::take_compressed(
+                // the next offset to deliver, or it is damaged. A batch that
+                // starts at the position, right after the last one, passes
+                // every check (one comparison on the way of a run).
+                if h.base_offset != position || next_base.is_some_and(|nb| nb != position) {
+                    if let Some(exit) = Self::out_of_sequence(
                         log,
-                        b.bytes,
-                        h,
+                        b.at,
+                        h.base_offset,
+                        h.last_offset(),
+                        position,
+                        next_base,
+                    ) {
+                        return ControlFlow::Break(exit);
+                    }
+                }
+                if h.magic == batch::MAGIC_COMPACT {
+                    // One uncompressed record (the compact layout has no
+                    // codec), at the position: read in place.
+                    if !reserved {
+                        reserved = true;
+                        Self::reserve_compact(out, seg, b.at, limit - taken);
+                    }
+                    let src = Self::segment_source(source, &mut source_seg, log, seg);
+                    if let Err(reason) = Self::take_compact(b, src, out) {
+                        return ControlFlow::Break(Exit::Malformed(b.at, h.base_offset, reason));
+                    }
+                    taken += 1;
+                    position = h.base_offset + 1;
+                    next_base = Some(position);
+                } else {
+                    // Taken by value: the header does not need to be in
+                    // memory on the compact path.
+                    let rb = *b;
+                    let got = Self::take_batch(
+                        rb,
+                        seg,
+                        (source, &mut source_seg),
+                        log,
                         &mut position,
                         &mut taken,
-                        limit,
+                        (limit, room),
                         out,
                     );
-                    if !matches!(stop, Stop::End) {
-                        return ControlFlow::Break(Exit::Stopped(stop, at, *h, buffer));
+                    if let Some(exit) = got {
+                        return ControlFlow::Break(exit);
                     }
-                } else {
-                    // Read in place (`take_records` is monomorphized per
-                    // backing, so this path does no per-record work for
-                    // compression).
-                    let src = match source {
-                        Some(src) if src.is_segment(seg) => src,
-                        _ => source.insert(Arc::new(Source::segment(
-                            log.topic(),
-                            log.partition(),
-                            seg,
-                        ))),
-                    };
-                    let stop = if h.magic == batch::MAGIC_COMPACT {
-                        Self::take_compact(b, src, &mut position, &mut taken, out)
-                    } else {
-                        out.reserve((h.record_count as usize).min(room - taken));
-                        let records = batch::Records::new(b.bytes, h);
-                        Self::take_records(
-                            records,
-                            at,
-                            src,
-                            h,
-                            &mut position,
-                            &mut taken,
-                            limit,
-                            out,
-                        )
-                    };
-                    if !matches!(stop, Stop::End) {
-                        return ControlFlow::Break(Exit::Stopped(stop, at, *h, None));
-                    }
+                    next_base = Some(rb.header.next_offset());
                 }
-                *next_base = Some(h.next_offset());
-                // Offsets may skip past the batch's last record (its
-                // `last_offset_delta`): the next batch starts after the gap.
-                position = position.max(h.next_offset());
                 if taken < limit {
                     ControlFlow::Continue(())
                 } else {
                     ControlFlow::Break(Exit::Full)
                 }
             });
+            a.next_base = next_base;
             match run {
                 Ok(None | Some(Exit::Full)) => {}
                 Ok(Some(Exit::Skipped(at))) => {
@@ -234,6 +229,11 @@ impl Consumer {
                 Ok(Some(Exit::OutOfSequence(at))) => {
                     cursor.pos = at;
                     failed = Some(cursor.seg.corrupt(at, "batch base offset out of sequence"));
+                }
+                Ok(Some(Exit::Malformed(at, base, reason))) => {
+                    cursor.pos = at;
+                    a.next_base = Some(base);
+                    failed = Some(cursor.seg.corrupt(at, reason));
                 }
                 Ok(Some(Exit::Stopped(stop, at, h, buffer))) => {
                     let kept = (position, buffer);
@@ -256,6 +256,121 @@ impl Consumer {
             Some(e) if taken == 0 => Err(e),
             _ => Ok(()),
         }
+    }
+
+    /// The checks of a batch's base offset (`base`, last offset `last`, at
+    /// `at`) that does not start at `position` right after the batch before
+    /// it (`next_base`): `None` when it holds `position` anyway (the first
+    /// batch read after a seek into it), else why the fetch ends there.
+    #[cold]
+    #[inline(never)]
+    fn out_of_sequence(
+        log: &PartitionLog,
+        at: usize,
+        base: u64,
+        last: u64,
+        position: u64,
+        next_base: Option<u64>,
+    ) -> Option<Exit> {
+        if base > position && position < log.start_offset() {
+            // Retention deleted the segments between the one we finished
+            // and this one while we read: not damage, a reset.
+            return Some(Exit::Skipped(at));
+        }
+        let expected = next_base.is_none_or(|nb| nb == base);
+        if !expected || base > position || last < position {
+            return Some(Exit::OutOfSequence(at));
+        }
+        None
+    }
+
+    /// Makes room in `out`, once per fetch, for the compact batches it may
+    /// take from `at` in `seg` on: `left` at most, and no more than the
+    /// published bytes there can hold (a reader near the end of the log
+    /// does not reserve for a full poll). One-record batches carry no
+    /// record count to reserve by, as a batch of many does.
+    #[cold]
+    #[inline(never)]
+    fn reserve_compact<S: Sink>(out: &mut S, seg: &Segment, at: usize, left: usize) {
+        const SMALLEST: usize = batch::LENGTH_PREFIX + batch::COMPACT_MIN_LENGTH as usize;
+        let fit = seg.end().saturating_sub(at) / SMALLEST;
+        out.reserve(fit.clamp(1, left.max(1)));
+    }
+
+    /// The source of the messages read in place from `seg`: `source`,
+    /// made for `seg` if it is not already (`source_seg` is the segment
+    /// `source` was last checked or made for in this run).
+    #[inline(always)]
+    fn segment_source<'s>(
+        source: &'s mut Option<Arc<Source>>,
+        source_seg: &mut *const Segment,
+        log: &PartitionLog,
+        seg: &Arc<Segment>,
+    ) -> &'s Arc<Source> {
+        if !std::ptr::eq(*source_seg, Arc::as_ptr(seg)) {
+            Self::new_segment_source(source, log, seg);
+            *source_seg = Arc::as_ptr(seg);
+        }
+        match source {
+            Some(src) => src,
+            None => unreachable!("made by new_segment_source"),
+        }
+    }
+
+    /// Makes `source` the source of `seg`'s messages, unless it is already.
+    #[cold]
+    #[inline(never)]
+    fn new_segment_source(
+        source: &mut Option<Arc<Source>>,
+        log: &PartitionLog,
+        seg: &Arc<Segment>,
+    ) {
+        if !source.as_ref().is_some_and(|s| s.is_segment(seg)) {
+            *source = Some(Arc::new(Source::segment(log.topic(), log.partition(), seg)));
+        }
+    }
+
+    /// Takes the records of the batch `b` of `seg` in the full layout,
+    /// plain or compressed (the compact layout is read inline by
+    /// [`Consumer::fetch`]): from `position` on, while `taken` is below
+    /// `limit` (`room`: what the poll has room for). Returns why the fetch
+    /// ends at it, if it does before the batch's end; else moves
+    /// `position` past the batch.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(never)]
+    fn take_batch<S: Sink>(
+        b: RunBatch<'_>,
+        seg: &Arc<Segment>,
+        (source, source_seg): (&mut Option<Arc<Source>>, &mut *const Segment),
+        log: &PartitionLog,
+        position: &mut u64,
+        taken: &mut usize,
+        (limit, room): (usize, usize),
+        out: &mut S,
+    ) -> Option<Exit> {
+        let (at, h) = (b.at, &b.header);
+        out.reserve((h.record_count as usize).min(room - *taken));
+        if h.attributes & batch::CODEC_MASK != 0 {
+            // Decompressed once into a buffer its messages share.
+            let (stop, buffer) =
+                Self::take_compressed(log, b.bytes, h, position, taken, limit, out);
+            if !matches!(stop, Stop::End) {
+                return Some(Exit::Stopped(stop, at, *h, buffer));
+            }
+        } else {
+            // Read in place (`take_records` is monomorphized per backing,
+            // so this path does no per-record work for compression).
+            let src = Self::segment_source(source, source_seg, log, seg);
+            let records = batch::Records::new(b.bytes, h);
+            let stop = Self::take_records(records, at, src, h, position, taken, limit, out);
+            if !matches!(stop, Stop::End) {
+                return Some(Exit::Stopped(stop, at, *h, None));
+            }
+        }
+        // Offsets may skip past the batch's last record (its
+        // `last_offset_delta`): the next batch starts after the gap.
+        *position = (*position).max(h.next_offset());
+        None
     }
 
     /// Leaves the cursor at the batch at `at` (header `h`) that a fetch
@@ -410,26 +525,23 @@ impl Consumer {
     }
 
     /// Takes the record of the compact (one-record) batch `b`, which holds
-    /// `position` (checked by the caller): what [`Consumer::take_records`]
-    /// does for it, without the record iterator.
+    /// the position (checked by the caller): what
+    /// [`Consumer::take_records`] does for it, without the record iterator.
     #[inline(always)]
     fn take_compact<S: Sink>(
         b: &RunBatch<'_>,
         src: &Arc<Source>,
-        position: &mut u64,
-        taken: &mut usize,
         out: &mut S,
-    ) -> Stop {
+    ) -> std::result::Result<(), &'static str> {
         let h = &b.header;
-        let r = match batch::compact_record(b.bytes, b.records_at) {
-            Ok(r) => r,
-            Err(reason) => return Stop::Malformed(reason),
-        };
+        let r = batch::compact_record(b.bytes, b.records_at)?;
         out.push(
             src,
             Rec {
                 offset: h.base_offset,
-                timestamp: h.record_timestamp(0),
+                // The record's timestamp: a compact batch stores one, the
+                // append time when the topic sets it.
+                timestamp: h.first_timestamp,
                 key: Span::opt(b.at, r.key),
                 value: Span::opt(b.at, r.value),
                 headers: Span::new(b.at, r.headers),
@@ -437,9 +549,7 @@ impl Consumer {
                 source: 0,
             },
         );
-        *position = h.base_offset + 1;
-        *taken += 1;
-        Stop::End
+        Ok(())
     }
 
     /// The records of the compressed batch `bytes`, decompressed.
@@ -520,6 +630,10 @@ enum Exit {
     Skipped(usize),
     /// The batch at this position does not hold the next offset.
     OutOfSequence(usize),
+    /// The compact batch at this position (with this base offset) holds a
+    /// malformed record (what [`Consumer::stopped`] makes of
+    /// [`Stop::Malformed`], without the whole header).
+    Malformed(usize, u64, &'static str),
     /// The batch at this position (with this header) stopped before its
     /// end ([`Consumer::stopped`]), with its records decompressed if it is
     /// compressed.
@@ -712,6 +826,116 @@ mod tests {
         }
         assert_eq!(next, [1000u64; 32]);
         assert_eq!(take().checked, 32);
+    }
+
+    /// A batch whose base offset (outside the CRC) does not follow on from
+    /// the batch before it, in a run of one-record batches and after a
+    /// batch of many: the messages before it come in that poll, then the
+    /// error at the batch, never its message; with the offset put back,
+    /// the same consumer reads on.
+    #[test]
+    fn a_base_offset_out_of_sequence_is_an_error_at_its_batch() {
+        use crate::Error;
+        let tmp = tempfile::tempdir().unwrap();
+        let b = broker(tmp.path());
+        b.create_topic("t", TopicConfig::new(1)).unwrap();
+        for _ in 0..10 {
+            append_batch(&b, "t", 0, 1);
+        }
+        append_batch(&b, "t", 0, 5);
+        for _ in 0..5 {
+            append_batch(&b, "t", 0, 1);
+        }
+        let path = tmp.path().join("topics/t/0/00000000000000000000.log");
+        let bytes = std::fs::read(&path).unwrap();
+        let mut starts = vec![0usize];
+        while starts.len() < 16 {
+            let at = *starts.last().unwrap();
+            starts.push(
+                at + 12 + u32::from_le_bytes(bytes[at + 8..at + 12].try_into().unwrap()) as usize,
+            );
+        }
+        // Batch 6 (offset 6) claiming offsets 5, 7 and 1000; batch 11
+        // (offset 15, after the batch of five at 10) claiming 14 and 16.
+        for (batch, delivered, wrong) in [(6usize, 6u64, [5u64, 7, 1000]), (11, 15, [14, 16, 16])] {
+            let at = starts[batch];
+            let good: [u8; 8] = bytes[at..at + 8].try_into().unwrap();
+            for w in wrong {
+                crate::log::test_util::write_at(&path, at as u64, &w.to_le_bytes());
+                let mut c = b
+                    .consumer(ConsumerConfig::default().max_poll_records(1000))
+                    .unwrap();
+                c.assign(&[("t", 0)]).unwrap();
+                let got = c.poll_batch(Duration::ZERO).unwrap();
+                let got: Vec<u64> = got.iter().map(|m| m.offset()).collect();
+                assert_eq!(got, (0..delivered).collect::<Vec<_>>(), "{batch} as {w}");
+                match c.poll_batch(Duration::ZERO) {
+                    Err(Error::Corrupt {
+                        position, reason, ..
+                    }) => {
+                        assert_eq!(position, at as u64);
+                        assert!(reason.contains("out of sequence"), "{reason}");
+                    }
+                    other => panic!("{batch} as {w}: {other:?}"),
+                }
+                crate::log::test_util::write_at(&path, at as u64, &good);
+                let got = c.poll(Duration::ZERO).unwrap();
+                assert_eq!(offsets(&got), (delivered..20).collect::<Vec<_>>());
+                check_values(&got);
+            }
+        }
+    }
+
+    /// A compact batch whose CRC matches but whose record is malformed (a
+    /// value length past the batch's end): the messages before it, then
+    /// the error at the batch; put right, the same consumer reads on.
+    #[test]
+    fn a_malformed_compact_record_is_an_error_at_its_batch() {
+        use crate::Error;
+        let tmp = tempfile::tempdir().unwrap();
+        let b = broker(tmp.path());
+        b.create_topic("t", TopicConfig::new(1)).unwrap();
+        for _ in 0..8 {
+            append_batch(&b, "t", 0, 1);
+        }
+        let path = tmp.path().join("topics/t/0/00000000000000000000.log");
+        let bytes = std::fs::read(&path).unwrap();
+        let mut at = 0usize;
+        for _ in 0..3 {
+            at += 12 + u32::from_le_bytes(bytes[at + 8..at + 12].try_into().unwrap()) as usize;
+        }
+        let end = at + 12 + u32::from_le_bytes(bytes[at + 8..at + 12].try_into().unwrap()) as usize;
+        // No producer fields: the record is at 26, a null key (1), then
+        // the value's length (zigzag, one byte for "v3").
+        assert_eq!(bytes[at + 16], crate::log::batch::MAGIC_COMPACT);
+        assert_eq!((bytes[at + 26], bytes[at + 27]), (1, 4));
+        let mut bad = bytes[at..end].to_vec();
+        bad[27] = 40;
+        let crc = ::crc32c::crc32c(&bad[16..]);
+        bad[12..16].copy_from_slice(&crc.to_le_bytes());
+        crate::log::test_util::write_at(&path, at as u64, &bad);
+        let mut c = b
+            .consumer(ConsumerConfig::default().max_poll_records(1000))
+            .unwrap();
+        c.assign(&[("t", 0)]).unwrap();
+        let got = c.poll_batch(Duration::ZERO).unwrap();
+        assert_eq!(
+            got.iter().map(|m| m.offset()).collect::<Vec<_>>(),
+            [0, 1, 2]
+        );
+        match c.poll_batch(Duration::ZERO) {
+            Err(Error::Corrupt {
+                position, reason, ..
+            }) => {
+                assert_eq!(position, at as u64);
+                assert!(reason.contains("malformed record"), "{reason}");
+            }
+            other => panic!("{other:?}"),
+        }
+        crate::log::test_util::write_at(&path, at as u64, &bytes[at..end]);
+        let got = c.poll(Duration::ZERO).unwrap();
+        assert_eq!(offsets(&got), (3..8).collect::<Vec<_>>());
+        check_values(&got);
     }
 
     /// One-record (compact) batches, read as a run: keys, headers and

@@ -175,7 +175,14 @@ pub(super) fn parse(b: &[u8]) -> Option<(BatchHeader, usize)> {
         producer.producer_epoch = i16::try_from(get_varint(b, &mut p)?).ok()?;
         producer.base_sequence = get_varint(b, &mut p)?;
     }
-    let h = BatchHeader {
+    Some((header(b, flags, ts, producer), p))
+}
+
+/// The header of the compact batch `b` with `flags`, timestamp `ts` and
+/// `producer` fields, decoded by the caller.
+#[inline(always)]
+fn header(b: &[u8], flags: u8, ts: i64, producer: ProducerFields) -> BatchHeader {
+    BatchHeader {
         base_offset: u64::from_le_bytes(rd(b, 0)),
         length: u32::from_le_bytes(rd(b, OFF_LENGTH)),
         crc: u32::from_le_bytes(rd(b, OFF_CRC)),
@@ -186,8 +193,7 @@ pub(super) fn parse(b: &[u8]) -> Option<(BatchHeader, usize)> {
         max_timestamp: ts,
         producer,
         record_count: 1,
-    };
-    Some((h, p))
+    }
 }
 
 /// The checks of a compact batch `b` (exactly its bytes, CRC already
@@ -202,6 +208,13 @@ pub(super) fn check(b: &[u8]) -> Result<BatchHeader, &'static str> {
 /// [`check`], also returning the position of the record.
 #[inline(always)]
 pub(super) fn check_at(b: &[u8]) -> Result<(BatchHeader, usize), &'static str> {
+    if b.len() >= COMPACT_FIXED_LEN + 3 && b[OFF_FLAGS] & !FLAG_ATTRS == 0 {
+        // No producer fields (the common case): the record follows the
+        // fixed header, and there is nothing else to check.
+        let ts = i64::from_le_bytes(rd(b, OFF_TIMESTAMP));
+        let h = header(b, b[OFF_FLAGS], ts, ProducerFields::default());
+        return Ok((h, COMPACT_FIXED_LEN));
+    }
     let (h, p) = parse(b).ok_or("malformed compact batch header")?;
     if b[OFF_FLAGS] & !(FLAG_ATTRS | FLAG_PRODUCER) != 0 {
         return Err("unknown compact batch flags");
