@@ -99,11 +99,7 @@ fn names_cannot_leave_the_data_directory() {
     let mut expected = before_outer;
     expected.push(dir.join("partitions.summary"));
     expected.sort();
-    assert_eq!(
-        tree(outer.path()),
-        expected,
-        "files appeared or vanished"
-    );
+    assert_eq!(tree(outer.path()), expected, "files appeared or vanished");
 }
 
 /// Every file and directory under `dir` has exactly `file_mode` /
