@@ -21,7 +21,8 @@ const TOPIC: &str = "t";
 const CHILD_DIR: &str = "MQLITE_LAZY_OPEN_CHILD_DIR";
 const SUMMARY: &str = "partitions.summary";
 
-/// Tests that count this process's descriptors and mappings run alone.
+/// The tests run one at a time: one counts this process's descriptors and
+/// mappings.
 static ALONE: Mutex<()> = Mutex::new(());
 
 fn alone() -> std::sync::MutexGuard<'static, ()> {
@@ -99,6 +100,7 @@ fn filled(dir: &Path) -> Vec<PartitionInfo> {
 /// the open and written again by the close.
 #[test]
 fn untouched_partitions_report_and_work_as_before() {
+    let _alone = alone();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let before = filled(dir);
@@ -198,6 +200,7 @@ fn a_clean_open_maps_no_partition_until_it_is_used() {
 /// use opens it once.
 #[test]
 fn concurrent_first_use_opens_once() {
+    let _alone = alone();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     filled(dir);
@@ -230,6 +233,7 @@ fn concurrent_first_use_opens_once() {
 /// open yet is woken by the first append.
 #[test]
 fn a_parked_consumer_is_woken_by_the_first_append() {
+    let _alone = alone();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     filled(dir);
@@ -261,6 +265,7 @@ fn a_parked_consumer_is_woken_by_the_first_append() {
 /// panic, and the other partitions work.
 #[test]
 fn damage_found_on_first_use_is_an_error_of_that_partition() {
+    let _alone = alone();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let before = filled(dir);
@@ -330,6 +335,7 @@ fn crash_child() {
 /// one of those is a torn tail cut as after any crash.
 #[test]
 fn an_unclean_exit_after_a_lazy_open_checks_every_partition() {
+    let _alone = alone();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let before = filled(dir);
