@@ -181,10 +181,15 @@ pub(crate) fn take(
     trusted: impl Fn(u32) -> bool,
 ) -> Result<HashMap<String, Vec<Summary>>> {
     let path = dir.join(SUMMARY_FILE);
-    let bytes = match std::fs::read(&path) {
-        Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(HashMap::new()),
-        Err(e) => return Err(Error::io(format!("reading {}", path.display()), e)),
+    // Bounded, and never a FIFO or a device: such a file is ignored.
+    let bytes = match crate::atomic_file::read_small(&path) {
+        Ok(Some(b)) => b,
+        Ok(None) => return Ok(HashMap::new()),
+        Err(e @ Error::Corrupt { .. }) => {
+            ::log::warn!("{e}: every partition is opened now");
+            Vec::new()
+        }
+        Err(e) => return Err(e),
     };
     std::fs::remove_file(&path).ctx(|| format!("removing {}", path.display()))?;
     PartitionLog::sync_dir(dir)?;
@@ -392,5 +397,32 @@ mod tests {
         }
         assert!(decode(&bytes[..bytes.len() - 1]).is_none());
         assert!(decode(&[]).is_none());
+    }
+
+    /// `take` trusts a summary of the given session only, ignores a
+    /// damaged one or one that is not a regular file, and removes it in
+    /// every case.
+    #[test]
+    fn take_trusts_its_session_and_removes_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(SUMMARY_FILE);
+        let topics = vec![("a".to_owned(), vec![Summary::default(); 3])];
+        write(dir.path(), 0o600, 5, &topics).unwrap();
+        assert_eq!(take(dir.path(), |s| s == 5).unwrap()["a"].len(), 3);
+        assert!(!path.exists());
+        assert!(take(dir.path(), |_| true).unwrap().is_empty());
+        write(dir.path(), 0o600, 5, &topics).unwrap();
+        assert!(take(dir.path(), |s| s == 6).unwrap().is_empty());
+        assert!(!path.exists());
+        std::fs::write(&path, b"junk").unwrap();
+        assert!(take(dir.path(), |_| true).unwrap().is_empty());
+        assert!(!path.exists());
+        let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        #[allow(unsafe_code)]
+        let made = unsafe { libc::mkfifo(c.as_ptr(), 0o600) };
+        assert_eq!(made, 0);
+        assert!(take(dir.path(), |_| true).unwrap().is_empty());
+        assert!(!path.exists());
     }
 }
