@@ -234,7 +234,10 @@ pub(crate) fn take_lock(dir: &Path, mode: u32) -> Result<File> {
 
 impl Broker {
     /// Opens (creating if needed) the data directory at `path`, takes its
-    /// exclusive lock and recovers every topic.
+    /// exclusive lock and recovers every topic. After a clean close, a
+    /// partition is not opened here but on its first use (see
+    /// `partitions.summary` in docs/FORMAT.md); after an unclean one, every
+    /// partition is opened and checked here.
     ///
     /// # Errors
     /// [`Error::InvalidConfig`] for a config out of range (nothing is
