@@ -234,7 +234,10 @@ pub(crate) fn take_lock(dir: &Path, mode: u32) -> Result<File> {
 
 impl Broker {
     /// Opens (creating if needed) the data directory at `path`, takes its
-    /// exclusive lock and recovers every topic.
+    /// exclusive lock and recovers every topic. After a clean close, a
+    /// partition is not opened here but on its first use (see
+    /// `partitions.summary` in docs/FORMAT.md); after an unclean one, every
+    /// partition is opened and checked here.
     ///
     /// # Errors
     /// [`Error::InvalidConfig`] for a config out of range (nothing is
@@ -258,6 +261,9 @@ impl Broker {
             pool: Arc::new(Pool::new(POOL_THREADS)),
             files: Arc::new(FileCache::new(config.max_open_files)),
         };
+        // After a clean close, partitions open on first use.
+        let mut summaries =
+            crate::partition_handle::take(&dir, |session| options.unclean.is_session(session))?;
         let mut topics = HashMap::new();
         let mut damaged = HashMap::new();
         // What the topics' opens checked, made durable in one pass below.
@@ -268,7 +274,8 @@ impl Broker {
             if validate_topic_name(&name).is_err() || !entry.path().is_dir() {
                 continue;
             }
-            match Topic::open(entry.path(), options.clone(), &mut unsynced) {
+            let summary = summaries.remove(&name);
+            match Topic::open(entry.path(), options.clone(), &mut unsynced, summary) {
                 Ok(Some(t)) => {
                     topics.insert(name, Arc::new(t));
                 }
@@ -305,13 +312,9 @@ impl Broker {
         inner.groups.load_all(&inner.dir, inner.config.file_mode)?;
         // Recovery may have cut a log below offsets committed before the
         // crash: those are out of range now (before anything is appended).
-        inner.groups.mark_beyond_end(&|t, p| {
-            inner
-                .topic(t)
-                .ok()
-                .and_then(|t| t.partition(p).ok())
-                .map(|l| l.end_offset())
-        });
+        inner
+            .groups
+            .mark_beyond_end(&|t, p| inner.topic(t).ok().and_then(|t| t.end_offset(p)));
         for t in inner.topic_names() {
             inner.refresh_retention_floors(&t);
         }
@@ -420,8 +423,10 @@ impl Broker {
     }
 
     /// Describes a topic: its config and each partition's offsets and size.
+    /// Partitions not opened yet (after a clean close they open on first
+    /// use) are opened: what their open found is part of the description.
     pub fn topic(&self, name: &str) -> Result<TopicInfo> {
-        Ok(self.inner.topic(name)?.info())
+        self.inner.topic(name)?.info()
     }
 
     /// Grows a topic to `partitions` partitions, keeping existing data.
@@ -567,14 +572,14 @@ impl BrokerInner {
             return;
         }
         let groups = self.groups.all();
-        for (i, log) in t.partitions().iter().enumerate() {
+        for p in 0..t.partition_count() {
             let floor = groups
                 .iter()
-                .filter_map(|g| g.resume(topic, i as u32))
+                .filter_map(|g| g.resume(topic, p))
                 .map(Resume::offset)
                 .min()
                 .unwrap_or(u64::MAX);
-            log.set_retention_floor(floor);
+            t.set_retention_floor(p, floor);
         }
     }
 
@@ -583,7 +588,7 @@ impl BrokerInner {
         self.topics_read()
             .get(name)
             .filter(|t| !t.is_deleted())
-            .map(|t| t.partitions().len() as u32)
+            .map(|t| t.partition_count())
     }
 
     /// Names of every topic.
@@ -719,10 +724,26 @@ impl BrokerInner {
         // ones waited for: no thread of the broker outlives the close.
         self.options.pool.shutdown();
         let mut first = Ok(());
+        // What the next open needs to open partitions on first use: written
+        // only when every partition closed cleanly.
+        let mut summaries = Some(Vec::new());
         for t in self.all_topics() {
-            let r = t.close();
+            let (r, s) = t.close_summarized();
             if first.is_ok() {
                 first = r;
+            }
+            match (s, summaries.as_mut()) {
+                (Some(s), Some(all)) => all.push((t.name().to_string(), s)),
+                _ => summaries = None,
+            }
+        }
+        if let (Ok(()), Some(all)) = (&first, summaries) {
+            let session = self.options.unclean.session();
+            if let Err(e) =
+                crate::partition_handle::write(&self.dir, self.config.file_mode, session, &all)
+            {
+                // The next open opens every partition, as after a crash.
+                ::log::warn!("writing the partitions' summary: {e}");
             }
         }
         let held = std::mem::take(&mut *sync::lock(&self.held));

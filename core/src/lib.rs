@@ -42,6 +42,7 @@ mod group;
 pub mod log;
 mod message;
 mod offsets;
+mod partition_handle;
 mod private_dir;
 mod processor;
 mod producer;

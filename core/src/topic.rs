@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use crate::atomic_file::write_atomic;
 use crate::error::{Error, IoContext, Result};
 use crate::log::{batch, LogConfig, PartitionLog, PendingSync, RecoveryStats, UncleanMark};
+use crate::partition_handle::{PartitionHandle, Summary};
 use crate::sync;
 
 /// Version of `topic.json`.
@@ -241,15 +242,66 @@ pub(crate) struct TopicOptions {
     pub files: Arc<crate::files::FileCache>,
 }
 
-/// A topic: its config and its partition logs.
+/// A topic: its config and its partitions (each opened at the topic's open,
+/// or on first use after a clean close: see `partition_handle.rs`).
 #[derive(Debug)]
 pub(crate) struct Topic {
     name: Arc<str>,
     dir: PathBuf,
     options: TopicOptions,
     config: RwLock<TopicConfig>,
-    partitions: RwLock<Arc<Vec<Arc<PartitionLog>>>>,
+    partitions: RwLock<Arc<Vec<Arc<PartitionHandle>>>>,
+    /// Every partition's log, once all are open.
+    all_open: RwLock<Option<Arc<Vec<Arc<PartitionLog>>>>>,
     deleted: AtomicBool,
+    /// Set at close: no partition opens any more.
+    closed: AtomicBool,
+}
+
+/// Runs `f` on every number of `range`, on several threads when there are
+/// many (opening a partition is mostly system calls: a few opens, maps and
+/// reads), and returns the results in order.
+fn in_parallel<T: Send>(
+    range: std::ops::Range<u32>,
+    f: impl Fn(u32) -> Result<T> + Sync,
+) -> Result<Vec<T>> {
+    let count = range.len();
+    let threads = std::thread::available_parallelism()
+        .map_or(1, std::num::NonZero::get)
+        .min(OPEN_THREADS)
+        .min(count / PARTITIONS_PER_OPEN_THREAD)
+        .max(1);
+    if threads == 1 {
+        return range.map(f).collect();
+    }
+    let per = count.div_ceil(threads) as u32;
+    let chunks: Vec<std::ops::Range<u32>> = (0..threads as u32)
+        .map(|i| {
+            let start = range.start + i * per;
+            start.min(range.end)..(start + per).min(range.end)
+        })
+        .collect();
+    let f = &f;
+    let done: Vec<Result<Vec<T>>> = std::thread::scope(|s| {
+        let handles: Vec<_> = chunks
+            .into_iter()
+            .map(|chunk| {
+                std::thread::Builder::new().spawn_scoped(s, move || chunk.map(f).collect())
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| match h {
+                Ok(h) => h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)),
+                Err(e) => Err(Error::io("starting a thread to open partitions", e)),
+            })
+            .collect()
+    });
+    let mut all = Vec::with_capacity(count);
+    for part in done {
+        all.extend(part?);
+    }
+    Ok(all)
 }
 
 impl Topic {
@@ -308,55 +360,38 @@ impl Topic {
         options: &TopicOptions,
         range: std::ops::Range<u32>,
     ) -> Result<Opened> {
-        let open = |range: std::ops::Range<u32>| -> Result<Opened> {
-            range
-                .map(|p| {
-                    PartitionLog::open_unsynced(
-                        Arc::clone(name),
-                        p,
-                        &dir.join(p.to_string()),
-                        Topic::log_config(config, options),
-                    )
-                    .map(|(log, pending)| (Arc::new(log), pending))
-                })
-                .collect()
-        };
-        // Opening a partition is mostly system calls (a few opens, maps
-        // and reads); many are opened on several threads at once.
-        let count = range.len();
-        let threads = std::thread::available_parallelism()
-            .map_or(1, std::num::NonZero::get)
-            .min(OPEN_THREADS)
-            .min(count / PARTITIONS_PER_OPEN_THREAD)
-            .max(1);
-        if threads == 1 {
-            return open(range);
+        in_parallel(range, |p| {
+            PartitionLog::open_unsynced(
+                Arc::clone(name),
+                p,
+                &dir.join(p.to_string()),
+                Topic::log_config(config, options),
+            )
+            .map(|(log, pending)| (Arc::new(log), pending))
+        })
+    }
+
+    fn new(name: Arc<str>, dir: PathBuf, options: TopicOptions, config: TopicConfig) -> Topic {
+        Topic {
+            name,
+            dir,
+            options,
+            config: RwLock::new(config),
+            partitions: RwLock::new(Arc::new(Vec::new())),
+            all_open: RwLock::new(None),
+            deleted: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
         }
-        let per = count.div_ceil(threads) as u32;
-        let chunks: Vec<std::ops::Range<u32>> = (0..threads as u32)
-            .map(|i| {
-                let start = range.start + i * per;
-                start.min(range.end)..(start + per).min(range.end)
-            })
+    }
+
+    /// Sets the partitions to `logs`, all open.
+    fn set_opened(&self, logs: Vec<Arc<PartitionLog>>) {
+        let handles = logs
+            .iter()
+            .map(|l| Arc::new(PartitionHandle::opened(Arc::clone(l))))
             .collect();
-        let opened: Vec<Result<Opened>> = std::thread::scope(|s| {
-            let handles: Vec<_> = chunks
-                .into_iter()
-                .map(|chunk| std::thread::Builder::new().spawn_scoped(s, move || open(chunk)))
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| match h {
-                    Ok(h) => h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)),
-                    Err(e) => Err(Error::io("starting a thread to open partitions", e)),
-                })
-                .collect()
-        });
-        let mut all = Vec::with_capacity(count);
-        for part in opened {
-            all.extend(part?);
-        }
-        Ok(all)
+        *sync::write(&self.partitions) = Arc::new(handles);
+        *sync::write(&self.all_open) = Some(Arc::new(logs));
     }
 
     /// Creates the topic's directory, partitions and `topic.json` (written
@@ -371,26 +406,25 @@ impl Topic {
         let name: Arc<str> = name.into();
         let partitions =
             Topic::open_partitions(&name, &dir, &config, &options, 0..config.partitions)?;
-        let topic = Topic {
-            name,
-            dir,
-            options,
-            config: RwLock::new(config.clone()),
-            partitions: RwLock::new(Arc::new(partitions)),
-            deleted: AtomicBool::new(false),
-        };
+        let topic = Topic::new(name, dir, options, config.clone());
+        topic.set_opened(partitions);
         topic.save(&config)?;
         Ok(topic)
     }
 
     /// Opens an existing topic directory. `Ok(None)` for an unfinished one.
-    /// The partitions its open checked are added to `unsynced`, to be made
-    /// durable (with other topics', [`PartitionLog::sync_opened`]) before
-    /// the topic is used.
+    ///
+    /// With `summary` (what the broker's last clean close recorded of each
+    /// partition, trusted: nothing was written since), no partition is
+    /// opened now: each opens on first use. Otherwise every partition is
+    /// opened, and those its open checked are added to `unsynced`, to be
+    /// made durable (with other topics', [`PartitionLog::sync_opened`])
+    /// before the topic is used.
     pub(crate) fn open(
         dir: PathBuf,
         options: TopicOptions,
         unsynced: &mut Opened,
+        summary: Option<Vec<Summary>>,
     ) -> Result<Option<Topic>> {
         let path = dir.join(TOPIC_FILE);
         let Some(bytes) = crate::atomic_file::read_small(&path)? else {
@@ -410,6 +444,39 @@ impl Topic {
         }
         file.config.validate()?;
         let name: Arc<str> = file.name.as_str().into();
+        if let Some(summary) = summary.filter(|s| s.len() == file.config.partitions as usize) {
+            // A partition whose recovery point still says it closed cleanly
+            // where the summary says opens on first use; any other (a
+            // point removed or rewritten since, retention leftovers) now.
+            let slots = in_parallel(0..file.config.partitions, |p| {
+                let s = summary[p as usize];
+                let pdir = dir.join(p.to_string());
+                if !s.eager && PartitionLog::clean_point(&pdir)? == Some(s.end_offset) {
+                    return Ok((Arc::new(PartitionHandle::lazy(s)), None));
+                }
+                let (log, pending) = PartitionLog::open_unsynced(
+                    Arc::clone(&name),
+                    p,
+                    &pdir,
+                    Topic::log_config(&file.config, &options),
+                )?;
+                let log = Arc::new(log);
+                let pending = pending.map(|pending| (Arc::clone(&log), Some(pending)));
+                Ok((Arc::new(PartitionHandle::opened(log)), pending))
+            })?;
+            let mut handles = Vec::with_capacity(slots.len());
+            for (h, pending) in slots {
+                unsynced.extend(pending);
+                handles.push(h);
+            }
+            let topic = Topic::new(name, dir, options, file.config);
+            if handles.iter().all(|h| h.log().is_some()) {
+                let logs = handles.iter().filter_map(|h| h.log().cloned()).collect();
+                *sync::write(&topic.all_open) = Some(Arc::new(logs));
+            }
+            *sync::write(&topic.partitions) = Arc::new(handles);
+            return Ok(Some(topic));
+        }
         let opened = Topic::open_partitions_unsynced(
             &name,
             &dir,
@@ -424,14 +491,9 @@ impl Topic {
             }
             partitions.push(log);
         }
-        Ok(Some(Topic {
-            name,
-            dir,
-            options,
-            config: RwLock::new(file.config),
-            partitions: RwLock::new(Arc::new(partitions)),
-            deleted: AtomicBool::new(false),
-        }))
+        let topic = Topic::new(name, dir, options, file.config);
+        topic.set_opened(partitions);
+        Ok(Some(topic))
     }
 
     /// The topic name.
@@ -444,27 +506,129 @@ impl Topic {
         &self.dir
     }
 
-    /// A snapshot of the partition list.
-    #[inline]
-    pub(crate) fn partitions(&self) -> Arc<Vec<Arc<PartitionLog>>> {
+    /// A snapshot of the partition handles.
+    fn handles(&self) -> Arc<Vec<Arc<PartitionHandle>>> {
         Arc::clone(&sync::read(&self.partitions))
     }
 
-    /// Partition `p`, or `UnknownPartition`.
+    /// Number of partitions.
+    #[inline]
+    pub(crate) fn partition_count(&self) -> u32 {
+        sync::read(&self.partitions).len() as u32
+    }
+
+    /// Every partition's log, opening those not open yet (on several
+    /// threads when there are many).
+    ///
+    /// # Errors
+    /// The error of the first partition that fails to open (the others
+    /// stay usable), or `Closed` once the topic is closed.
+    #[inline]
+    pub(crate) fn partitions(&self) -> Result<Arc<Vec<Arc<PartitionLog>>>> {
+        if let Some(all) = sync::read(&self.all_open).as_ref() {
+            return Ok(Arc::clone(all));
+        }
+        self.open_all()
+    }
+
+    #[cold]
+    fn open_all(&self) -> Result<Arc<Vec<Arc<PartitionLog>>>> {
+        let handles = self.handles();
+        let logs = in_parallel(0..handles.len() as u32, |p| {
+            self.open_handle(p, &handles[p as usize])
+        })?;
+        let logs = Arc::new(logs);
+        let mut all = sync::write(&self.all_open);
+        // Partitions added meanwhile make the list incomplete: not kept.
+        if sync::read(&self.partitions).len() == logs.len() {
+            *all = Some(Arc::clone(&logs));
+        }
+        Ok(logs)
+    }
+
+    /// Opens the log of partition `p` (handle `h`) if this is its first use.
+    fn open_handle(&self, p: u32, h: &PartitionHandle) -> Result<Arc<PartitionLog>> {
+        h.get_or_open(|| {
+            if self.is_deleted() {
+                return Err(Error::UnknownTopic(self.name.to_string()));
+            }
+            if self.closed.load(Ordering::Acquire) {
+                return Err(Error::Closed("broker"));
+            }
+            let config = sync::read(&self.config).clone();
+            let dir = self.dir.join(p.to_string());
+            let (log, pending) = PartitionLog::open_unsynced_trusting(
+                Arc::clone(&self.name),
+                p,
+                &dir,
+                Topic::log_config(&config, &self.options),
+                true,
+            )
+            .inspect_err(|e| {
+                ::log::error!(
+                    "opening partition {p} of topic {:?} on first use: {e}",
+                    &*self.name
+                );
+            })?;
+            if let Some(pending) = &pending {
+                log.finish_pending(pending)?;
+            }
+            Ok(Arc::new(log))
+        })
+    }
+
+    /// Partition `p` (opened if this is its first use), or
+    /// `UnknownPartition`.
+    ///
+    /// # Errors
+    /// `UnknownPartition`; the error of its open (a damaged or unreadable
+    /// file), which leaves the other partitions usable.
     #[inline]
     pub(crate) fn partition(&self, p: u32) -> Result<Arc<PartitionLog>> {
-        let parts = self
-            .partitions
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        parts
+        let h = {
+            let parts = sync::read(&self.partitions);
+            match parts.get(p as usize) {
+                Some(h) => match h.log() {
+                    Some(log) => return Ok(Arc::clone(log)),
+                    None => Arc::clone(h),
+                },
+                None => {
+                    return Err(Error::UnknownPartition {
+                        topic: self.name.to_string(),
+                        partition: p,
+                        count: parts.len() as u32,
+                    })
+                }
+            }
+        };
+        self.open_handle(p, &h)
+    }
+
+    /// End offset of partition `p` (from its summary when it is not open).
+    pub(crate) fn end_offset(&self, p: u32) -> Option<u64> {
+        sync::read(&self.partitions)
             .get(p as usize)
-            .cloned()
-            .ok_or_else(|| Error::UnknownPartition {
-                topic: self.name.to_string(),
-                partition: p,
-                count: parts.len() as u32,
-            })
+            .map(|h| h.end_offset())
+    }
+
+    /// Sets partition `p`'s retention floor (see
+    /// `PartitionLog::set_retention_floor`).
+    pub(crate) fn set_retention_floor(&self, p: u32, floor: u64) {
+        if let Some(h) = sync::read(&self.partitions).get(p as usize) {
+            h.set_retention_floor(floor);
+        }
+    }
+
+    /// Number of partitions whose log is open.
+    #[cfg(test)]
+    pub(crate) fn open_partition_count(&self) -> usize {
+        self.handles().iter().filter(|h| h.log().is_some()).count()
+    }
+
+    /// Opens tried through partition `p`'s handle.
+    #[cfg(test)]
+    pub(crate) fn opens(&self, p: u32) -> u64 {
+        self.handles()[p as usize].opens()
     }
 
     /// Grows the topic to `total` partitions; existing data stays.
@@ -489,19 +653,33 @@ impl Topic {
         let added =
             Topic::open_partitions(&self.name, &self.dir, &config, &self.options, old..total)?;
         self.save(&config)?;
+        let mut all = sync::write(&self.all_open);
         let mut parts = sync::write(&self.partitions);
         let mut v: Vec<_> = parts.as_ref().clone();
-        v.extend(added);
+        v.extend(
+            added
+                .iter()
+                .map(|l| Arc::new(PartitionHandle::opened(Arc::clone(l)))),
+        );
         *parts = Arc::new(v);
+        if let Some(logs) = all.as_ref() {
+            let mut logs: Vec<_> = logs.as_ref().clone();
+            logs.extend(added);
+            *all = Some(Arc::new(logs));
+        }
         *sync::write(&self.config) = config;
         Ok(())
     }
 
-    /// The config and per-partition state.
-    pub(crate) fn info(&self) -> TopicInfo {
+    /// The config and per-partition state. Partitions not open yet open
+    /// now: what their open's checks found is part of the description.
+    ///
+    /// # Errors
+    /// The error of a partition that fails to open.
+    pub(crate) fn info(&self) -> Result<TopicInfo> {
+        let logs = self.partitions()?;
         let config = sync::read(&self.config).clone();
-        let partitions = self
-            .partitions()
+        let partitions = logs
             .iter()
             .map(|l| PartitionInfo {
                 partition: l.partition(),
@@ -513,11 +691,11 @@ impl Topic {
                 flushes: l.flushes(),
             })
             .collect();
-        TopicInfo {
+        Ok(TopicInfo {
             name: self.name.to_string(),
             config,
             partitions,
-        }
+        })
     }
 
     /// Whether time retention waits for consumer groups' commits.
@@ -537,28 +715,67 @@ impl Topic {
 
     /// Flushes and closes every partition; returns the first error.
     pub(crate) fn close(&self) -> Result<()> {
+        self.close_summarized().0
+    }
+
+    /// Flushes and closes every partition; returns the first error and,
+    /// when every partition closed cleanly, each one's summary (see
+    /// `partition_handle.rs`). No partition opens after this.
+    pub(crate) fn close_summarized(&self) -> (Result<()>, Option<Vec<Summary>>) {
+        self.closed.store(true, Ordering::Release);
+        let handles = self.handles();
         let mut first = Ok(());
-        for p in self.partitions().iter() {
-            let r = p.close();
+        let mut summaries = Some(Vec::with_capacity(handles.len()));
+        for h in handles.iter() {
+            let (r, s) = h.close();
             if first.is_ok() {
                 first = r;
             }
+            match (s, summaries.as_mut()) {
+                (Some(s), Some(all)) => all.push(s),
+                _ => summaries = None,
+            }
         }
-        first
+        (first, summaries)
     }
 
-    /// Runs retention on every partition.
+    /// Runs retention on every partition: those open, and those not open
+    /// yet that hold more than one segment (retention never deletes the
+    /// active one), which it opens.
     pub(crate) fn enforce_retention(&self, now: i64) -> usize {
-        self.partitions()
-            .iter()
-            .map(|p| p.enforce_retention(now))
-            .sum()
+        let retains = {
+            let c = sync::read(&self.config);
+            c.retention_ms.is_some() || c.retention_bytes.is_some()
+        };
+        let mut removed = 0;
+        for (p, h) in self.handles().iter().enumerate() {
+            let log = match h.log() {
+                Some(log) => Arc::clone(log),
+                None if retains && h.summary().is_some_and(|s| s.segments > 1) => {
+                    match self.open_handle(p as u32, h) {
+                        Ok(log) => log,
+                        Err(e) => {
+                            ::log::warn!(
+                                "retention of partition {p} of topic {:?}: {e}",
+                                &*self.name
+                            );
+                            continue;
+                        }
+                    }
+                }
+                None => continue,
+            };
+            removed += log.enforce_retention(now);
+        }
+        removed
     }
 
-    /// Flushes every partition.
+    /// Flushes every open partition (one not open yet has nothing to flush).
     pub(crate) fn flush(&self) -> Result<()> {
-        for p in self.partitions().iter() {
-            p.flush()?;
+        for h in self.handles().iter() {
+            if let Some(log) = h.log() {
+                log.flush()?;
+            }
         }
         Ok(())
     }
@@ -592,6 +809,40 @@ mod tests {
                 "{bad:?}"
             );
         }
+    }
+
+    /// After a clean close no partition is open; threads using one at once
+    /// open it once and share its log; describing the topic opens the rest.
+    #[test]
+    fn first_use_opens_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = crate::Config::default().retention_check_interval_ms(0);
+        {
+            let mq = crate::Broker::open(dir.path(), config.clone()).unwrap();
+            mq.create_topic("t", TopicConfig::new(4)).unwrap();
+            mq.close().unwrap();
+        }
+        let mq = crate::Broker::open(dir.path(), config).unwrap();
+        let topic = mq.inner().topic("t").unwrap();
+        assert_eq!(topic.open_partition_count(), 0);
+        let barrier = std::sync::Barrier::new(8);
+        let logs: Vec<Arc<PartitionLog>> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..8)
+                .map(|_| {
+                    s.spawn(|| {
+                        barrier.wait();
+                        topic.partition(2).unwrap()
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        assert!(logs.iter().all(|l| Arc::ptr_eq(l, &logs[0])));
+        assert_eq!(topic.opens(2), 1);
+        assert_eq!(topic.open_partition_count(), 1);
+        assert_eq!(mq.topic("t").unwrap().partitions.len(), 4);
+        assert_eq!(topic.open_partition_count(), 4);
+        assert_eq!(topic.opens(2), 1);
     }
 
     #[test]

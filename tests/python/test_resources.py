@@ -92,6 +92,10 @@ def test_reopened_partitions_hold_one_descriptor(data_dir: Path) -> None:
             mq.producer().send(f"t{t}", b"v" * 3000)
             mq.producer().send(f"t{t}", b"v" * 3000)  # rolls
     mq = mqlite.open(data_dir, prefault=False, retention_check_interval_ms=0)
+    # After a clean close partitions open on first use: none yet.
+    assert fds_under(data_dir) == []
+    for t in range(20):
+        mq.topic(f"t{t}")
     assert len(fds_under(data_dir)) == 20
     mq.close()
     assert fds_under(data_dir) == []

@@ -11,7 +11,7 @@ impl Consumer {
     /// the first that is not assigned (nothing is changed then).
     fn indexes(&mut self, partitions: &[(&str, u32)]) -> Result<Vec<usize>> {
         self.check_open()?;
-        self.refresh_subscription();
+        self.refresh_subscription()?;
         partitions.iter().map(|&(t, p)| self.find(t, p)).collect()
     }
 

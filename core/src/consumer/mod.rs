@@ -487,7 +487,7 @@ impl Consumer {
             self.sub_names = names;
             self.pattern = pattern;
             self.pattern_version = None;
-            self.refresh_subscription();
+            self.refresh_subscription()?;
         }
         Ok(())
     }
@@ -665,9 +665,9 @@ impl Consumer {
     }
 
     /// Brings the assignment in line with the subscribed topics' partitions.
-    fn refresh_subscription(&mut self) {
+    fn refresh_subscription(&mut self) -> Result<()> {
         if self.member.is_some() {
-            return;
+            return Ok(());
         }
         // Topics are looked up (and a pattern matched) again only when
         // topics were created, deleted or grew since the last time: a
@@ -691,27 +691,36 @@ impl Consumer {
                 self.put_back();
                 self.assigned.retain(|a| !a.topic.is_deleted());
             }
-            return;
+            return Ok(());
         }
         self.subscription.retain(|t| !t.is_deleted());
-        let want: usize = self.subscription.iter().map(|t| t.partitions().len()).sum();
+        let want: usize = self
+            .subscription
+            .iter()
+            .map(|t| t.partition_count() as usize)
+            .sum();
         if want == self.assigned.len()
             && self
                 .assigned
                 .iter()
                 .all(|a| self.subscription.iter().any(|t| Arc::ptr_eq(t, &a.topic)))
         {
-            return;
+            return Ok(());
+        }
+        // Partitions not open yet open now (their first use).
+        let mut logs = Vec::with_capacity(self.subscription.len());
+        for t in &self.subscription {
+            logs.push((Arc::clone(t), t.partitions()?));
         }
         self.put_back();
-        let subs = self.subscription.clone();
         let mut next = Vec::with_capacity(want);
-        for t in subs {
-            for log in t.partitions().iter() {
+        for (t, parts) in logs {
+            for log in parts.iter() {
                 next.push(self.keep_or_new(Arc::clone(&t), Arc::clone(log)));
             }
         }
         self.assigned = next;
+        Ok(())
     }
 
     /// The partitions this consumer reads, as `(topic, partition)` pairs.
@@ -741,7 +750,7 @@ impl Consumer {
     /// partition is not assigned.
     pub fn seek(&mut self, topic: &str, partition: u32, offset: u64) -> Result<()> {
         self.check_open()?;
-        self.refresh_subscription();
+        self.refresh_subscription()?;
         let i = self.find(topic, partition)?;
         let cursor = self.assigned[i].log.cursor(offset)?;
         self.put_back_partition(i);
@@ -758,7 +767,7 @@ impl Consumer {
     /// The next offset this consumer will read from a partition.
     pub fn position(&mut self, topic: &str, partition: u32) -> Result<u64> {
         self.check_open()?;
-        self.refresh_subscription();
+        self.refresh_subscription()?;
         let i = self.find(topic, partition)?;
         let reset = self.config.auto_offset_reset;
         let a = &mut self.assigned[i];
@@ -823,7 +832,7 @@ impl Consumer {
         self.maybe_auto_commit();
         self.schedule_maintenance();
         self.group_sync()?;
-        self.refresh_subscription();
+        self.refresh_subscription()?;
         Ok(())
     }
 

@@ -405,6 +405,9 @@ pub fn request_full_recovery(data: &Path, partitions: &[PathBuf]) -> Result<usiz
         }
     }
     let _lock = crate::broker::take_lock(data, 0o600)?;
+    // The next open must read every partition's point, not the summary of
+    // the last clean close (partitions then open at the broker's open).
+    crate::partition_handle::forget(data)?;
     let bytes = checkpoint::encode(checkpoint::RecoveryPoint {
         offset: 0,
         clean: false,

@@ -131,6 +131,28 @@ fn open_file(path: &Path, mode: u32) -> std::io::Result<File> {
         .open(path)
 }
 
+/// Reads the recovery point at `path` and the session it names: `None`
+/// when there is none. One read of one byte more than a point: anything
+/// but a regular file of exactly `LEN` bytes (a directory, a FIFO, a
+/// device, a longer file) reads as no point.
+pub(crate) fn read_point(path: &Path) -> Result<Option<(RecoveryPoint, u32)>> {
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path);
+    Ok(match file {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(Error::io(format!("opening {}", path.display()), e)),
+        Ok(file) => {
+            let mut b = [0u8; LEN + 1];
+            match file.read_at(&mut b, 0) {
+                Ok(LEN) => decode_session(&b[..LEN]),
+                _ => None,
+            }
+        }
+    })
+}
+
 impl CheckpointFile {
     /// Opens (creating with `mode`) the file in `dir` and reads it: `None`
     /// when it is new, short or damaged.
@@ -148,25 +170,7 @@ impl CheckpointFile {
         files: &Arc<FileCache>,
     ) -> Result<(CheckpointFile, Option<(RecoveryPoint, u32)>)> {
         let path = dir.join(FILE);
-        // One read of one byte more than a point: anything but a regular
-        // file of exactly `LEN` bytes (a directory, a FIFO, a device, a
-        // longer file) reads as no point. The file is created by the first
-        // write, not here.
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NONBLOCK)
-            .open(&path);
-        let point = match file {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-            Err(e) => return Err(Error::io(format!("opening {}", path.display()), e)),
-            Ok(file) => {
-                let mut b = [0u8; LEN + 1];
-                match file.read_at(&mut b, 0) {
-                    Ok(LEN) => decode_session(&b[..LEN]),
-                    _ => None,
-                }
-            }
-        };
+        let point = read_point(&path)?;
         let state = Mutex::new(State {
             written: point.map_or(0, |(p, _)| p.offset),
             kept: false,

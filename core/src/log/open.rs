@@ -78,7 +78,7 @@ impl PartitionLog {
 
     /// The one-partition path of [`PartitionLog::sync_opened`]: syncs the
     /// kept segments' files, then writes and syncs the recovery point.
-    fn finish_pending(&self, pending: &PendingSync) -> Result<()> {
+    pub(crate) fn finish_pending(&self, pending: &PendingSync) -> Result<()> {
         for seg in &pending.segments {
             seg.sync_all_files()?;
         }
@@ -96,6 +96,37 @@ impl PartitionLog {
         partition: u32,
         dir: &Path,
         config: LogConfig,
+    ) -> Result<(Self, Option<PendingSync>)> {
+        Self::open_unsynced_trusting(topic, partition, dir, config, false)
+    }
+
+    /// The offset of the partition in `dir`'s recovery point when the point
+    /// says it was closed cleanly (in any session), else `None` (no point,
+    /// a damaged one, or one a crash or a requested full recovery left).
+    pub(crate) fn clean_point(dir: &Path) -> Result<Option<u64>> {
+        Ok(
+            super::checkpoint::read_point(&dir.join(super::checkpoint::FILE))?
+                .filter(|(p, _)| p.clean)
+                .map(|(p, _)| p.offset),
+        )
+    }
+
+    /// Syncs directory `dir` (its entries: files created, renamed, removed).
+    pub(crate) fn sync_dir(dir: &Path) -> Result<()> {
+        mmap::sync_dir(dir)
+    }
+
+    /// [`PartitionLog::open_unsynced`]; with `trust_clean`, a clean
+    /// recovery point is trusted whatever session it names: the caller
+    /// knows (from the summary of the broker's last clean close, see
+    /// `partition_handle.rs`) that the partition was closed cleanly and not
+    /// written to since.
+    pub(crate) fn open_unsynced_trusting(
+        topic: Arc<str>,
+        partition: u32,
+        dir: &Path,
+        config: LogConfig,
+        trust_clean: bool,
     ) -> Result<(Self, Option<PendingSync>)> {
         // Listed first, created only when missing: two system calls fewer
         // per partition at every open.
@@ -132,7 +163,9 @@ impl PartitionLog {
         // is checked (see checkpoint.rs): `None` after a clean one, in the
         // directory's last session (see unclean.rs).
         let check_from = match point {
-            Some((p, session)) if config.unclean.trusts(p, session) => None,
+            Some((p, session)) if (trust_clean && p.clean) || config.unclean.trusts(p, session) => {
+                None
+            }
             Some((p, _)) => Some(p.offset),
             None => Some(0),
         };

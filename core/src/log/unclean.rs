@@ -113,6 +113,18 @@ impl UncleanMark {
         })
     }
 
+    /// Whether something a clean close wrote in session `session` (the
+    /// summary of the partitions, see `partition_handle.rs`) still holds:
+    /// the directory is in that session (nothing was appended since), or
+    /// no session of this kind ever wrote to it and `session` is 0.
+    pub(crate) fn is_session(&self, session: u32) -> bool {
+        match self.on_disk {
+            OnDisk::Absent => session == 0,
+            OnDisk::Damaged => false,
+            OnDisk::Session(s) => session == s,
+        }
+    }
+
     /// Whether a partition whose recovery point says `point`, in session
     /// `session`, may skip the unclean-shutdown check.
     pub(crate) fn trusts(&self, point: RecoveryPoint, session: u32) -> bool {

@@ -398,7 +398,7 @@ impl Producer {
         inner.broker.check_open()?;
         let mut best: Option<i64> = None;
         for topic in inner.broker.all_topics() {
-            for log in topic.partitions().iter() {
+            for log in topic.partitions()?.iter() {
                 let last = log.producer_last_seq(id.id, id.named.is_some())?;
                 if last >= 0 {
                     best = Some(best.map_or(last, |b| b.max(last)));

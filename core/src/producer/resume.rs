@@ -60,7 +60,7 @@ impl Producer {
         let topics = inner.broker.all_topics();
         let mut sets = Vec::new();
         for topic in &topics {
-            for log in topic.partitions().iter() {
+            for log in topic.partitions()?.iter() {
                 if let Some(s) = log.producer_written(id.id, named, known)? {
                     sets.push(s);
                 }
@@ -69,7 +69,7 @@ impl Producer {
         let next = SeqRanges::first_gap(&sets);
         // Everything below `next` is written: the partitions can forget it.
         for topic in &topics {
-            for log in topic.partitions().iter() {
+            for log in topic.partitions()?.iter() {
                 log.producer_written(id.id, named, next)?;
             }
         }

@@ -196,7 +196,7 @@ impl Inner {
                 return Err(e);
             }
         };
-        let parts = topic.partitions();
+        let parts = topic.partitions()?;
         let generation = LAST_TOPIC.try_with(|c| {
             let mut c = c.try_borrow_mut().ok()?;
             let generation = c.as_ref().map_or(0, |e| e.generation + 1);
