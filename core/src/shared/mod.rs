@@ -8,11 +8,13 @@
 //! each value as untrusted input and check it before use (a page whose
 //! header does not match is reset or ignored, never trusted).
 
+mod dir;
 mod fs_kind;
 mod futex;
 mod liveness;
 mod page;
 
+pub(crate) use dir::{hold_exclusive, DirShare, DoorbellWait, ExclusiveHold};
 pub(crate) use fs_kind::{filesystem_kind, FsKind};
 pub(crate) use futex::{wait, wake_all, WaitOutcome};
 pub(crate) use liveness::{LiveLock, Liveness};
