@@ -483,7 +483,7 @@ impl Broker {
             crate::offsets::validate_group_name("group", name)?;
         }
         let g = self.inner.group(name)?;
-        let (generation, members) = g.describe();
+        let (generation, members) = g.describe(&|t| self.inner.partition_count(t));
         Ok(GroupInfo {
             name: name.to_owned(),
             generation,

@@ -107,6 +107,23 @@ fn fresh(clock: &quanta::Clock, raw: u64, last: Window) -> i64 {
     (ns / NANOS_PER_MS) as i64
 }
 
+/// Milliseconds of the system's monotonic clock (`CLOCK_MONOTONIC`): the
+/// same clock in every process of the machine, never set back, so that
+/// processes can compare the poll times they record for each other.
+#[allow(unsafe_code)]
+pub(crate) fn monotonic_ms() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec for the duration of the
+    // call; CLOCK_MONOTONIC always exists on the platforms mqlite builds
+    // for, and on failure `ts` keeps its zeroes.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &raw mut ts) };
+    u64::try_from(ts.tv_sec).unwrap_or(0) * 1000
+        + u64::try_from(ts.tv_nsec).unwrap_or(0) / 1_000_000
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

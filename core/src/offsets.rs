@@ -80,6 +80,59 @@ pub(crate) struct OffsetStore {
     path: PathBuf,
     mode: u32,
     file: OffsetsFile,
+    /// The identity of the file `file` was read from or written to (see
+    /// [`OffsetStore::refresh`]); `None` when there was none.
+    seen: Option<FileId>,
+}
+
+/// What tells one version of an offsets file from another: every write
+/// replaces the file (a new inode), so the inode and the change time
+/// differ after another process's commit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct FileId {
+    dev: u64,
+    ino: u64,
+    ctime_ns: i128,
+    len: u64,
+}
+
+fn file_id(path: &Path) -> Result<Option<FileId>> {
+    use std::os::unix::fs::MetadataExt;
+    match std::fs::metadata(path) {
+        Ok(m) => Ok(Some(FileId {
+            dev: m.dev(),
+            ino: m.ino(),
+            ctime_ns: i128::from(m.ctime()) * 1_000_000_000 + i128::from(m.ctime_nsec()),
+            len: m.len(),
+        })),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(Error::io(format!("reading {}", path.display()), e)),
+    }
+}
+
+/// Reads an offsets file (an empty set when there is none).
+fn read_file(path: &Path) -> Result<OffsetsFile> {
+    Ok(match crate::atomic_file::read_small(path)? {
+        Some(bytes) => {
+            let f: OffsetsFile = serde_json::from_slice(&bytes).map_err(|e| Error::Corrupt {
+                path: path.to_owned(),
+                position: e.column() as u64,
+                reason: format!("committed offsets are not valid: {e}"),
+            })?;
+            if f.version != VERSION {
+                return Err(Error::UnsupportedVersion {
+                    path: path.to_owned(),
+                    found: f.version,
+                    supported: VERSION,
+                });
+            }
+            f
+        }
+        None => OffsetsFile {
+            version: VERSION,
+            ..OffsetsFile::default()
+        },
+    })
 }
 
 /// Checks a group or client name: the topic-name rules (1 to 249 of
@@ -103,29 +156,38 @@ impl OffsetStore {
         if let Some((group, client)) = name.split_once(BROADCAST_SEPARATOR) {
             migrate_legacy_broadcast(&gdir, &path, group, client, mode)?;
         }
-        let file = match crate::atomic_file::read_small(&path)? {
-            Some(bytes) => {
-                let f: OffsetsFile =
-                    serde_json::from_slice(&bytes).map_err(|e| Error::Corrupt {
-                        path: path.clone(),
-                        position: e.column() as u64,
-                        reason: format!("committed offsets are not valid: {e}"),
-                    })?;
-                if f.version != VERSION {
-                    return Err(Error::UnsupportedVersion {
-                        path,
-                        found: f.version,
-                        supported: VERSION,
-                    });
-                }
-                f
-            }
-            None => OffsetsFile {
-                version: VERSION,
-                ..OffsetsFile::default()
-            },
-        };
-        Ok(OffsetStore { path, mode, file })
+        let seen = file_id(&path)?;
+        let file = read_file(&path)?;
+        Ok(OffsetStore {
+            path,
+            mode,
+            file,
+            seen,
+        })
+    }
+
+    /// Reads the file again if another process replaced it since this
+    /// store last read or wrote it (several processes on one directory;
+    /// called under the group's lock before a read-modify-write).
+    ///
+    /// # Errors
+    /// I/O errors; [`Error::Corrupt`] or [`Error::UnsupportedVersion`] for
+    /// a file that cannot be read (the store keeps what it had).
+    pub(crate) fn refresh(&mut self) -> Result<()> {
+        let id = file_id(&self.path)?;
+        if id == self.seen {
+            return Ok(());
+        }
+        self.file = read_file(&self.path)?;
+        self.seen = id;
+        Ok(())
+    }
+
+    /// Writes the offsets (durably) and remembers the file written.
+    fn write(&mut self, bytes: &[u8]) -> Result<()> {
+        write_atomic(&self.path, bytes, self.mode, true)?;
+        self.seen = file_id(&self.path)?;
+        Ok(())
     }
 
     /// The committed offset of a partition.
@@ -167,7 +229,7 @@ impl OffsetStore {
                 .insert(*p, *end);
         }
         let bytes = serde_json::to_vec_pretty(&self.file).expect("offsets serialise");
-        write_atomic(&self.path, &bytes, self.mode, true)?;
+        self.write(&bytes)?;
         Ok(marked)
     }
 
@@ -195,7 +257,7 @@ impl OffsetStore {
             return Ok(());
         }
         let bytes = serde_json::to_vec_pretty(&self.file).expect("offsets serialise");
-        write_atomic(&self.path, &bytes, self.mode, true)
+        self.write(&bytes)
     }
 
     /// Commits `offsets` (all or nothing) and returns once they are on disk.
@@ -231,7 +293,7 @@ impl OffsetStore {
                 bytes.len()
             )));
         }
-        if let Err(e) = write_atomic(&self.path, &bytes, self.mode, true) {
+        if let Err(e) = self.write(&bytes) {
             self.file.offsets = before;
             self.file.out_of_range = before_marks;
             return Err(e);

@@ -566,7 +566,9 @@ impl Consumer {
                 .any(|(t, p)| **a.topic.name() == **t && a.log.partition() == *p)
         });
         if let Some(m) = &self.member {
-            m.group.release(&m.id, partitions);
+            let broker = Arc::clone(&self.broker);
+            m.group
+                .release(&m.id, partitions, &|t| broker.partition_count(t));
         }
     }
 
@@ -576,7 +578,8 @@ impl Consumer {
         let Some(m) = &self.member else { return Ok(()) };
         let group = Arc::clone(&m.group);
         let id = m.id.clone();
-        if !group.is_member(&id) {
+        let broker = Arc::clone(&self.broker);
+        if !group.is_member(&id, &|t| broker.partition_count(t)) {
             // Removed for not polling in time: everything it had is gone.
             // Join again, as Kafka's consumer does.
             ::log::warn!(

@@ -92,6 +92,20 @@ impl LiveLock {
         })
     }
 
+    /// Takes a shared lock on `path` without waiting; `None` while an
+    /// exclusive holder has it.
+    pub(crate) fn try_hold_shared(path: &Path, mode: u32) -> Result<Option<LiveLock>> {
+        let file = open_lock_file(path, mode)?;
+        match file.try_lock_shared() {
+            Ok(()) => Ok(Some(LiveLock {
+                file,
+                path: path.to_owned(),
+            })),
+            Err(TryLockError::WouldBlock) => Ok(None),
+            Err(TryLockError::Error(e)) => Err(Error::io(format!("locking {}", path.display()), e)),
+        }
+    }
+
     /// Whether anyone holds a lock on `path` (exclusive or shared), found
     /// by trying to take it exclusively without waiting; a lock taken by
     /// the try is released at once.

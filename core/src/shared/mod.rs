@@ -8,12 +8,16 @@
 //! each value as untrusted input and check it before use (a page whose
 //! header does not match is reset or ignored, never trusted).
 
+mod dir;
 mod fs_kind;
 mod futex;
 mod liveness;
 mod page;
+mod tail;
 
+pub(crate) use dir::{hold_exclusive, DirShare, DoorbellWait, ExclusiveHold};
 pub(crate) use fs_kind::{filesystem_kind, FsKind};
 pub(crate) use futex::{wait, wake_all, WaitOutcome};
 pub(crate) use liveness::{LiveLock, Liveness};
 pub(crate) use page::{SharedPage, Word32, Word64, PAGE_LEN};
+pub(crate) use tail::{Tail, TailPage, TAIL_FILE};

@@ -53,6 +53,16 @@ impl Word64 {
         assert!(offset.is_multiple_of(8) && offset >= 8 && offset + 8 <= PAGE_LEN);
         Word64(offset)
     }
+
+    /// The word at byte `offset` computed at run time (a slot of a table):
+    /// `None` unless 8-aligned, within the page and past the magic.
+    pub(crate) const fn checked(offset: usize) -> Option<Word64> {
+        if offset.is_multiple_of(8) && offset >= 8 && offset <= PAGE_LEN - 8 {
+            Some(Word64(offset))
+        } else {
+            None
+        }
+    }
 }
 
 #[derive(Debug)]

@@ -1,0 +1,313 @@
+//! A data directory opened by several processes at once: who is there,
+//! who writes, and the directory's doorbell.
+//!
+//! Files in the data directory:
+//! - `LIVE`: every process that has the directory open in shared mode
+//!   holds a shared `flock` on it for as long as it does (the dead-man
+//!   switch of SQLite's shared memory). A process that can take it
+//!   exclusively is alone. A process that opens the directory in exclusive
+//!   mode holds it exclusively, so shared and exclusive opens exclude each
+//!   other.
+//! - `INIT`: held exclusively around a shared open's first steps (learning
+//!   whether it is alone and, if it is, recovery and the reset of the
+//!   shared pages), so that two openers never both think they are alone.
+//! - `LOCK`: held exclusively by the one process that writes (the writer
+//!   role), with its pid written in it for error messages.
+//! - `mqlite.shm`: a [`SharedPage`] with the doorbell (a futex word bumped
+//!   after appends and group changes, when someone waits), the count of
+//!   waiters, and the topics version (bumped when topics are created,
+//!   deleted or grow). A cache: reset by a process that opens alone.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use super::{FsKind, LiveLock, SharedPage, WaitOutcome, Word32, Word64};
+use crate::error::{Error, Result};
+use crate::sync::lock;
+
+/// The presence lock every process of a shared directory holds.
+pub(crate) const LIVE_FILE: &str = "LIVE";
+/// The lock around a shared open's first steps.
+pub(crate) const INIT_FILE: &str = "INIT";
+/// The directory's shared page.
+pub(crate) const SHM_FILE: &str = "mqlite.shm";
+
+const MAGIC: [u8; 8] = *b"MQSHM001";
+const DOORBELL: Word32 = Word32::at(8);
+const WAITERS: Word32 = Word32::at(12);
+const TOPICS_VERSION: Word64 = Word64::at(16);
+
+/// One process's share of a data directory opened in shared mode.
+#[derive(Debug)]
+pub(crate) struct DirShare {
+    dir: PathBuf,
+    mode: u32,
+    page: SharedPage,
+    _live: LiveLock,
+    /// `LOCK`, held while this process has the writer role.
+    writer: Mutex<Option<File>>,
+}
+
+/// How a process holds a data directory against shared openers.
+#[derive(Debug)]
+pub(crate) struct ExclusiveHold {
+    _live: LiveLock,
+}
+
+/// Takes `LIVE` exclusively for a process that opens `dir` in exclusive
+/// mode: processes that have it open in shared mode keep it out.
+///
+/// # Errors
+/// [`Error::Locked`] while processes have the directory open shared.
+pub(crate) fn hold_exclusive(dir: &Path, mode: u32) -> Result<ExclusiveHold> {
+    match LiveLock::try_hold(&dir.join(LIVE_FILE), mode)? {
+        Some(live) => Ok(ExclusiveHold { _live: live }),
+        None => Err(Error::Locked {
+            path: dir.to_owned(),
+            holder: "processes that opened it in shared mode".to_owned(),
+        }),
+    }
+}
+
+impl DirShare {
+    /// Opens `dir` (which exists) in shared mode: refuses a network
+    /// filesystem, then, under `INIT`, learns whether this process is the
+    /// only one, runs `setup(alone)` (recovery and whatever a lone process
+    /// may rebuild), resets the shared page when alone, and holds `LIVE`
+    /// shared from then on.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] for a directory on a network filesystem;
+    /// [`Error::Locked`] while a process holds it in exclusive mode;
+    /// what `setup` returns; I/O errors.
+    pub(crate) fn open<T>(
+        dir: &Path,
+        mode: u32,
+        setup: impl FnOnce(bool) -> Result<T>,
+    ) -> Result<(DirShare, T)> {
+        if let FsKind::Remote(kind) = super::filesystem_kind(dir)? {
+            return Err(Error::InvalidConfig(format!(
+                "{} is on a {kind} filesystem: shared mode needs locks and shared memory that work \
+                 between processes, which network filesystems do not give; open it in exclusive mode",
+                dir.display()
+            )));
+        }
+        let _init = LiveLock::hold(&dir.join(INIT_FILE), mode)?;
+        let live_path = dir.join(LIVE_FILE);
+        let alone = LiveLock::try_hold(&live_path, mode)?;
+        let is_alone = alone.is_some();
+        let page = SharedPage::open(&dir.join(SHM_FILE), mode)?;
+        let out = setup(is_alone)?;
+        if is_alone || !page.has_magic(MAGIC) {
+            page.reset(MAGIC);
+        }
+        drop(alone);
+        // Cannot block: exclusive holders take `LIVE` without waiting and
+        // only outside `INIT`... unless one holds it now, which try finds.
+        let live = LiveLock::try_hold_shared(&live_path, mode)?.ok_or_else(|| Error::Locked {
+            path: dir.to_owned(),
+            holder: "a process that opened it in exclusive mode".to_owned(),
+        })?;
+        Ok((
+            DirShare {
+                dir: dir.to_owned(),
+                mode,
+                page,
+                _live: live,
+                writer: Mutex::new(None),
+            },
+            out,
+        ))
+    }
+
+    /// Takes the writer role if this process does not have it yet.
+    /// Returns `true` when it was taken now (the caller then brings the
+    /// directory's tails in line: the previous writer may have died).
+    ///
+    /// # Errors
+    /// [`Error::Locked`] naming the process that has the role.
+    pub(crate) fn take_writer(&self) -> Result<bool> {
+        let mut w = lock(&self.writer);
+        if w.is_some() {
+            return Ok(false);
+        }
+        *w = Some(crate::broker::take_lock(&self.dir, self.mode)?);
+        Ok(true)
+    }
+
+    /// Whether this process has the writer role.
+    pub(crate) fn is_writer(&self) -> bool {
+        lock(&self.writer).is_some()
+    }
+
+    /// Rings the doorbell: wakes every process waiting on it. Cheap when
+    /// nobody waits (a fence and one load). Called after the change it
+    /// announces is visible (an append published, a group changed).
+    pub(crate) fn ring(&self) {
+        // Pairs with the fence in `prepare_wait`: either this load sees
+        // the waiter counted, or the waiter's look for data sees the change.
+        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+        if self.page.load32(WAITERS) != 0 {
+            self.ring_always();
+        }
+    }
+
+    /// Starts a wait on the doorbell: counts the waiter in, then reads the
+    /// doorbell. The caller looks for data next, and waits with
+    /// [`DoorbellWait::wait`] only if it found none: a ring after this
+    /// call ends that wait at once, so no wake-up is lost between the look
+    /// and the wait.
+    pub(crate) fn prepare_wait(&self) -> DoorbellWait<'_> {
+        let counted = self.page.add32(WAITERS, 1).is_some();
+        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+        DoorbellWait {
+            share: self,
+            seen: self.page.load32(DOORBELL),
+            counted,
+        }
+    }
+
+    /// Bumps the topics version: other processes look at the topics again.
+    pub(crate) fn topics_changed(&self) {
+        self.page.add64(TOPICS_VERSION, 1);
+        self.ring_always();
+    }
+
+    /// The topics version.
+    pub(crate) fn topics_version(&self) -> u64 {
+        self.page.load64(TOPICS_VERSION)
+    }
+
+    fn ring_always(&self) {
+        self.page.add32(DOORBELL, 1);
+        self.page.wake32(DOORBELL);
+    }
+}
+
+/// A waiter counted in on the doorbell (see [`DirShare::prepare_wait`]);
+/// dropping it counts it out.
+#[derive(Debug)]
+pub(crate) struct DoorbellWait<'a> {
+    share: &'a DirShare,
+    seen: u32,
+    /// Whether the waiter count includes this wait (not on a read-only
+    /// page, where a wait polls).
+    counted: bool,
+}
+
+impl DoorbellWait<'_> {
+    /// Waits until the doorbell moves from its value at the start of the
+    /// wait, or `timeout` passes. On a read-only page (nobody learns of
+    /// the waiter) it sleeps for at most 10 ms instead.
+    pub(crate) fn wait(&self, timeout: Duration) -> WaitOutcome {
+        if !self.counted {
+            std::thread::sleep(timeout.min(Duration::from_millis(10)));
+            return WaitOutcome::TimedOut;
+        }
+        self.share.page.wait32(DOORBELL, self.seen, timeout)
+    }
+
+    /// Whether the doorbell rang since the wait started.
+    pub(crate) fn rang(&self) -> bool {
+        self.share.page.load32(DOORBELL) != self.seen
+    }
+}
+
+impl Drop for DoorbellWait<'_> {
+    fn drop(&mut self) {
+        if self.counted {
+            self.share.page.sub32(WAITERS, 1);
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use std::time::Instant;
+
+    #[test]
+    fn the_first_opener_is_alone_and_the_next_is_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, alone) = DirShare::open(dir.path(), 0o600, Ok).unwrap();
+        assert!(alone);
+        let (b, alone) = DirShare::open(dir.path(), 0o600, Ok).unwrap();
+        assert!(!alone);
+        drop(a);
+        drop(b);
+        let (_c, alone) = DirShare::open(dir.path(), 0o600, Ok).unwrap();
+        assert!(alone, "everyone left");
+    }
+
+    #[test]
+    fn shared_and_exclusive_opens_exclude_each_other() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, ()) = DirShare::open(dir.path(), 0o600, |_| Ok(())).unwrap();
+        assert!(matches!(
+            hold_exclusive(dir.path(), 0o600),
+            Err(Error::Locked { .. })
+        ));
+        drop(a);
+        let ex = hold_exclusive(dir.path(), 0o600).unwrap();
+        assert!(matches!(
+            DirShare::open(dir.path(), 0o600, |_| Ok(())),
+            Err(Error::Locked { .. })
+        ));
+        drop(ex);
+        assert!(DirShare::open(dir.path(), 0o600, |_| Ok(())).is_ok());
+    }
+
+    #[test]
+    fn one_process_at_a_time_has_the_writer_role() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, ()) = DirShare::open(dir.path(), 0o600, |_| Ok(())).unwrap();
+        let (b, ()) = DirShare::open(dir.path(), 0o600, |_| Ok(())).unwrap();
+        assert!(a.take_writer().unwrap());
+        assert!(!a.take_writer().unwrap(), "already taken");
+        assert!(a.is_writer());
+        let e = b.take_writer().unwrap_err();
+        assert!(matches!(e, Error::Locked { .. }), "{e}");
+        drop(a);
+        assert!(b.take_writer().unwrap(), "taken over once the writer left");
+    }
+
+    #[test]
+    fn a_ring_in_one_share_wakes_a_waiter_in_another() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, ()) = DirShare::open(dir.path(), 0o600, |_| Ok(())).unwrap();
+        let (b, ()) = DirShare::open(dir.path(), 0o600, |_| Ok(())).unwrap();
+        let b = Arc::new(b);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let waiter = {
+            let b = Arc::clone(&b);
+            std::thread::spawn(move || {
+                let w = b.prepare_wait();
+                tx.send(()).unwrap();
+                let t = Instant::now();
+                while !w.rang() {
+                    w.wait(Duration::from_secs(30));
+                }
+                t.elapsed()
+            })
+        };
+        rx.recv().unwrap();
+        // One ring, after the waiter counted itself in, must end the wait
+        // (a private futex, or a missed count, would sleep out the 30 s).
+        std::thread::sleep(Duration::from_millis(50));
+        a.ring();
+        assert!(waiter.join().unwrap() < Duration::from_secs(10));
+        let before = a.page.load32(DOORBELL);
+        a.ring(); // nobody waits: the doorbell stays
+        assert_eq!(a.page.load32(DOORBELL), before);
+        let w = a.prepare_wait();
+        a.ring();
+        assert!(w.rang());
+        let v = a.topics_version();
+        b.topics_changed();
+        assert_eq!(a.topics_version(), v + 1);
+    }
+}
