@@ -3,6 +3,7 @@
 
 use std::path::Path;
 
+use super::batch::{ProducerFields, RecordRef};
 use super::*;
 use crate::faults::SyncKind;
 use crate::{Broker, Config, TopicConfig};
