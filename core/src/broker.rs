@@ -258,6 +258,7 @@ impl Broker {
             pool: Arc::new(Pool::new(POOL_THREADS)),
             files: Arc::new(FileCache::new(config.max_open_files)),
         };
+        crate::clock::calibrate_on(&options.pool);
         let mut topics = HashMap::new();
         let mut damaged = HashMap::new();
         // What the topics' opens checked, made durable in one pass below.
