@@ -286,10 +286,14 @@ impl PartitionLog {
             w.producers
                 .record(idem, producer.base_sequence, count as u32, base);
         }
-        // Pages written with `pwritev` need no faulting in: doing it ahead
-        // would only zero pages about to be overwritten.
-        if self.config.prefault && !by_file {
-            self.prefault_ahead(&mut w);
+        if self.config.prefault {
+            if by_file {
+                // Pages written with `pwritev` need no faulting in: doing it
+                // ahead would only zero pages about to be overwritten.
+                self.prepare_ahead(&mut w);
+            } else {
+                self.prefault_ahead(&mut w);
+            }
         }
         drop(w);
         self.wake_waiters();

@@ -506,6 +506,18 @@ impl PartitionLog {
         }
     }
 
+    /// For batches written with `pwritev`: once the active segment is half
+    /// full, starts creating the next segment on the broker's pool, with
+    /// no page faulted in, so that the roll renames files rather than
+    /// creating them in the writer.
+    #[inline]
+    fn prepare_ahead(&self, w: &mut Writer) {
+        if !w.prepare_requested && w.active.end() > w.active.capacity() / 2 {
+            w.prepare_requested = true;
+            self.start_prepare(0);
+        }
+    }
+
     /// After a small flush, makes sure the file's blocks a little ahead of
     /// the writer are already written (see [`WriteAhead`]): when the writer
     /// is within half a window of the end of what was written ahead, a
