@@ -33,14 +33,15 @@ const CRC_AT: usize = batch::LENGTH_PREFIX;
 const CRC_FROM: usize = batch::LENGTH_PREFIX + 4;
 
 /// Batches up to this long are checksummed whole, then written with one
-/// `pwritev`, header included ([`Gathered::write_with`]): the kernel then
-/// fills the page cache in one call, in large folios, and the bytes just
-/// read by the checksum are still in the core's cache (2 MiB of L2 on the
-/// project's VM) when it copies them.
-pub(super) const AT_ONCE: usize = 2 << 20;
+/// `pwritev`, header included ([`Gathered::write_with`]): one call instead
+/// of a few, and the bytes just read by the checksum are still in the
+/// core's cache when the kernel copies them. Measured against the
+/// chunked write: 256 KiB records faster, 1 MiB ones slower (see
+/// docs/decisions.md).
+pub(super) const AT_ONCE: usize = 512 << 10;
 
 /// Bytes written per `pwritev` of a longer batch ([`Gathered::write_with`]).
-pub(super) const CHUNK: usize = 1 << 20;
+pub(super) const CHUNK: usize = 128 << 10;
 
 /// Capacity of the per-thread buffer kept between batches.
 const KEEP: usize = 4 << 20;
@@ -423,11 +424,11 @@ mod tests {
         assert_eq!(in_place_bytes(&src), section.len());
     }
 
-    /// A batch of one 1 MiB record (longer than a chunk, up to `AT_ONCE`)
+    /// A batch of one 300 KB record (longer than a chunk, up to `AT_ONCE`)
     /// is written with one call, its header included, and checks out.
     #[test]
-    fn one_mebibyte_records_are_written_at_once() {
-        let value: Vec<u8> = (0..1u32 << 20).map(|i| (i % 253) as u8).collect();
+    fn records_up_to_at_once_are_written_at_once() {
+        let value: Vec<u8> = (0..300_000u32).map(|i| (i % 253) as u8).collect();
         let records = [RecordRef {
             key: None,
             value: Some(&value),
