@@ -261,6 +261,7 @@ impl Broker {
             pool: Arc::new(Pool::new(POOL_THREADS)),
             files: Arc::new(FileCache::new(config.max_open_files)),
         };
+        crate::clock::calibrate_on(&options.pool);
         // After a clean close, partitions open on first use.
         let mut summaries =
             crate::partition_handle::take(&dir, |session| options.unclean.is_session(session))?;

@@ -12,7 +12,10 @@
 //! call (tests and time-index lookups rely on that), never later than one
 //! made after.
 //!
-//! The counter's rate comes from `quanta`'s calibration; the window is cut
+//! The counter's rate comes from `quanta`'s calibration, which takes tens
+//! of milliseconds (up to 200 on a loaded machine): it runs on the broker's
+//! background pool when a broker opens ([`calibrate`]), never in a send;
+//! until it is done every read is a system-clock read. The window is cut
 //! to 99 % of the time left to the boundary, less 2 us, so a rate error under
 //! 1 % or a small skew between cores stays inside it. Each fresh read checks
 //! the counter against the clock since the thread's previous read; if they
@@ -50,9 +53,50 @@ thread_local! {
 /// Set when the counter was found to disagree with the system clock.
 static DISTRUSTED: AtomicBool = AtomicBool::new(false);
 
-fn counter() -> &'static quanta::Clock {
-    static CLOCK: OnceLock<quanta::Clock> = OnceLock::new();
-    CLOCK.get_or_init(quanta::Clock::new)
+/// The cycle counter, usable once calibrated.
+struct Counter {
+    clock: OnceLock<quanta::Clock>,
+    /// Whether a calibration was started.
+    started: AtomicBool,
+}
+
+impl Counter {
+    const fn new() -> Counter {
+        Counter {
+            clock: OnceLock::new(),
+            started: AtomicBool::new(false),
+        }
+    }
+
+    /// The calibrated counter; `None` until [`Counter::calibrate`] is done.
+    fn get(&self) -> Option<&quanta::Clock> {
+        self.clock.get()
+    }
+
+    /// Calibrates the counter in the calling thread, unless a calibration
+    /// was already started.
+    fn calibrate(&self) {
+        if !self.started.swap(true, Ordering::AcqRel) {
+            self.clock.get_or_init(quanta::Clock::new);
+        }
+    }
+}
+
+static COUNTER: Counter = Counter::new();
+
+/// Calibrates the cycle counter [`now_ms`] reads, in the calling thread (a
+/// background one: it takes tens of milliseconds), unless that was already
+/// started.
+pub(crate) fn calibrate() {
+    COUNTER.calibrate();
+}
+
+/// Calibrates the counter on `pool` unless that was already started (the
+/// broker calls it when it opens: the first broker of a process queues it).
+pub(crate) fn calibrate_on(pool: &crate::background::Pool) {
+    if !COUNTER.started.load(Ordering::Acquire) {
+        pool.submit(calibrate);
+    }
 }
 
 /// Nanoseconds since the Unix epoch from the system clock (0 before it).
@@ -65,10 +109,17 @@ fn system_ns() -> u64 {
 /// The wall clock in milliseconds since the Unix epoch (0 if the clock is set
 /// before it).
 pub(crate) fn now_ms() -> i64 {
-    if DISTRUSTED.load(Ordering::Relaxed) {
-        return (system_ns() / NANOS_PER_MS) as i64;
-    }
-    let clock = counter();
+    now_ms_with(&COUNTER)
+}
+
+/// [`now_ms`] reading `counter`: the system clock while it is not
+/// calibrated (or distrusted).
+#[inline]
+fn now_ms_with(counter: &Counter) -> i64 {
+    let clock = match counter.get() {
+        Some(c) if !DISTRUSTED.load(Ordering::Relaxed) => c,
+        _ => return (system_ns() / NANOS_PER_MS) as i64,
+    };
     let raw = clock.raw();
     let last = LAST.get();
     if last.ns != 0 && raw >= last.raw && clock.delta_as_nanos(last.raw, raw) < last.valid_ns {
@@ -139,6 +190,7 @@ mod tests {
 
     #[test]
     fn never_before_an_earlier_read_nor_after_a_later_one() {
+        calibrate();
         let start = Instant::now();
         let mut calls = 0u64;
         while start.elapsed() < Duration::from_millis(300) {
@@ -159,6 +211,7 @@ mod tests {
 
     #[test]
     fn each_thread_keeps_its_own_window() {
+        calibrate();
         let threads: Vec<_> = (0..4)
             .map(|_| {
                 std::thread::spawn(|| {
@@ -172,6 +225,34 @@ mod tests {
             .collect();
         for t in threads {
             t.join().expect("thread");
+        }
+    }
+
+    /// A counter not yet calibrated is not calibrated by a read (that
+    /// would cost the read tens of milliseconds): the read comes from the
+    /// system clock. Once calibrated, it is used.
+    #[test]
+    fn reads_never_calibrate_the_counter() {
+        let counter = Counter::new();
+        for _ in 0..1000 {
+            let before = system_ms();
+            let t = now_ms_with(&counter);
+            assert!(before <= t && t <= system_ms());
+        }
+        assert!(counter.get().is_none(), "a read calibrated the counter");
+        counter.calibrate();
+        assert!(counter.get().is_some());
+        let fresh = FRESH_READS.with(Cell::get);
+        for _ in 0..1000 {
+            let before = system_ms();
+            let t = now_ms_with(&counter);
+            assert!(before <= t && t <= system_ms());
+        }
+        if !DISTRUSTED.load(Ordering::Relaxed) {
+            assert!(
+                FRESH_READS.with(Cell::get) > fresh,
+                "the calibrated counter is not read"
+            );
         }
     }
 }

@@ -32,7 +32,15 @@ const LENGTH_AT: usize = batch::LENGTH_PREFIX - 4;
 const CRC_AT: usize = batch::LENGTH_PREFIX;
 const CRC_FROM: usize = batch::LENGTH_PREFIX + 4;
 
-/// Bytes written per `pwritev` of a long batch ([`Gathered::write_with`]).
+/// Batches up to this long are checksummed whole, then written with one
+/// `pwritev`, header included ([`Gathered::write_with`]): one call instead
+/// of a few, and the bytes just read by the checksum are still in the
+/// core's cache when the kernel copies them. Measured against the
+/// chunked write: 256 KiB records faster, 1 MiB ones slower (see
+/// docs/decisions.md).
+pub(super) const AT_ONCE: usize = 512 << 10;
+
+/// Bytes written per `pwritev` of a longer batch ([`Gathered::write_with`]).
 pub(super) const CHUNK: usize = 128 << 10;
 
 /// Capacity of the per-thread buffer kept between batches.
@@ -72,18 +80,18 @@ impl<'a> Gathered<'a> {
 
     /// Computes the CRC and writes the batch with `write(at, parts)`: the
     /// concatenation of `parts` goes to byte `at` of the batch. A batch up
-    /// to [`CHUNK`] long is written at once. A longer one is written after
-    /// its header, a chunk at a time, each checksummed just before it is
-    /// written (so that the kernel copies it from the cache rather than
-    /// from memory), then its header with the CRC: the batch is whole only
-    /// once every call succeeded.
+    /// to [`AT_ONCE`] long is checksummed, then written at once. A longer
+    /// one is written after its header, a [`CHUNK`] at a time, each
+    /// checksummed just before it is written (so that the kernel copies it
+    /// from the cache rather than from memory), then its header with the
+    /// CRC: the batch is whole only once every call succeeded.
     pub(super) fn write_with(
         &mut self,
         mut write: impl FnMut(usize, &[&[u8]]) -> Result<()>,
     ) -> Result<()> {
         let mut digest = crc_fast::Digest::new(crc_fast::CrcAlgorithm::Crc32Iscsi);
         digest.update(&self.own[CRC_FROM..batch::HEADER_LEN]);
-        if self.len <= CHUNK {
+        if self.len <= AT_ONCE {
             for (k, p) in self.parts().iter().enumerate() {
                 // The first piece starts with the header.
                 digest.update(if k == 0 { &p[batch::HEADER_LEN..] } else { p });
@@ -311,7 +319,10 @@ mod tests {
     /// values and an append time; and have the length `batch_len` gives.
     #[test]
     fn laid_out_batches_decode_to_their_records() {
-        let long: Vec<u8> = (0..300_000u32).map(|i| (i * 7 + 3) as u8).collect();
+        // Longer than `AT_ONCE`: written a chunk at a time.
+        let long: Vec<u8> = (0..(AT_ONCE + 300_000) as u32)
+            .map(|i| (i * 7 + 3) as u8)
+            .collect();
         let mid: Vec<u8> = (0..IN_PLACE_MIN as u32).map(|i| i as u8).collect();
         let headers = vec![Header::new("h", vec![1u8, 2, 3]), Header::new("k2", vec![])];
         let records = vec![
@@ -409,7 +420,41 @@ mod tests {
             batch::write_section_batch(&mut want, 9, &section, info, ProducerFields::default(), 0);
         let (bytes, writes) = concat(&mut g);
         assert_eq!(bytes, &want[..n]);
-        assert_eq!(writes, 1, "a batch up to a chunk long is written at once");
+        assert_eq!(writes, 1, "a batch up to `AT_ONCE` long is written at once");
         assert_eq!(in_place_bytes(&src), section.len());
+    }
+
+    /// A batch of one 300 KB record (longer than a chunk, up to `AT_ONCE`)
+    /// is written with one call, its header included, and checks out.
+    #[test]
+    fn records_up_to_at_once_are_written_at_once() {
+        let value: Vec<u8> = (0..300_000u32).map(|i| (i % 253) as u8).collect();
+        let records = [RecordRef {
+            key: None,
+            value: Some(&value),
+            headers: &[],
+            timestamp: 77,
+        }];
+        let len = batch::batch_len(&records);
+        assert!(len > CHUNK && len <= AT_ONCE);
+        let src = BatchSource::Records(&records, len);
+        let mut g = lay_out(&src, 5, ProducerFields::default(), 0, None);
+        let mut calls = Vec::new();
+        let mut out = Vec::new();
+        g.write_with(|at, parts| {
+            calls.push(at);
+            out.extend_from_slice(&parts.concat());
+            Ok(())
+        })
+        .expect("write");
+        assert_eq!(calls, [0], "one write, from the batch's first byte");
+        assert_eq!(out.len(), len);
+        let h = match batch::check(&out) {
+            Check::Valid(h) => h,
+            other => panic!("invalid batch: {other:?}"),
+        };
+        let got: Vec<_> = Records::new(&out, &h).map(|r| r.expect("record")).collect();
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].value.clone().map(|v| &out[v]), Some(&value[..]));
     }
 }

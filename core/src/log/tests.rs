@@ -3,6 +3,7 @@
 
 use std::path::Path;
 
+use super::batch::{ProducerFields, RecordRef};
 use super::*;
 use crate::faults::SyncKind;
 use crate::{Broker, Config, TopicConfig};
@@ -175,4 +176,50 @@ fn prefetch_hints_follow_the_writer() {
     let rolled = Arc::as_ptr(&active()) as usize;
     assert_ne!(rolled, seg);
     assert_eq!(log.hints.segment.load(Ordering::Relaxed), rolled);
+}
+
+/// Records written with `pwritev` (values of 512 KiB) have the next
+/// segment prepared on the pool once the active one is half full, and the
+/// roll takes it (its `next.*` files are renamed, none is left).
+#[test]
+fn pwritev_batches_have_the_next_segment_prepared() {
+    let dir = tempfile::tempdir().unwrap();
+    let mq = Broker::open(dir.path(), Config::default()).unwrap();
+    mq.create_topic("t", TopicConfig::new(1).segment_bytes(4 << 20))
+        .unwrap();
+    let log = mq.inner().topic("t").unwrap().partition(0).unwrap();
+    let value = vec![5u8; 512 << 10];
+    let records = [RecordRef {
+        key: None,
+        value: Some(&value),
+        headers: &[],
+        timestamp: 1,
+    }];
+    let prepared = log.dir.join(format!("{PREPARED_STEM}.log"));
+    let mut appended = 0;
+    while log.segment_count() == 1 {
+        let a = log.append(&records, ProducerFields::default()).unwrap();
+        assert_eq!(a.base_offset, appended);
+        appended += 1;
+        if appended == 5 {
+            // Past half of the first segment: the next one is being made.
+            let deadline = Instant::now() + std::time::Duration::from_secs(30);
+            while !prepared.exists() && Instant::now() < deadline {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            assert!(prepared.exists(), "no segment prepared after 5 appends");
+        }
+    }
+    assert!(appended > 5);
+    assert!(
+        !prepared.exists(),
+        "the roll did not take the prepared segment"
+    );
+    let mut c = log.cursor(0).unwrap();
+    let mut n = 0;
+    while let Some((_, h)) = log.next_batch(&mut c).unwrap() {
+        assert_eq!(h.base_offset, n);
+        n += 1;
+    }
+    assert_eq!(n, appended);
 }
