@@ -318,6 +318,7 @@ impl Topic {
             unclean: Arc::clone(&options.unclean),
             pool: Arc::clone(&options.pool),
             files: Arc::clone(&options.files),
+            shared: None,
         }
     }
 

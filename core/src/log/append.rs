@@ -184,7 +184,7 @@ impl PartitionLog {
         }
         let mut w = lock(&self.writer);
         if w.closed {
-            return Err(Error::Closed("partition"));
+            return Err(self.closed_error());
         }
         if self.poisoned.load(Ordering::Acquire) {
             return Err(self.poisoned_error());
@@ -279,6 +279,9 @@ impl PartitionLog {
         w.max_ts = w.max_ts.max(max_ts);
         w.next_offset = base + count as u64;
         self.end_offset.store(w.next_offset, Ordering::Release);
+        if self.tail.is_some() {
+            self.write_tail(w.next_offset, &w.active);
+        }
         if w.active.growth_due() {
             self.grow_ahead(&mut w);
         }

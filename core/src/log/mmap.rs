@@ -46,6 +46,15 @@ pub(crate) struct WriteToken {
     file: u64,
 }
 
+impl WriteToken {
+    /// A token for no file: every use of it panics. Stands in for the
+    /// writer's tokens in a log this process only reads, whose append path
+    /// refuses before it would use one.
+    pub(crate) fn none() -> WriteToken {
+        WriteToken { file: 0 }
+    }
+}
+
 /// A file mapped into memory, readable up to an atomically published length.
 #[derive(Debug)]
 pub(crate) struct MappedFile {
@@ -250,6 +259,97 @@ impl MappedFile {
             published: AtomicUsize::new(len),
             flushed: AtomicUsize::new(len),
         })
+    }
+
+    /// Opens an existing file read-only for a process that does not write
+    /// it (shared mode): maps `capacity` bytes (more than the file may hold
+    /// now: the writer grows it), publishes nothing. The reader advances
+    /// the published length with [`MappedFile::advance_published`] after
+    /// checking it against the file's length ([`MappedFile::file_len`]).
+    pub(crate) fn open_for_reader(path: &Path, capacity: usize) -> Result<MappedFile> {
+        let file = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(path)
+            .ctx(|| format!("opening {}", path.display()))?;
+        let len = usize::try_from(regular_file_len(path, &file)?).unwrap_or(usize::MAX);
+        let capacity = capacity.max(len.min(isize::MAX as usize / 2));
+        let map = if capacity == 0 {
+            None
+        } else {
+            Some(
+                MmapOptions::new()
+                    .len(capacity)
+                    .map_raw_read_only(&file)
+                    .ctx(|| format!("mapping {}", path.display()))?,
+            )
+        };
+        Ok(MappedFile {
+            path: path.to_owned(),
+            id: 0,
+            files: None,
+            released: AtomicBool::new(true),
+            map,
+            capacity,
+            allocated: AtomicUsize::new(len.min(capacity)),
+            first_step: 0,
+            published: AtomicUsize::new(0),
+            flushed: AtomicUsize::new(0),
+        })
+    }
+
+    /// The file's length now, read again from the file system (`stat`),
+    /// for a reader that learns the writer grew it; `None` when it cannot
+    /// be read (the file is gone). Updates what [`MappedFile::allocated`]
+    /// says, never downwards, and never past the mapping.
+    pub(crate) fn file_len(&self) -> Option<usize> {
+        let len = std::fs::metadata(&self.path).ok()?.len();
+        let len = usize::try_from(len)
+            .unwrap_or(usize::MAX)
+            .min(self.capacity);
+        self.allocated.fetch_max(len, Ordering::AcqRel);
+        Some(len)
+    }
+
+    /// Moves the published length of a file this process only reads (no
+    /// [`WriteToken`] exists for it here) forward to `len`; never back.
+    ///
+    /// # Panics
+    /// If the file has a writer in this process or `len` is past the
+    /// mapping.
+    pub(crate) fn advance_published(&self, len: usize) {
+        assert!(self.id == 0, "a written file publishes with its token");
+        assert!(len <= self.capacity, "publishing past the mapping");
+        self.published.fetch_max(len, Ordering::AcqRel);
+        self.flushed.fetch_max(len, Ordering::AcqRel);
+    }
+
+    /// Bytes `[start, end)` of a file this process only reads, above the
+    /// published length: what another process may be writing right now.
+    /// For a reader checking batches (CRC included) before it publishes
+    /// them to itself; `end` must be within the file (checked by the
+    /// caller against [`MappedFile::file_len`]).
+    ///
+    /// # Panics
+    /// If the file has a writer in this process or the range is not within
+    /// the mapping.
+    pub(crate) fn unpublished(&self, start: usize, end: usize) -> &[u8] {
+        assert!(self.id == 0, "only for files this process does not write");
+        assert!(
+            start <= end && end <= self.capacity,
+            "range past the mapping"
+        );
+        match &self.map {
+            // SAFETY: the range lies within the mapping (checked above) and,
+            // by the caller's check, within the file, so no page past the
+            // file's end is touched. The mapping is read-only and no token
+            // exists for this file in this process, so nothing here writes
+            // these bytes; another process may, and what is read may then be
+            // torn: every batch read here is checked (length, offsets,
+            // CRC32C) before it is published.
+            Some(m) => unsafe { std::slice::from_raw_parts(m.as_ptr().add(start), end - start) },
+            None => &[],
+        }
     }
 
     /// A file with nothing mapped and no descriptor, standing in for a
@@ -548,10 +648,24 @@ impl MappedFile {
     /// as it is; nothing at or above `published` is read again. A file
     /// without a descriptor is opened again by path for this.
     pub(crate) fn trim(&self, token: &mut WriteToken) -> Result<()> {
+        let len = self.published();
+        self.trim_to(token, len)
+    }
+
+    /// Sets the file's length to `len`, at least the published length (on
+    /// roll: see `shared_sealed_len` for shared mode, where it is longer).
+    /// Bytes past the published length are zeros (recovery and the append
+    /// path keep them so), and a file grown by this reads zeros there.
+    ///
+    /// # Panics
+    /// If `token` is another file's or `len` is below the published length.
+    pub(crate) fn trim_to(&self, token: &mut WriteToken, len: usize) -> Result<()> {
         self.check_token(token);
-        let len = self.published() as u64;
+        assert!(len >= self.published(), "trimming published bytes");
         // Nothing (page faulting ahead, say) touches the cut part again.
-        self.allocated.store(len as usize, Ordering::Release);
+        self.allocated
+            .store(len.min(self.capacity), Ordering::Release);
+        let len = len as u64;
         match self.descriptor() {
             Ok(Some(f)) => f.set_len(len),
             Ok(None) => OpenOptions::new()

@@ -16,8 +16,11 @@ mod mmap;
 mod open;
 #[allow(unsafe_code)]
 mod prefetch;
+mod reader;
 mod run;
 mod segment;
+#[doc(hidden)]
+pub mod shared_raw;
 #[cfg(test)]
 pub(crate) mod test_util;
 mod unclean;
@@ -32,6 +35,7 @@ use crate::background::{self, Pending, Pool};
 use crate::dedup::{self, ProducerTable};
 use crate::error::{Error, Result};
 use crate::files::FileCache;
+use crate::shared::{Tail, TailPage};
 use crate::sync;
 use crate::sync::lock;
 pub(crate) use append::{Appended, BatchSource, UNKNOWN_OFFSET};
@@ -70,6 +74,30 @@ pub(crate) struct LogConfig {
     pub pool: Arc<Pool>,
     /// The broker's descriptor cache.
     pub files: Arc<FileCache>,
+    /// Shared mode (other processes read the log): `None` for exclusive
+    /// mode, where nothing more is written.
+    pub shared: Option<SharedLog>,
+}
+
+/// What a partition log does for readers in other processes (shared mode):
+/// it keeps the partition's tail page (see [`crate::shared::TailPage`])
+/// up to date after every publish, rings `doorbell` after each, and trims
+/// sealed segments to a length those readers can always touch safely (see
+/// [`Segment::seal`]).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct SharedLog {
+    /// Rung after every publish (the data directory's doorbell, say).
+    pub doorbell: Option<Doorbell>,
+}
+
+/// A hook the log calls after each publish in shared mode.
+#[derive(Clone)]
+pub(crate) struct Doorbell(pub Arc<dyn Fn() + Send + Sync>);
+
+impl std::fmt::Debug for Doorbell {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Doorbell")
+    }
 }
 
 impl LogConfig {
@@ -259,6 +287,12 @@ pub(crate) struct PartitionLog {
     checkpoint: CheckpointFile,
     /// Where the next append writes, for prefetching ([`prefetch`]).
     hints: prefetch::Hints,
+    /// Shared mode, writer side: the tail page, written after every
+    /// publish (the lock keeps its writes one at a time).
+    tail: Option<Mutex<TailPage>>,
+    /// Set for a log opened by a process that is not the writer
+    /// ([`PartitionLog::open_reader`]).
+    reader: Option<Box<reader::ReaderState>>,
 }
 
 /// Milliseconds since the Unix epoch ([`crate::clock`]).
@@ -454,6 +488,9 @@ impl PartitionLog {
     /// that wants no growth step or page fault later). Best effort: on a
     /// full disk, what is allocated is faulted in.
     pub(crate) fn prefault_active(&self) {
+        if self.reader.is_some() {
+            return; // a reader never writes the files
+        }
         let active = {
             let w = lock(&self.writer);
             if let Err(e) = w.active.grow_to_capacity() {
@@ -646,7 +683,7 @@ impl PartitionLog {
         w.populated_to = populated;
         w.grow_failed_at = usize::MAX;
         w.prepare_requested = false;
-        if let Err(e) = old.seal(old_writer, base) {
+        if let Err(e) = old.seal(old_writer, base, self.config.shared.is_some()) {
             // The old segment keeps its allocated tail; it is still
             // readable and reopens fine. Report and carry on.
             ::log::warn!("trimming {} failed: {e}", old.path().display());
@@ -661,7 +698,7 @@ impl PartitionLog {
     /// one). Returns how many were deleted.
     pub(crate) fn enforce_retention(&self, now: i64) -> usize {
         let (bytes, ms) = (self.config.retention_bytes, self.config.retention_ms);
-        if bytes.is_none() && ms.is_none() {
+        if (bytes.is_none() && ms.is_none()) || self.reader.is_some() {
             return 0;
         }
         let removed: Vec<Arc<Segment>> = {
@@ -690,8 +727,14 @@ impl PartitionLog {
                 size -= s.size();
                 n += 1;
             }
-            let removed = segs.drain(..n).collect();
+            let removed: Vec<Arc<Segment>> = segs.drain(..n).collect();
             self.start_offset.store(segs[0].base(), Ordering::Release);
+            if !removed.is_empty() {
+                // Readers in other processes drop what is gone.
+                if let Some(active) = segs.last() {
+                    self.write_tail(self.end_offset(), active);
+                }
+            }
             removed
         };
         for s in &removed {
@@ -761,6 +804,30 @@ impl PartitionLog {
         let deadline = Instant::now() + std::time::Duration::from_secs(10);
         while self.populating.load(Ordering::Acquire) && Instant::now() < deadline {
             std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+
+    /// Shared mode: publishes the log's end in the tail page (after the
+    /// segment's own publish) and rings the doorbell. Nothing in exclusive
+    /// mode.
+    #[inline]
+    fn write_tail(&self, next_offset: u64, active: &Segment) {
+        if let Some(tail) = &self.tail {
+            lock(tail).write(Tail {
+                next_offset,
+                active_base: active.base(),
+                published: active.end() as u64,
+                log_start: self.start_offset(),
+                cuts: 0,
+            });
+            if let Some(Doorbell(ring)) = self
+                .config
+                .shared
+                .as_ref()
+                .and_then(|s| s.doorbell.as_ref())
+            {
+                ring();
+            }
         }
     }
 

@@ -14,6 +14,7 @@ use super::{mmap, LogConfig, PartitionLog, RecoveryStats, Waiters, WriteAhead, W
 use crate::dedup::ProducerTable;
 use crate::error::{IoContext, Result};
 use crate::faults::{self, SyncKind};
+use crate::shared::{Tail, TailPage};
 
 /// Files that the open of many partitions makes durable one by one; from
 /// this many on, one `syncfs(2)` of the filesystem makes them all durable
@@ -225,6 +226,22 @@ impl PartitionLog {
             },
         });
         let start = segments[0].base();
+        // Shared mode: readers in other processes learn the log's end from
+        // the tail page, reset now that recovery fixed that end.
+        let tail = match &config.shared {
+            Some(_) => {
+                let page = TailPage::open(dir, config.file_mode)?;
+                page.reset(Tail {
+                    next_offset,
+                    active_base: active.base(),
+                    published: active.end() as u64,
+                    log_start: start,
+                    cuts: 0,
+                });
+                Some(Mutex::new(page))
+            }
+            None => None,
+        };
         let log = PartitionLog {
             topic,
             partition,
@@ -270,6 +287,8 @@ impl PartitionLog {
             checkpoint,
             config,
             hints: super::prefetch::Hints::default(),
+            tail,
+            reader: None,
         };
         Ok((log, pending))
     }

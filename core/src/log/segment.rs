@@ -121,6 +121,17 @@ pub(crate) struct SegmentWriter {
     time: WriteToken,
 }
 
+impl SegmentWriter {
+    /// No right to write anything (see [`WriteToken::none`]).
+    pub(crate) fn none() -> SegmentWriter {
+        SegmentWriter {
+            log: WriteToken::none(),
+            index: WriteToken::none(),
+            time: WriteToken::none(),
+        }
+    }
+}
+
 /// A segment created ahead of time under a temporary name, with its pages
 /// faulted in, waiting to become the next active segment.
 #[derive(Debug)]
@@ -294,6 +305,39 @@ impl Segment {
             seg.max_timestamp.store(mtime, Ordering::Relaxed);
         }
         Ok(seg)
+    }
+
+    /// Opens a segment in a process that only reads it (shared mode): the
+    /// log mapped read-only at `capacity` (or its file's length, if
+    /// longer), nothing published yet (see `reader.rs`), no index (lookups
+    /// scan: the writer may still be writing or trimming the indexes, and
+    /// a map of a file cut meanwhile would fault past its end).
+    pub(crate) fn open_reader_active(dir: &Path, base: u64, capacity: usize) -> Result<Segment> {
+        let log = MappedFile::open_for_reader(&segment_path(dir, base, "log"), capacity)?;
+        let index = IndexFile::empty(&segment_path(dir, base, "idx"), OFFSET_ENTRY);
+        let time = IndexFile::empty(&segment_path(dir, base, "tix"), TIME_ENTRY);
+        let seg = Segment::assemble(dir, base, log, index, time, false);
+        // No time index: time lookups scan, and the largest timestamp comes
+        // from the batches the reader checks ([`Segment::note_timestamp`]).
+        seg.time_state.store(TIME_DISTRUSTED, Ordering::Relaxed);
+        Ok(seg)
+    }
+
+    /// Raises the segment's largest known timestamp (a reader process,
+    /// from the batches it checked).
+    pub(crate) fn note_timestamp(&self, ts: i64) {
+        self.max_timestamp.fetch_max(ts, Ordering::Relaxed);
+    }
+
+    /// The log file, for a reader process advancing its published length.
+    pub(crate) fn log_file(&self) -> &MappedFile {
+        &self.log
+    }
+
+    /// Marks a segment this process only reads as sealed: the writer
+    /// rolled past it, and readers at its end go on to the next one.
+    pub(crate) fn mark_sealed_by_writer(&self) {
+        self.sealed.store(true, Ordering::Release);
     }
 
     /// Opens the active (last) segment and recovers its tail: scans from the
@@ -696,7 +740,10 @@ impl Segment {
     /// (the last one the segment held: what needs the file later opens it
     /// by path) and marks the segment sealed. Takes the segment's writer:
     /// nothing writes to it again.
-    pub(crate) fn seal(&self, mut w: SegmentWriter, next_offset: u64) -> Result<()> {
+    ///
+    /// With `shared` (readers in other processes map the file), the log is
+    /// trimmed to [`shared_sealed_len`] rather than to its data.
+    pub(crate) fn seal(&self, mut w: SegmentWriter, next_offset: u64, shared: bool) -> Result<()> {
         // A final time entry records the segment's largest timestamp.
         let max_ts = self.max_timestamp();
         if self.time.has_room() && self.end() > 0 {
@@ -709,9 +756,14 @@ impl Segment {
                 },
             );
         }
+        let log_len = if shared {
+            shared_sealed_len(self.end())
+        } else {
+            self.end()
+        };
         let trimmed = self
             .log
-            .trim(&mut w.log)
+            .trim_to(&mut w.log, log_len)
             .and_then(|()| self.index.file().trim(&mut w.index))
             .and_then(|()| self.time.file().trim(&mut w.time));
         // Nothing writes to the file again, trimmed or not.
@@ -848,6 +900,25 @@ impl Segment {
         Ok(())
     }
 }
+
+/// The length a sealed segment's log file keeps in shared mode: its data
+/// (`data_end` bytes), then at least a batch header's worth of zeros, up to
+/// the next page boundary.
+///
+/// SAFETY-relevant: a reader in another process maps the file at the
+/// segment's full capacity and may trust a published length that is wrong
+/// (the tail page is untrusted). What it reads at the end of the data is
+/// the next batch's header; that header, zeros (a zero length: the end),
+/// lies inside the file, so the reader stops there and never touches a page
+/// past the file's end (which would raise `SIGBUS`). Rounded up to a page,
+/// since whole pages are what a mapping reads. A shared-mode file is never
+/// made shorter than this.
+pub(crate) fn shared_sealed_len(data_end: usize) -> usize {
+    (data_end + batch::HEADER_LEN).next_multiple_of(PAGE_LEN)
+}
+
+/// Pages, as mapped.
+const PAGE_LEN: usize = 4096;
 
 /// The length of a segment's log file and the number of valid batches at
 /// its start (what recovery drops when it removes the segment); `(0, 0)`

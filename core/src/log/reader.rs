@@ -1,0 +1,403 @@
+//! A partition log opened by a process that is not its writer (shared
+//! mode): it reads what the writer, in another process, publishes.
+//!
+//! Nothing here writes a file: no recovery, no cleanup, segments and the
+//! tail page mapped read-only. The log's end comes from the partition's
+//! tail page ([`TailPage`]), which [`PartitionLog::refresh`] reads (one
+//! sequence-lock read when nothing changed) and checks before it believes
+//! any of it, since another process wrote it, may have died half-way, or
+//! may not be mqlite at all:
+//! - the published length only moves forward, stays within the mapping
+//!   and within the file's length (`stat` again when the tail says more
+//!   than was known), and moves only over whole batches that check out
+//!   (length, offsets following on, CRC32C): a garbage length makes the
+//!   reader stop at the first byte that is not such a batch, which in a
+//!   written file is the zero length after the data;
+//! - a new active segment is believed once its file is listed in the
+//!   directory; the old one is then read to its (trimmed) file length and
+//!   marked sealed, so cursors go on to the next segment;
+//! - segments are dropped for retention only once their files are gone.
+//!
+//! A tail that fails a check is ignored: the reader keeps what it knew and
+//! looks again at the next refresh. The read path (cursors, fetches) is
+//! the writer's, unchanged, and checks every batch again before delivery.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, RwLock};
+
+use super::batch::{self, Check};
+use super::checkpoint::CheckpointFile;
+use super::flush::{FlushState, GroupCommit};
+use super::segment::{Segment, SegmentWriter};
+use super::{LogConfig, PartitionLog, RecoveryStats, Waiters, WriteAhead, Writer};
+use crate::dedup::ProducerTable;
+use crate::error::{Error, IoContext, Result};
+use crate::shared::{Tail, TailPage};
+use crate::sync::{self, lock};
+
+/// What a log opened by [`PartitionLog::open_reader`] keeps.
+#[derive(Debug)]
+pub(crate) struct ReaderState {
+    tail: TailPage,
+    /// The last tail fully acted on: a refresh that reads it again does
+    /// nothing more.
+    seen: Mutex<Option<Tail>>,
+}
+
+/// Tries at listing and opening the segments when retention removes one
+/// meanwhile.
+const OPEN_TRIES: usize = 8;
+
+impl PartitionLog {
+    /// Opens the partition in `dir` for a process that reads it while
+    /// another writes it (shared mode). Writes nothing; needs the tail
+    /// page the writer keeps there. Appends to the returned log fail with
+    /// [`Error::InvalidArgument`]; call [`PartitionLog::refresh`] before
+    /// reading to see what the writer published since.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when `dir` holds no segment; I/O errors
+    /// (a missing tail page: no writer opened the partition in shared
+    /// mode).
+    pub(crate) fn open_reader(
+        topic: Arc<str>,
+        partition: u32,
+        dir: &Path,
+        config: LogConfig,
+    ) -> Result<PartitionLog> {
+        let tail = TailPage::open_read_only(dir)?;
+        let mut tries = 0;
+        let segments = loop {
+            tries += 1;
+            match open_segments(dir, config.segment_bytes) {
+                Err(e) if super::mmap::is_not_found(&e) && tries < OPEN_TRIES => {}
+                r => break r?,
+            }
+        };
+        let (checkpoint, _) = CheckpointFile::open_session(dir, config.file_mode, &config.files)?;
+        let active = Arc::clone(segments.last().expect("open_segments returns one or more"));
+        let start = segments[0].base();
+        let end = active.base();
+        let log = PartitionLog {
+            topic,
+            partition,
+            dir: dir.to_owned(),
+            segments: RwLock::new(segments),
+            writer: Mutex::new(Writer {
+                max_ts: i64::MIN,
+                last_index_pos: 0,
+                populated_to: 0,
+                flushes_seen: 0,
+                grow_failed_at: usize::MAX,
+                prepare_requested: false,
+                // Appends are refused (see `closed_error`).
+                closed: true,
+                active,
+                active_writer: SegmentWriter::none(),
+                next_offset: end,
+                producers: ProducerTable::default(),
+                producers_loaded: false,
+            }),
+            start_offset: AtomicU64::new(start),
+            end_offset: AtomicU64::new(end),
+            waiters: Waiters::default(),
+            group: Box::new(GroupCommit {
+                state: Mutex::new(FlushState {
+                    flushed: u64::MAX,
+                    ..FlushState::default()
+                }),
+                arrival_cv: Condvar::new(),
+                flush_ends: std::sync::atomic::AtomicU32::new(0),
+                written_ahead: Mutex::new(WriteAhead {
+                    segment: u64::MAX,
+                    to: 0,
+                    last_end: 0,
+                }),
+            }),
+            // Nothing to flush: a reader's flush returns at once.
+            flushed_fast: AtomicU64::new(u64::MAX),
+            poisoned: AtomicBool::new(false),
+            flushes: AtomicU64::new(0),
+            retention_floor: AtomicU64::new(u64::MAX),
+            prepare: Mutex::new(None),
+            populating: Arc::new(AtomicBool::new(false)),
+            recovery: RecoveryStats::default(),
+            checkpoint,
+            config,
+            hints: super::prefetch::Hints::default(),
+            tail: None,
+            reader: Some(Box::new(ReaderState {
+                tail,
+                seen: Mutex::new(None),
+            })),
+        };
+        log.refresh();
+        Ok(log)
+    }
+
+    /// The error for an append the log refuses: closed, or opened for
+    /// reading only.
+    #[cold]
+    pub(crate) fn closed_error(&self) -> Error {
+        if self.reader.is_some() {
+            return Error::InvalidArgument(format!(
+                "partition {}/{} is opened for reading: another process writes it",
+                self.topic, self.partition
+            ));
+        }
+        Error::Closed("partition")
+    }
+
+    /// A reader log: learns from the tail page what the writer published
+    /// since the last call (new batches, a roll, retention) and makes it
+    /// readable, after the checks in the module's doc. Cheap when nothing
+    /// changed (one read of the tail page). Returns whether anything
+    /// changed. Nothing for the writer's own log.
+    pub(crate) fn refresh(&self) -> bool {
+        let Some(r) = &self.reader else {
+            return false;
+        };
+        let Some(tail) = r.tail.read() else {
+            return false; // not a tail page, or a writer died writing it
+        };
+        let mut seen = lock(&r.seen);
+        if *seen == Some(tail) {
+            return false;
+        }
+        let Some(active) = sync::read(&self.segments).last().cloned() else {
+            return false; // closed
+        };
+        let plausible = tail.active_base >= active.base()
+            && tail.next_offset >= tail.active_base
+            && tail.log_start <= tail.active_base;
+        if !plausible {
+            return false;
+        }
+        let mut changed = false;
+        let mut applied = true;
+        let active = if tail.active_base == active.base() {
+            active
+        } else {
+            match self.follow_roll(&active, tail.active_base) {
+                Some(new) => {
+                    changed = true;
+                    new
+                }
+                None => return false,
+            }
+        };
+        match self.advance(&active, tail.published) {
+            Advance::Moved => changed = true,
+            Advance::Nothing => {}
+            Advance::Partly => {
+                changed = true;
+                applied = false;
+            }
+            Advance::Refused => applied = false,
+        }
+        changed |= self.drop_retained(tail.log_start);
+        if applied {
+            *seen = Some(tail);
+        }
+        changed
+    }
+
+    /// Moves the published length of `seg` (the active segment, or the
+    /// old one at a roll) towards `claimed`, over whole valid batches
+    /// only, and the log's end offset with it.
+    fn advance(&self, seg: &Segment, claimed: u64) -> Advance {
+        let log = seg.log_file();
+        let from = log.published();
+        let Ok(claimed) = usize::try_from(claimed) else {
+            return Advance::Refused;
+        };
+        if claimed <= from {
+            return Advance::Nothing; // never backwards
+        }
+        if claimed > log.capacity() {
+            return Advance::Refused;
+        }
+        if claimed > log.allocated() {
+            // The writer grew the file, or the tail lies: ask the file.
+            match log.file_len() {
+                Some(len) if claimed <= len => {}
+                _ => return Advance::Refused,
+            }
+        }
+        let (to, next) = walk(seg, claimed, self.end_offset());
+        if to == from {
+            return Advance::Refused;
+        }
+        self.end_offset.store(next, Ordering::Release);
+        lock(&self.writer).next_offset = next;
+        if to == claimed {
+            Advance::Moved
+        } else {
+            // Partly believed: the rest is looked at again next time.
+            Advance::Partly
+        }
+    }
+
+    /// The writer rolled to a segment at `new_base`: opens the segments
+    /// after `old` up to it (once `new_base`'s file is listed), reads
+    /// `old` to the end of its file and marks it sealed. Returns the new
+    /// active segment; `None` (nothing changed) when the roll is not to be
+    /// believed or its files cannot be opened.
+    fn follow_roll(&self, old: &Arc<Segment>, new_base: u64) -> Option<Arc<Segment>> {
+        let bases: Vec<u64> = list_bases(&self.dir)
+            .ok()?
+            .into_iter()
+            .filter(|&b| b > old.base() && b <= new_base)
+            .collect();
+        if bases.last() != Some(&new_base) {
+            return None;
+        }
+        let mut opened = Vec::with_capacity(bases.len());
+        for &base in &bases {
+            match Segment::open_reader_active(&self.dir, base, self.config.segment_bytes) {
+                Ok(s) => opened.push(Arc::new(s)),
+                // Removed by retention meanwhile: nothing to read there.
+                Err(e) if super::mmap::is_not_found(&e) && base != new_base => {}
+                Err(e) => {
+                    ::log::warn!(
+                        "{}/{}: following the writer to segment {base}: {e}",
+                        self.topic,
+                        self.partition
+                    );
+                    return None;
+                }
+            }
+        }
+        // The old segment was trimmed before the roll was published: its
+        // file's length bounds its data (and ends in zeros, see
+        // `segment::shared_sealed_len`).
+        if let Some(len) = old.log_file().file_len() {
+            let _ = self.advance(old, len as u64);
+        }
+        old.mark_sealed_by_writer();
+        // Segments in between are read whole now.
+        for seg in &opened[..opened.len().saturating_sub(1)] {
+            seal_whole(seg);
+        }
+        let new = Arc::clone(opened.last()?);
+        sync::write(&self.segments).extend(opened);
+        self.end_offset.fetch_max(new_base, Ordering::AcqRel);
+        {
+            let mut w = lock(&self.writer);
+            w.active = Arc::clone(&new);
+            w.next_offset = w.next_offset.max(new_base);
+        }
+        Some(new)
+    }
+
+    /// Drops the oldest segments the writer's retention removed (below
+    /// `log_start`, their files gone), never the active one. Returns
+    /// whether it dropped any.
+    fn drop_retained(&self, log_start: u64) -> bool {
+        if log_start <= self.start_offset() {
+            return false;
+        }
+        let mut segs = sync::write(&self.segments);
+        let mut n = 0;
+        while n + 1 < segs.len() && segs[n + 1].base() <= log_start && !segs[n].path().exists() {
+            n += 1;
+        }
+        if n == 0 {
+            return false;
+        }
+        // Cursors on them keep their mappings until they let go.
+        segs.drain(..n);
+        self.start_offset.store(segs[0].base(), Ordering::Release);
+        true
+    }
+}
+
+/// What [`PartitionLog::advance`] did.
+enum Advance {
+    /// The published length moved.
+    Moved,
+    /// Nothing new.
+    Nothing,
+    /// The published length moved, but not as far as the tail said.
+    Partly,
+    /// The tail's length failed a check.
+    Refused,
+}
+
+/// The base offsets of the segments in `dir`, in order.
+fn list_bases(dir: &Path) -> Result<Vec<u64>> {
+    let mut bases = Vec::new();
+    for entry in std::fs::read_dir(dir).ctx(|| format!("listing {}", dir.display()))? {
+        let entry = entry.ctx(|| format!("listing {}", dir.display()))?;
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if let Some(stem) = name.strip_suffix(".log") {
+            if stem.len() == 20 && stem.bytes().all(|b| b.is_ascii_digit()) {
+                if let Ok(base) = stem.parse::<u64>() {
+                    bases.push(base);
+                }
+            }
+        }
+    }
+    bases.sort_unstable();
+    Ok(bases)
+}
+
+/// Opens the segments of `dir` for reading: every one as in
+/// [`Segment::open_reader_active`]; all but the last are read whole and
+/// marked sealed, the last (the writer's active segment) is published by
+/// the first refresh.
+fn open_segments(dir: &Path, capacity: usize) -> Result<Vec<Arc<Segment>>> {
+    let bases = list_bases(dir)?;
+    if bases.is_empty() {
+        return Err(Error::InvalidArgument(format!(
+            "{} holds no partition log",
+            dir.display()
+        )));
+    }
+    let mut segments = Vec::with_capacity(bases.len());
+    for &base in &bases {
+        segments.push(Arc::new(Segment::open_reader_active(dir, base, capacity)?));
+    }
+    for seg in &segments[..segments.len() - 1] {
+        seal_whole(seg);
+    }
+    Ok(segments)
+}
+
+/// Publishes, in a segment the writer sealed, every valid batch up to its
+/// file's length (the zeros after its data stop the walk), and marks it
+/// sealed.
+fn seal_whole(seg: &Segment) {
+    if let Some(len) = seg.log_file().file_len() {
+        walk(seg, len, seg.base());
+    }
+    seg.mark_sealed_by_writer();
+}
+
+/// Publishes, in `seg` (a file this process only reads), the batches from
+/// its published length on that check out (length, CRC32C, base offsets
+/// following on from `next`), up to `limit` bytes, at most the file's
+/// length as last read. Returns the new published length and the offset
+/// after the last batch.
+fn walk(seg: &Segment, limit: usize, mut next: u64) -> (usize, u64) {
+    let log = seg.log_file();
+    let from = log.published();
+    let limit = limit.min(log.allocated());
+    if limit <= from {
+        return (from, next);
+    }
+    let bytes = log.unpublished(from, limit);
+    let mut pos = 0;
+    while let Check::Valid(h) = batch::check(&bytes[pos..]) {
+        if h.base_offset != next {
+            break;
+        }
+        seg.note_timestamp(h.max_timestamp);
+        pos += h.total_len();
+        next = h.next_offset();
+    }
+    log.advance_published(from + pos);
+    (from + pos, next)
+}
