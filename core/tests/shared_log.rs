@@ -414,3 +414,108 @@ fn a_writer_killed_mid_append_shows_no_torn_batch() {
         assert_eq!(read_checked(&fresh, 0), fresh.end_offset());
     }
 }
+
+/// Every file in `dir`: name, length, modification time, contents.
+fn snapshot(dir: &Path) -> Vec<(String, u64, std::time::SystemTime, Vec<u8>)> {
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            let meta = e.metadata().unwrap();
+            (
+                e.file_name().into_string().unwrap(),
+                meta.len(),
+                meta.modified().unwrap(),
+                std::fs::read(e.path()).unwrap(),
+            )
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+#[test]
+fn a_reader_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = shared(16 << 10);
+    let w = WriterLog::open(dir.path(), &opts).unwrap();
+    while w.segment_count() < 3 {
+        append(&w, 2);
+    }
+    // Leftovers the writer's own open would remove.
+    std::fs::write(dir.path().join("00000000000000999999.log.deleted"), b"x").unwrap();
+    std::fs::write(dir.path().join("next.log"), b"").unwrap();
+    let before = snapshot(dir.path());
+    let r = ReaderLog::open(dir.path(), &opts).unwrap();
+    r.refresh();
+    assert_eq!(read_checked(&r, 0), w.end_offset());
+    assert!(r.append(b"no").is_err());
+    drop(r);
+    assert_eq!(snapshot(dir.path()), before, "the reader changed a file");
+}
+
+/// The encoded size of a two-record batch with values of these lengths.
+fn two_record_len(a: usize, b: usize) -> usize {
+    let (va, vb) = (vec![1u8; a], vec![2u8; b]);
+    let recs = [&va, &vb].map(|v| mqlite::log::batch::RecordRef {
+        key: None,
+        value: Some(v.as_slice()),
+        headers: &[],
+        timestamp: 5,
+    });
+    batch::batch_len(&recs)
+}
+
+/// The case the trim rule is for: a segment whose data ends on a page
+/// boundary, sealed, while a reader that mapped it when the file was
+/// longer is told (by a wrong tail page) that the whole old length is
+/// published. It reads the zero header after the data, inside the file,
+/// and stops; trimmed to the data exactly, that header would be on a page
+/// past the end of the file (`SIGBUS`).
+#[test]
+fn a_lying_tail_after_a_roll_stops_at_the_zeros_after_the_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = shared(16 << 10);
+    let w = WriterLog::open(dir.path(), &opts).unwrap();
+    let mut written: Vec<Vec<u8>> = Vec::new();
+    let mut put = |w: &WriterLog, a: usize, b: usize| {
+        let (va, vb) = (vec![b'a'; a], vec![b'b'; b]);
+        w.append(&[&va, &vb], 5).unwrap();
+        written.push(va);
+        written.push(vb);
+    };
+    // Fill the first segment to exactly 12 KiB.
+    let mut end = 0;
+    while 12_288 - end > 1_000 {
+        put(&w, 200, 200);
+        end += two_record_len(200, 200);
+    }
+    let rest = 12_288 - end;
+    let b = (0..rest)
+        .find(|&b| two_record_len(100, b) == rest)
+        .expect("a second value length that fills the page");
+    put(&w, 100, b);
+    let r = ReaderLog::open(dir.path(), &opts).unwrap(); // maps 16 KiB
+    assert_eq!(r.end_offset(), w.end_offset());
+    // A batch that does not fit: the roll seals the data at 12 KiB.
+    put(&w, 3_000, 3_000);
+    assert_eq!(w.segment_count(), 2);
+    let first = dir.path().join(format!("{:020}.log", 0));
+    assert_eq!(std::fs::metadata(&first).unwrap().len(), 16_384);
+    // The lie: the old segment is still active, all 16 KiB published.
+    let tail = std::fs::OpenOptions::new()
+        .write(true)
+        .open(dir.path().join("tail"))
+        .unwrap();
+    tail.write_all_at(&2u32.to_le_bytes(), SEQ).unwrap();
+    tail.write_all_at(&0u64.to_le_bytes(), ACTIVE_BASE).unwrap();
+    tail.write_all_at(&16_384u64.to_le_bytes(), PUBLISHED)
+        .unwrap();
+    r.refresh();
+    let got = r.read_from(0).unwrap();
+    assert!(got.len() <= written.len());
+    for (i, (offset, v)) in got.iter().enumerate() {
+        assert_eq!(*offset, i as u64);
+        assert_eq!(v, &written[i]);
+    }
+}
