@@ -272,8 +272,14 @@ impl MappedFile {
             .custom_flags(libc::O_NONBLOCK)
             .open(path)
             .ctx(|| format!("opening {}", path.display()))?;
-        let len = usize::try_from(regular_file_len(path, &file)?).unwrap_or(usize::MAX);
-        let capacity = capacity.max(len.min(isize::MAX as usize / 2));
+        let len = usize::try_from(regular_file_len(path, &file)?).map_err(|_| Error::Corrupt {
+            path: path.to_owned(),
+            position: 0,
+            reason: "file too large to map".to_owned(),
+        })?;
+        // A file longer than a segment (one written by a version that
+        // preallocated whole segments) is mapped whole.
+        let capacity = capacity.max(len);
         let map = if capacity == 0 {
             None
         } else {
