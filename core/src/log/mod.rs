@@ -90,7 +90,9 @@ pub(crate) struct SharedLog {
     pub doorbell: Option<Doorbell>,
 }
 
-/// A hook the log calls after each publish in shared mode.
+/// A hook the log calls after each publish in shared mode. It runs with
+/// the log's locks held (the writer's, or the segment list's during
+/// retention): it must be quick and must not call back into the log.
 #[derive(Clone)]
 pub(crate) struct Doorbell(pub Arc<dyn Fn() + Send + Sync>);
 
