@@ -52,6 +52,18 @@ pub struct Config {
     /// is read through memory maps, which need none. At least 1; 0 is
     /// refused by [`Broker::open`] with [`Error::InvalidConfig`].
     pub max_open_files: usize,
+    /// Shared mode (default false): any number of processes may open the
+    /// directory at once, each with `shared` set. One of them at a time
+    /// is the writer (the role is taken by its first producer or topic
+    /// change); the others read, consume and join consumer groups. In
+    /// exclusive mode (false) one handle owns the directory and every
+    /// other open gets [`Error::Locked`]. See docs/shared-mode.md.
+    pub shared: bool,
+    /// Read-only (default false, implies `shared`): the handle never
+    /// writes a file of the directory, not even recovery; producers, topic
+    /// changes and commits are refused with [`Error::ReadOnly`]. For tools
+    /// looking at a directory an application has open.
+    pub readonly: bool,
 }
 
 pub use crate::files::DEFAULT_MAX_OPEN_FILES;
@@ -67,6 +79,8 @@ impl Default for Config {
             retention_check_interval_ms: 60_000,
             max_commit_metadata_bytes: DEFAULT_MAX_COMMIT_METADATA_BYTES,
             max_open_files: DEFAULT_MAX_OPEN_FILES,
+            shared: false,
+            readonly: false,
         }
     }
 }
@@ -101,6 +115,24 @@ impl Config {
     pub fn max_open_files(mut self, n: usize) -> Self {
         self.max_open_files = n;
         self
+    }
+
+    /// Sets `shared`.
+    pub fn shared(mut self, on: bool) -> Self {
+        self.shared = on;
+        self
+    }
+
+    /// Sets `readonly` (which implies `shared`).
+    pub fn readonly(mut self, on: bool) -> Self {
+        self.readonly = on;
+        self
+    }
+
+    /// Whether the directory is opened in shared mode (`shared` or
+    /// `readonly`).
+    pub fn is_shared(&self) -> bool {
+        self.shared || self.readonly
     }
 
     /// Checks every value against its allowed range.

@@ -63,6 +63,9 @@ pub enum Error {
     /// An operation waited longer than allowed.
     #[error("timed out after {0} ms")]
     Timeout(u64),
+    /// A write through a handle opened read-only (`Config::readonly`).
+    #[error("{0}: the data directory is opened read-only")]
+    ReadOnly(String),
 
     /// A topic name broke one of the naming rules.
     #[error("invalid topic name {name:?}: {reason}")]
@@ -309,6 +312,8 @@ error_kinds! {
     Closed = 5, MQL_CLOSED, Closed;
     /// An operation waited longer than allowed.
     Timeout = 6, MQL_TIMEOUT, Timeout, also TimeoutError;
+    /// A write through a handle opened read-only.
+    ReadOnly = 7, MQL_READ_ONLY, ReadOnly;
     /// A topic name broke one of the naming rules.
     InvalidTopicName = 100, MQL_INVALID_TOPIC_NAME, InvalidTopicName, parent InvalidArgument;
     /// The topic already exists.
@@ -365,6 +370,7 @@ impl Error {
             Error::InvalidArgument(s) => Error::InvalidArgument(s.clone()),
             Error::Closed(s) => Error::Closed(s),
             Error::Timeout(ms) => Error::Timeout(*ms),
+            Error::ReadOnly(s) => Error::ReadOnly(s.clone()),
             Error::InvalidTopicName { name, reason } => Error::InvalidTopicName {
                 name: name.clone(),
                 reason,
