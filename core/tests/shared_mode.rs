@@ -1,0 +1,539 @@
+//! Shared mode across processes: who may open a data directory while
+//! another process holds it (exclusive and shared opens exclude each other;
+//! one writer at a time, `Locked` naming it), read-only handles that refuse
+//! every write and change no file, and random bytes written into every
+//! shared file while a writer and a reader process run.
+//!
+//! The other processes are this test binary run again in a role (see
+//! `shared_mode_procs`). `MQLITE_SOAK=1` makes the random-bytes tests run
+//! longer.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod shared_mode_procs;
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use mqlite::{
+    Broker, ConsumerConfig, Error, ErrorKind, ProducerConfig, Record, TopicConfig,
+};
+use shared_mode_procs::{
+    check_payload, exclusive, payload, pick, read_all, readonly, request_stop, shared, signal_of,
+    spawn, ChildEnv, Dirs, Rng,
+};
+
+const READY: Duration = Duration::from_secs(30);
+
+/// The roles of this file's child processes.
+#[test]
+#[ignore = "a role run in a child process by the other tests of this file"]
+fn child() {
+    let Some(env) = ChildEnv::get() else {
+        return;
+    };
+    match env.role.as_str() {
+        "hold_shared" => hold(&env, &shared(), false),
+        "hold_exclusive" => hold(&env, &exclusive(), false),
+        "hold_writer" => hold(&env, &shared(), true),
+        "rb_writer" => random_bytes_writer(&env),
+        "rb_reader" => random_bytes_reader(&env),
+        other => panic!("unknown role {other}"),
+    }
+}
+
+/// Opens the directory (and takes the writer role, sending one record to
+/// `t`, if `write`), then holds it until asked to stop.
+fn hold(env: &ChildEnv, config: &mqlite::Config, write: bool) {
+    let mq = Broker::open(&env.data, config.clone()).unwrap();
+    let producer = write.then(|| {
+        let p = mq.producer(ProducerConfig::default()).unwrap();
+        p.send(Record::new("t").partition(0).value(payload("held", 0, 3)))
+            .unwrap();
+        p
+    });
+    env.ready();
+    while !env.stopping() {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    drop(producer);
+    mq.close().unwrap();
+}
+
+/// Creates topic `t` (`partitions`) in a shared open that is closed again.
+fn prepare(data: &Path, partitions: u32) {
+    let mq = Broker::open(data, shared()).unwrap();
+    mq.create_topic("t", TopicConfig::new(partitions)).unwrap();
+    mq.close().unwrap();
+}
+
+fn expect_locked(r: mqlite::Result<impl std::fmt::Debug>, holder_pid: Option<u32>, what: &str) {
+    match r {
+        Err(e @ Error::Locked { .. }) => {
+            assert_eq!(e.kind(), ErrorKind::Locked, "{what}");
+            if let Some(pid) = holder_pid {
+                assert!(
+                    e.to_string().contains(&pid.to_string()),
+                    "{what}: {e} does not name the holder's pid {pid}"
+                );
+            }
+        }
+        other => panic!("{what}: expected Locked, got {other:?}"),
+    }
+}
+
+fn expect_read_only(r: mqlite::Result<impl std::fmt::Debug>, what: &str) {
+    match r {
+        Err(e @ Error::ReadOnly(_)) => {
+            assert_eq!(e.code(), 7, "{what}");
+            assert_eq!(e.kind(), ErrorKind::ReadOnly, "{what}");
+        }
+        other => panic!("{what}: expected ReadOnly, got {other:?}"),
+    }
+}
+
+#[test]
+fn an_exclusive_open_is_locked_while_shared_handles_exist() {
+    let dirs = Dirs::new();
+    prepare(&dirs.data, 1);
+    let mut holder = spawn("hold_shared", "holder", &dirs, "");
+    holder.wait_ready(READY);
+    expect_locked(
+        Broker::open(&dirs.data, exclusive()),
+        None,
+        "exclusive open while another process has it shared",
+    );
+    // A shared open beside it works, and an exclusive one in this process
+    // is refused while this process holds it shared too.
+    let mine = Broker::open(&dirs.data, shared()).unwrap();
+    assert_eq!(mine.topics(), vec!["t".to_owned()]);
+    request_stop(&dirs.work);
+    holder.expect_success(READY);
+    expect_locked(
+        Broker::open(&dirs.data, exclusive()),
+        None,
+        "exclusive open while this process has it shared",
+    );
+    mine.close().unwrap();
+    drop(mine);
+    // Nobody has it any more: the exclusive open works.
+    let mq = Broker::open(&dirs.data, exclusive()).unwrap();
+    assert_eq!(mq.topics(), vec!["t".to_owned()]);
+}
+
+#[test]
+fn a_shared_open_is_locked_while_an_exclusive_handle_exists() {
+    let dirs = Dirs::new();
+    prepare(&dirs.data, 1);
+    let mut holder = spawn("hold_exclusive", "holder", &dirs, "");
+    holder.wait_ready(READY);
+    expect_locked(
+        Broker::open(&dirs.data, shared()),
+        Some(holder.pid()),
+        "shared open while another process has it exclusively",
+    );
+    expect_locked(
+        Broker::open(&dirs.data, readonly()),
+        Some(holder.pid()),
+        "read-only open while another process has it exclusively",
+    );
+    request_stop(&dirs.work);
+    holder.expect_success(READY);
+    let mq = Broker::open(&dirs.data, shared()).unwrap();
+    assert_eq!(mq.topics(), vec!["t".to_owned()]);
+}
+
+#[test]
+fn a_second_writer_process_is_locked_naming_the_holder_until_it_dies() {
+    let dirs = Dirs::new();
+    prepare(&dirs.data, 2);
+    let mut writer = spawn("hold_writer", "writer", &dirs, "");
+    writer.wait_ready(READY);
+    let pid = writer.pid();
+    let mq = Broker::open(&dirs.data, shared()).unwrap();
+    // Reading works beside the writer: its record is there.
+    let got = read_all(&mq, "t", 0);
+    assert_eq!(got.len(), 1);
+    assert_eq!(check_payload(&got[0].1).unwrap(), ("held".to_owned(), 0));
+    // Every write is refused, naming the writer's pid, and changes nothing.
+    let first = mq.producer(ProducerConfig::default());
+    match first {
+        Ok(p) => expect_locked(
+            p.send(Record::new("t").partition(0).value("no")),
+            Some(pid),
+            "a send while another process writes",
+        ),
+        Err(e) => expect_locked(Err::<(), _>(e), Some(pid), "a producer"),
+    }
+    expect_locked(
+        mq.create_topic("u", TopicConfig::new(1)),
+        Some(pid),
+        "create_topic",
+    );
+    expect_locked(mq.add_partitions("t", 3), Some(pid), "add_partitions");
+    expect_locked(mq.delete_topic("t"), Some(pid), "delete_topic");
+    assert_eq!(mq.topics(), vec!["t".to_owned()]);
+    assert_eq!(mq.topic("t").unwrap().partitions.len(), 2);
+    assert_eq!(read_all(&mq, "t", 0).len(), 1);
+    // The writer dies: this process takes the role over and writes.
+    writer.kill9();
+    let p = mq.producer(ProducerConfig::default()).unwrap();
+    let md = p
+        .send(Record::new("t").partition(0).value(payload("next", 1, 0)))
+        .unwrap();
+    assert_eq!(md.offset, 1);
+    mq.create_topic("u", TopicConfig::new(1)).unwrap();
+    let got = read_all(&mq, "t", 0);
+    assert_eq!(got.len(), 2);
+    assert_eq!(check_payload(&got[1].1).unwrap(), ("next".to_owned(), 1));
+    // And now another process is the one refused, naming this one.
+    let dirs2_writer = spawn("hold_writer", "writer2", &dirs, "");
+    let mut w2 = dirs2_writer;
+    let status = w2.wait_for(READY).expect("the second writer exits");
+    assert!(!status.success(), "a second writer process was let write");
+    let me = std::process::id().to_string();
+    assert!(
+        w2.output().contains("Locked") && w2.output().contains(&me),
+        "the refusal names this process ({me}):\n{}",
+        w2.output()
+    );
+}
+
+/// Every file under `dir`: its length, modification time and contents.
+fn snapshot(dir: &Path) -> BTreeMap<PathBuf, (u64, std::time::SystemTime, Vec<u8>)> {
+    let mut out = BTreeMap::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let e = e.unwrap();
+            let md = e.metadata().unwrap();
+            if md.is_dir() {
+                todo.push(e.path());
+                out.insert(e.path(), (0, md.modified().unwrap(), Vec::new()));
+            } else {
+                let bytes = std::fs::read(e.path()).unwrap();
+                out.insert(e.path(), (md.len(), md.modified().unwrap(), bytes));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn a_read_only_handle_refuses_every_write_and_changes_no_file() {
+    let dirs = Dirs::new();
+    {
+        let mq = Broker::open(&dirs.data, shared()).unwrap();
+        mq.create_topic("t", TopicConfig::new(2)).unwrap();
+        let p = mq.producer(ProducerConfig::default()).unwrap();
+        for i in 0..10 {
+            p.send(Record::new("t").partition(0).value(payload("ro", i, 1)))
+                .unwrap();
+        }
+        let mut c = mq
+            .consumer(ConsumerConfig::group("g").enable_auto_commit(false))
+            .unwrap();
+        c.assign(&[("t", 0)]).unwrap();
+        c.commit_offsets(&[("t", 0, 4, "four")]).unwrap();
+        c.close();
+        mq.close().unwrap();
+    }
+    let before = snapshot(&dirs.data);
+    // mtimes have a granularity: a write in the same tick could hide.
+    std::thread::sleep(Duration::from_millis(20));
+    {
+        let mq = Broker::open(&dirs.data, readonly()).unwrap();
+        assert_eq!(mq.topics(), vec!["t".to_owned()]);
+        assert_eq!(mq.topic("t").unwrap().partitions[0].end_offset, 10);
+        let got = read_all(&mq, "t", 0);
+        assert_eq!(got.len(), 10);
+        for (o, v) in &got {
+            assert_eq!(check_payload(v).unwrap(), ("ro".to_owned(), *o));
+        }
+        let info = mq.describe_group("g").unwrap();
+        assert!(
+            info.committed
+                .iter()
+                .any(|(t, p, c)| t == "t" && *p == 0 && c.offset == 4),
+            "{info:?}"
+        );
+        expect_read_only(mq.producer(ProducerConfig::default()), "producer");
+        expect_read_only(mq.create_topic("u", TopicConfig::new(1)), "create_topic");
+        expect_read_only(mq.delete_topic("t"), "delete_topic");
+        expect_read_only(mq.add_partitions("t", 4), "add_partitions");
+        let mut c = mq
+            .consumer(ConsumerConfig::group("g").enable_auto_commit(false))
+            .unwrap();
+        c.assign(&[("t", 0)]).unwrap();
+        assert_eq!(c.poll(Duration::from_millis(500)).unwrap().len(), 6);
+        expect_read_only(c.commit(), "commit");
+        expect_read_only(c.commit_offsets(&[("t", 0, 9, "")]), "commit_offsets");
+        assert_eq!(c.committed("t", 0).unwrap().unwrap().offset, 4);
+        c.close();
+        assert_eq!(mq.topics(), vec!["t".to_owned()]);
+        mq.close().unwrap();
+    }
+    let after = snapshot(&dirs.data);
+    let names = |s: &BTreeMap<PathBuf, _>| s.keys().cloned().collect::<Vec<_>>();
+    assert_eq!(names(&after), names(&before), "files added or removed");
+    for (path, (len, mtime, bytes)) in &before {
+        let (len2, mtime2, bytes2) = &after[path];
+        assert_eq!(len, len2, "{} changed length", path.display());
+        assert_eq!(mtime, mtime2, "{} was modified", path.display());
+        assert!(bytes == bytes2, "{} changed contents", path.display());
+    }
+}
+
+// Random bytes in every shared file while a writer and a reader run.
+
+/// In a child: sends self-checking records to `t` until asked to stop,
+/// carrying on through errors (reopening the directory after many in a
+/// row). Prints `SENT n ERRORS e`.
+fn random_bytes_writer(env: &ChildEnv) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut mq = Broker::open(&env.data, shared()).unwrap();
+    let mut producer = Some(mq.producer(ProducerConfig::default()).unwrap());
+    env.ready();
+    let (mut sent, mut errors, mut in_a_row) = (0u64, 0u64, 0u32);
+    let mut last_error = String::new();
+    while !env.stopping() && Instant::now() < deadline {
+        let r = match &producer {
+            Some(p) => p
+                .send(
+                    Record::new("t")
+                        .partition((sent % 2) as u32)
+                        .value(payload("rb", sent, (sent % 40) as usize)),
+                )
+                .map(|_| ()),
+            None => mq
+                .producer(ProducerConfig::default())
+                .map(|p| producer = Some(p)),
+        };
+        match r {
+            Ok(()) => {
+                sent += 1;
+                in_a_row = 0;
+            }
+            Err(e) => {
+                errors += 1;
+                in_a_row += 1;
+                last_error = e.to_string();
+                producer = None;
+                if in_a_row % 50 == 0 {
+                    drop(mq);
+                    match Broker::open(&env.data, shared()) {
+                        Ok(m) => mq = m,
+                        Err(e) => {
+                            println!("REOPEN FAILED {e}");
+                            mq = loop {
+                                std::thread::sleep(Duration::from_millis(20));
+                                if let Ok(m) = Broker::open(&env.data, shared()) {
+                                    break m;
+                                }
+                                if env.stopping() || Instant::now() > deadline {
+                                    println!("SENT {sent} ERRORS {errors} LAST {last_error}");
+                                    return;
+                                }
+                            };
+                        }
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        }
+        if sent % 64 == 0 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    println!("SENT {sent} ERRORS {errors} LAST {last_error}");
+}
+
+/// In a child: consumes `t` in group `g`, committing, until asked to stop;
+/// errors are counted and it carries on. A record that is not one the
+/// writer made ends it with status 3 (`BAD` on standard output). Prints
+/// `GOT n ERRORS e`.
+fn random_bytes_reader(env: &ChildEnv) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mq = Broker::open(&env.data, shared()).unwrap();
+    let mut c = mq
+        .consumer(ConsumerConfig::group("g").enable_auto_commit(false))
+        .unwrap();
+    c.subscribe(&["t"]).unwrap();
+    let mut observer = mq.consumer(ConsumerConfig::default()).unwrap();
+    observer.assign(&[("t", 0), ("t", 1)]).unwrap();
+    env.ready();
+    let (mut got, mut errors) = (0u64, 0u64);
+    let mut last_error = String::new();
+    let check = |msgs: Vec<mqlite::Message>, got: &mut u64| {
+        for m in msgs {
+            match check_payload(m.value().unwrap_or_default()) {
+                Ok((tag, seq)) if tag == "rb" && seq % 2 == u64::from(m.partition()) => {}
+                other => {
+                    println!(
+                        "BAD record at {}/{}: {other:?}",
+                        m.partition(),
+                        m.offset()
+                    );
+                    std::process::exit(3);
+                }
+            }
+            *got += 1;
+        }
+    };
+    while !env.stopping() && Instant::now() < deadline {
+        match c.poll(Duration::from_millis(50)) {
+            Ok(msgs) => {
+                let any = !msgs.is_empty();
+                check(msgs, &mut got);
+                if any {
+                    if let Err(e) = c.commit() {
+                        errors += 1;
+                        last_error = e.to_string();
+                    }
+                }
+            }
+            Err(e) => {
+                errors += 1;
+                last_error = e.to_string();
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        }
+        match observer.poll(Duration::ZERO) {
+            Ok(msgs) => check(msgs, &mut got),
+            Err(e) => {
+                errors += 1;
+                last_error = e.to_string();
+            }
+        }
+        let _ = mq.describe_group("g");
+        let _ = mq.topics();
+        let _ = mq.topic("t");
+    }
+    println!("GOT {got} ERRORS {errors} LAST {last_error}");
+}
+
+/// The shared files of a data directory: the directory's own, each
+/// partition's tail page and each group's files.
+fn shared_files(data: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut todo = vec![data.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        let Ok(rd) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let path = e.path();
+            if path.is_dir() {
+                todo.push(path);
+                continue;
+            }
+            let name = e.file_name().to_string_lossy().into_owned();
+            let parent = d.file_name().unwrap_or_default().to_string_lossy();
+            let in_groups = d.parent().is_some_and(|p| p == data) && parent == "groups";
+            let ours = matches!(name.as_str(), "mqlite.shm" | "LIVE" | "INIT" | "LOCK" | "tail")
+                && (d == data || name == "tail")
+                || in_groups
+                    && [".shm", ".state", ".lock"]
+                        .iter()
+                        .any(|x| name.ends_with(x))
+                || parent.ends_with(".members");
+            if ours {
+                out.push(path);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Damages every shared file once: random bytes over the whole length
+/// (`truncate` false) or, with `truncate`, one of: cut to 0, cut to an odd
+/// length, grown with random bytes, random bytes over the whole length.
+fn damage(files: &[PathBuf], rng: &mut Rng, truncate: bool) {
+    for path in files {
+        let Ok(f) = std::fs::OpenOptions::new().write(true).open(path) else {
+            continue; // removed meanwhile
+        };
+        let len = f.metadata().map_or(0, |m| m.len());
+        match if truncate { rng.range(0, 4) } else { 3 } {
+            0 => {
+                let _ = f.set_len(0);
+            }
+            1 => {
+                let _ = f.set_len(rng.range(0, len.max(2)) | 1);
+            }
+            2 => {
+                let extra = rng.range(1, 5000) as usize;
+                let _ = f.write_all_at(&rng.bytes(extra), len);
+            }
+            _ => {
+                let _ = f.write_all_at(&rng.bytes(len.max(8) as usize), 0);
+            }
+        }
+    }
+}
+
+/// Runs a writer and a reader process while `damage` hits every shared
+/// file, then checks: neither crashed (no signal) nor hung, neither ended
+/// with an error status, and the reader never got a record the writer did
+/// not make.
+fn random_bytes_run(truncate: bool) {
+    let dirs = Dirs::new();
+    prepare(&dirs.data, 2);
+    let mut writer = spawn("rb_writer", "writer", &dirs, "");
+    writer.wait_ready(READY);
+    let mut reader = spawn("rb_reader", "reader", &dirs, "");
+    reader.wait_ready(READY);
+    // Some traffic first, so that the group files exist.
+    std::thread::sleep(Duration::from_millis(300));
+    let mut rng = Rng::new("random bytes");
+    let end = Instant::now() + pick(Duration::from_secs(3), Duration::from_secs(30));
+    let mut rounds = 0;
+    let mut hit = std::collections::BTreeSet::new();
+    while Instant::now() < end {
+        let files = shared_files(&dirs.data);
+        hit.extend(
+            files
+                .iter()
+                .map(|p| p.file_name().unwrap().to_string_lossy().into_owned()),
+        );
+        damage(&files, &mut rng, truncate);
+        rounds += 1;
+        std::thread::sleep(Duration::from_millis(rng.range(5, 80)));
+        for p in [&mut writer, &mut reader] {
+            if let Some(s) = p.exited() {
+                panic!("{} ended during the damage ({s}):\n{}", p.name, p.output());
+            }
+        }
+    }
+    for want in ["mqlite.shm", "LIVE", "INIT", "LOCK", "tail", "g.state", "g.lock", "g.shm"] {
+        assert!(hit.contains(want), "{want} was never damaged: {hit:?}");
+    }
+    request_stop(&dirs.work);
+    for p in [&mut writer, &mut reader] {
+        match p.wait_for(Duration::from_secs(30)) {
+            None => panic!("{} hung after the damage:\n{}", p.name, p.output()),
+            Some(s) => {
+                assert_eq!(signal_of(s), None, "{} crashed:\n{}", p.name, p.output());
+                assert!(s.success(), "{} failed ({s}):\n{}", p.name, p.output());
+            }
+        }
+    }
+    eprintln!(
+        "{rounds} rounds of damage; {} | {}",
+        writer.stdout().trim(),
+        reader.stdout().trim()
+    );
+    assert!(!reader.stdout().contains("BAD"), "{}", reader.output());
+}
+
+#[test]
+fn random_bytes_in_every_shared_file_give_errors_or_fallbacks_never_a_crash() {
+    random_bytes_run(false);
+}
+
+#[test]
+fn shared_files_cut_or_grown_give_errors_or_fallbacks_never_a_crash() {
+    random_bytes_run(true);
+}
