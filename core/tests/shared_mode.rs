@@ -16,9 +16,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use mqlite::{
-    Broker, ConsumerConfig, Error, ErrorKind, ProducerConfig, Record, TopicConfig,
-};
+use mqlite::{Broker, ConsumerConfig, Error, ErrorKind, ProducerConfig, Record, TopicConfig};
 use shared_mode_procs::{
     check_payload, exclusive, payload, pick, read_all, readonly, request_stop, shared, signal_of,
     spawn, ChildEnv, Dirs, Rng,
@@ -300,11 +298,11 @@ fn random_bytes_writer(env: &ChildEnv) {
     while !env.stopping() && Instant::now() < deadline {
         let r = match &producer {
             Some(p) => p
-                .send(
-                    Record::new("t")
-                        .partition((sent % 2) as u32)
-                        .value(payload("rb", sent, (sent % 40) as usize)),
-                )
+                .send(Record::new("t").partition((sent % 2) as u32).value(payload(
+                    "rb",
+                    sent,
+                    (sent % 40) as usize,
+                )))
                 .map(|_| ()),
             None => mq
                 .producer(ProducerConfig::default())
@@ -370,11 +368,7 @@ fn random_bytes_reader(env: &ChildEnv) {
             match check_payload(m.value().unwrap_or_default()) {
                 Ok((tag, seq)) if tag == "rb" && seq % 2 == u64::from(m.partition()) => {}
                 other => {
-                    println!(
-                        "BAD record at {}/{}: {other:?}",
-                        m.partition(),
-                        m.offset()
-                    );
+                    println!("BAD record at {}/{}: {other:?}", m.partition(), m.offset());
                     std::process::exit(3);
                 }
             }
@@ -431,8 +425,10 @@ fn shared_files(data: &Path) -> Vec<PathBuf> {
             let name = e.file_name().to_string_lossy().into_owned();
             let parent = d.file_name().unwrap_or_default().to_string_lossy();
             let in_groups = d.parent().is_some_and(|p| p == data) && parent == "groups";
-            let ours = matches!(name.as_str(), "mqlite.shm" | "LIVE" | "INIT" | "LOCK" | "tail")
-                && (d == data || name == "tail")
+            let ours = matches!(
+                name.as_str(),
+                "mqlite.shm" | "LIVE" | "INIT" | "LOCK" | "tail"
+            ) && (d == data || name == "tail")
                 || in_groups
                     && [".shm", ".state", ".lock"]
                         .iter()
@@ -507,7 +503,16 @@ fn random_bytes_run(truncate: bool) {
             }
         }
     }
-    for want in ["mqlite.shm", "LIVE", "INIT", "LOCK", "tail", "g.state", "g.lock", "g.shm"] {
+    for want in [
+        "mqlite.shm",
+        "LIVE",
+        "INIT",
+        "LOCK",
+        "tail",
+        "g.state",
+        "g.lock",
+        "g.shm",
+    ] {
         assert!(hit.contains(want), "{want} was never damaged: {hit:?}");
     }
     request_stop(&dirs.work);

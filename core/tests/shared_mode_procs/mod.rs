@@ -358,7 +358,12 @@ pub fn payload(tag: &str, seq: u64, pad: usize) -> Vec<u8> {
 /// The tag and sequence number of a payload made by [`payload`], or why
 /// it is not one.
 pub fn check_payload(v: &[u8]) -> Result<(String, u64), String> {
-    let bad = || format!("not a payload of this test: {:?}", String::from_utf8_lossy(v));
+    let bad = || {
+        format!(
+            "not a payload of this test: {:?}",
+            String::from_utf8_lossy(v)
+        )
+    };
     if v.len() < 8 {
         return Err(bad());
     }
