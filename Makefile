@@ -189,8 +189,10 @@ bench: ext venv-bench
 
 # Long fault-injection runs (not part of `make test`, which runs short
 # versions): kill -9 cycles across durability levels and producer kinds,
-# simulated power loss, and the concurrency stress. CYCLES=N, POWER_CYCLES=N,
-# STRESS_SECS=N size them.
+# simulated power loss, the concurrency stress, and shared mode's
+# multi-process tests at full length (MQLITE_SOAK=1: 60 s of kill -9 in the
+# group storm and the writer-kill test, a million appends in the wake-up
+# test). CYCLES=N, POWER_CYCLES=N, STRESS_SECS=N size them.
 CYCLES ?= 1000
 POWER_CYCLES ?= 300
 STRESS_SECS ?= 120
@@ -198,6 +200,8 @@ soak:
 	MQLITE_CRASH_CYCLES=$(CYCLES) $(CARGO) run --release -q -p mqlite --example crash_soak
 	MQLITE_POWER_CYCLES=$(POWER_CYCLES) $(CARGO) test --release -q -p mqlite --test power_loss -- --nocapture acks_all
 	MQLITE_STRESS_SECS=$(STRESS_SECS) $(CARGO) test --release -q -p mqlite --test stress -- --nocapture
+	MQLITE_SOAK=1 $(CARGO) test --release -q -p mqlite --test shared_mode --test shared_mode_groups \
+		--test shared_mode_writer -- --nocapture
 
 # Every cargo-fuzz target for FUZZ_SECONDS each (needs a nightly toolchain;
 # see fuzz/run.sh).
