@@ -404,3 +404,30 @@ fn group_members_in_processes_killed_at_random_lose_nothing_and_never_share_a_pa
     assert_eq!(committed, ends);
     eprintln!("{kills} kills, {assigns} partition hand-outs, {total} records");
 }
+
+#[test]
+fn the_ownership_check_finds_two_live_owners_of_a_partition() {
+    let lines = |l: &[&str]| l.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+    let fine = lines(&[
+        "1 0 a 10 assign",
+        "1 1 a 10 assign",
+        "2 0 a 10 revoke",
+        "2 0 b 11 assign",
+        "- - parent 11 kill",
+        "3 0 c 12 assign",
+        "3 1 a 10 lost",
+        "4 1 c 12 assign",
+    ]);
+    assert_eq!(check_journal(&fine), 5);
+    for bad in [
+        &["1 0 a 10 assign", "1 0 b 11 assign"][..],
+        &["1 0 a 10 assign", "- - parent 11 kill", "2 0 b 11 assign"],
+        &["1 0 a 10 assign", "2 0 b 11 revoke"],
+    ] {
+        let bad = lines(bad);
+        assert!(
+            std::panic::catch_unwind(|| check_journal(&bad)).is_err(),
+            "{bad:?} passed"
+        );
+    }
+}
