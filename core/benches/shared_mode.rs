@@ -171,6 +171,9 @@ fn latency(n: u64, other_process: bool) -> Vec<u64> {
                 Instant::now() < deadline,
                 "the reader process did not start"
             );
+            if let Some(status) = child.try_wait().unwrap() {
+                panic!("the reader process ended before it was ready: {status}");
+            }
             std::thread::sleep(Duration::from_millis(1));
         }
         send_paced(&mq, n);
