@@ -1,7 +1,8 @@
 //! Shared mode across processes: who may open a data directory while
 //! another process holds it (exclusive and shared opens exclude each other;
-//! one writer at a time, `Locked` naming it), read-only handles that refuse
-//! every write and change no file, and random bytes written into every
+//! one writer at a time, `Locked` naming it), topic changes of a writer
+//! process seen by the others, read-only handles that refuse every write
+//! and change no file, and random bytes written into every
 //! shared file while a writer and a reader process run.
 //!
 //! The other processes are this test binary run again in a role (see
@@ -19,7 +20,7 @@ use std::time::{Duration, Instant};
 use mqlite::{Broker, ConsumerConfig, Error, ErrorKind, ProducerConfig, Record, TopicConfig};
 use shared_mode_procs::{
     check_payload, exclusive, payload, pick, read_all, readonly, request_stop, shared, signal_of,
-    spawn, ChildEnv, Dirs, Rng,
+    spawn, wait_until, ChildEnv, Dirs, Rng,
 };
 
 const READY: Duration = Duration::from_secs(30);
@@ -35,6 +36,7 @@ fn child() {
         "hold_shared" => hold(&env, &shared(), false),
         "hold_exclusive" => hold(&env, &exclusive(), false),
         "hold_writer" => hold(&env, &shared(), true),
+        "topic_changer" => topic_changer(&env),
         "rb_writer" => random_bytes_writer(&env),
         "rb_reader" => random_bytes_reader(&env),
         other => panic!("unknown role {other}"),
@@ -196,6 +198,82 @@ fn a_second_writer_process_is_locked_naming_the_holder_until_it_dies() {
         "the refusal names this process ({me}):\n{}",
         w2.output()
     );
+}
+
+/// In a child: creates topic `late` (2 partitions) with 5 records in
+/// partition 1, then, one step per `step.N` marker from the test: grows
+/// it to 3 partitions; deletes `t`.
+fn topic_changer(env: &ChildEnv) {
+    let mq = Broker::open(&env.data, shared()).unwrap();
+    mq.create_topic("late", TopicConfig::new(2)).unwrap();
+    let p = mq.producer(ProducerConfig::default()).unwrap();
+    for i in 0..5 {
+        p.send(
+            Record::new("late")
+                .partition(1)
+                .value(payload("late", i, 0)),
+        )
+        .unwrap();
+    }
+    env.ready();
+    let step = |n: u32| {
+        let marker = env.file(&format!("step.{n}"));
+        while !marker.exists() {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    };
+    step(1);
+    mq.add_partitions("late", 3).unwrap();
+    step(2);
+    mq.delete_topic("t").unwrap();
+    while !env.stopping() {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    drop(p);
+    mq.close().unwrap();
+}
+
+#[test]
+fn topic_changes_of_a_writer_process_become_visible_to_other_processes() {
+    let dirs = Dirs::new();
+    prepare(&dirs.data, 1);
+    let mq = Broker::open(&dirs.data, shared()).unwrap();
+    let ro = Broker::open(&dirs.data, readonly()).unwrap();
+    // A consumer subscribed before the topic exists reads it once it does.
+    let mut c = mq.consumer(ConsumerConfig::default()).unwrap();
+    c.subscribe(&["late"]).unwrap();
+    assert!(c.poll(Duration::from_millis(10)).unwrap().is_empty());
+    let mut writer = spawn("topic_changer", "writer", &dirs, "");
+    writer.wait_ready(READY);
+    let secs = Duration::from_secs(10);
+    for h in [&mq, &ro] {
+        wait_until(secs, "topic late appearing", || {
+            h.topic("late").is_ok_and(|t| t.partitions.len() == 2)
+        });
+        assert_eq!(h.topics(), vec!["late".to_owned(), "t".to_owned()]);
+        let got = read_all(h, "late", 1);
+        assert_eq!(got.len(), 5);
+        assert_eq!(check_payload(&got[4].1).unwrap(), ("late".to_owned(), 4));
+    }
+    let mut got = Vec::new();
+    wait_until(secs, "the subscriber reading late", || {
+        got.extend(c.poll(Duration::from_millis(20)).unwrap());
+        got.len() == 5
+    });
+    shared_mode_procs::mark(&dirs.work, "step.1");
+    for h in [&mq, &ro] {
+        wait_until(secs, "late growing to 3 partitions", || {
+            h.topic("late").is_ok_and(|t| t.partitions.len() == 3)
+        });
+    }
+    shared_mode_procs::mark(&dirs.work, "step.2");
+    for h in [&mq, &ro] {
+        wait_until(secs, "t disappearing", || h.topic("t").is_err());
+        assert_eq!(h.topics(), vec!["late".to_owned()]);
+        assert!(matches!(h.topic("t"), Err(Error::UnknownTopic(_))));
+    }
+    request_stop(&dirs.work);
+    writer.expect_success(READY);
 }
 
 /// Every file under `dir`: its length, modification time and contents.
