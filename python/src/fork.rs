@@ -170,9 +170,21 @@ fn locks() -> std::sync::MutexGuard<'static, Vec<(u64, u64, u64)>> {
 /// [`unregister_lock`]; None if the file cannot be read (a child then keeps
 /// that directory locked while it lives).
 pub fn register_lock(dir: &Path) -> Option<u64> {
-    let meta = std::fs::metadata(dir.join(mqlite::LOCK_FILE)).ok()?;
+    // `LOCK` (the owner's, or the writer's in shared mode, created when the
+    // role is taken) and `LIVE` (held against openers of the other mode).
+    let files: Vec<(u64, u64)> = [mqlite::LOCK_FILE, "LIVE"]
+        .iter()
+        .filter_map(|f| std::fs::metadata(dir.join(f)).ok())
+        .map(|m| (m.dev(), m.ino()))
+        .collect();
+    if files.is_empty() {
+        return None;
+    }
     let token = NEXT_TOKEN.fetch_add(1, Ordering::Relaxed);
-    locks().push((token, meta.dev(), meta.ino()));
+    let mut all = locks();
+    for (dev, ino) in files {
+        all.push((token, dev, ino));
+    }
     Some(token)
 }
 
