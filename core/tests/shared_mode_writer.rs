@@ -395,9 +395,8 @@ fn a_consumer_in_another_process_never_sleeps_through_an_append() {
     shared_mode_procs::mark(&dirs.work, "writer.done");
     consumer.expect_success(Duration::from_secs(60));
     let out = consumer.stdout();
-    let line = out
-        .lines()
-        .find(|l| l.starts_with("SLEPT_THROUGH "))
+    let line = consumer
+        .line("SLEPT_THROUGH ")
         .unwrap_or_else(|| panic!("{}", consumer.output()));
     eprintln!("{n} appends: {line}");
     assert!(

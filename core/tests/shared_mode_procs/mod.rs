@@ -269,6 +269,14 @@ impl Proc {
         std::fs::read_to_string(self.work.join(format!("{}.out", self.name))).unwrap_or_default()
     }
 
+    /// The first line of its standard output holding `prefix`, from there
+    /// on (the test harness may have printed the test's name before it).
+    pub fn line(&self, prefix: &str) -> Option<String> {
+        self.stdout()
+            .lines()
+            .find_map(|l| l.find(prefix).map(|at| l[at..].to_owned()))
+    }
+
     /// Asserts that it ended by itself with status 0 within `timeout`.
     pub fn expect_success(&mut self, timeout: Duration) {
         match self.wait_for(timeout) {
