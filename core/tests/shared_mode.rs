@@ -588,10 +588,9 @@ fn damage(files: &[PathBuf], rng: &mut Rng, how: Damage) {
         let len = f.metadata().map_or(0, |m| m.len());
         let mapped = is_mapped(path);
         let choice = match how {
-            Damage::Overwrite => 3,
             Damage::Cut => rng.range(0, 4),
             Damage::CutMapped if mapped => 0,
-            Damage::CutMapped => 3,
+            Damage::Overwrite | Damage::CutMapped => 3,
         };
         match choice {
             0 if !mapped || how == Damage::CutMapped => {
