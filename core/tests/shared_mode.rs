@@ -367,6 +367,38 @@ fn a_read_only_handle_refuses_every_write() {
 }
 
 #[test]
+#[ignore = "engine: a read-only handle keeps its groups in memory (Groups::new(false)) and \
+            never re-reads the offsets file, so describe_group and committed stay as they \
+            were at its open"]
+fn a_read_only_handle_sees_commits_made_after_its_open() {
+    let dirs = Dirs::new();
+    prepare_for_read_only(&dirs.data);
+    let ro = Broker::open(&dirs.data, readonly()).unwrap();
+    let committed = |mq: &Broker| {
+        mq.describe_group("g")
+            .unwrap()
+            .committed
+            .iter()
+            .find(|(t, p, _)| t == "t" && *p == 0)
+            .map(|(_, _, c)| c.offset)
+    };
+    assert_eq!(committed(&ro), Some(4));
+    let mq = Broker::open(&dirs.data, shared()).unwrap();
+    let mut c = mq
+        .consumer(ConsumerConfig::group("g").enable_auto_commit(false))
+        .unwrap();
+    c.assign(&[("t", 0)]).unwrap();
+    c.commit_offsets(&[("t", 0, 7, "")]).unwrap();
+    assert_eq!(committed(&mq), Some(7));
+    assert_eq!(committed(&ro), Some(7), "the read-only handle's view");
+    let mut reader = ro
+        .consumer(ConsumerConfig::group("g").enable_auto_commit(false))
+        .unwrap();
+    reader.assign(&[("t", 0)]).unwrap();
+    assert_eq!(reader.committed("t", 0).unwrap().unwrap().offset, 7);
+}
+
+#[test]
 #[ignore = "engine: a read-only open alone resets mqlite.shm (doorbell and topics version \
             set to 0 by DirShare::open), so mqlite.shm is written"]
 fn a_read_only_handle_changes_no_file() {
