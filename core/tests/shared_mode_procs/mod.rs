@@ -171,6 +171,7 @@ pub fn spawn(role: &str, name: &str, dirs: &Dirs, arg: &str) -> Proc {
         .env(DATA, &dirs.data)
         .env(WORK, &dirs.work)
         .env(ARG, arg)
+        .env("RUST_BACKTRACE", "0")
         .stdin(Stdio::null())
         .stdout(out)
         .stderr(err)
@@ -248,12 +249,20 @@ impl Proc {
     /// What it printed: standard output, then standard error (the end of
     /// each).
     pub fn output(&self) -> String {
+        // The start (a panic's message) and the end of each, when long.
         let tail = |ext: &str| {
             let s = std::fs::read_to_string(self.work.join(format!("{}.{ext}", self.name)))
                 .unwrap_or_default();
-            let cut = s.len().saturating_sub(4000);
-            let cut = (cut..s.len()).find(|&i| s.is_char_boundary(i)).unwrap_or(0);
-            s[cut..].to_owned()
+            if s.len() <= 6000 {
+                return s;
+            }
+            let head = (3000..s.len())
+                .find(|&i| s.is_char_boundary(i))
+                .unwrap_or(0);
+            let tail = (s.len() - 3000..s.len())
+                .find(|&i| s.is_char_boundary(i))
+                .unwrap_or(0);
+            format!("{}\n[...]\n{}", &s[..head], &s[tail..])
         };
         format!(
             "--- {} stdout ---\n{}--- {} stderr ---\n{}",
