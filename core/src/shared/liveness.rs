@@ -128,7 +128,6 @@ impl LiveLock {
     pub(crate) fn path(&self) -> &Path {
         &self.path
     }
-
 }
 
 #[cfg(test)]
