@@ -575,9 +575,19 @@ impl Broker {
     /// Names of the consumer groups, sorted (Kafka's `listConsumerGroups`):
     /// those with committed offsets in the data directory (the offsets of
     /// broadcast consumers count for their `group_id`) and those with
-    /// members in this process. A group that was only described
+    /// members in this process (in shared mode, in any process). A group that was only described
     /// is not listed.
     pub fn groups(&self) -> Vec<String> {
+        if self.inner.share.is_some() {
+            // Groups other processes created since.
+            if let Err(e) = self
+                .inner
+                .groups
+                .load_all(&self.inner.dir, self.inner.config.file_mode)
+            {
+                ::log::warn!("listing consumer groups: {e}");
+            }
+        }
         self.inner.groups.names()
     }
 
