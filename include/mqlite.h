@@ -117,6 +117,11 @@ typedef enum mql_status {
      */
     MQL_TIMEOUT = 6,
     /**
+     * A write (a producer, a topic change, a commit) through a handle
+     * opened read-only.
+     */
+    MQL_READ_ONLY = 7,
+    /**
      * A required pointer argument was NULL.
      */
     MQL_NULL_ARGUMENT = 10,

@@ -520,42 +520,20 @@ impl Topic {
     }
 
     /// Opens an existing topic directory for reading only (shared mode, a
-    /// process that is not the writer): every partition with
-    /// [`PartitionLog::open_reader`], nothing written. `Ok(None)` for an
-    /// unfinished topic.
+    /// process that is not the writer; `options.reader` set): each
+    /// partition opens on first use with [`PartitionLog::open_reader`],
+    /// nothing written. `Ok(None)` for an unfinished topic.
     pub(crate) fn open_reader(dir: PathBuf, options: TopicOptions) -> Result<Option<Topic>> {
         let Some(file) = read_topic_file(&dir)? else {
             return Ok(None);
         };
         let name: Arc<str> = file.name.as_str().into();
-        let logs = Topic::open_readers(
-            &name,
-            &dir,
-            &file.config,
-            &options,
-            0..file.config.partitions,
-        )?;
+        let handles = (0..file.config.partitions)
+            .map(|_| Arc::new(PartitionHandle::lazy(Summary::default())))
+            .collect();
         let topic = Topic::new(name, dir, options, file.config);
-        topic.set_opened(logs);
+        *sync::write(&topic.partitions) = Arc::new(handles);
         Ok(Some(topic))
-    }
-
-    fn open_readers(
-        name: &Arc<str>,
-        dir: &Path,
-        config: &TopicConfig,
-        options: &TopicOptions,
-        range: std::ops::Range<u32>,
-    ) -> Result<Vec<Arc<PartitionLog>>> {
-        in_parallel(range, |p| {
-            PartitionLog::open_reader(
-                Arc::clone(name),
-                p,
-                &dir.join(p.to_string()),
-                Topic::log_config(config, options),
-            )
-            .map(Arc::new)
-        })
     }
 
     /// A reader topic: takes in what the writer changed in `topic.json`
@@ -568,27 +546,16 @@ impl Topic {
         if file.config.partitions <= old {
             return Ok(false);
         }
-        let added = Topic::open_readers(
-            &self.name,
-            &self.dir,
-            &file.config,
-            &self.options,
-            old..file.config.partitions,
-        )?;
         let mut all = sync::write(&self.all_open);
         let mut parts = sync::write(&self.partitions);
         let mut v: Vec<_> = parts.as_ref().clone();
         v.extend(
-            added
-                .iter()
-                .map(|l| Arc::new(PartitionHandle::opened(Arc::clone(l)))),
+            (old..file.config.partitions)
+                .map(|_| Arc::new(PartitionHandle::lazy(Summary::default()))),
         );
         *parts = Arc::new(v);
-        if let Some(logs) = all.as_ref() {
-            let mut logs: Vec<_> = logs.as_ref().clone();
-            logs.extend(added);
-            *all = Some(Arc::new(logs));
-        }
+        // The new partitions open on first use.
+        *all = None;
         *sync::write(&self.config) = file.config;
         Ok(true)
     }

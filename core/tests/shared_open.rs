@@ -183,3 +183,21 @@ fn data_written_in_exclusive_mode_reads_in_shared_mode_and_back() {
     send(&x, "t", 0, &["4"]);
     assert_eq!(read_all(&x, "t", 0, 4), ["1", "2", "3", "4"]);
 }
+
+#[test]
+fn groups_committed_elsewhere_are_listed_and_described() {
+    let dir = tempfile::tempdir().unwrap();
+    let w = Broker::open(dir.path(), shared()).unwrap();
+    w.create_topic("t", TopicConfig::new(1)).unwrap();
+    send(&w, "t", 0, &["a", "b"]);
+    let r = Broker::open(dir.path(), readonly()).unwrap();
+    assert!(r.groups().is_empty());
+    let mut c = w.consumer(ConsumerConfig::group("g")).unwrap();
+    c.assign(&[("t", 0)]).unwrap();
+    assert_eq!(c.poll(Duration::from_secs(5)).unwrap().len(), 2);
+    c.commit().unwrap();
+    assert_eq!(r.groups(), vec!["g".to_owned()]);
+    let info = r.describe_group("g").unwrap();
+    assert_eq!(info.committed.len(), 1);
+    assert_eq!(info.committed[0].2.offset, 2);
+}
