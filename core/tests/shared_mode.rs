@@ -509,6 +509,7 @@ fn random_bytes_reader(env: &ChildEnv) {
     env.ready();
     let (mut got, mut errors) = (0u64, 0u64);
     let mut last_error = String::new();
+    let mut last_progress = Instant::now();
     let check = |msgs: Vec<mqlite::Message>, got: &mut u64| {
         for m in msgs {
             match check_payload(m.value().unwrap_or_default()) {
@@ -551,6 +552,10 @@ fn random_bytes_reader(env: &ChildEnv) {
         let _ = mq.describe_group("g");
         let _ = mq.topics();
         let _ = mq.topic("t");
+        if last_progress.elapsed() > Duration::from_millis(20) {
+            std::fs::write(env.file("reader.progress"), got.to_string()).unwrap();
+            last_progress = Instant::now();
+        }
     }
     println!("GOT {got} ERRORS {errors} LAST {last_error}");
 }
@@ -648,7 +653,8 @@ fn damage(files: &[PathBuf], rng: &mut Rng, how: Damage) {
 }
 
 /// Runs a writer and a reader process while `damage` hits every shared
-/// file, then checks: neither crashed (no signal) nor hung, neither ended
+/// file, then checks: neither crashed (no signal) nor hung, both carry on
+/// once the damage stops (the reader reads new records), neither ended
 /// with an error status, and the reader never got a record the writer did
 /// not make.
 fn random_bytes_run(how: Damage) {
@@ -691,6 +697,24 @@ fn random_bytes_run(how: Damage) {
         "g.shm",
     ] {
         assert!(hit.contains(want), "{want} was never damaged: {hit:?}");
+    }
+    // Once the damage stops, both carry on: the reader gets new records.
+    let progress = || {
+        std::fs::read_to_string(dirs.work.join("reader.progress"))
+            .ok()
+            .and_then(|s| s.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let at_end = progress();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while progress() < at_end + 100 {
+        assert!(
+            Instant::now() < deadline,
+            "no progress 20 s after the damage ({at_end} records read):\n{}\n{}",
+            writer.output(),
+            reader.output()
+        );
+        std::thread::sleep(Duration::from_millis(10));
     }
     request_stop(&dirs.work);
     for p in [&mut writer, &mut reader] {
