@@ -237,7 +237,7 @@ fn percentile_us(sorted: &[u64], q: f64) -> f64 {
 fn one_run(h: &mut Harness) {
     if filter_matches("latency") {
         let n = scaled(20_000);
-        let mut p50 = [0.0; 2];
+        let (mut p50, mut p99) = ([0.0; 2], [0.0; 2]);
         for (i, (other, label)) in [(false, "this process"), (true, "another process")]
             .into_iter()
             .enumerate()
@@ -245,6 +245,7 @@ fn one_run(h: &mut Harness) {
             let mut lat = latency(n, other);
             lat.sort_unstable();
             p50[i] = percentile_us(&lat, 0.5);
+            p99[i] = percentile_us(&lat, 0.99);
             h.figure(
                 &format!("produce-to-consume latency p50, consumer in {label}"),
                 "us",
@@ -253,13 +254,18 @@ fn one_run(h: &mut Harness) {
             h.figure(
                 &format!("produce-to-consume latency p99, consumer in {label}"),
                 "us",
-                percentile_us(&lat, 0.99),
+                p99[i],
             );
         }
         h.figure(
             "latency p50 ratio: another process / this process (target <= 1.5)",
             "x",
             p50[1] / p50[0],
+        );
+        h.figure(
+            "latency p99 ratio: another process / this process",
+            "x",
+            p99[1] / p99[0],
         );
     }
     if filter_matches("consume") {
