@@ -62,7 +62,12 @@ fn now_ns() -> u64 {
 
 /// The role of the other process: `latency` (receive `n` records of `lat`
 /// and write each one's latency in ns to the output file) or `consume`
-/// (consume `n` records of `tp` and write the seconds taken).
+/// (consume `n` records of `tp` and write the seconds taken). Two more,
+/// for instruction counts of the consume rows run by hand under callgrind
+/// (see docs/benchmarks.md): `write_and_hold` (write `n` records to `tp`,
+/// create `<out>.ready`, stay open until `<out>.done` exists) and
+/// `write_then_consume` (the in-process row: write, then consume in the
+/// same process).
 fn child(role: &str) {
     let dir = PathBuf::from(std::env::var_os(DIR).unwrap());
     let n: u64 = std::env::var(N).unwrap().parse().unwrap();
@@ -76,6 +81,18 @@ fn child(role: &str) {
             lat.iter().map(|v| v.to_string() + "\n").collect::<String>()
         }
         "consume" => format!("{}\n", consume(&mq, n)),
+        "write_and_hold" => {
+            write_tp(&mq, n);
+            std::fs::write(out.with_extension("ready"), b"").unwrap();
+            while !out.with_extension("done").exists() {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            String::new()
+        }
+        "write_then_consume" => {
+            write_tp(&mq, n);
+            format!("{}\n", consume(&mq, n))
+        }
         other => panic!("unknown role {other}"),
     };
     std::fs::write(&out, text).unwrap();
@@ -198,6 +215,24 @@ fn latency(n: u64, other_process: bool) -> Vec<u64> {
 fn throughput(n: u64, other_process: bool) -> f64 {
     let dir = tempfile::tempdir().unwrap();
     let mq = Broker::open(dir.path(), config()).unwrap();
+    write_tp(&mq, n);
+    if other_process {
+        let out = dir.path().join("consume.txt");
+        let mut child = spawn("consume", dir.path(), n, &out);
+        assert!(child.wait().unwrap().success());
+        std::fs::read_to_string(&out)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    } else {
+        consume(&mq, n)
+    }
+}
+
+/// Creates topic `tp` and writes `n` records of `SIZE` bytes to it, in
+/// batches of 1,000.
+fn write_tp(mq: &Broker, n: u64) {
     mq.create_topic("tp", TopicConfig::new(1)).unwrap();
     let p = mq.producer(ProducerConfig::default()).unwrap();
     let value = vec![7u8; SIZE];
@@ -214,18 +249,6 @@ fn throughput(n: u64, other_process: bool) -> f64 {
         let k = (n - written).min(1000) as usize;
         p.send_batch(&chunk[..k]).unwrap();
         written += k as u64;
-    }
-    if other_process {
-        let out = dir.path().join("consume.txt");
-        let mut child = spawn("consume", dir.path(), n, &out);
-        assert!(child.wait().unwrap().success());
-        std::fs::read_to_string(&out)
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap()
-    } else {
-        consume(&mq, n)
     }
 }
 
