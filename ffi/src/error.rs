@@ -39,6 +39,9 @@ pub enum mql_status {
     /// Nothing arrived before the timeout (`mql_poll`), or an operation
     /// waited too long.
     MQL_TIMEOUT = 6,
+    /// A write (a producer, a topic change, a commit) through a handle
+    /// opened read-only (`mql_config_set_readonly`); nothing was written.
+    MQL_READ_ONLY = 7,
     /// A required pointer argument was NULL.
     MQL_NULL_ARGUMENT = 10,
     /// A string argument was not valid UTF-8.
@@ -90,7 +93,7 @@ pub enum mql_status {
 use mql_status::*;
 
 /// Every status, for lookups by number.
-const ALL: [mql_status; 24] = [
+const ALL: [mql_status; 25] = [
     MQL_OK,
     MQL_IO,
     MQL_DISK_FULL,
@@ -98,6 +101,7 @@ const ALL: [mql_status; 24] = [
     MQL_INVALID_ARGUMENT,
     MQL_CLOSED,
     MQL_TIMEOUT,
+    MQL_READ_ONLY,
     MQL_NULL_ARGUMENT,
     MQL_INVALID_UTF8,
     MQL_PANIC,
