@@ -18,8 +18,9 @@
 //!   do not exist in the child, or wait for such a lock.
 //!
 //! Messages received before the fork stay readable (they point into shared
-//! memory maps). The child may open brokers of its own, on another directory
-//! or on the parent's once the parent has closed it.
+//! memory maps). The child may open brokers of its own, on another directory,
+//! on the parent's once the parent has closed it, or on the parent's at once
+//! (shared) when the parent opened it in shared mode.
 //!
 //! # Detection
 //!
@@ -44,11 +45,18 @@
 //! being opened by another thread at the instant of the fork is not
 //! recorded yet: its descriptor stays open in the child, which then keeps
 //! that directory locked until it exits.)
+//!
+//! A broker opened in shared mode holds several such locks, some taken
+//! after the open (the writer role, consumer group members' liveness
+//! files): for it the hook closes every inherited descriptor of a file in
+//! its data directory, so that a child neither keeps the parent's writer
+//! role nor makes a dead member look alive, and the child may open the
+//! directory (shared) with a handle of its own.
 
 use mqlite::sync;
 use std::ops::{Deref, DerefMut};
 use std::os::unix::fs::MetadataExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, TryLockError};
 
@@ -58,11 +66,28 @@ use pyo3::types::PyDict;
 /// Incremented in every forked child by [`after_fork_in_child`].
 static GENERATION: AtomicU64 = AtomicU64::new(0);
 
-/// The lock files of the brokers open in this process: `(token, device,
-/// inode)`. Locked only with the GIL held and never across a release of it,
-/// so the thread that forks (which holds the GIL) never finds it held by a
-/// thread that is gone in the child.
-static LOCKS: Mutex<Vec<(u64, u64, u64)>> = Mutex::new(Vec::new());
+/// The directory locks of the brokers open in this process. Locked only
+/// with the GIL held and never across a release of it, so the thread that
+/// forks (which holds the GIL) never finds it held by a thread that is gone
+/// in the child.
+static LOCKS: Mutex<Vec<Held>> = Mutex::new(Vec::new());
+
+/// What a broker holds locked, for [`after_fork_in_child`] to let go of.
+enum Held {
+    /// Exclusive mode: the lock file `(token, device, inode)`.
+    File(u64, u64, u64),
+    /// Shared mode: every file in the data directory `(token, canonical
+    /// path)`.
+    Dir(u64, PathBuf),
+}
+
+impl Held {
+    fn token(&self) -> u64 {
+        match self {
+            Held::File(t, _, _) | Held::Dir(t, _) => *t,
+        }
+    }
+}
 
 /// Source of the tokens of [`LOCKS`].
 static NEXT_TOKEN: AtomicU64 = AtomicU64::new(1);
@@ -161,29 +186,36 @@ impl<T> Drop for Local<T> {
     }
 }
 
-fn locks() -> std::sync::MutexGuard<'static, Vec<(u64, u64, u64)>> {
+fn locks() -> std::sync::MutexGuard<'static, Vec<Held>> {
     sync::lock(&LOCKS)
 }
 
-/// Records the lock file of a broker just opened on `dir` (call with the GIL
-/// held, as the rule of [`LOCKS`] asks). Returns the token for
-/// [`unregister_lock`]; None if the file cannot be read (a child then keeps
-/// that directory locked while it lives).
-pub fn register_lock(dir: &Path) -> Option<u64> {
-    let meta = std::fs::metadata(dir.join(mqlite::LOCK_FILE)).ok()?;
+/// Records the locks of a broker just opened on `dir` (call with the GIL
+/// held, as the rule of [`LOCKS`] asks): its lock file in exclusive mode,
+/// the whole directory when `shared`. Returns the token for
+/// [`unregister_lock`]; None if the file or directory cannot be read (a
+/// child then keeps that directory locked while it lives).
+pub fn register_lock(dir: &Path, shared: bool) -> Option<u64> {
     let token = NEXT_TOKEN.fetch_add(1, Ordering::Relaxed);
-    locks().push((token, meta.dev(), meta.ino()));
+    let held = if shared {
+        Held::Dir(token, std::fs::canonicalize(dir).ok()?)
+    } else {
+        let meta = std::fs::metadata(dir.join(mqlite::LOCK_FILE)).ok()?;
+        Held::File(token, meta.dev(), meta.ino())
+    };
+    locks().push(held);
     Some(token)
 }
 
-/// Forgets a lock file recorded by [`register_lock`], once its broker is
+/// Forgets the locks recorded by [`register_lock`], once their broker is
 /// closed (call with the GIL held).
 pub fn unregister_lock(token: u64) {
-    locks().retain(|&(t, _, _)| t != token);
+    locks().retain(|h| h.token() != token);
 }
 
-/// The descriptors open in this process on one of `files` (device, inode).
-fn descriptors_of(files: &[(u64, u64)]) -> Vec<i32> {
+/// The descriptors open in this process on one of `files` (device, inode)
+/// or on a file below one of `dirs`.
+fn descriptors_of(files: &[(u64, u64)], dirs: &[PathBuf]) -> Vec<i32> {
     let Ok(dir) = std::fs::read_dir("/proc/self/fd").or_else(|_| std::fs::read_dir("/dev/fd"))
     else {
         return Vec::new();
@@ -191,6 +223,10 @@ fn descriptors_of(files: &[(u64, u64)]) -> Vec<i32> {
     dir.filter_map(Result::ok)
         .filter_map(|entry| {
             let fd: i32 = entry.file_name().to_str()?.parse().ok()?;
+            let under = |target: &Path| dirs.iter().any(|d| target.starts_with(d));
+            if !dirs.is_empty() && std::fs::read_link(entry.path()).is_ok_and(|t| under(&t)) {
+                return Some(fd);
+            }
             let meta = std::fs::metadata(entry.path()).ok()?;
             files.contains(&(meta.dev(), meta.ino())).then_some(fd)
         })
@@ -203,24 +239,28 @@ fn descriptors_of(files: &[(u64, u64)]) -> Vec<i32> {
 #[pyfunction]
 fn after_fork_in_child(py: Python<'_>) {
     GENERATION.fetch_add(1, Ordering::Relaxed);
-    let files: Vec<(u64, u64)> = match LOCKS.try_lock() {
-        Ok(mut l) => l.drain(..).map(|(_, dev, ino)| (dev, ino)).collect(),
-        Err(TryLockError::Poisoned(p)) => p
-            .into_inner()
-            .drain(..)
-            .map(|(_, dev, ino)| (dev, ino))
-            .collect(),
+    let held: Vec<Held> = match LOCKS.try_lock() {
+        Ok(mut l) => l.drain(..).collect(),
+        Err(TryLockError::Poisoned(p)) => p.into_inner().drain(..).collect(),
         // Held by a thread that does not exist here (never, by the locking
         // rule of LOCKS): keep the descriptors rather than block.
         Err(TryLockError::WouldBlock) => return,
     };
-    if files.is_empty() {
+    if held.is_empty() {
         return;
+    }
+    let mut files = Vec::new();
+    let mut dirs = Vec::new();
+    for h in held {
+        match h {
+            Held::File(_, dev, ino) => files.push((dev, ino)),
+            Held::Dir(_, dir) => dirs.push(dir),
+        }
     }
     let Ok(os) = py.import("os") else {
         return;
     };
-    for fd in descriptors_of(&files) {
+    for fd in descriptors_of(&files, &dirs) {
         // The leaked engine objects never use the descriptor again. A
         // failure leaves the directory locked while the child lives.
         let _ = os.call_method1("close", (fd,));
