@@ -214,7 +214,7 @@ impl Broker {
         crate::log::flush(py);
         let inner = opened.py_err(py)?;
         Ok(Broker {
-            lock_token: fork::register_lock(&path, shared || readonly),
+            lock_token: fork::register_lock(&path),
             path: path.to_string_lossy().into_owned(),
             inner: Local::new(inner),
         })

@@ -32,30 +32,25 @@
 //! running Python) is caught by a pid comparison where it matters most, when
 //! the objects are dropped.
 //!
-//! # The directory lock
+//! # The directory's locks
 //!
-//! The engine locks a data directory with `flock`, which belongs to the open
-//! file description: the child's inherited descriptor keeps it shared with
-//! the parent. Left alone, a parent that closes its broker would keep the
-//! directory locked for as long as any child lives (reopening it would fail
-//! with `Locked`), and a child could never open it. So the hook closes, in the
-//! child, the inherited descriptors of the lock files of the brokers open at
-//! the fork ([`LOCKS`]); the parent's lock is untouched (it holds its own
-//! descriptor), and its `close()` releases the directory. (A broker still
-//! being opened by another thread at the instant of the fork is not
-//! recorded yet: its descriptor stays open in the child, which then keeps
-//! that directory locked until it exits.)
-//!
-//! A broker opened in shared mode holds several such locks, some taken
-//! after the open (the writer role, consumer group members' liveness
-//! files): for it the hook closes every inherited descriptor of a file in
-//! its data directory, so that a child neither keeps the parent's writer
-//! role nor makes a dead member look alive, and the child may open the
-//! directory (shared) with a handle of its own.
+//! The engine locks a data directory with `flock` on files in it (the
+//! owner's or writer's lock, the lock held against openers of the other
+//! mode, consumer group members' liveness files), and an `flock` belongs to
+//! the open file description: the child's inherited descriptors keep them
+//! shared with the parent. Left alone, a parent that closes its broker would
+//! keep the directory locked for as long as any child lives (reopening it
+//! would fail with `Locked`, a child would keep the writer role, a group
+//! member would look alive), and a child could never open it. So the hook
+//! closes, in the child, every inherited descriptor of a file in the data
+//! directories of the brokers open at the fork ([`LOCKS`]); the parent's
+//! locks are untouched (it holds its own descriptors), and its `close()`
+//! releases the directory. (A broker still being opened by another thread
+//! at the instant of the fork is not recorded yet: its descriptors stay open
+//! in the child, which then keeps that directory locked until it exits.)
 
 use mqlite::sync;
 use std::ops::{Deref, DerefMut};
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, TryLockError};
@@ -66,28 +61,11 @@ use pyo3::types::PyDict;
 /// Incremented in every forked child by [`after_fork_in_child`].
 static GENERATION: AtomicU64 = AtomicU64::new(0);
 
-/// The directory locks of the brokers open in this process. Locked only
-/// with the GIL held and never across a release of it, so the thread that
-/// forks (which holds the GIL) never finds it held by a thread that is gone
-/// in the child.
-static LOCKS: Mutex<Vec<Held>> = Mutex::new(Vec::new());
-
-/// What a broker holds locked, for [`after_fork_in_child`] to let go of.
-enum Held {
-    /// Exclusive mode: the lock file `(token, device, inode)`.
-    File(u64, u64, u64),
-    /// Shared mode: every file in the data directory `(token, canonical
-    /// path)`.
-    Dir(u64, PathBuf),
-}
-
-impl Held {
-    fn token(&self) -> u64 {
-        match self {
-            Held::File(t, _, _) | Held::Dir(t, _) => *t,
-        }
-    }
-}
+/// The data directories of the brokers open in this process: `(token,
+/// canonical path)`. Locked only with the GIL held and never across a
+/// release of it, so the thread that forks (which holds the GIL) never
+/// finds it held by a thread that is gone in the child.
+static LOCKS: Mutex<Vec<(u64, PathBuf)>> = Mutex::new(Vec::new());
 
 /// Source of the tokens of [`LOCKS`].
 static NEXT_TOKEN: AtomicU64 = AtomicU64::new(1);
@@ -186,81 +164,62 @@ impl<T> Drop for Local<T> {
     }
 }
 
-fn locks() -> std::sync::MutexGuard<'static, Vec<Held>> {
+fn locks() -> std::sync::MutexGuard<'static, Vec<(u64, PathBuf)>> {
     sync::lock(&LOCKS)
 }
 
-/// Records the locks of a broker just opened on `dir` (call with the GIL
-/// held, as the rule of [`LOCKS`] asks): its lock file in exclusive mode,
-/// the whole directory when `shared`. Returns the token for
-/// [`unregister_lock`]; None if the file or directory cannot be read (a
-/// child then keeps that directory locked while it lives).
-pub fn register_lock(dir: &Path, shared: bool) -> Option<u64> {
+/// Records the data directory of a broker just opened on `dir` (call with
+/// the GIL held, as the rule of [`LOCKS`] asks). Returns the token for
+/// [`unregister_lock`]; None if the directory cannot be resolved (a child
+/// then keeps that directory locked while it lives).
+pub fn register_lock(dir: &Path) -> Option<u64> {
+    let dir = std::fs::canonicalize(dir).ok()?;
     let token = NEXT_TOKEN.fetch_add(1, Ordering::Relaxed);
-    let held = if shared {
-        Held::Dir(token, std::fs::canonicalize(dir).ok()?)
-    } else {
-        let meta = std::fs::metadata(dir.join(mqlite::LOCK_FILE)).ok()?;
-        Held::File(token, meta.dev(), meta.ino())
-    };
-    locks().push(held);
+    locks().push((token, dir));
     Some(token)
 }
 
-/// Forgets the locks recorded by [`register_lock`], once their broker is
+/// Forgets a directory recorded by [`register_lock`], once its broker is
 /// closed (call with the GIL held).
 pub fn unregister_lock(token: u64) {
-    locks().retain(|h| h.token() != token);
+    locks().retain(|(t, _)| *t != token);
 }
 
-/// The descriptors open in this process on one of `files` (device, inode)
-/// or on a file below one of `dirs`.
-fn descriptors_of(files: &[(u64, u64)], dirs: &[PathBuf]) -> Vec<i32> {
-    let Ok(dir) = std::fs::read_dir("/proc/self/fd").or_else(|_| std::fs::read_dir("/dev/fd"))
+/// The descriptors open in this process on a file below one of `dirs`.
+fn descriptors_under(dirs: &[PathBuf]) -> Vec<i32> {
+    let Ok(fds) = std::fs::read_dir("/proc/self/fd").or_else(|_| std::fs::read_dir("/dev/fd"))
     else {
         return Vec::new();
     };
-    dir.filter_map(Result::ok)
+    fds.filter_map(Result::ok)
         .filter_map(|entry| {
             let fd: i32 = entry.file_name().to_str()?.parse().ok()?;
-            let under = |target: &Path| dirs.iter().any(|d| target.starts_with(d));
-            if !dirs.is_empty() && std::fs::read_link(entry.path()).is_ok_and(|t| under(&t)) {
-                return Some(fd);
-            }
-            let meta = std::fs::metadata(entry.path()).ok()?;
-            files.contains(&(meta.dev(), meta.ino())).then_some(fd)
+            let target = std::fs::read_link(entry.path()).ok()?;
+            dirs.iter().any(|d| target.starts_with(d)).then_some(fd)
         })
         .collect()
 }
 
 /// Runs in a forked child, on its only thread, before any Python code: marks
 /// every object of the parent as foreign and closes the inherited
-/// descriptors of the parent's directory locks.
+/// descriptors of files in the parent's data directories.
 #[pyfunction]
 fn after_fork_in_child(py: Python<'_>) {
     GENERATION.fetch_add(1, Ordering::Relaxed);
-    let held: Vec<Held> = match LOCKS.try_lock() {
-        Ok(mut l) => l.drain(..).collect(),
-        Err(TryLockError::Poisoned(p)) => p.into_inner().drain(..).collect(),
+    let dirs: Vec<PathBuf> = match LOCKS.try_lock() {
+        Ok(mut l) => l.drain(..).map(|(_, d)| d).collect(),
+        Err(TryLockError::Poisoned(p)) => p.into_inner().drain(..).map(|(_, d)| d).collect(),
         // Held by a thread that does not exist here (never, by the locking
         // rule of LOCKS): keep the descriptors rather than block.
         Err(TryLockError::WouldBlock) => return,
     };
-    if held.is_empty() {
+    if dirs.is_empty() {
         return;
-    }
-    let mut files = Vec::new();
-    let mut dirs = Vec::new();
-    for h in held {
-        match h {
-            Held::File(_, dev, ino) => files.push((dev, ino)),
-            Held::Dir(_, dir) => dirs.push(dir),
-        }
     }
     let Ok(os) = py.import("os") else {
         return;
     };
-    for fd in descriptors_of(&files, &dirs) {
+    for fd in descriptors_under(&dirs) {
         // The leaked engine objects never use the descriptor again. A
         // failure leaves the directory locked while the child lives.
         let _ = os.call_method1("close", (fd,));
