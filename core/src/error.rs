@@ -507,7 +507,7 @@ mod tests {
             }
         }
         assert_eq!(ErrorKind::from_code(0), None);
-        assert_eq!(ErrorKind::from_code(7), None);
+        assert_eq!(ErrorKind::from_code(8), None);
     }
 
     #[test]

@@ -49,9 +49,6 @@ mod producer;
 #[doc(hidden)]
 pub mod raw;
 mod seqranges;
-// The primitives of shared mode; the engine starts using them with shared
-// mode itself.
-#[allow(dead_code, unused_imports)]
 mod shared;
 #[doc(hidden)]
 pub mod sync;

@@ -8,7 +8,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::atomic_file::write_atomic;
 use crate::error::{Error, IoContext, Result};
-use crate::log::{batch, LogConfig, PartitionLog, PendingSync, RecoveryStats, UncleanMark};
+use crate::log::{
+    batch, LogConfig, PartitionLog, PendingSync, RecoveryStats, SharedLog, UncleanMark,
+};
 use crate::partition_handle::{PartitionHandle, Summary};
 use crate::sync;
 
@@ -224,6 +226,29 @@ struct TopicFile {
 /// durable (see [`PartitionLog::sync_opened`]).
 pub(crate) type Opened = Vec<(Arc<PartitionLog>, Option<PendingSync>)>;
 
+/// Reads and checks `topic.json` in topic directory `dir`; `Ok(None)`
+/// when there is none (an unfinished creation).
+fn read_topic_file(dir: &Path) -> Result<Option<TopicFile>> {
+    let path = dir.join(TOPIC_FILE);
+    let Some(bytes) = crate::atomic_file::read_small(&path)? else {
+        return Ok(None);
+    };
+    let file: TopicFile = serde_json::from_slice(&bytes).map_err(|e| Error::Corrupt {
+        path: path.clone(),
+        position: e.column() as u64,
+        reason: e.to_string(),
+    })?;
+    if file.version != TOPIC_FILE_VERSION {
+        return Err(Error::UnsupportedVersion {
+            path,
+            found: file.version,
+            supported: TOPIC_FILE_VERSION,
+        });
+    }
+    file.config.validate()?;
+    Ok(Some(file))
+}
+
 /// Most threads opening one topic's partitions at once.
 const OPEN_THREADS: usize = 4;
 /// Partitions below which one more thread is not worth starting.
@@ -240,6 +265,11 @@ pub(crate) struct TopicOptions {
     pub pool: Arc<crate::background::Pool>,
     /// The broker's descriptor cache.
     pub files: Arc<crate::files::FileCache>,
+    /// Shared mode, in the writer: what the logs do for readers in other
+    /// processes (`None` in exclusive mode).
+    pub shared: Option<SharedLog>,
+    /// Shared mode, not the writer: partitions open for reading only.
+    pub reader: bool,
 }
 
 /// A topic: its config and its partitions (each opened at the topic's open,
@@ -256,6 +286,10 @@ pub(crate) struct Topic {
     deleted: AtomicBool,
     /// Set at close: no partition opens any more.
     closed: AtomicBool,
+    /// The inode of the topic's directory when it was opened (shared
+    /// mode: a topic deleted and created again under its name by another
+    /// process has another).
+    dir_ino: u64,
 }
 
 /// Runs `f` on every number of `range`, on several threads when there are
@@ -318,7 +352,7 @@ impl Topic {
             unclean: Arc::clone(&options.unclean),
             pool: Arc::clone(&options.pool),
             files: Arc::clone(&options.files),
-            shared: None,
+            shared: options.shared.clone(),
         }
     }
 
@@ -373,7 +407,9 @@ impl Topic {
     }
 
     fn new(name: Arc<str>, dir: PathBuf, options: TopicOptions, config: TopicConfig) -> Topic {
+        use std::os::unix::fs::MetadataExt;
         Topic {
+            dir_ino: std::fs::metadata(&dir).map_or(0, |m| m.ino()),
             name,
             dir,
             options,
@@ -427,23 +463,9 @@ impl Topic {
         unsynced: &mut Opened,
         summary: Option<Vec<Summary>>,
     ) -> Result<Option<Topic>> {
-        let path = dir.join(TOPIC_FILE);
-        let Some(bytes) = crate::atomic_file::read_small(&path)? else {
+        let Some(file) = read_topic_file(&dir)? else {
             return Ok(None);
         };
-        let file: TopicFile = serde_json::from_slice(&bytes).map_err(|e| Error::Corrupt {
-            path: path.clone(),
-            position: e.column() as u64,
-            reason: e.to_string(),
-        })?;
-        if file.version != TOPIC_FILE_VERSION {
-            return Err(Error::UnsupportedVersion {
-                path,
-                found: file.version,
-                supported: TOPIC_FILE_VERSION,
-            });
-        }
-        file.config.validate()?;
         let name: Arc<str> = file.name.as_str().into();
         if let Some(summary) = summary.filter(|s| s.len() == file.config.partitions as usize) {
             // A partition whose recovery point still says it closed cleanly
@@ -497,9 +519,55 @@ impl Topic {
         Ok(Some(topic))
     }
 
+    /// Opens an existing topic directory for reading only (shared mode, a
+    /// process that is not the writer; `options.reader` set): each
+    /// partition opens on first use with [`PartitionLog::open_reader`],
+    /// nothing written. `Ok(None)` for an unfinished topic.
+    pub(crate) fn open_reader(dir: PathBuf, options: TopicOptions) -> Result<Option<Topic>> {
+        let Some(file) = read_topic_file(&dir)? else {
+            return Ok(None);
+        };
+        let name: Arc<str> = file.name.as_str().into();
+        let handles = (0..file.config.partitions)
+            .map(|_| Arc::new(PartitionHandle::lazy(Summary::default())))
+            .collect();
+        let topic = Topic::new(name, dir, options, file.config);
+        *sync::write(&topic.partitions) = Arc::new(handles);
+        Ok(Some(topic))
+    }
+
+    /// A reader topic: takes in what the writer changed in `topic.json`
+    /// since (more partitions). Returns whether anything changed.
+    pub(crate) fn follow_writer(&self) -> Result<bool> {
+        let Some(file) = read_topic_file(&self.dir)? else {
+            return Ok(false);
+        };
+        let old = self.partition_count();
+        if file.config.partitions <= old {
+            return Ok(false);
+        }
+        let mut all = sync::write(&self.all_open);
+        let mut parts = sync::write(&self.partitions);
+        let mut v: Vec<_> = parts.as_ref().clone();
+        v.extend(
+            (old..file.config.partitions)
+                .map(|_| Arc::new(PartitionHandle::lazy(Summary::default()))),
+        );
+        *parts = Arc::new(v);
+        // The new partitions open on first use.
+        *all = None;
+        *sync::write(&self.config) = file.config;
+        Ok(true)
+    }
+
     /// The topic name.
     pub(crate) fn name(&self) -> &Arc<str> {
         &self.name
+    }
+
+    /// The inode of the topic's directory when it was opened.
+    pub(crate) fn dir_ino(&self) -> u64 {
+        self.dir_ino
     }
 
     /// The topic directory.
@@ -526,10 +594,17 @@ impl Topic {
     /// stay usable), or `Closed` once the topic is closed.
     #[inline]
     pub(crate) fn partitions(&self) -> Result<Arc<Vec<Arc<PartitionLog>>>> {
-        if let Some(all) = sync::read(&self.all_open).as_ref() {
-            return Ok(Arc::clone(all));
+        let opened = sync::read(&self.all_open).as_ref().map(Arc::clone);
+        let all = match opened {
+            Some(all) => all,
+            None => self.open_all()?,
+        };
+        if self.options.reader {
+            for log in all.iter() {
+                log.refresh();
+            }
         }
-        self.open_all()
+        Ok(all)
     }
 
     #[cold]
@@ -558,6 +633,15 @@ impl Topic {
             }
             let config = sync::read(&self.config).clone();
             let dir = self.dir.join(p.to_string());
+            if self.options.reader {
+                let log = PartitionLog::open_reader(
+                    Arc::clone(&self.name),
+                    p,
+                    &dir,
+                    Topic::log_config(&config, &self.options),
+                )?;
+                return Ok(Arc::new(log));
+            }
             let (log, pending) = PartitionLog::open_unsynced_trusting(
                 Arc::clone(&self.name),
                 p,
@@ -590,7 +674,13 @@ impl Topic {
             let parts = sync::read(&self.partitions);
             match parts.get(p as usize) {
                 Some(h) => match h.log() {
-                    Some(log) => return Ok(Arc::clone(log)),
+                    Some(log) => {
+                        if self.options.reader {
+                            // What the writer in another process published.
+                            log.refresh();
+                        }
+                        return Ok(Arc::clone(log));
+                    }
                     None => Arc::clone(h),
                 },
                 None => {

@@ -33,11 +33,13 @@ fn process_fds() -> usize {
 /// Descriptors open on files under `dir`, the data directory's lock file
 /// (held while the broker is open) not counted.
 fn fds_under(dir: &Path) -> usize {
-    let lock = dir.join(mqlite::LOCK_FILE);
+    // The directory's own locks: `LOCK`, and `LIVE` (held against shared
+    // openers), one each whatever the partitions.
+    let locks = [dir.join(mqlite::LOCK_FILE), dir.join("LIVE")];
     std::fs::read_dir("/proc/self/fd")
         .unwrap()
         .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
-        .filter(|target| target.starts_with(dir) && *target != lock)
+        .filter(|target| target.starts_with(dir) && !locks.contains(target))
         .count()
 }
 

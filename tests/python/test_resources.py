@@ -19,16 +19,16 @@ pytestmark = pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="need
 
 
 def fds_under(data: Path) -> list[str]:
-    """Paths of the descriptors open on files under `data` (the lock file aside)."""
+    """Paths of the descriptors open on files under `data` (the directory's lock files aside)."""
     root = str(data.resolve())
-    lock = os.path.join(root, "LOCK")
+    locks = {os.path.join(root, "LOCK"), os.path.join(root, "LIVE")}
     out = []
     for fd in os.listdir("/proc/self/fd"):
         try:
             target = os.readlink(f"/proc/self/fd/{fd}")
         except OSError:
             continue  # the descriptor listdir itself used, closed since
-        if target.startswith(root + os.sep) and target != lock:
+        if target.startswith(root + os.sep) and target not in locks:
             out.append(target)
     return out
 

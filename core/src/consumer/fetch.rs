@@ -602,6 +602,9 @@ impl Consumer {
                 continue;
             }
             cut = left < share;
+            if a.log.is_reader() {
+                a.log.refresh();
+            }
             let res = Self::fetch(a, reset, share.min(left), left, out);
             a.park();
             self.stats.skipped += std::mem::take(&mut a.skipped);

@@ -21,6 +21,11 @@ use crate::sync;
 use crate::topic::Topic;
 pub(crate) use held::Held;
 use partition::Assigned;
+
+/// Longest a poll parks on a shared directory's doorbell before it looks
+/// again (group changes in other processes, and a safety net against a
+/// lost wake-up).
+const SHARED_WAIT_SLICE: Duration = Duration::from_millis(100);
 pub use rebalance::{RebalanceContext, RebalanceListener};
 
 /// Where to start when there is no valid position (Kafka's
@@ -190,6 +195,8 @@ pub struct ConsumerWaker {
 struct WakeState {
     flag: AtomicBool,
     waiter: Mutex<Option<Arc<Waiter>>>,
+    /// Shared mode: the directory's doorbell, which a parked poll waits on.
+    share: Option<Arc<crate::shared::DirShare>>,
 }
 
 impl ConsumerWaker {
@@ -204,6 +211,11 @@ impl ConsumerWaker {
         self.inner.flag.store(true, Ordering::SeqCst);
         if let Some(w) = &*sync::lock(&self.inner.waiter) {
             w.wake();
+        }
+        if let Some(share) = &self.inner.share {
+            // Wakes every waiter of the directory: rare, and they look
+            // again and park.
+            share.ring();
         }
     }
 }
@@ -298,6 +310,7 @@ impl Consumer {
         if let Some(g) = &config.group_id {
             validate_group_name("group_id", g)?;
         }
+        let share = broker.share().cloned();
         validate_group_name("client_id", &config.client_id)?;
         if config.broadcast && config.group_id.is_none() {
             return Err(Error::InvalidArgument(
@@ -328,7 +341,12 @@ impl Consumer {
             offsets,
             listener: None,
             last_auto_commit: Instant::now(),
-            wake: ConsumerWaker::default(),
+            wake: ConsumerWaker {
+                inner: Arc::new(WakeState {
+                    share: share.clone(),
+                    ..WakeState::default()
+                }),
+            },
             stats: ConsumerStats::default(),
             held,
             maintain_at: None,
@@ -785,9 +803,12 @@ impl Consumer {
     }
 
     fn has_data(&self) -> bool {
-        self.assigned
-            .iter()
-            .any(|a| !a.paused && a.position.is_none_or(|p| a.log.end_offset() > p))
+        self.assigned.iter().any(|a| {
+            if a.log.is_reader() {
+                a.log.refresh();
+            }
+            !a.paused && a.position.is_none_or(|p| a.log.end_offset() > p)
+        })
     }
 
     /// Returns the next messages (at most `max_poll_records`), taken fairly
@@ -971,6 +992,7 @@ impl Consumer {
     }
 
     fn commit_raw(&mut self, offsets: &[(String, u32, CommittedOffset)]) -> Result<()> {
+        self.broker.check_writable("commit")?;
         let Some(group) = &self.offsets else {
             return Err(Error::InvalidArgument(
                 "commit needs a consumer with a group_id".into(),
@@ -1031,7 +1053,11 @@ impl Consumer {
                 a.park();
                 from
             };
-            let end = self.assigned[i].log.end_offset();
+            let log = &self.assigned[i].log;
+            if log.is_reader() {
+                log.refresh();
+            }
+            let end = log.end_offset();
             out.push((t, p, end.saturating_sub(from)));
         }
         Ok(out)
@@ -1091,6 +1117,10 @@ impl Consumer {
     /// Parks until an assigned partition gets data or the deadline passes.
     #[allow(clippy::unnecessary_wraps)]
     fn wait(&mut self, deadline: Instant) -> Result<()> {
+        if let Some(share) = self.broker.share().cloned() {
+            self.wait_shared(&share, deadline);
+            return Ok(());
+        }
         let waiter = self.ensure_waiter();
         waiter.reset();
         *sync::lock(&self.wake.inner.waiter) = Some(Arc::clone(&waiter));
@@ -1109,6 +1139,23 @@ impl Consumer {
             a.log.remove_waiter(&waiter);
         }
         Ok(())
+    }
+
+    /// Shared mode: parks on the directory's doorbell (rung by the
+    /// writer's appends, in any process) until it rings, the deadline
+    /// passes, or [`SHARED_WAIT_SLICE`] passes (group changes in other
+    /// processes, and a safety net).
+    fn wait_shared(&self, share: &crate::shared::DirShare, deadline: Instant) {
+        let bell = share.prepare_wait();
+        if self.wake.inner.flag.load(Ordering::SeqCst) || self.has_data() {
+            return;
+        }
+        let left = deadline
+            .saturating_duration_since(Instant::now())
+            .min(SHARED_WAIT_SLICE);
+        if !left.is_zero() {
+            bell.wait(left);
+        }
     }
 
     /// Whether the consumer, or the data directory it reads, was closed.

@@ -417,7 +417,6 @@ pub(crate) struct Groups {
 impl Groups {
     /// The groups of a data directory, shared with other processes or kept
     /// in memory.
-    #[allow(dead_code)] // shared: by tests until the broker opens directories shared
     pub(crate) fn new(shared: bool) -> Groups {
         Groups {
             shared,

@@ -39,7 +39,10 @@ use crate::sync::{self, lock};
 /// What a log opened by [`PartitionLog::open_reader`] keeps.
 #[derive(Debug)]
 pub(crate) struct ReaderState {
-    tail: TailPage,
+    /// The tail page, once it exists: a partition no writer opened in
+    /// shared mode since its last exclusive use has none (its log does not
+    /// change until one does).
+    tail: std::sync::OnceLock<TailPage>,
     /// The last tail fully acted on: a refresh that reads it again does
     /// nothing more.
     seen: Mutex<Option<Tail>>,
@@ -51,22 +54,25 @@ const OPEN_TRIES: usize = 8;
 
 impl PartitionLog {
     /// Opens the partition in `dir` for a process that reads it while
-    /// another writes it (shared mode). Writes nothing; needs the tail
-    /// page the writer keeps there. Appends to the returned log fail with
+    /// another may write it (shared mode). Writes nothing. Without the
+    /// tail page a writer keeps there (no writer opened the partition in
+    /// shared mode yet), the active segment is read up to its last whole,
+    /// valid batch, and the tail page is looked for again at each refresh. Appends to the returned log fail with
     /// [`Error::InvalidArgument`]; call [`PartitionLog::refresh`] before
     /// reading to see what the writer published since.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] when `dir` holds no segment; I/O errors
-    /// (a missing tail page: no writer opened the partition in shared
-    /// mode).
+    /// [`Error::InvalidArgument`] when `dir` holds no segment; I/O errors.
     pub(crate) fn open_reader(
         topic: Arc<str>,
         partition: u32,
         dir: &Path,
         config: LogConfig,
     ) -> Result<PartitionLog> {
-        let tail = TailPage::open_read_only(dir)?;
+        let tail = std::sync::OnceLock::new();
+        if let Ok(page) = TailPage::open_read_only(dir) {
+            let _ = tail.set(page);
+        }
         let mut tries = 0;
         let segments = loop {
             tries += 1;
@@ -136,6 +142,13 @@ impl PartitionLog {
         Ok(log)
     }
 
+    /// Whether this log was opened for reading only
+    /// ([`PartitionLog::open_reader`]).
+    #[inline]
+    pub(crate) fn is_reader(&self) -> bool {
+        self.reader.is_some()
+    }
+
     /// The error for an append the log refuses: closed, or opened for
     /// reading only.
     #[cold]
@@ -158,7 +171,14 @@ impl PartitionLog {
         let Some(r) = &self.reader else {
             return false;
         };
-        let Some(tail) = r.tail.read() else {
+        let page = match r.tail.get() {
+            Some(page) => page,
+            None => match TailPage::open_read_only(&self.dir) {
+                Ok(page) => r.tail.get_or_init(|| page),
+                Err(_) => return self.scan_without_tail(),
+            },
+        };
+        let Some(tail) = page.read() else {
             return false; // not a tail page, or a writer died writing it
         };
         let mut seen = lock(&r.seen);
@@ -201,6 +221,22 @@ impl PartitionLog {
             *seen = Some(tail);
         }
         changed
+    }
+
+    /// Without a tail page: publishes the active segment's whole, valid
+    /// batches up to its file's length (nobody writes the log while no
+    /// writer keeps a tail page). Returns whether anything changed.
+    fn scan_without_tail(&self) -> bool {
+        let Some(active) = sync::read(&self.segments).last().cloned() else {
+            return false; // closed
+        };
+        match active.log_file().file_len() {
+            Some(len) => matches!(
+                self.advance(&active, len as u64),
+                Advance::Moved | Advance::Partly
+            ),
+            None => false,
+        }
     }
 
     /// Moves the published length of `seg` (the active segment, or the

@@ -119,10 +119,11 @@ impl Drop for CountsFailure<'_> {
 impl Producer {
     pub(crate) fn new(broker: Arc<BrokerInner>, config: ProducerConfig) -> Result<Producer> {
         config.validate()?;
+        broker.ensure_writer("producer")?;
         let identity = if config.idempotent {
             Some(match &config.name {
                 Some(name) => {
-                    let (ident, epoch) = broker.registry().acquire_named(name)?;
+                    let (ident, epoch) = broker.registry()?.acquire_named(name)?;
                     Identity {
                         id: ident.id,
                         epoch,
@@ -130,7 +131,7 @@ impl Producer {
                     }
                 }
                 None => Identity {
-                    id: broker.registry().allocate_anonymous()?,
+                    id: broker.registry()?.allocate_anonymous()?,
                     epoch: 0,
                     named: None,
                 },

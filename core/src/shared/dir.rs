@@ -45,7 +45,8 @@ pub(crate) struct DirShare {
     dir: PathBuf,
     mode: u32,
     page: SharedPage,
-    _live: LiveLock,
+    /// `LIVE`, held shared until [`DirShare::leave`].
+    live: Mutex<Option<LiveLock>>,
     /// `LOCK`, held while this process has the writer role.
     writer: Mutex<Option<File>>,
 }
@@ -115,7 +116,7 @@ impl DirShare {
                 dir: dir.to_owned(),
                 mode,
                 page,
-                _live: live,
+                live: Mutex::new(Some(live)),
                 writer: Mutex::new(None),
             },
             out,
@@ -135,6 +136,19 @@ impl DirShare {
         }
         *w = Some(crate::broker::take_lock(&self.dir, self.mode)?);
         Ok(true)
+    }
+
+    /// Gives the writer role up (a failed take-over, or the close).
+    pub(crate) fn release_writer(&self) {
+        lock(&self.writer).take();
+    }
+
+    /// Leaves the directory (at close): gives the writer role up and lets
+    /// go of `LIVE`, so that a process may open it exclusively, even while
+    /// this share is still referenced.
+    pub(crate) fn leave(&self) {
+        self.release_writer();
+        lock(&self.live).take();
     }
 
     /// Whether this process has the writer role.
@@ -210,6 +224,7 @@ impl DoorbellWait<'_> {
     }
 
     /// Whether the doorbell rang since the wait started.
+    #[cfg(test)]
     pub(crate) fn rang(&self) -> bool {
         self.share.page.load32(DOORBELL) != self.seen
     }

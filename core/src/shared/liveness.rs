@@ -38,7 +38,8 @@ pub(crate) enum Liveness {
 /// ([`LiveLock::hold_shared`]). Dropping it releases the lock.
 #[derive(Debug)]
 pub(crate) struct LiveLock {
-    file: File,
+    /// Holds the lock (closing it releases it).
+    _file: File,
     path: PathBuf,
 }
 
@@ -61,7 +62,7 @@ impl LiveLock {
         let file = open_lock_file(path, mode)?;
         match file.try_lock() {
             Ok(()) => Ok(Some(LiveLock {
-                file,
+                _file: file,
                 path: path.to_owned(),
             })),
             Err(TryLockError::WouldBlock) => Ok(None),
@@ -75,19 +76,20 @@ impl LiveLock {
         let file = open_lock_file(path, mode)?;
         file.lock().ctx(|| format!("locking {}", path.display()))?;
         Ok(LiveLock {
-            file,
+            _file: file,
             path: path.to_owned(),
         })
     }
 
     /// Takes a shared lock on `path`, waiting while an exclusive holder
     /// has it. Any number of processes hold it shared at once.
+    #[cfg(test)]
     pub(crate) fn hold_shared(path: &Path, mode: u32) -> Result<LiveLock> {
         let file = open_lock_file(path, mode)?;
         file.lock_shared()
             .ctx(|| format!("locking {} (shared)", path.display()))?;
         Ok(LiveLock {
-            file,
+            _file: file,
             path: path.to_owned(),
         })
     }
@@ -98,7 +100,7 @@ impl LiveLock {
         let file = open_lock_file(path, mode)?;
         match file.try_lock_shared() {
             Ok(()) => Ok(Some(LiveLock {
-                file,
+                _file: file,
                 path: path.to_owned(),
             })),
             Err(TryLockError::WouldBlock) => Ok(None),
@@ -125,11 +127,6 @@ impl LiveLock {
     /// The locked file's path.
     pub(crate) fn path(&self) -> &Path {
         &self.path
-    }
-
-    /// The locked file (to write who holds it, for messages).
-    pub(crate) fn file(&self) -> &File {
-        &self.file
     }
 }
 

@@ -15,9 +15,9 @@ mod liveness;
 mod page;
 mod tail;
 
-pub(crate) use dir::{hold_exclusive, DirShare, DoorbellWait, ExclusiveHold};
+pub(crate) use dir::{hold_exclusive, DirShare, ExclusiveHold};
 pub(crate) use fs_kind::{filesystem_kind, FsKind};
-pub(crate) use futex::{wait, wake_all, WaitOutcome};
+pub(crate) use futex::WaitOutcome;
 pub(crate) use liveness::{LiveLock, Liveness};
 pub(crate) use page::{SharedPage, Word32, Word64, PAGE_LEN};
-pub(crate) use tail::{Tail, TailPage, TAIL_FILE};
+pub(crate) use tail::{Tail, TailPage};

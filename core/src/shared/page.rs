@@ -14,7 +14,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::OpenOptionsExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -75,7 +75,6 @@ enum Map {
 #[derive(Debug)]
 pub(crate) struct SharedPage {
     map: Map,
-    path: PathBuf,
     /// Keeps the descriptor the map was made from (closing it would not
     /// end the map; kept so that the file's locks, if any, stay ours).
     _file: File,
@@ -107,7 +106,6 @@ impl SharedPage {
         let map = map_read_write(&file).ctx(|| format!("mapping {}", path.display()))?;
         Ok(SharedPage {
             map: Map::ReadWrite(map),
-            path: path.to_owned(),
             _file: file,
         })
     }
@@ -131,14 +129,8 @@ impl SharedPage {
         let map = map_read_only(&file).ctx(|| format!("mapping {}", path.display()))?;
         Ok(SharedPage {
             map: Map::ReadOnly(map),
-            path: path.to_owned(),
             _file: file,
         })
-    }
-
-    /// The page file's path.
-    pub(crate) fn path(&self) -> &Path {
-        &self.path
     }
 
     /// Whether this page can be written.

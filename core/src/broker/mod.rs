@@ -6,8 +6,8 @@ use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, RwLock, Weak};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, RwLock, Weak};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -20,8 +20,11 @@ use crate::group::{Group, Groups, Resume};
 use crate::log::{now_ms, PartitionLog, UncleanMark};
 use crate::offsets::CommittedOffset;
 use crate::producer::{Producer, ProducerConfig};
+use crate::shared::{DirShare, ExclusiveHold};
 use crate::sync;
 use crate::topic::{validate_topic_name, Topic, TopicConfig, TopicInfo, TopicOptions};
+
+mod shared;
 
 /// Name of the lock file in the data directory.
 pub const LOCK_FILE: &str = "LOCK";
@@ -158,13 +161,29 @@ pub(crate) struct BrokerInner {
     config: Config,
     /// What every topic's partitions share (see [`TopicOptions`]).
     options: TopicOptions,
+    /// Exclusive mode: the `LOCK` file, held while open.
     lock: Mutex<Option<File>>,
+    /// Exclusive mode: `LIVE` held exclusively, keeping shared openers out.
+    exclusive: Mutex<Option<ExclusiveHold>>,
+    /// Shared mode: this process's share of the directory.
+    share: Option<Arc<DirShare>>,
+    /// Shared mode: the directory's topics version this process last
+    /// took in (see `BrokerInner::follow_topics`).
+    topics_seen: AtomicU64,
+    /// Shared mode, once this process is the writer: the options its
+    /// topics open with (exclusive mode: unused).
+    writer_options: OnceLock<TopicOptions>,
+    /// Open [`Broker`] handles on this engine (shared mode: a second open
+    /// of the directory in this process shares the engine).
+    handles: AtomicUsize,
     topics: RwLock<HashMap<String, Arc<Topic>>>,
     /// Serialises topic creation, deletion and growth.
     ddl: Mutex<()>,
     closed: AtomicBool,
     janitor: Mutex<Option<(JoinHandle<()>, Stop)>>,
-    registry: Registry,
+    /// Producer ids and names: opened with the directory in exclusive
+    /// mode, when this process takes the writer role in shared mode.
+    registry: OnceLock<Registry>,
     /// Bumped whenever a topic is created, deleted or grows and at close,
     /// so that caches of topic lookups (producers', pattern subscriptions')
     /// know to look again.
@@ -218,6 +237,9 @@ pub struct GroupMember {
 #[derive(Debug)]
 pub struct Broker {
     inner: Arc<BrokerInner>,
+    /// This handle was closed (the engine stays open while another handle
+    /// on it is: shared mode).
+    closed: AtomicBool,
 }
 
 fn topics_dir(dir: &Path) -> PathBuf {
@@ -264,6 +286,50 @@ pub(crate) fn take_lock(dir: &Path, mode: u32) -> Result<File> {
     Ok(f)
 }
 
+/// The topics a directory's open found, and those damaged with their
+/// errors.
+type OpenedTopics = (HashMap<String, Arc<Topic>>, HashMap<String, Error>);
+
+/// Opens every topic in `tdir` with `options` (`summaries`: what the last
+/// clean close recorded, for partitions to open on first use) and makes
+/// what their opens checked durable: the topics, and the damaged ones
+/// with their errors.
+fn open_topics(
+    tdir: &Path,
+    options: &TopicOptions,
+    summaries: &mut HashMap<String, Vec<crate::partition_handle::Summary>>,
+) -> Result<OpenedTopics> {
+    let mut topics = HashMap::new();
+    let mut damaged = HashMap::new();
+    // What the topics' opens checked, made durable in one pass below.
+    let mut unsynced = Vec::new();
+    for entry in std::fs::read_dir(tdir).ctx(|| format!("listing {}", tdir.display()))? {
+        let entry = entry.ctx(|| format!("listing {}", tdir.display()))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if validate_topic_name(&name).is_err() || !entry.path().is_dir() {
+            continue;
+        }
+        let summary = summaries.remove(&name);
+        match Topic::open(entry.path(), options.clone(), &mut unsynced, summary) {
+            Ok(Some(t)) => {
+                topics.insert(name, Arc::new(t));
+            }
+            Ok(None) => {
+                // Creation never finished (no topic.json): discard it.
+                let _ = std::fs::remove_dir_all(entry.path());
+            }
+            // One damaged topic is unavailable; the others open.
+            Err(e) if is_damage(&e) => {
+                ::log::error!("topic {name:?} is unavailable: {e}");
+                damaged.insert(name, e);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    PartitionLog::sync_opened(&unsynced, tdir)?;
+    Ok((topics, damaged))
+}
+
 impl Broker {
     /// Opens (creating if needed) the data directory at `path`, takes its
     /// exclusive lock and recovers every topic. After a clean close, a
@@ -277,9 +343,13 @@ impl Broker {
     /// holds the directory; I/O and corruption errors from recovery.
     pub fn open(path: impl AsRef<Path>, config: Config) -> Result<Broker> {
         config.validate()?;
+        if config.is_shared() {
+            return shared::open(path.as_ref(), config);
+        }
         let dir = path.as_ref().to_owned();
         crate::private_dir::create_dir_all(&dir, config.file_mode)?;
         let lock = take_lock(&dir, config.file_mode)?;
+        let exclusive = crate::shared::hold_exclusive(&dir, config.file_mode)?;
         let tdir = topics_dir(&dir);
         crate::private_dir::create_dir_all(&tdir, config.file_mode)?;
         let trash = dir.join("trash");
@@ -292,45 +362,25 @@ impl Broker {
             unclean: Arc::new(UncleanMark::open(&dir, config.file_mode)?),
             pool: Arc::new(Pool::new(POOL_THREADS)),
             files: Arc::new(FileCache::new(config.max_open_files)),
+            shared: None,
+            reader: false,
         };
         crate::clock::calibrate_on(&options.pool);
         // After a clean close, partitions open on first use.
         let mut summaries =
             crate::partition_handle::take(&dir, |session| options.unclean.is_session(session))?;
-        let mut topics = HashMap::new();
-        let mut damaged = HashMap::new();
-        // What the topics' opens checked, made durable in one pass below.
-        let mut unsynced = Vec::new();
-        for entry in std::fs::read_dir(&tdir).ctx(|| format!("listing {}", tdir.display()))? {
-            let entry = entry.ctx(|| format!("listing {}", tdir.display()))?;
-            let name = entry.file_name().to_string_lossy().into_owned();
-            if validate_topic_name(&name).is_err() || !entry.path().is_dir() {
-                continue;
-            }
-            let summary = summaries.remove(&name);
-            match Topic::open(entry.path(), options.clone(), &mut unsynced, summary) {
-                Ok(Some(t)) => {
-                    topics.insert(name, Arc::new(t));
-                }
-                Ok(None) => {
-                    // Creation never finished (no topic.json): discard it.
-                    let _ = std::fs::remove_dir_all(entry.path());
-                }
-                // One damaged topic is unavailable; the others open.
-                Err(e) if is_damage(&e) => {
-                    ::log::error!("topic {name:?} is unavailable: {e}");
-                    damaged.insert(name, e);
-                }
-                Err(e) => return Err(e),
-            }
-        }
-        PartitionLog::sync_opened(&unsynced, &tdir)?;
-        drop(unsynced);
-        let registry = Registry::open(&dir, config.file_mode)?;
+        let (topics, damaged) = open_topics(&tdir, &options, &mut summaries)?;
+        let registry = OnceLock::new();
+        let _ = registry.set(Registry::open(&dir, config.file_mode)?);
         let inner = Arc::new(BrokerInner {
             registry,
             topics_version: AtomicU64::new(0),
             groups: Groups::default(),
+            exclusive: Mutex::new(Some(exclusive)),
+            share: None,
+            topics_seen: AtomicU64::new(0),
+            writer_options: OnceLock::new(),
+            handles: AtomicUsize::new(1),
             damaged: RwLock::new(damaged),
             held: Mutex::new(Vec::new()),
             dir,
@@ -352,7 +402,25 @@ impl Broker {
             inner.refresh_retention_floors(&t);
         }
         BrokerInner::start_janitor(&inner);
-        Ok(Broker { inner })
+        Ok(Broker::on(inner))
+    }
+
+    /// A new handle on an engine (counted in already).
+    fn on(inner: Arc<BrokerInner>) -> Broker {
+        Broker {
+            inner,
+            closed: AtomicBool::new(false),
+        }
+    }
+
+    /// Fails with [`Error::Closed`] once this handle (or its engine) is
+    /// closed.
+    #[inline]
+    fn check_open(&self) -> Result<()> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(Error::Closed("broker"));
+        }
+        self.inner.check_open()
     }
 
     pub(crate) fn inner(&self) -> &Arc<BrokerInner> {
@@ -370,9 +438,10 @@ impl Broker {
     /// [`Error::InvalidTopicName`], [`Error::InvalidConfig`],
     /// [`Error::TopicExists`].
     pub fn create_topic(&self, name: &str, config: TopicConfig) -> Result<()> {
-        self.inner.check_open()?;
+        self.check_open()?;
         validate_topic_name(name)?;
         config.validate()?;
+        self.inner.ensure_writer("create_topic")?;
         let _ddl = sync::lock(&self.inner.ddl);
         if self.inner.topics_read().contains_key(name) {
             return Err(Error::TopicExists(name.to_owned()));
@@ -388,13 +457,15 @@ impl Broker {
         let topic = Topic::create(dir, name, config, self.inner.topic_options())?;
         sync::write(&self.inner.topics).insert(name.to_owned(), Arc::new(topic));
         self.inner.topics_changed();
+        self.inner.announce_topics();
         Ok(())
     }
 
     /// Deletes a topic and its data. Readers holding its messages keep them
     /// valid; the files go when the last one lets go.
     pub fn delete_topic(&self, name: &str) -> Result<()> {
-        self.inner.check_open()?;
+        self.check_open()?;
+        self.inner.ensure_writer("delete_topic")?;
         let _ddl = sync::lock(&self.inner.ddl);
         if self.inner.damaged_topic(name).is_some() {
             return self.inner.delete_damaged_topic(name);
@@ -419,12 +490,14 @@ impl Broker {
         let aside = trash.join(format!("{name}-{}", now_ms()));
         std::fs::rename(topic.dir(), &aside)
             .ctx(|| format!("removing {}", topic.dir().display()))?;
+        self.inner.announce_topics();
         let _ = std::fs::remove_dir_all(&aside);
         Ok(())
     }
 
     /// Names of all topics, sorted.
     pub fn topics(&self) -> Vec<String> {
+        self.inner.follow_topics();
         let mut v: Vec<String> = self.inner.topics_read().keys().cloned().collect();
         v.extend(sync::read(&self.inner.damaged).keys().cloned());
         v.sort();
@@ -448,7 +521,7 @@ impl Broker {
                 .into_iter()
                 .map(|(n, e)| ("group".to_owned(), n, e)),
         );
-        if let Some(e) = self.inner.registry.damage() {
+        if let Some(e) = self.inner.registry.get().and_then(Registry::damage) {
             v.push(("producers".to_owned(), "registry".to_owned(), e));
         }
         v.sort_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
@@ -464,10 +537,12 @@ impl Broker {
 
     /// Grows a topic to `partitions` partitions, keeping existing data.
     pub fn add_partitions(&self, name: &str, partitions: u32) -> Result<()> {
-        self.inner.check_open()?;
+        self.check_open()?;
+        self.inner.ensure_writer("add_partitions")?;
         let _ddl = sync::lock(&self.inner.ddl);
         let res = self.inner.topic(name)?.add_partitions(partitions);
         self.inner.topics_changed();
+        self.inner.announce_topics();
         res
     }
 
@@ -487,22 +562,32 @@ impl Broker {
 
     /// A new producer.
     pub fn producer(&self, config: ProducerConfig) -> Result<Producer> {
-        self.inner.check_open()?;
+        self.check_open()?;
         Producer::new(Arc::clone(&self.inner), config)
     }
 
     /// A new consumer.
     pub fn consumer(&self, config: ConsumerConfig) -> Result<Consumer> {
-        self.inner.check_open()?;
+        self.check_open()?;
         Consumer::new(Arc::clone(&self.inner), config)
     }
 
     /// Names of the consumer groups, sorted (Kafka's `listConsumerGroups`):
     /// those with committed offsets in the data directory (the offsets of
     /// broadcast consumers count for their `group_id`) and those with
-    /// members in this process. A group that was only described
+    /// members in this process (in shared mode, in any process). A group that was only described
     /// is not listed.
     pub fn groups(&self) -> Vec<String> {
+        if self.inner.share.is_some() {
+            // Groups other processes created since.
+            if let Err(e) = self
+                .inner
+                .groups
+                .load_all(&self.inner.dir, self.inner.config.file_mode)
+            {
+                ::log::warn!("listing consumer groups: {e}");
+            }
+        }
         self.inner.groups.names()
     }
 
@@ -530,7 +615,7 @@ impl Broker {
 
     /// Flushes every partition to disk.
     pub fn flush(&self) -> Result<()> {
-        self.inner.check_open()?;
+        self.check_open()?;
         for t in self.inner.all_topics() {
             t.flush()?;
         }
@@ -540,7 +625,7 @@ impl Broker {
     /// Applies retention to every topic now; returns the number of segments
     /// deleted.
     pub fn enforce_retention(&self) -> Result<usize> {
-        self.inner.check_open()?;
+        self.check_open()?;
         Ok(self.inner.enforce_retention())
     }
 
@@ -548,18 +633,24 @@ impl Broker {
     /// Producers and consumers made from this broker fail with
     /// [`Error::Closed`] afterwards. Closing twice is fine.
     pub fn close(&self) -> Result<()> {
-        self.inner.close()
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        if self.inner.handles.fetch_sub(1, Ordering::AcqRel) == 1 {
+            return self.inner.close();
+        }
+        Ok(())
     }
 
     /// Whether [`Broker::close`] was called.
     pub fn is_closed(&self) -> bool {
-        self.inner.closed.load(Ordering::Acquire)
+        self.closed.load(Ordering::Acquire) || self.inner.closed.load(Ordering::Acquire)
     }
 }
 
 impl Drop for Broker {
     fn drop(&mut self) {
-        if let Err(e) = self.inner.close() {
+        if let Err(e) = self.close() {
             ::log::warn!("closing {}: {e}", self.inner.dir.display());
         }
     }
@@ -567,7 +658,7 @@ impl Drop for Broker {
 
 impl BrokerInner {
     fn topic_options(&self) -> TopicOptions {
-        self.options.clone()
+        self.writer_options.get().unwrap_or(&self.options).clone()
     }
 
     fn topics_read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, Arc<Topic>>> {
@@ -618,6 +709,7 @@ impl BrokerInner {
 
     /// Partition count of topic `name`, if it exists.
     pub(crate) fn partition_count(&self, name: &str) -> Option<u32> {
+        self.follow_topics();
         self.topics_read()
             .get(name)
             .filter(|t| !t.is_deleted())
@@ -626,14 +718,18 @@ impl BrokerInner {
 
     /// Names of every topic.
     pub(crate) fn topic_names(&self) -> Vec<String> {
+        self.follow_topics();
         let mut v: Vec<String> = self.topics_read().keys().cloned().collect();
         v.sort();
         v
     }
 
-    /// Producer ids and names.
-    pub(crate) fn registry(&self) -> &Registry {
-        &self.registry
+    /// Producer ids and names (shared mode: once this process is the
+    /// writer, see [`BrokerInner::ensure_writer`]).
+    pub(crate) fn registry(&self) -> Result<&Registry> {
+        self.registry.get().ok_or_else(|| {
+            Error::InvalidArgument("producers need the writer role in shared mode".into())
+        })
     }
 
     pub(crate) fn all_topics(&self) -> Vec<Arc<Topic>> {
@@ -692,6 +788,7 @@ impl BrokerInner {
     #[inline]
     pub(crate) fn topic(&self, name: &str) -> Result<Arc<Topic>> {
         self.check_open()?;
+        self.follow_topics();
         if let Some(t) = self.topics_read().get(name) {
             return Ok(Arc::clone(t));
         }
@@ -701,6 +798,9 @@ impl BrokerInner {
     }
 
     fn enforce_retention(&self) -> usize {
+        if self.share.as_ref().is_some_and(|s| !s.is_writer()) {
+            return 0; // the writer's job
+        }
         let now = now_ms();
         self.all_topics()
             .iter()
@@ -770,6 +870,8 @@ impl BrokerInner {
                 _ => summaries = None,
             }
         }
+        // Shared mode: another process may write after this one closes.
+        let summaries = summaries.filter(|_| self.share.is_none());
         if let (Ok(()), Some(all)) = (&first, summaries) {
             let session = self.options.unclean.session();
             if let Err(e) =
@@ -785,6 +887,10 @@ impl BrokerInner {
         }
         // Releasing the file releases the flock.
         sync::lock(&self.lock).take();
+        sync::lock(&self.exclusive).take();
+        if let Some(share) = &self.share {
+            share.leave();
+        }
         first
     }
 }

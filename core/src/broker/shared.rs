@@ -1,0 +1,297 @@
+//! A data directory opened in shared mode: several processes at once, one
+//! of them the writer (see docs/shared-mode.md).
+//!
+//! - The open takes this process's share of the directory ([`DirShare`]:
+//!   `LIVE` shared, the doorbell page) and opens every topic for reading
+//!   ([`Topic::open_reader`]): no recovery, nothing written.
+//! - The first producer or topic change takes the writer role (`LOCK`) and
+//!   opens every topic again as the writer: recovery as after a crash
+//!   (the previous writer may have died mid-append), tail pages reset, the
+//!   doorbell rung after each publish. Readers in other processes follow
+//!   through the tail pages; messages they hold keep their maps.
+//! - Topics created, grown or deleted by the writer bump the directory's
+//!   topics version; the others look at the topics directory again when
+//!   they see it move ([`BrokerInner::follow_topics`]).
+//! - A second open of the directory in this process shares the engine
+//!   (like a second SQLite connection): handles are counted, and the last
+//!   close closes it.
+
+use std::collections::{HashMap, HashSet};
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak};
+
+use super::{open_topics, topics_dir, Broker, BrokerInner, Config};
+use crate::background::{Pool, POOL_THREADS};
+use crate::dedup::Registry;
+use crate::error::{Error, IoContext, Result};
+use crate::files::FileCache;
+use crate::group::Groups;
+use crate::log::{Doorbell, SharedLog, UncleanMark};
+use crate::shared::DirShare;
+use crate::sync;
+use crate::topic::{validate_topic_name, Topic, TopicOptions};
+
+/// An engine open in shared mode in this process.
+struct Engine {
+    dev: u64,
+    ino: u64,
+    readonly: bool,
+    /// The process that opened it (a forked child never reuses its
+    /// parent's engine: the threads are not there).
+    pid: u32,
+    inner: Weak<BrokerInner>,
+}
+
+/// The engines open in shared mode in this process.
+static ENGINES: Mutex<Vec<Engine>> = Mutex::new(Vec::new());
+
+/// Opens `path` in shared mode (see the module doc), sharing the engine
+/// of an open handle on the same directory in this process.
+pub(super) fn open(path: &Path, config: Config) -> Result<Broker> {
+    let dir = path.to_owned();
+    if config.readonly {
+        if !dir.is_dir() {
+            return Err(Error::InvalidArgument(format!(
+                "{} is not a data directory (a read-only open creates nothing)",
+                dir.display()
+            )));
+        }
+    } else {
+        crate::private_dir::create_dir_all(&dir, config.file_mode)?;
+    }
+    let meta = std::fs::metadata(&dir).ctx(|| format!("reading {}", dir.display()))?;
+    let (dev, ino, pid) = (meta.dev(), meta.ino(), std::process::id());
+    let mut engines = sync::lock(&ENGINES);
+    engines.retain(|e| e.inner.strong_count() > 0);
+    let same =
+        |e: &&Engine| e.dev == dev && e.ino == ino && e.readonly == config.readonly && e.pid == pid;
+    if let Some(inner) = engines.iter().find(same).and_then(|e| e.inner.upgrade()) {
+        if !inner.is_closed() {
+            inner.handles.fetch_add(1, Ordering::AcqRel);
+            return Ok(Broker::on(inner));
+        }
+    }
+    let inner = open_engine(dir, config)?;
+    engines.push(Engine {
+        dev,
+        ino,
+        readonly: inner.config.readonly,
+        pid,
+        inner: Arc::downgrade(&inner),
+    });
+    Ok(Broker::on(inner))
+}
+
+/// Opens a new engine on `dir` in shared mode, as a reader.
+fn open_engine(dir: std::path::PathBuf, config: Config) -> Result<Arc<BrokerInner>> {
+    let mode = config.file_mode;
+    let (share, ()) = DirShare::open(&dir, mode, |_alone| Ok(()))?;
+    let share = Arc::new(share);
+    let options = TopicOptions {
+        prefault: config.prefault,
+        file_mode: mode,
+        unclean: Arc::new(UncleanMark::open(&dir, mode)?),
+        pool: Arc::new(Pool::new(POOL_THREADS)),
+        files: Arc::new(FileCache::new(config.max_open_files)),
+        shared: None,
+        reader: true,
+    };
+    crate::clock::calibrate_on(&options.pool);
+    // Read before the listing: a change during it is seen next time.
+    let seen = share.topics_version();
+    let inner = Arc::new(BrokerInner {
+        registry: OnceLock::new(),
+        topics_version: AtomicU64::new(0),
+        groups: Groups::new(!config.readonly),
+        damaged: RwLock::new(HashMap::new()),
+        held: Mutex::new(Vec::new()),
+        exclusive: Mutex::new(None),
+        share: Some(share),
+        topics_seen: AtomicU64::new(seen),
+        writer_options: OnceLock::new(),
+        handles: AtomicUsize::new(1),
+        dir,
+        config,
+        options,
+        lock: Mutex::new(None),
+        topics: RwLock::new(HashMap::new()),
+        ddl: Mutex::new(()),
+        closed: AtomicBool::new(false),
+        janitor: Mutex::new(None),
+    });
+    inner.read_topics();
+    inner.groups.load_all(&inner.dir, mode)?;
+    Ok(inner)
+}
+
+impl BrokerInner {
+    /// Shared mode: this process's share of the directory.
+    pub(crate) fn share(&self) -> Option<&Arc<DirShare>> {
+        self.share.as_ref()
+    }
+
+    /// Fails with [`Error::ReadOnly`] for a read-only handle (`what` names
+    /// the refused call).
+    pub(crate) fn check_writable(&self, what: &str) -> Result<()> {
+        if self.config.readonly {
+            return Err(Error::ReadOnly(what.to_owned()));
+        }
+        Ok(())
+    }
+
+    /// Before a write (`what`: a producer, a topic change): in shared mode,
+    /// takes the writer role if this process does not have it, and opens
+    /// the topics as their writer. Nothing in exclusive mode.
+    ///
+    /// # Errors
+    /// [`Error::ReadOnly`] for a read-only handle; [`Error::Locked`] naming
+    /// the process that has the role; errors of the topics' recovery (the
+    /// role is then given up).
+    pub(crate) fn ensure_writer(self: &Arc<Self>, what: &str) -> Result<()> {
+        let Some(share) = &self.share else {
+            return Ok(());
+        };
+        self.check_writable(what)?;
+        if share.is_writer() {
+            return Ok(());
+        }
+        let _ddl = sync::lock(&self.ddl);
+        if !share.take_writer()? {
+            return Ok(()); // another thread took it meanwhile
+        }
+        if let Err(e) = self.become_writer(share) {
+            share.release_writer();
+            return Err(e);
+        }
+        BrokerInner::start_janitor(self);
+        Ok(())
+    }
+
+    /// Opens every topic again as its writer (the caller holds the role
+    /// and the DDL lock): recovery of what a writer that died left, tail
+    /// pages reset. The reader topics are let go, not closed: consumers
+    /// holding them read on through them.
+    fn become_writer(&self, share: &Arc<DirShare>) -> Result<()> {
+        let mode = self.config.file_mode;
+        let ring = Arc::clone(share);
+        let options = TopicOptions {
+            // Read again: the previous writer started sessions since.
+            unclean: Arc::new(UncleanMark::open(&self.dir, mode)?),
+            shared: Some(SharedLog {
+                doorbell: Some(Doorbell(Arc::new(move || ring.ring()))),
+            }),
+            reader: false,
+            ..self.options.clone()
+        };
+        if self.registry.get().is_none() {
+            let _ = self.registry.set(Registry::open(&self.dir, mode)?);
+        }
+        let trash = self.dir.join("trash");
+        if trash.exists() {
+            let _ = std::fs::remove_dir_all(&trash);
+        }
+        let tdir = topics_dir(&self.dir);
+        crate::private_dir::create_dir_all(&tdir, mode)?;
+        let seen = share.topics_version();
+        let (topics, damaged) = open_topics(&tdir, &options, &mut HashMap::new())?;
+        *sync::write(&self.topics) = topics;
+        *sync::write(&self.damaged) = damaged;
+        self.topics_seen.store(seen, Ordering::Release);
+        let _ = self.writer_options.set(options);
+        self.topics_changed();
+        for t in self.topic_names() {
+            self.refresh_retention_floors(&t);
+        }
+        Ok(())
+    }
+
+    /// Shared mode, the writer: tells the other processes that topics
+    /// changed.
+    pub(crate) fn announce_topics(&self) {
+        if let Some(share) = &self.share {
+            share.topics_changed();
+            self.topics_seen
+                .store(share.topics_version(), Ordering::Release);
+        }
+    }
+
+    /// Shared mode, not the writer: takes in the topics the writer
+    /// created, grew or deleted since the last look (one load of the
+    /// shared page when nothing changed).
+    #[inline]
+    pub(crate) fn follow_topics(&self) {
+        if let Some(share) = &self.share {
+            if share.topics_version() != self.topics_seen.load(Ordering::Acquire)
+                && !share.is_writer()
+            {
+                self.follow_topics_slow(share);
+            }
+        }
+    }
+
+    #[cold]
+    fn follow_topics_slow(&self, share: &DirShare) {
+        let _ddl = sync::lock(&self.ddl);
+        let version = share.topics_version();
+        if version == self.topics_seen.load(Ordering::Acquire) || share.is_writer() {
+            return;
+        }
+        self.read_topics();
+        self.topics_seen.store(version, Ordering::Release);
+        self.topics_changed();
+    }
+
+    /// Brings the reader topics in line with the topics directory: opens
+    /// new ones, grows those with more partitions, drops deleted ones (and
+    /// one deleted and created again under its name, opened anew).
+    fn read_topics(&self) {
+        let tdir = topics_dir(&self.dir);
+        let Ok(listing) = std::fs::read_dir(&tdir) else {
+            return; // nothing created yet
+        };
+        let mut present = HashSet::new();
+        for entry in listing.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if validate_topic_name(&name).is_err() || !entry.path().is_dir() {
+                continue;
+            }
+            let ino = entry.metadata().map_or(0, |m| m.ino());
+            let current = self.topics_read().get(&name).cloned();
+            if let Some(t) = current.filter(|t| t.dir_ino() == ino) {
+                present.insert(name.clone());
+                if let Err(e) = t.follow_writer() {
+                    ::log::warn!("following topic {name:?}: {e}");
+                }
+                continue;
+            }
+            match Topic::open_reader(entry.path(), self.topic_options()) {
+                Ok(Some(t)) => {
+                    present.insert(name.clone());
+                    sync::write(&self.damaged).remove(&name);
+                    if let Some(old) = sync::write(&self.topics).insert(name, Arc::new(t)) {
+                        old.mark_deleted();
+                    }
+                }
+                Ok(None) => {} // being created
+                Err(e) => {
+                    ::log::error!("topic {name:?} is unavailable: {e}");
+                    present.insert(name.clone());
+                    if let Some(old) = sync::write(&self.topics).remove(&name) {
+                        old.mark_deleted();
+                    }
+                    sync::write(&self.damaged).insert(name, e);
+                }
+            }
+        }
+        sync::write(&self.topics).retain(|name, t| {
+            let keep = present.contains(name);
+            if !keep {
+                t.mark_deleted();
+            }
+            keep
+        });
+        sync::write(&self.damaged).retain(|name, _| present.contains(name));
+    }
+}

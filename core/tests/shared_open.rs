@@ -1,0 +1,203 @@
+//! Shared mode within one process: a writer handle, a read-only handle
+//! (a separate engine, as another process would have), a second shared
+//! handle on the same engine, and what each may and may not do. Tests
+//! with several processes are in `shared_mode*.rs`.
+#![allow(clippy::unwrap_used)]
+
+use std::time::{Duration, Instant};
+
+use mqlite::{
+    Broker, Config, ConsumerConfig, Error, ErrorKind, ProducerConfig, Record, TopicConfig,
+};
+
+fn shared() -> Config {
+    Config::default().shared(true)
+}
+
+fn readonly() -> Config {
+    Config::default().readonly(true)
+}
+
+fn send(b: &Broker, topic: &str, partition: u32, values: &[&str]) {
+    let p = b.producer(ProducerConfig::default()).unwrap();
+    for v in values {
+        p.send(Record::new(topic).partition(partition).value(v.as_bytes()))
+            .unwrap();
+    }
+    p.flush().unwrap();
+}
+
+fn read_all(b: &Broker, topic: &str, partition: u32, want: usize) -> Vec<String> {
+    let mut c = b.consumer(ConsumerConfig::default()).unwrap();
+    c.assign(&[(topic, partition)]).unwrap();
+    let mut got = Vec::new();
+    let until = Instant::now() + Duration::from_secs(10);
+    while got.len() < want && Instant::now() < until {
+        for m in c.poll(Duration::from_millis(200)).unwrap() {
+            got.push(String::from_utf8(m.value().unwrap().to_vec()).unwrap());
+        }
+    }
+    got
+}
+
+#[test]
+fn a_reader_sees_what_the_writer_appends_and_creates() {
+    let dir = tempfile::tempdir().unwrap();
+    let w = Broker::open(dir.path(), shared()).unwrap();
+    w.create_topic("t", TopicConfig::new(2)).unwrap();
+    send(&w, "t", 0, &["a", "b", "c"]);
+    let r = Broker::open(dir.path(), readonly()).unwrap();
+    assert_eq!(r.topics(), vec!["t".to_owned()]);
+    assert_eq!(read_all(&r, "t", 0, 3), ["a", "b", "c"]);
+    // Appended after the reader opened, and a topic created since.
+    send(&w, "t", 0, &["d"]);
+    w.create_topic("u", TopicConfig::new(1)).unwrap();
+    send(&w, "u", 0, &["x"]);
+    assert_eq!(read_all(&r, "t", 0, 4), ["a", "b", "c", "d"]);
+    assert_eq!(r.topics(), vec!["t".to_owned(), "u".to_owned()]);
+    assert_eq!(read_all(&r, "u", 0, 1), ["x"]);
+    assert_eq!(r.topic("u").unwrap().partitions[0].end_offset, 1);
+    // Grown and deleted by the writer.
+    w.add_partitions("t", 3).unwrap();
+    assert_eq!(r.topic("t").unwrap().partitions.len(), 3);
+    w.delete_topic("u").unwrap();
+    assert_eq!(r.topics(), vec!["t".to_owned()]);
+    assert_eq!(r.topic("u").unwrap_err().kind(), ErrorKind::UnknownTopic);
+}
+
+#[test]
+fn a_poll_parked_in_a_reader_is_woken_by_an_append() {
+    let dir = tempfile::tempdir().unwrap();
+    let w = Broker::open(dir.path(), shared()).unwrap();
+    w.create_topic("t", TopicConfig::new(1)).unwrap();
+    let r = Broker::open(dir.path(), readonly()).unwrap();
+    let mut c = r.consumer(ConsumerConfig::default()).unwrap();
+    c.assign(&[("t", 0)]).unwrap();
+    let writer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        send(&w, "t", 0, &["late"]);
+        w
+    });
+    let start = Instant::now();
+    let got = c.poll(Duration::from_secs(20)).unwrap();
+    assert_eq!(got.len(), 1);
+    assert!(start.elapsed() < Duration::from_secs(10));
+    drop(writer.join().unwrap());
+}
+
+#[test]
+fn read_only_handles_refuse_every_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let w = Broker::open(dir.path(), shared()).unwrap();
+    w.create_topic("t", TopicConfig::new(1)).unwrap();
+    send(&w, "t", 0, &["a"]);
+    let r = Broker::open(dir.path(), readonly()).unwrap();
+    let kind = |e: Error| e.kind();
+    assert_eq!(
+        kind(r.producer(ProducerConfig::default()).unwrap_err()),
+        ErrorKind::ReadOnly
+    );
+    assert_eq!(
+        kind(r.create_topic("v", TopicConfig::new(1)).unwrap_err()),
+        ErrorKind::ReadOnly
+    );
+    assert_eq!(kind(r.delete_topic("t").unwrap_err()), ErrorKind::ReadOnly);
+    assert_eq!(
+        kind(r.add_partitions("t", 2).unwrap_err()),
+        ErrorKind::ReadOnly
+    );
+    let mut c = r.consumer(ConsumerConfig::group("g")).unwrap();
+    c.assign(&[("t", 0)]).unwrap();
+    assert_eq!(c.poll(Duration::from_secs(5)).unwrap().len(), 1);
+    assert_eq!(kind(c.commit().unwrap_err()), ErrorKind::ReadOnly);
+    // Nothing changed.
+    assert_eq!(w.topics(), vec!["t".to_owned()]);
+    assert_eq!(w.topic("t").unwrap().partitions.len(), 1);
+}
+
+#[test]
+fn a_read_only_open_of_a_missing_directory_creates_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("nothing");
+    let e = Broker::open(&missing, readonly()).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+    assert!(!missing.exists());
+}
+
+#[test]
+fn exclusive_and_shared_opens_exclude_each_other() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Broker::open(dir.path(), shared()).unwrap();
+    let e = Broker::open(dir.path(), Config::default()).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Locked);
+    s.close().unwrap();
+    let x = Broker::open(dir.path(), Config::default()).unwrap();
+    let e = Broker::open(dir.path(), shared()).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Locked);
+    let e = Broker::open(dir.path(), readonly()).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Locked);
+    drop(x);
+    Broker::open(dir.path(), shared()).unwrap();
+}
+
+#[test]
+fn a_second_shared_open_in_a_process_shares_the_engine() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = Broker::open(dir.path(), shared()).unwrap();
+    a.create_topic("t", TopicConfig::new(1)).unwrap();
+    let b = Broker::open(dir.path(), shared()).unwrap();
+    assert_eq!(b.topics(), vec!["t".to_owned()]);
+    // Both write: one engine, one writer role.
+    send(&b, "t", 0, &["from b"]);
+    send(&a, "t", 0, &["from a"]);
+    b.close().unwrap();
+    assert!(b.is_closed());
+    assert_eq!(
+        b.producer(ProducerConfig::default()).unwrap_err().kind(),
+        ErrorKind::Closed
+    );
+    assert!(!a.is_closed());
+    assert_eq!(read_all(&a, "t", 0, 2), ["from b", "from a"]);
+    a.close().unwrap();
+    // The last close closed the engine: an exclusive open works.
+    Broker::open(dir.path(), Config::default()).unwrap();
+}
+
+#[test]
+fn data_written_in_exclusive_mode_reads_in_shared_mode_and_back() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let x = Broker::open(dir.path(), Config::default()).unwrap();
+        x.create_topic("t", TopicConfig::new(1)).unwrap();
+        send(&x, "t", 0, &["1", "2"]);
+    }
+    {
+        // No tail pages yet: a reader reads the log to its end.
+        let r = Broker::open(dir.path(), readonly()).unwrap();
+        assert_eq!(read_all(&r, "t", 0, 2), ["1", "2"]);
+        let w = Broker::open(dir.path(), shared()).unwrap();
+        send(&w, "t", 0, &["3"]);
+        assert_eq!(read_all(&r, "t", 0, 3), ["1", "2", "3"]);
+    }
+    let x = Broker::open(dir.path(), Config::default()).unwrap();
+    send(&x, "t", 0, &["4"]);
+    assert_eq!(read_all(&x, "t", 0, 4), ["1", "2", "3", "4"]);
+}
+
+#[test]
+fn groups_committed_elsewhere_are_listed_and_described() {
+    let dir = tempfile::tempdir().unwrap();
+    let w = Broker::open(dir.path(), shared()).unwrap();
+    w.create_topic("t", TopicConfig::new(1)).unwrap();
+    send(&w, "t", 0, &["a", "b"]);
+    let r = Broker::open(dir.path(), readonly()).unwrap();
+    assert!(r.groups().is_empty());
+    let mut c = w.consumer(ConsumerConfig::group("g")).unwrap();
+    c.assign(&[("t", 0)]).unwrap();
+    assert_eq!(c.poll(Duration::from_secs(5)).unwrap().len(), 2);
+    c.commit().unwrap();
+    assert_eq!(r.groups(), vec!["g".to_owned()]);
+    let info = r.describe_group("g").unwrap();
+    assert_eq!(info.committed.len(), 1);
+    assert_eq!(info.committed[0].2.offset, 2);
+}
