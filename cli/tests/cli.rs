@@ -495,6 +495,26 @@ fn tail_follows_a_producer_that_holds_the_directory() {
         .spawn()
         .unwrap();
     let mut feed = producer.stdin.take().unwrap();
+    // Its first record on disk (seen by `verify`, which does not open the
+    // directory) shows that it holds the directory, in exclusive mode: then
+    // tail cannot open it and reads the files. (A probe that opens it
+    // could make the producer open it shared instead.)
+    writeln!(feed, "key-0:value-0").unwrap();
+    feed.flush().unwrap();
+    let mut held = false;
+    for _ in 0..200 {
+        let text = String::from_utf8_lossy(&run(dir, &["verify", "t"], None).stdout).into_owned();
+        let total: u64 = text
+            .lines()
+            .filter_map(|l| l.split(": ").nth(1)?.split(' ').next()?.parse::<u64>().ok())
+            .sum();
+        if total == 2 {
+            held = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(held, "the producer never wrote its first record");
     let tail = Lines::spawn(dir, &["tail", "t", "--from-beginning", "--format", "json"]);
     let first = tail.next(10_000).expect("the record written before");
     assert_eq!(
@@ -505,7 +525,7 @@ fn tail_follows_a_producer_that_holds_the_directory() {
     // Enough records for the 4 KiB segments to roll several times.
     const N: usize = 300;
     let mut seen = Vec::new();
-    for i in 0..N {
+    for i in 1..N {
         writeln!(feed, "key-{i}:value-{i}").unwrap();
         if i % 50 == 0 {
             feed.flush().unwrap();

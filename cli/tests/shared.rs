@@ -25,7 +25,8 @@ fn open_shared(dir: &Path) -> Broker {
 }
 
 /// Every file and directory below `dir` with its size and modification
-/// time.
+/// time, but the shared page `mqlite.shm`, which the application (the
+/// writer) updates in place at any time.
 fn tree(dir: &Path) -> Vec<(String, u64, std::time::SystemTime)> {
     let mut out = Vec::new();
     let mut todo = vec![dir.to_path_buf()];
@@ -35,6 +36,9 @@ fn tree(dir: &Path) -> Vec<(String, u64, std::time::SystemTime)> {
             let m = e.metadata().unwrap();
             if m.is_dir() {
                 todo.push(e.path());
+            }
+            if e.file_name() == "mqlite.shm" {
+                continue;
             }
             out.push((
                 e.path().display().to_string(),
