@@ -1,16 +1,17 @@
 //! How the commands open the data directory.
 //!
 //! The reading commands open it read-only (`Config::readonly`): they write
-//! nothing and work alongside an application that holds the directory in
-//! shared mode. An application in exclusive mode (the default) excludes
-//! every other handle: then they fail with [`HeldExclusively`], which says
-//! what to do, except `tail`, which falls back to reading the files without
-//! opening the directory.
+//! no data (only the shared-mode lock files) and work alongside an
+//! application that holds the directory in shared mode. An application in
+//! exclusive mode (the default) excludes every other handle: then they fail
+//! with [`HeldExclusively`], which says what to do, except `tail`, which
+//! falls back to reading the files without opening the directory.
 //!
 //! The writing commands (and `consume --group`, which commits) open it in
-//! exclusive mode, as an application does by default; when a shared-mode application holds it they open it
-//! shared instead, and write if that application is not the writer (a
-//! writer elsewhere makes the write fail with `Locked`, naming it).
+//! exclusive mode, as an application does by default; when a shared-mode
+//! application holds it they open it shared instead, and write if that
+//! application is not the writer (a writer elsewhere makes the write fail
+//! with `Locked`, naming it).
 
 use std::path::Path;
 
@@ -25,8 +26,8 @@ impl std::fmt::Display for HeldExclusively {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "{} in exclusive mode: to read it while that process runs, the \
-             application must open it in shared mode (Python \
+            "{}: to read it while that process runs, the application must \
+             open it in shared mode (Python \
              mqlite.open(path, shared=True), Rust Config::shared(true), C \
              mql_config_set_shared); or stop that process and retry",
             self.0

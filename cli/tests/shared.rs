@@ -83,7 +83,7 @@ fn reading_commands_work_while_an_application_holds_it_shared() {
     let mut want: Vec<String> = (0..10).map(|i| format!("v{i}")).collect();
     want.sort();
     assert_eq!(values, want);
-    // The reading commands wrote nothing.
+    // The reading commands wrote no data.
     assert_eq!(tree(dir), before);
 
     // A group consumed from the CLI commits (a write every process may

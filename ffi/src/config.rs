@@ -195,11 +195,14 @@ pub unsafe extern "C" fn mql_config_set_shared(
 }
 
 /// Read-only (default false; true implies shared mode, see
-/// `mql_config_set_shared`): the handle never writes a file of the data
-/// directory, not even recovery. Producers, topic changes and commits fail
-/// with `MQL_READ_ONLY` and change nothing; consumers, topic and group
-/// descriptions work. For tools looking at a directory an application has
-/// open in shared mode.
+/// `mql_config_set_shared`): the handle never writes the data directory's
+/// logs, offsets, topics or producer state, not even recovery (it takes
+/// the shared-mode lock files, `LIVE`, `INIT` and `mqlite.shm`, like every
+/// shared handle). Producers, topic changes and commits fail with
+/// `MQL_READ_ONLY` and change nothing; consumers, topic and group
+/// descriptions work (its consumer groups are its own, unseen by other
+/// processes). For tools looking at a directory an application has open
+/// in shared mode. The directory must exist.
 ///
 /// Ownership: borrows `config` for the call; the caller still owns it.
 ///

@@ -243,10 +243,12 @@ def open(  # noqa: A001 - shadows the builtin on purpose, like gzip.open
             naming the holder's pid. Every process may consume, join
             consumer groups (members in different processes share the
             partitions) and commit.
-        readonly: Never write a file of the directory, not even recovery
-            (implies ``shared``): ``producer()``, topic changes and commits
-            raise ``mqlite.ReadOnly``. For tools looking at a directory an
-            application has open.
+        readonly: Never write the directory's logs, offsets, topics or
+            producer state, not even recovery (implies ``shared``; like
+            every shared handle it takes the shared-mode lock files):
+            ``producer()``, topic changes and commits raise
+            ``mqlite.ReadOnly``. For tools looking at a directory an
+            application has open. The directory must exist.
 
     Returns:
         Broker: The open data directory.

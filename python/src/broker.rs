@@ -44,10 +44,12 @@ use crate::util::{arg_u32, config_u32, config_u64};
 ///         that process closes the directory or dies; a write from another
 ///         process meanwhile raises `mqlite.Locked` naming the holder's pid.
 ///         Every process may consume, join consumer groups and commit.
-///     readonly: Never write a file of the directory, not even recovery
-///         (implies `shared`): `producer()`, topic changes and commits raise
-///         `mqlite.ReadOnly`. For tools looking at a directory an
-///         application has open.
+///     readonly: Never write the directory's logs, offsets, topics or
+///         producer state, not even recovery (implies `shared`; like every
+///         shared handle it takes the shared-mode lock files): `producer()`,
+///         topic changes and commits raise `mqlite.ReadOnly`. For tools
+///         looking at a directory an application has open. The directory
+///         must exist.
 ///
 /// Raises:
 ///     mqlite.Locked: Another handle holds the directory in the other mode
