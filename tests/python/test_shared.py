@@ -128,6 +128,26 @@ def exclusive_attempt(path: str, results: Any) -> None:
         results.put(type(e).__name__)
 
 
+def member_then_fork(path: str, results: Any) -> None:
+    """Joins GROUP and takes every partition, then forks a child that
+    sleeps, and waits to be killed. Reports the child's pid."""
+    try:
+        mq = open_shared(path)
+        consumer = mq.consumer(GROUP, max_poll_interval_ms=300_000)
+        consumer.subscribe([TOPIC])
+        deadline = time.monotonic() + 60
+        while len(consumer.assignment()) < PARTITIONS and time.monotonic() < deadline:
+            consumer.poll(timeout=0.1)
+        pid = os.fork()
+        if pid == 0:
+            time.sleep(60)
+            os._exit(0)
+        results.put((pid, sorted(consumer.assignment())))
+    except BaseException as e:
+        results.put((None, f"{type(e).__name__}: {e}"))
+    time.sleep(120)
+
+
 def get(results: Any, n: int, timeout: float = 120.0) -> list[Any]:
     out = []
     for _ in range(n):
@@ -414,3 +434,38 @@ def test_forked_child_inherits_no_locks_of_a_shared_parent(data_dir: Path) -> No
         os.close(w)
         _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_does_not_keep_a_dead_member_alive(data_dir: Path) -> None:
+    """A member's process forks, then dies: its child must not hold the
+    member's liveness lock, or the group would wait `max_poll_interval_ms`
+    (here 300 s) before giving its partitions to another member."""
+    path = str(data_dir)
+    with open_shared(path) as mq:
+        mq.create_topic(TOPIC, partitions=PARTITIONS)
+    results = SPAWN.Queue()
+    proc = SPAWN.Process(target=member_then_fork, args=(path, results))
+    proc.start()
+    ((grandchild, owned),) = get(results, 1)
+    try:
+        assert grandchild is not None, owned
+        assert owned == [(TOPIC, p) for p in range(PARTITIONS)]
+        proc.kill()  # dies without leaving the group; its child lives on
+        # (join() would wait for the child too, which holds a descriptor
+        # of multiprocessing's: is_alive() reaps the process itself.)
+        deadline = time.monotonic() + 30
+        while proc.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not proc.is_alive()
+        with open_shared(path) as mq:
+            consumer = mq.consumer(GROUP, max_poll_interval_ms=300_000)
+            consumer.subscribe([TOPIC])
+            deadline = time.monotonic() + 20
+            while len(consumer.assignment()) < PARTITIONS and time.monotonic() < deadline:
+                consumer.poll(timeout=0.1)
+            assert len(consumer.assignment()) == PARTITIONS, mq.describe_group(GROUP).members
+            consumer.close()
+    finally:
+        if grandchild is not None:
+            os.kill(grandchild, 9)
