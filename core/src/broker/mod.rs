@@ -246,6 +246,9 @@ fn topics_dir(dir: &Path) -> PathBuf {
     dir.join("topics")
 }
 
+/// How long a lock held by this process is retried (see [`take_lock`]).
+pub(crate) const SPAWN_GRACE: Duration = Duration::from_millis(200);
+
 /// Takes the exclusive lock of the data directory `dir` (held while the
 /// returned file is open), writing the pid into `LOCK`.
 pub(crate) fn take_lock(dir: &Path, mode: u32) -> Result<File> {
@@ -258,26 +261,37 @@ pub(crate) fn take_lock(dir: &Path, mode: u32) -> Result<File> {
         .mode(mode)
         .open(&path)
         .ctx(|| format!("opening {}", path.display()))?;
-    match f.try_lock() {
-        Ok(()) => {}
-        Err(std::fs::TryLockError::WouldBlock) => {
-            let mut holder = String::new();
-            let _ = f.read_to_string(&mut holder);
-            let holder = match holder.trim().parse::<u32>() {
-                Ok(pid) if pid == std::process::id() => {
-                    format!("this process (pid {pid}), through another open handle")
-                }
-                Ok(pid) => format!("process {pid}"),
-                Err(_) => "another process".to_owned(),
-            };
-            return Err(Error::Locked {
-                path: dir.to_owned(),
-                holder,
-            });
+    let start = std::time::Instant::now();
+    loop {
+        match f.try_lock() {
+            Ok(()) => break,
+            Err(std::fs::TryLockError::WouldBlock) => {}
+            Err(std::fs::TryLockError::Error(e)) => {
+                return Err(Error::io(format!("locking {}", path.display()), e))
+            }
         }
-        Err(std::fs::TryLockError::Error(e)) => {
-            return Err(Error::io(format!("locking {}", path.display()), e))
+        let mut holder = String::new();
+        let _ = f.rewind();
+        let _ = f.read_to_string(&mut holder);
+        let pid = holder.trim().parse::<u32>();
+        // This process's own lock, just released by a close, can still be
+        // held for a moment by a child being spawned (the forked child
+        // shares the lock's file description until its exec closes it).
+        if pid == Ok(std::process::id()) && start.elapsed() < SPAWN_GRACE {
+            std::thread::sleep(Duration::from_millis(2));
+            continue;
         }
+        let holder = match pid {
+            Ok(pid) if pid == std::process::id() => {
+                format!("this process (pid {pid}), through another open handle")
+            }
+            Ok(pid) => format!("process {pid}"),
+            Err(_) => "another process".to_owned(),
+        };
+        return Err(Error::Locked {
+            path: dir.to_owned(),
+            holder,
+        });
     }
     f.set_len(0)
         .and_then(|()| f.rewind())
@@ -668,6 +682,7 @@ impl BrokerInner {
     /// The current topics version (see `topics_version`).
     #[inline]
     pub(crate) fn topics_version(&self) -> u64 {
+        self.follow_topics();
         self.topics_version.load(Ordering::Acquire)
     }
 

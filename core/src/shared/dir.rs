@@ -63,12 +63,20 @@ pub(crate) struct ExclusiveHold {
 /// # Errors
 /// [`Error::Locked`] while processes have the directory open shared.
 pub(crate) fn hold_exclusive(dir: &Path, mode: u32) -> Result<ExclusiveHold> {
-    match LiveLock::try_hold(&dir.join(LIVE_FILE), mode)? {
-        Some(live) => Ok(ExclusiveHold { _live: live }),
-        None => Err(Error::Locked {
-            path: dir.to_owned(),
-            holder: "processes that opened it in shared mode".to_owned(),
-        }),
+    let start = std::time::Instant::now();
+    loop {
+        if let Some(live) = LiveLock::try_hold(&dir.join(LIVE_FILE), mode)? {
+            return Ok(ExclusiveHold { _live: live });
+        }
+        // A child being spawned may hold this process's last lock for a
+        // moment (see `broker::take_lock`).
+        if start.elapsed() >= crate::broker::SPAWN_GRACE {
+            return Err(Error::Locked {
+                path: dir.to_owned(),
+                holder: "processes that opened it in shared mode".to_owned(),
+            });
+        }
+        std::thread::sleep(Duration::from_millis(2));
     }
 }
 

@@ -81,8 +81,14 @@ impl TailPage {
     }
 
     /// Publishes the log's end (the writer, after each append it
-    /// published in the log itself).
+    /// published in the log itself), first restoring the page's header if
+    /// something overwrote it.
     pub(crate) fn write(&self, tail: Tail) {
+        if !self.page.has_magic(MAGIC) {
+            // Overwritten by something else: readers ignore the page until
+            // it is a tail page again.
+            self.page.reset(MAGIC);
+        }
         let seq = self.page.load32(SEQ);
         // Even when a writer died half-way: start from an even value.
         let start = seq | 1;
@@ -192,5 +198,17 @@ mod tests {
         assert_eq!(w.read(), None);
         w.write(tail(9));
         assert_eq!(w.read(), Some(tail(9)));
+    }
+
+    #[test]
+    fn the_next_write_restores_an_overwritten_page() {
+        let dir = tempfile::tempdir().unwrap();
+        let w = TailPage::open(dir.path(), 0o600).unwrap();
+        w.reset(tail(5));
+        std::fs::write(dir.path().join(TAIL_FILE), vec![0xA5u8; 4096]).unwrap();
+        let r = TailPage::open_read_only(dir.path()).unwrap();
+        assert_eq!(r.read(), None);
+        w.write(tail(6));
+        assert_eq!(r.read(), Some(tail(6)));
     }
 }
