@@ -194,3 +194,35 @@ fn tail_with_files_leaves_the_directory_unopened() {
     drop(producer);
     app.close().unwrap();
 }
+
+#[test]
+fn tail_follows_partitions_added_by_a_shared_writer() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let app = open_shared(dir);
+    app.create_topic("t", TopicConfig::new(1)).unwrap();
+    let producer = app.producer(ProducerConfig::default()).unwrap();
+    let send = |partition: u32, value: &str| {
+        producer
+            .send(
+                Record::new("t")
+                    .partition(partition)
+                    .value(value.as_bytes().to_vec()),
+            )
+            .unwrap();
+    };
+    send(0, "a");
+    let tail = Lines::spawn(dir, &["tail", "t", "--from-beginning"]);
+    assert_eq!(tail.next(10_000).as_deref(), Some("a"));
+    app.add_partitions("t", 2).unwrap();
+    send(1, "b"); // in the new partition, followed from its start
+    send(0, "c"); // partition 0 goes on from where it was
+    let mut got = vec![tail.next(10_000), tail.next(10_000)];
+    got.sort();
+    assert_eq!(got, vec![Some("b".to_owned()), Some("c".to_owned())]);
+    // Nothing twice.
+    assert_eq!(tail.next(1_500), None);
+    tail.kill();
+    drop(producer);
+    app.close().unwrap();
+}
