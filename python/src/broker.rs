@@ -56,7 +56,8 @@ use crate::util::{arg_u32, config_u32, config_u64};
 ///         (exclusive against shared), or any handle does in exclusive mode;
 ///         the message names the holder.
 ///     mqlite.InvalidArgument: `path` is empty or holds a NUL byte, or
-///         `file_mode` or the interval is out of range.
+///         `file_mode` or the interval is out of range, or `readonly` is
+///         set and `path` is not a data directory.
 ///     mqlite.InvalidConfig: `max_open_files` is 0.
 ///     mqlite.IoError: The directory cannot be created or read.
 ///     mqlite.Corrupt: A topic's metadata is unreadable.

@@ -341,6 +341,13 @@ def test_readonly_group_consumer_writes_no_data(data_dir: Path) -> None:
     assert tree(data_dir) == before
 
 
+def test_readonly_open_of_a_missing_directory_creates_nothing(tmp_path: Path) -> None:
+    missing = tmp_path / "nope" / "data"
+    with pytest.raises(mqlite.InvalidArgument, match="not a data directory"):
+        mqlite.open(missing, readonly=True)
+    assert not (tmp_path / "nope").exists()
+
+
 def test_exclusive_and_shared_exclude_each_other(data_dir: Path) -> None:
     path = str(data_dir)
     with open_shared(path):
