@@ -331,7 +331,6 @@ def test_readonly_writes_no_data(data_dir: Path) -> None:
     assert tree(data_dir) == before
 
 
-@pytest.mark.skip(reason="engine: a consumer in a group made by a read-only handle creates the groups/ directory")
 def test_readonly_group_consumer_writes_no_data(data_dir: Path) -> None:
     with mqlite.open(data_dir) as mq:
         mq.create_topic(TOPIC, partitions=1)
