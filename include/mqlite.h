@@ -118,7 +118,7 @@ typedef enum mql_status {
     MQL_TIMEOUT = 6,
     /**
      * A write (a producer, a topic change, a commit) through a handle
-     * opened read-only.
+     * opened read-only (`mql_config_set_readonly`); nothing was written.
      */
     MQL_READ_ONLY = 7,
     /**
@@ -1221,6 +1221,44 @@ enum mql_status mql_config_set_max_commit_metadata_bytes(struct mql_config *conf
  * `config` is NULL or a live config not used by another thread meanwhile.
  */
 enum mql_status mql_config_set_max_open_files(struct mql_config *config, size_t max_open_files);
+
+/**
+ * Shared mode (default false): any number of processes may open the
+ * data directory at once, each with shared mode set, and a second
+ * `mql_open` of it in this process shares one engine with the first. One
+ * process at a time is the writer: the role is taken by its first producer
+ * (`mql_producer_new`) or topic change (create, delete, add partitions)
+ * and held until that process closes the directory or dies; a write from
+ * another process meanwhile fails with `MQL_LOCKED`, whose text names the
+ * holder's pid. Every process may consume, join consumer groups and
+ * commit. With false (exclusive mode) one handle owns the directory; an
+ * exclusive open and shared opens fail with `MQL_LOCKED` while the other
+ * kind holds it.
+ *
+ * Ownership: borrows `config` for the call; the caller still owns it.
+ *
+ * # Safety
+ * `config` is NULL or a live config not used by another thread meanwhile.
+ */
+enum mql_status mql_config_set_shared(struct mql_config *config, bool shared);
+
+/**
+ * Read-only (default false; true implies shared mode, see
+ * `mql_config_set_shared`): the handle never writes the data directory's
+ * logs, offsets, topics or producer state, not even recovery (it takes
+ * the shared-mode lock files, `LIVE`, `INIT` and `mqlite.shm`, like every
+ * shared handle). Producers, topic changes and commits fail with
+ * `MQL_READ_ONLY` and change nothing; consumers, topic and group
+ * descriptions work (its consumer groups are its own, unseen by other
+ * processes). For tools looking at a directory an application has open
+ * in shared mode. The directory must exist.
+ *
+ * Ownership: borrows `config` for the call; the caller still owns it.
+ *
+ * # Safety
+ * `config` is NULL or a live config not used by another thread meanwhile.
+ */
+enum mql_status mql_config_set_readonly(struct mql_config *config, bool readonly);
 
 /**
  * Makes a topic config with `partitions` partitions (1 to 100,000, else

@@ -1,5 +1,6 @@
 //! `mqlite consume`: records of a topic to stdout, through the engine's
-//! consumer (the data directory is opened and locked).
+//! consumer (the data directory is opened read-only; with `--group`, which
+//! commits, to write).
 
 use std::collections::BTreeMap;
 use std::io::{self, BufWriter, Write};
@@ -21,7 +22,7 @@ pub struct ConsumeArgs {
     /// Consume in this group, starting at its committed offsets, and commit
     /// at the end.
     #[arg(long)]
-    group: Option<String>,
+    pub group: Option<String>,
     /// Start at the first retained offset of every partition.
     #[arg(long, conflicts_with_all = ["offset", "since"])]
     from_beginning: bool,
@@ -42,7 +43,8 @@ pub struct ConsumeArgs {
     format: Format,
 }
 
-fn write_message(out: &mut impl Write, m: &Message, format: Format) -> io::Result<()> {
+/// Writes one consumed message in `format`.
+pub fn write_message(out: &mut impl Write, m: &Message, format: Format) -> io::Result<()> {
     let headers = m.headers();
     let rec = Rec {
         topic: m.topic(),

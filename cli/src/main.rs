@@ -4,10 +4,14 @@
 //! stdin or a file, consumes them to stdout, follows topics (`tail`),
 //! describes consumer groups, verifies, repairs and dumps the log, and
 //! measures throughput. Every command names the data directory with `--dir`
-//! (or `MQLITE_DIR`, default `./data`). Most open it and take its lock, so
-//! they fail with a clear message while another process holds it; `tail`,
-//! `dump` and `verify` read the files without the lock, change nothing and
-//! work alongside the owner.
+//! (or `MQLITE_DIR`, default `./data`). The reading commands (`topics`,
+//! `topic describe`, `consume`, `groups`, `group describe`, `tail`) open it
+//! read-only, so they work alongside an application that opened it in
+//! shared mode; an application in exclusive mode excludes them (they say
+//! so), except `tail`, which then reads the files. The writing commands open
+//! it in exclusive mode, or shared when a shared-mode application holds it.
+//! `dump` and `verify` read the files without opening the directory, change
+//! nothing and work alongside any owner (see `open.rs`).
 //!
 //! Only `topic create` creates a missing data directory; every other command fails on one (`no such data directory:
 //! <path>`), and every command on a `--dir` that is a file.
@@ -21,6 +25,7 @@ mod consume;
 mod datadir;
 mod dump;
 mod groups;
+mod open;
 mod output;
 mod produce;
 mod progress;
@@ -36,7 +41,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use mqlite::{Acks, Broker, Config, Error, TopicConfig};
+use mqlite::{Acks, Error, TopicConfig};
 
 /// Result of a command: any error becomes one line on stderr.
 pub type CliResult<T = ()> = Result<T, Box<dyn std::error::Error>>;
@@ -85,8 +90,9 @@ enum Command {
     Produce(produce::ProduceArgs),
     /// Reads records of a topic to stdout and exits once caught up.
     Consume(consume::ConsumeArgs),
-    /// Follows a topic like `tail -f`, without taking the directory's lock
-    /// (works while another process writes).
+    /// Follows a topic like `tail -f`, alongside the process that writes:
+    /// read-only in shared mode, or reading the files while an
+    /// exclusive-mode process holds the directory (or with `--files`).
     Tail(tail::TailArgs),
     /// Lists the consumer groups with their lag.
     Groups {
@@ -220,7 +226,14 @@ fn run(cli: Cli) -> CliResult {
         Command::Bench(args) => return bench::bench(&cli.dir, args),
         other => other,
     };
-    let broker = Broker::open(&cli.dir, Config::default())?;
+    let broker = match &command {
+        Command::Topics { .. }
+        | Command::Topic(TopicCommand::Describe { .. })
+        | Command::Groups { .. }
+        | Command::Group(GroupCommand::Describe { .. }) => open::readonly(&cli.dir)?,
+        Command::Consume(args) if args.group.is_none() => open::readonly(&cli.dir)?,
+        _ => open::writable(&cli.dir)?,
+    };
     match command {
         Command::Topics { json } => topics::topics(&broker, json),
         Command::Topic(TopicCommand::Create {

@@ -5,10 +5,9 @@
 mod common;
 
 use std::io::Write;
-use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 
-use common::{fails, json_lines, ok, run, run_bytes};
+use common::{fails, json_lines, ok, run, run_bytes, Lines};
 use serde_json::Value;
 
 #[test]
@@ -194,25 +193,20 @@ fn locked_directory() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     ok(dir, &["topic", "create", "l", "--partitions", "1"], None);
-    // A consumer waiting for records it will never get holds the lock.
-    let spawn_holder = || {
-        Command::new(env!("CARGO_BIN_EXE_mqlite"))
-            .arg("--dir")
-            .arg(dir)
-            .args(["consume", "l", "--max", "1"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap()
-    };
-    let mut holder = spawn_holder();
+    // A producer reading a pipe we never write to holds the directory in
+    // exclusive mode.
+    let mut holder = Command::new(env!("CARGO_BIN_EXE_mqlite"))
+        .arg("--dir")
+        .arg(dir)
+        .args(["produce", "l"])
+        .env_remove("MQLITE_DIR")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
     let mut err = String::new();
     for _ in 0..200 {
-        // The holder may have lost the race for the lock to one of our own
-        // probes (and exited): start it again.
-        if holder.try_wait().unwrap().is_some() {
-            holder = spawn_holder();
-        }
         std::thread::sleep(std::time::Duration::from_millis(50));
         let out = run(dir, &["topics"], None);
         if !out.status.success() {
@@ -221,10 +215,15 @@ fn locked_directory() {
             break;
         }
     }
+    // A writing command is refused too.
+    let produce_err = fails(dir, &["topic", "create", "m", "--partitions", "1"], 1);
     holder.kill().unwrap();
     holder.wait().unwrap();
     assert!(err.starts_with("mqlite: "), "{err}");
     assert!(err.contains("locked"), "{err}");
+    // The reading command says how to read alongside the application.
+    assert!(err.contains("shared=True"), "{err}");
+    assert!(produce_err.contains("locked"), "{produce_err}");
     // Free again once the holder is gone.
     assert_eq!(ok(dir, &["topics"], None), "l\n");
 }
@@ -232,50 +231,6 @@ fn locked_directory() {
 fn frame(out: &mut Vec<u8>, v: &[u8]) {
     out.extend_from_slice(&(v.len() as u32).to_be_bytes());
     out.extend_from_slice(v);
-}
-
-/// A child process with its stdout read line by line on a thread.
-struct Lines {
-    child: std::process::Child,
-    rx: std::sync::mpsc::Receiver<String>,
-}
-
-impl Lines {
-    fn spawn(dir: &Path, args: &[&str]) -> Lines {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_mqlite"))
-            .arg("--dir")
-            .arg(dir)
-            .args(args)
-            .env_remove("MQLITE_DIR")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn mqlite");
-        let stdout = child.stdout.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            use std::io::BufRead;
-            for line in std::io::BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        Lines { child, rx }
-    }
-
-    fn next(&self, timeout_ms: u64) -> Option<String> {
-        self.rx
-            .recv_timeout(std::time::Duration::from_millis(timeout_ms))
-            .ok()
-    }
-
-    fn kill(mut self) -> Output {
-        let _ = self.child.kill();
-        self.child.wait_with_output().unwrap()
-    }
 }
 
 // ------------------------------------------------------------------ groups
@@ -540,6 +495,26 @@ fn tail_follows_a_producer_that_holds_the_directory() {
         .spawn()
         .unwrap();
     let mut feed = producer.stdin.take().unwrap();
+    // Its first record on disk (seen by `verify`, which does not open the
+    // directory) shows that it holds the directory, in exclusive mode: then
+    // tail cannot open it and reads the files. (A probe that opens it
+    // could make the producer open it shared instead.)
+    writeln!(feed, "key-0:value-0").unwrap();
+    feed.flush().unwrap();
+    let mut held = false;
+    for _ in 0..200 {
+        let text = String::from_utf8_lossy(&run(dir, &["verify", "t"], None).stdout).into_owned();
+        let total: u64 = text
+            .lines()
+            .filter_map(|l| l.split(": ").nth(1)?.split(' ').next()?.parse::<u64>().ok())
+            .sum();
+        if total == 2 {
+            held = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(held, "the producer never wrote its first record");
     let tail = Lines::spawn(dir, &["tail", "t", "--from-beginning", "--format", "json"]);
     let first = tail.next(10_000).expect("the record written before");
     assert_eq!(
@@ -550,7 +525,7 @@ fn tail_follows_a_producer_that_holds_the_directory() {
     // Enough records for the 4 KiB segments to roll several times.
     const N: usize = 300;
     let mut seen = Vec::new();
-    for i in 0..N {
+    for i in 1..N {
         writeln!(feed, "key-{i}:value-{i}").unwrap();
         if i % 50 == 0 {
             feed.flush().unwrap();

@@ -166,6 +166,20 @@ impl OffsetStore {
         })
     }
 
+    /// Opens the offsets of group `name` in data directory `dir` for
+    /// reading only: creates nothing (no file yet reads as no offsets).
+    pub(crate) fn open_read_only(dir: &Path, name: &str, mode: u32) -> Result<OffsetStore> {
+        let path = dir.join("groups").join(format!("{name}.offsets"));
+        let seen = file_id(&path)?;
+        let file = read_file(&path)?;
+        Ok(OffsetStore {
+            path,
+            mode,
+            file,
+            seen,
+        })
+    }
+
     /// Reads the file again if another process replaced it since this
     /// store last read or wrote it (several processes on one directory;
     /// called under the group's lock before a read-modify-write).

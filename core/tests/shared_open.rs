@@ -110,6 +110,11 @@ fn read_only_handles_refuse_every_write() {
     c.assign(&[("t", 0)]).unwrap();
     assert_eq!(c.poll(Duration::from_secs(5)).unwrap().len(), 1);
     assert_eq!(kind(c.commit().unwrap_err()), ErrorKind::ReadOnly);
+    r.describe_group("g").unwrap();
+    assert!(
+        !dir.path().join("groups").exists(),
+        "a read-only group wrote"
+    );
     // Nothing changed.
     assert_eq!(w.topics(), vec!["t".to_owned()]);
     assert_eq!(w.topic("t").unwrap().partitions.len(), 1);
@@ -200,4 +205,9 @@ fn groups_committed_elsewhere_are_listed_and_described() {
     let info = r.describe_group("g").unwrap();
     assert_eq!(info.committed.len(), 1);
     assert_eq!(info.committed[0].2.offset, 2);
+    // Later commits are seen too.
+    send(&w, "t", 0, &["c"]);
+    assert_eq!(c.poll(Duration::from_secs(5)).unwrap().len(), 1);
+    c.commit().unwrap();
+    assert_eq!(r.describe_group("g").unwrap().committed[0].2.offset, 3);
 }

@@ -170,6 +170,52 @@ pub unsafe extern "C" fn mql_config_set_max_open_files(
     )
 }
 
+/// Shared mode (default false): any number of processes may open the
+/// data directory at once, each with shared mode set, and a second
+/// `mql_open` of it in this process shares one engine with the first. One
+/// process at a time is the writer: the role is taken by its first producer
+/// (`mql_producer_new`) or topic change (create, delete, add partitions)
+/// and held until that process closes the directory or dies; a write from
+/// another process meanwhile fails with `MQL_LOCKED`, whose text names the
+/// holder's pid. Every process may consume, join consumer groups and
+/// commit. With false (exclusive mode) one handle owns the directory; an
+/// exclusive open and shared opens fail with `MQL_LOCKED` while the other
+/// kind holds it.
+///
+/// Ownership: borrows `config` for the call; the caller still owns it.
+///
+/// # Safety
+/// `config` is NULL or a live config not used by another thread meanwhile.
+#[no_mangle]
+pub unsafe extern "C" fn mql_config_set_shared(
+    config: *mut mql_config,
+    shared: bool,
+) -> mql_status {
+    set!(config, shared = shared)
+}
+
+/// Read-only (default false; true implies shared mode, see
+/// `mql_config_set_shared`): the handle never writes the data directory's
+/// logs, offsets, topics or producer state, not even recovery (it takes
+/// the shared-mode lock files, `LIVE`, `INIT` and `mqlite.shm`, like every
+/// shared handle). Producers, topic changes and commits fail with
+/// `MQL_READ_ONLY` and change nothing; consumers, topic and group
+/// descriptions work (its consumer groups are its own, unseen by other
+/// processes). For tools looking at a directory an application has open
+/// in shared mode. The directory must exist.
+///
+/// Ownership: borrows `config` for the call; the caller still owns it.
+///
+/// # Safety
+/// `config` is NULL or a live config not used by another thread meanwhile.
+#[no_mangle]
+pub unsafe extern "C" fn mql_config_set_readonly(
+    config: *mut mql_config,
+    readonly: bool,
+) -> mql_status {
+    set!(config, readonly = readonly)
+}
+
 /// Configuration of a topic, for `mql_topic_create`.
 pub struct mql_topic_config {
     pub(crate) inner: TopicConfig,

@@ -40,7 +40,7 @@ pub enum mql_status {
     /// waited too long.
     MQL_TIMEOUT = 6,
     /// A write (a producer, a topic change, a commit) through a handle
-    /// opened read-only.
+    /// opened read-only (`mql_config_set_readonly`); nothing was written.
     MQL_READ_ONLY = 7,
     /// A required pointer argument was NULL.
     MQL_NULL_ARGUMENT = 10,

@@ -38,6 +38,7 @@ also a ``TimeoutError``)::
     |   +-- InvalidConfig (103)
     +-- Closed (5)
     +-- Timeout (6), also a TimeoutError (raised by no call today)
+    +-- ReadOnly (7)
     +-- TopicExists (101)
     +-- UnknownTopic (102)
     +-- UnknownPartition (200)
@@ -87,8 +88,11 @@ these objects report ``closed`` and every method raises ``mqlite.Closed``
 ``Consumer.wakeup()`` and ``Processor.stop()`` do nothing, and
 garbage-collecting the objects leaves the parent's broker untouched.
 Messages received before the fork stay readable. The child may open a
-broker of its own: on another directory, or on the parent's once the parent
-has closed it (until then ``mqlite.Locked``). The parent is not affected,
+broker of its own: on another directory, on the parent's once the parent
+has closed it (until then ``mqlite.Locked``), or at once with
+``shared=True`` when the parent opened it shared (the child inherits none
+of the parent's locks: not its writer role, not its group memberships).
+The parent is not affected,
 and its ``close()`` releases the directory even while children live. With
 ``multiprocessing``, the "spawn" and "forkserver" start methods sidestep
 all this: each worker opens its own broker.
@@ -128,6 +132,7 @@ from ._mqlite import (
     ProducerFenced,
     ProducerRecord,
     ProducerStats,
+    ReadOnly,
     RecordMetadata,
     Timeout,
     TopicExists,
@@ -169,6 +174,7 @@ __all__ = [
     "ProducerFenced",
     "ProducerRecord",
     "ProducerStats",
+    "ReadOnly",
     "RecordMetadata",
     "Timeout",
     "TopicExists",
@@ -191,11 +197,26 @@ def open(  # noqa: A001 - shadows the builtin on purpose, like gzip.open
     retention_check_interval_ms: int = 60_000,
     max_commit_metadata_bytes: int = 4096,
     max_open_files: int = 256,
+    shared: bool = False,
+    readonly: bool = False,
 ) -> Broker:
     """Opens (creating if needed) the data directory at ``path``.
 
-    Takes the directory's exclusive lock and recovers every topic. Use the
-    result as a context manager, or call ``close()`` when done.
+    Takes the directory's lock and recovers every topic. Use the result as
+    a context manager, or call ``close()`` when done.
+
+    By default the lock is exclusive: one handle owns the directory. With
+    ``shared=True`` any number of processes may open it at once (see
+    *Several processes* in the README)::
+
+        # the application
+        mq = mqlite.open("data", shared=True)
+        mq.producer().send("orders", b"paid")   # takes the writer role
+
+        # a worker process, at the same time
+        mq = mqlite.open("data", shared=True)
+        consumer = mq.consumer("billing")
+        consumer.subscribe(["orders"])
 
     Args:
         path: The data directory.
@@ -212,15 +233,33 @@ def open(  # noqa: A001 - shadows the builtin on purpose, like gzip.open
             (like RocksDB's ``max_open_files``): active segments and recovery
             points, in a cache that closes the least recently used and opens
             a file again when it is needed. At least 1.
+        shared: Shared mode: any number of processes may open the directory
+            at once, each with ``shared=True``, and a second ``open()`` of it
+            in this process shares one engine with the first. One process at
+            a time is the writer: the role is taken by its first
+            ``producer()`` or topic change (create, delete, add partitions)
+            and held until that process closes the directory or dies; a
+            write from another process meanwhile raises ``mqlite.Locked``
+            naming the holder's pid. Every process may consume, join
+            consumer groups (members in different processes share the
+            partitions) and commit.
+        readonly: Never write the directory's logs, offsets, topics or
+            producer state, not even recovery (implies ``shared``; like
+            every shared handle it takes the shared-mode lock files):
+            ``producer()``, topic changes and commits raise
+            ``mqlite.ReadOnly``. For tools looking at a directory an
+            application has open. The directory must exist.
 
     Returns:
         Broker: The open data directory.
 
     Raises:
-        mqlite.Locked: Another handle, in this process or another, holds the
-            directory; the message names the holder.
+        mqlite.Locked: Another handle holds the directory in the other mode
+            (exclusive against shared), or any handle does in exclusive mode;
+            the message names the holder.
         mqlite.InvalidArgument: ``path`` is empty or holds a NUL byte, or
-            ``file_mode`` or the interval is out of range.
+            ``file_mode`` or the interval is out of range, or ``readonly``
+            is set and ``path`` is not a data directory.
         mqlite.InvalidConfig: ``max_open_files`` is 0.
         mqlite.IoError: The directory cannot be created or read.
         mqlite.Corrupt: A topic's metadata is unreadable.
@@ -232,4 +271,6 @@ def open(  # noqa: A001 - shadows the builtin on purpose, like gzip.open
         retention_check_interval_ms=retention_check_interval_ms,
         max_commit_metadata_bytes=max_commit_metadata_bytes,
         max_open_files=max_open_files,
+        shared=shared,
+        readonly=readonly,
     )

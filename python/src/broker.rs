@@ -15,10 +15,11 @@ use crate::util::{arg_u32, config_u32, config_u64};
 
 /// An open data directory: the entry point of the engine.
 ///
-/// Made by `mqlite.open(path)`. Holds the directory's exclusive lock until
-/// `close()` (or the end of a `with` block, or garbage collection). Producers
-/// and consumers made from it keep it alive, and fail with `mqlite.Closed`
-/// once it is closed.
+/// Made by `mqlite.open(path)`. Holds the directory's lock until `close()`
+/// (or the end of a `with` block, or garbage collection): exclusive by
+/// default, shared with other processes with `shared=True`. Producers and
+/// consumers made from it keep it alive, and fail with `mqlite.Closed` once
+/// it is closed.
 ///
 /// Args:
 ///     path: The data directory (str or os.PathLike); created if missing.
@@ -35,12 +36,28 @@ use crate::util::{arg_u32, config_u32, config_u64};
 ///         (like RocksDB's `max_open_files`): active segments and recovery
 ///         points, in a cache that closes the least recently used and opens
 ///         a file again when it is needed. At least 1.
+///     shared: Shared mode: any number of processes may open the directory
+///         at once, each with `shared=True`, and a second `open()` of it in
+///         this process shares one engine with the first. One process at a
+///         time is the writer: the role is taken by its first `producer()`
+///         or topic change (create, delete, add partitions) and held until
+///         that process closes the directory or dies; a write from another
+///         process meanwhile raises `mqlite.Locked` naming the holder's pid.
+///         Every process may consume, join consumer groups and commit.
+///     readonly: Never write the directory's logs, offsets, topics or
+///         producer state, not even recovery (implies `shared`; like every
+///         shared handle it takes the shared-mode lock files): `producer()`,
+///         topic changes and commits raise `mqlite.ReadOnly`. For tools
+///         looking at a directory an application has open. The directory
+///         must exist.
 ///
 /// Raises:
-///     mqlite.Locked: Another handle, in this process or another, holds the
-///         directory; the message names the holder.
+///     mqlite.Locked: Another handle holds the directory in the other mode
+///         (exclusive against shared), or any handle does in exclusive mode;
+///         the message names the holder.
 ///     mqlite.InvalidArgument: `path` is empty or holds a NUL byte, or
-///         `file_mode` or the interval is out of range.
+///         `file_mode` or the interval is out of range, or `readonly` is
+///         set and `path` is not a data directory.
 ///     mqlite.InvalidConfig: `max_open_files` is 0.
 ///     mqlite.IoError: The directory cannot be created or read.
 ///     mqlite.Corrupt: A topic's metadata is unreadable.
@@ -52,8 +69,9 @@ use crate::util::{arg_u32, config_u32, config_u64};
 /// A broker belongs to the process that opened it. In a child forked with
 /// `os.fork()`, the broker and everything made from it report `closed`,
 /// their methods raise `mqlite.Closed` (`close()` does nothing), and the
-/// child may open brokers of its own: on another directory, or on this one
-/// once the parent has closed it.
+/// child may open brokers of its own: on another directory, on this one
+/// once the parent has closed it, or on this one at once with `shared=True`
+/// when this broker is shared.
 #[pyclass(frozen, module = "mqlite")]
 pub struct Broker {
     /// Leaked instead of closed in a forked child (`fork.rs`).
@@ -128,9 +146,11 @@ impl Broker {
     #[pyo3(
         signature = (path, *, prefault = true, file_mode = 0o600, retention_check_interval_ms = 60_000,
                      max_commit_metadata_bytes = mqlite::DEFAULT_MAX_COMMIT_METADATA_BYTES as i64,
-                     max_open_files = mqlite::DEFAULT_MAX_OPEN_FILES as i64),
-        text_signature = "(path, *, prefault=True, file_mode=0o600, retention_check_interval_ms=60000, max_commit_metadata_bytes=4096, max_open_files=256)"
+                     max_open_files = mqlite::DEFAULT_MAX_OPEN_FILES as i64, shared = false,
+                     readonly = false),
+        text_signature = "(path, *, prefault=True, file_mode=0o600, retention_check_interval_ms=60000, max_commit_metadata_bytes=4096, max_open_files=256, shared=False, readonly=False)"
     )]
+    #[allow(clippy::too_many_arguments)] // the keyword arguments of `open()`
     fn new(
         py: Python<'_>,
         path: PathBuf,
@@ -139,6 +159,8 @@ impl Broker {
         retention_check_interval_ms: i64,
         max_commit_metadata_bytes: i64,
         max_open_files: i64,
+        shared: bool,
+        readonly: bool,
     ) -> PyResult<Self> {
         if path.as_os_str().is_empty() {
             return Err(invalid_argument(py, "path must not be empty"));
@@ -185,7 +207,9 @@ impl Broker {
             .file_mode(file_mode as u32)
             .retention_check_interval_ms(interval)
             .max_commit_metadata_bytes(max_metadata)
-            .max_open_files(max_open_files);
+            .max_open_files(max_open_files)
+            .shared(shared)
+            .readonly(readonly);
         // Recovery logs what it repairs: with the level configured now,
         // and delivered to `logging` before the broker is returned.
         crate::log::refresh_level(py);

@@ -18,8 +18,9 @@
 //!   do not exist in the child, or wait for such a lock.
 //!
 //! Messages received before the fork stay readable (they point into shared
-//! memory maps). The child may open brokers of its own, on another directory
-//! or on the parent's once the parent has closed it.
+//! memory maps). The child may open brokers of its own, on another directory,
+//! on the parent's once the parent has closed it, or on the parent's at once
+//! (shared) when the parent opened it in shared mode.
 //!
 //! # Detection
 //!
@@ -31,24 +32,26 @@
 //! running Python) is caught by a pid comparison where it matters most, when
 //! the objects are dropped.
 //!
-//! # The directory lock
+//! # The directory's locks
 //!
-//! The engine locks a data directory with `flock`, which belongs to the open
-//! file description: the child's inherited descriptor keeps it shared with
-//! the parent. Left alone, a parent that closes its broker would keep the
-//! directory locked for as long as any child lives (reopening it would fail
-//! with `Locked`), and a child could never open it. So the hook closes, in the
-//! child, the inherited descriptors of the lock files of the brokers open at
-//! the fork ([`LOCKS`]); the parent's lock is untouched (it holds its own
-//! descriptor), and its `close()` releases the directory. (A broker still
-//! being opened by another thread at the instant of the fork is not
-//! recorded yet: its descriptor stays open in the child, which then keeps
-//! that directory locked until it exits.)
+//! The engine locks a data directory with `flock` on files in it (the
+//! owner's or writer's lock, the lock held against openers of the other
+//! mode, consumer group members' liveness files), and an `flock` belongs to
+//! the open file description: the child's inherited descriptors keep them
+//! shared with the parent. Left alone, a parent that closes its broker would
+//! keep the directory locked for as long as any child lives (reopening it
+//! would fail with `Locked`, a child would keep the writer role, a group
+//! member would look alive), and a child could never open it. So the hook
+//! closes, in the child, every inherited descriptor of a file in the data
+//! directories of the brokers open at the fork ([`LOCKS`]); the parent's
+//! locks are untouched (it holds its own descriptors), and its `close()`
+//! releases the directory. (A broker still being opened by another thread
+//! at the instant of the fork is not recorded yet: its descriptors stay open
+//! in the child, which then keeps that directory locked until it exits.)
 
 use mqlite::sync;
 use std::ops::{Deref, DerefMut};
-use std::os::unix::fs::MetadataExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, TryLockError};
 
@@ -58,11 +61,11 @@ use pyo3::types::PyDict;
 /// Incremented in every forked child by [`after_fork_in_child`].
 static GENERATION: AtomicU64 = AtomicU64::new(0);
 
-/// The lock files of the brokers open in this process: `(token, device,
-/// inode)`. Locked only with the GIL held and never across a release of it,
-/// so the thread that forks (which holds the GIL) never finds it held by a
-/// thread that is gone in the child.
-static LOCKS: Mutex<Vec<(u64, u64, u64)>> = Mutex::new(Vec::new());
+/// The data directories of the brokers open in this process: `(token,
+/// canonical path)`. Locked only with the GIL held and never across a
+/// release of it, so the thread that forks (which holds the GIL) never
+/// finds it held by a thread that is gone in the child.
+static LOCKS: Mutex<Vec<(u64, PathBuf)>> = Mutex::new(Vec::new());
 
 /// Source of the tokens of [`LOCKS`].
 static NEXT_TOKEN: AtomicU64 = AtomicU64::new(1);
@@ -161,78 +164,62 @@ impl<T> Drop for Local<T> {
     }
 }
 
-fn locks() -> std::sync::MutexGuard<'static, Vec<(u64, u64, u64)>> {
+fn locks() -> std::sync::MutexGuard<'static, Vec<(u64, PathBuf)>> {
     sync::lock(&LOCKS)
 }
 
-/// Records the lock file of a broker just opened on `dir` (call with the GIL
-/// held, as the rule of [`LOCKS`] asks). Returns the token for
-/// [`unregister_lock`]; None if the file cannot be read (a child then keeps
-/// that directory locked while it lives).
+/// Records the data directory of a broker just opened on `dir` (call with
+/// the GIL held, as the rule of [`LOCKS`] asks). Returns the token for
+/// [`unregister_lock`]; None if the directory cannot be resolved (a child
+/// then keeps that directory locked while it lives).
 pub fn register_lock(dir: &Path) -> Option<u64> {
-    // `LOCK` (the owner's, or the writer's in shared mode, created when the
-    // role is taken) and `LIVE` (held against openers of the other mode).
-    let files: Vec<(u64, u64)> = [mqlite::LOCK_FILE, "LIVE"]
-        .iter()
-        .filter_map(|f| std::fs::metadata(dir.join(f)).ok())
-        .map(|m| (m.dev(), m.ino()))
-        .collect();
-    if files.is_empty() {
-        return None;
-    }
+    let dir = std::fs::canonicalize(dir).ok()?;
     let token = NEXT_TOKEN.fetch_add(1, Ordering::Relaxed);
-    let mut all = locks();
-    for (dev, ino) in files {
-        all.push((token, dev, ino));
-    }
+    locks().push((token, dir));
     Some(token)
 }
 
-/// Forgets a lock file recorded by [`register_lock`], once its broker is
+/// Forgets a directory recorded by [`register_lock`], once its broker is
 /// closed (call with the GIL held).
 pub fn unregister_lock(token: u64) {
-    locks().retain(|&(t, _, _)| t != token);
+    locks().retain(|(t, _)| *t != token);
 }
 
-/// The descriptors open in this process on one of `files` (device, inode).
-fn descriptors_of(files: &[(u64, u64)]) -> Vec<i32> {
-    let Ok(dir) = std::fs::read_dir("/proc/self/fd").or_else(|_| std::fs::read_dir("/dev/fd"))
+/// The descriptors open in this process on a file below one of `dirs`.
+fn descriptors_under(dirs: &[PathBuf]) -> Vec<i32> {
+    let Ok(fds) = std::fs::read_dir("/proc/self/fd").or_else(|_| std::fs::read_dir("/dev/fd"))
     else {
         return Vec::new();
     };
-    dir.filter_map(Result::ok)
+    fds.filter_map(Result::ok)
         .filter_map(|entry| {
             let fd: i32 = entry.file_name().to_str()?.parse().ok()?;
-            let meta = std::fs::metadata(entry.path()).ok()?;
-            files.contains(&(meta.dev(), meta.ino())).then_some(fd)
+            let target = std::fs::read_link(entry.path()).ok()?;
+            dirs.iter().any(|d| target.starts_with(d)).then_some(fd)
         })
         .collect()
 }
 
 /// Runs in a forked child, on its only thread, before any Python code: marks
 /// every object of the parent as foreign and closes the inherited
-/// descriptors of the parent's directory locks.
+/// descriptors of files in the parent's data directories.
 #[pyfunction]
 fn after_fork_in_child(py: Python<'_>) {
     GENERATION.fetch_add(1, Ordering::Relaxed);
-    let files: Vec<(u64, u64)> = match LOCKS.try_lock() {
-        Ok(mut l) => l.drain(..).map(|(_, dev, ino)| (dev, ino)).collect(),
-        Err(TryLockError::Poisoned(p)) => p
-            .into_inner()
-            .drain(..)
-            .map(|(_, dev, ino)| (dev, ino))
-            .collect(),
+    let dirs: Vec<PathBuf> = match LOCKS.try_lock() {
+        Ok(mut l) => l.drain(..).map(|(_, d)| d).collect(),
+        Err(TryLockError::Poisoned(p)) => p.into_inner().drain(..).map(|(_, d)| d).collect(),
         // Held by a thread that does not exist here (never, by the locking
         // rule of LOCKS): keep the descriptors rather than block.
         Err(TryLockError::WouldBlock) => return,
     };
-    if files.is_empty() {
+    if dirs.is_empty() {
         return;
     }
     let Ok(os) = py.import("os") else {
         return;
     };
-    for fd in descriptors_of(&files) {
+    for fd in descriptors_under(&dirs) {
         // The leaked engine objects never use the descriptor again. A
         // failure leaves the directory locked while the child lives.
         let _ = os.call_method1("close", (fd,));

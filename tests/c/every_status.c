@@ -217,6 +217,28 @@ static void bad_metadata(const char *dir, const char *name, int corrupt) {
     CHECK_OK(mql_close(mq));
 }
 
+/* MQL_READ_ONLY: a producer of a handle opened read-only, on a directory
+ * nobody else holds; nothing is written, and the handle still reads. */
+static void read_only(const char *dir) {
+    mql_broker *mq = open_data(dir, "ro");
+    make_topic(mq, "t", 1);
+    CHECK_OK(mql_close(mq));
+    char path[4096];
+    join_path(path, sizeof path, dir, "ro");
+    mql_config *cfg;
+    CHECK_OK(mql_config_new(&cfg));
+    CHECK_OK(mql_config_set_readonly(cfg, true));
+    CHECK_OK(mql_open(path, cfg, &mq));
+    mql_config_free(cfg);
+    mql_producer *p = NULL;
+    PROVOKE(mql_producer_new(mq, NULL, &p), MQL_READ_ONLY, "read-only");
+    CHECK(p == NULL);
+    uint32_t n = 0;
+    CHECK_OK(mql_topic_partition_count(mq, "t", &n));
+    CHECK(n == 1);
+    CHECK_OK(mql_close(mq));
+}
+
 int main(int argc, char **argv) {
     const char *dir = scratch_dir(argc, argv);
     char data[4096], file[4096], under_file[4200];
@@ -249,6 +271,7 @@ int main(int argc, char **argv) {
     mql_message *m = NULL;
     PROVOKE(mql_poll(c, 0, &m), MQL_TIMEOUT, "timed out");
     CHECK(m == NULL);
+    read_only(dir);
     PROVOKE(mql_config_new(NULL), MQL_NULL_ARGUMENT, "`out` is NULL");
     PROVOKE(mql_topic_create(mq, "bad\xff", NULL), MQL_INVALID_UTF8, "UTF-8");
 

@@ -17,8 +17,10 @@
 /* Descriptors open on files under `root` (a canonical path), the data
  * directory's lock file aside. */
 static int fds_under(const char *root) {
-    char lock[PATH_MAX];
+    /* The directory's own locks, one each whatever the partitions. */
+    char lock[PATH_MAX], live[PATH_MAX];
     join_path(lock, sizeof lock, root, "LOCK");
+    join_path(live, sizeof live, root, "LIVE");
     size_t n = strlen(root);
     DIR *d = opendir("/proc/self/fd");
     CHECK(d != NULL);
@@ -31,7 +33,9 @@ static int fds_under(const char *root) {
         ssize_t len = readlink(link, target, sizeof target - 1);
         if (len < 0) continue;
         target[len] = '\0';
-        if (strncmp(target, root, n) == 0 && target[n] == '/' && strcmp(target, lock) != 0) count++;
+        if (strncmp(target, root, n) == 0 && target[n] == '/' && strcmp(target, lock) != 0 &&
+            strcmp(target, live) != 0)
+            count++;
     }
     closedir(d);
     return count;

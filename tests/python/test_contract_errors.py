@@ -293,6 +293,15 @@ def case_commit_failed(tmp_path: Path) -> None:
     raised(mqlite.CommitFailed, lambda: a.commit([(theirs[0], theirs[1], 0)]))
 
 
+def case_read_only(tmp_path: Path) -> None:
+    open_broker(tmp_path / "d").close()
+    with mqlite.open(tmp_path / "d", readonly=True) as ro:
+        e = raised(mqlite.ReadOnly, ro.producer)
+        assert "read-only" in str(e)
+        raised(mqlite.ReadOnly, lambda: ro.create_topic("t"))
+        assert ro.topics() == []
+
+
 CASES: Dict[str, Callable[[Path], None]] = {
     "Error": case_error,
     "IoError": case_io_error,
@@ -301,6 +310,7 @@ CASES: Dict[str, Callable[[Path], None]] = {
     "InvalidArgument": case_invalid_argument,
     "Closed": case_closed,
     "Timeout": case_timeout,
+    "ReadOnly": case_read_only,
     "InvalidTopicName": case_invalid_topic_name,
     "TopicExists": case_topic_exists,
     "UnknownTopic": case_unknown_topic,

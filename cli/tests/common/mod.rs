@@ -64,3 +64,50 @@ pub fn fails(dir: &Path, args: &[&str], code: i32) -> String {
     }
     err
 }
+
+/// A child process with its stdout read line by line on a thread.
+pub struct Lines {
+    pub child: std::process::Child,
+    rx: std::sync::mpsc::Receiver<String>,
+}
+
+impl Lines {
+    /// Starts `mqlite --dir <dir> <args>`.
+    pub fn spawn(dir: &Path, args: &[&str]) -> Lines {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_mqlite"))
+            .arg("--dir")
+            .arg(dir)
+            .args(args)
+            .env_remove("MQLITE_DIR")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn mqlite");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Lines { child, rx }
+    }
+
+    /// The next line, if one comes within `timeout_ms`.
+    pub fn next(&self, timeout_ms: u64) -> Option<String> {
+        self.rx
+            .recv_timeout(std::time::Duration::from_millis(timeout_ms))
+            .ok()
+    }
+
+    /// Kills the process and returns what it wrote to stderr.
+    pub fn kill(mut self) -> Output {
+        let _ = self.child.kill();
+        self.child.wait_with_output().unwrap()
+    }
+}

@@ -104,7 +104,11 @@ fn open_engine(dir: std::path::PathBuf, config: Config) -> Result<Arc<BrokerInne
     let inner = Arc::new(BrokerInner {
         registry: OnceLock::new(),
         topics_version: AtomicU64::new(0),
-        groups: Groups::new(!config.readonly),
+        groups: if config.readonly {
+            Groups::read_only()
+        } else {
+            Groups::new(true)
+        },
         damaged: RwLock::new(HashMap::new()),
         held: Mutex::new(Vec::new()),
         exclusive: Mutex::new(None),

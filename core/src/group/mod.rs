@@ -82,6 +82,10 @@ pub(crate) struct Group {
     epoch: AtomicU64,
     /// The waiters of this process's members, woken when the group changes.
     waiters: Mutex<HashMap<String, Arc<Waiter>>>,
+    /// The committed offsets are read again whenever their file changed
+    /// (a group shared by processes, or one seen through a read-only
+    /// handle while other processes commit).
+    follows_file: bool,
 }
 
 /// Converts a monotonic-clock time to an [`Instant`].
@@ -105,6 +109,21 @@ impl Group {
             offsets: Mutex::new(OffsetStore::open(dir, name, mode)?),
             epoch: AtomicU64::new(0),
             waiters: Mutex::new(HashMap::new()),
+            follows_file: false,
+        })
+    }
+
+    /// Opens the group `name` for a read-only handle: its members are this
+    /// process's only, its committed offsets read (again whenever other
+    /// processes commit) and never written; nothing is created.
+    pub(crate) fn open_read_only(dir: &Path, name: &str, mode: u32) -> Result<Group> {
+        Ok(Group {
+            name: name.to_owned(),
+            store: Store::Local(Mutex::new(State::default())),
+            offsets: Mutex::new(OffsetStore::open_read_only(dir, name, mode)?),
+            epoch: AtomicU64::new(0),
+            waiters: Mutex::new(HashMap::new()),
+            follows_file: true,
         })
     }
 
@@ -119,6 +138,7 @@ impl Group {
             offsets: Mutex::new(offsets),
             epoch: AtomicU64::new(0),
             waiters: Mutex::new(HashMap::new()),
+            follows_file: true,
         })
     }
 
@@ -305,7 +325,7 @@ impl Group {
     /// have changed them.
     fn offsets(&self) -> std::sync::MutexGuard<'_, OffsetStore> {
         let mut o = lock(&self.offsets);
-        if matches!(self.store, Store::Shared(_)) {
+        if self.follows_file {
             if let Err(e) = o.refresh() {
                 ::log::warn!("group {:?}: reading committed offsets: {e}", self.name);
             }
@@ -408,6 +428,9 @@ pub(crate) struct Groups {
     /// Whether groups are shared with other processes (their state in
     /// files) or kept in memory.
     shared: bool,
+    /// Whether groups are opened for a read-only handle (see
+    /// [`Group::open_read_only`]).
+    read_only: bool,
     map: Mutex<HashMap<String, Arc<Group>>>,
     /// Groups (storage names) whose offsets file could not be read: the
     /// error each use of them gets.
@@ -420,6 +443,14 @@ impl Groups {
     pub(crate) fn new(shared: bool) -> Groups {
         Groups {
             shared,
+            ..Groups::default()
+        }
+    }
+
+    /// The groups of a data directory seen through a read-only handle.
+    pub(crate) fn read_only() -> Groups {
+        Groups {
+            read_only: true,
             ..Groups::default()
         }
     }
@@ -505,7 +536,9 @@ impl Groups {
         if let Some(e) = lock(&self.damaged).get(name) {
             return Err(e.duplicate());
         }
-        let g = Arc::new(if self.shared {
+        let g = Arc::new(if self.read_only {
+            Group::open_read_only(dir, name, mode)?
+        } else if self.shared {
             Group::open_shared(dir, name, mode)?
         } else {
             Group::open(dir, name, mode)?
