@@ -3,7 +3,7 @@
 //! processes consume it in one group and commit, a broadcast consumer
 //! process reads everything, and the test kills members at random moments
 //! and starts new ones. Checks: every offset consumed at least once by the
-//! group; committed offsets (sampled from another handle) never go
+//! group; committed offsets (sampled from a read-only handle) never go
 //! back; never two live owners of one partition (each owner appends to an
 //! ownership journal when it gets and gives up a partition, the test
 //! appends there before each kill); the group's lag reaches 0; the
@@ -316,10 +316,7 @@ fn group_members_in_processes_killed_at_random_lose_nothing_and_never_share_a_pa
         m.wait_ready(READY);
     }
     bcast.wait_ready(READY);
-    // The test's own view: a shared handle that never writes (a read-only
-    // handle's committed offsets do not follow other processes' commits
-    // yet; see shared_mode.rs).
-    let ro = Broker::open(&dirs.data, shared()).unwrap();
+    let ro = Broker::open(&dirs.data, readonly()).unwrap();
     let mut journal = Journal::open(&dirs.work.join("journal"));
     let mut last = vec![0u64; PARTITIONS as usize];
     let mut rng = Rng::new("group storm");
@@ -431,6 +428,7 @@ fn group_members_in_processes_killed_at_random_lose_nothing_and_never_share_a_pa
         bcast.output()
     );
     // A read-only handle opened now sees the same committed offsets.
+    ro.close().unwrap();
     drop(ro);
     let fresh = Broker::open(&dirs.data, readonly()).unwrap();
     let mut committed = vec![0u64; PARTITIONS as usize];
