@@ -142,7 +142,14 @@ impl DirShare {
         if w.is_some() {
             return Ok(false);
         }
-        *w = Some(crate::broker::take_lock(&self.dir, self.mode)?);
+        let lock = crate::broker::take_lock(&self.dir, self.mode).map_err(|e| match e {
+            Error::Locked { path, holder } => Error::Locked {
+                path,
+                holder: format!("{holder}, the writer of this shared data directory"),
+            },
+            e => e,
+        })?;
+        *w = Some(lock);
         Ok(true)
     }
 
