@@ -211,3 +211,42 @@ fn groups_committed_elsewhere_are_listed_and_described() {
     c.commit().unwrap();
     assert_eq!(r.describe_group("g").unwrap().committed[0].2.offset, 3);
 }
+
+#[test]
+fn a_reader_never_delivers_a_damaged_batch_of_a_sealed_segment() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let x = Broker::open(dir.path(), Config::default()).unwrap();
+        x.create_topic("t", TopicConfig::new(1).segment_bytes(4096))
+            .unwrap();
+        let values: Vec<String> = (0..200).map(|i| format!("value-{i:05}")).collect();
+        let refs: Vec<&str> = values.iter().map(String::as_str).collect();
+        send(&x, "t", 0, &refs);
+    }
+    // A payload byte of the first (sealed) segment's third batch.
+    let seg = dir.path().join("topics/t/0/00000000000000000000.log");
+    let mut bytes = std::fs::read(&seg).unwrap();
+    let at = bytes
+        .windows(11)
+        .position(|w| w == b"value-00002")
+        .unwrap();
+    bytes[at + 10] ^= 0x01;
+    std::fs::write(&seg, &bytes).unwrap();
+    let r = Broker::open(dir.path(), readonly()).unwrap();
+    let mut c = r.consumer(ConsumerConfig::default()).unwrap();
+    c.assign(&[("t", 0)]).unwrap();
+    let mut got = Vec::new();
+    let mut err = None;
+    for _ in 0..10 {
+        match c.poll(Duration::from_millis(100)) {
+            Ok(ms) => got.extend(ms.iter().map(|m| m.value().unwrap().to_vec())),
+            Err(e) => {
+                err = Some(e);
+                break;
+            }
+        }
+    }
+    assert_eq!(err.map(|e| e.kind()), Some(ErrorKind::Corrupt));
+    assert!(got.iter().all(|v| v.starts_with(b"value-0000") && v != b"value-00002"));
+    assert!(got.len() <= 2, "{} delivered", got.len());
+}

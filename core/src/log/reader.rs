@@ -402,14 +402,44 @@ fn open_segments(dir: &Path, capacity: usize) -> Result<Vec<Arc<Segment>>> {
     Ok(segments)
 }
 
-/// Publishes, in a segment the writer sealed, every valid batch up to its
-/// file's length (the zeros after its data stop the walk), and marks it
-/// sealed.
+/// Publishes, in a segment the writer sealed, its batches up to its file's
+/// length (the zeros after its data stop the walk), and marks it sealed.
+/// Sealed data is never written again: the walk reads only the headers
+/// (lengths within the file, base offsets following on), not the CRC of
+/// every byte, so an open costs a read of the headers, not of the whole
+/// log. The read path checks each batch's CRC before delivery, as it does
+/// for sealed segments in exclusive mode.
 fn seal_whole(seg: &Segment) {
     if let Some(len) = seg.log_file().file_len() {
-        walk(seg, len, seg.base());
+        walk_headers(seg, len);
     }
     seg.mark_sealed_by_writer();
+}
+
+/// [`walk`] for a sealed segment: headers only (see [`seal_whole`]).
+fn walk_headers(seg: &Segment, limit: usize) {
+    let log = seg.log_file();
+    let from = log.published();
+    let limit = limit.min(log.allocated());
+    if limit <= from {
+        return;
+    }
+    let bytes = log.unpublished(from, limit);
+    let mut pos = 0;
+    let mut next = seg.base();
+    while let Some(h) = batch::BatchHeader::parse(&bytes[pos..]) {
+        let total = h.total_len();
+        if h.length < batch::MIN_LENGTH || total > bytes.len() - pos || h.base_offset != next {
+            break;
+        }
+        let Some(after) = h.base_offset.checked_add(u64::from(h.last_offset_delta) + 1) else {
+            break;
+        };
+        seg.note_timestamp(h.max_timestamp);
+        pos += total;
+        next = after;
+    }
+    log.advance_published(from + pos);
 }
 
 /// Publishes, in `seg` (a file this process only reads), the batches from
