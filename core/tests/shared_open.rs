@@ -139,6 +139,8 @@ fn exclusive_and_shared_opens_exclude_each_other() {
     let x = Broker::open(dir.path(), Config::default()).unwrap();
     let e = Broker::open(dir.path(), shared()).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Locked);
+    let pid = std::process::id().to_string();
+    assert!(e.to_string().contains(&pid), "{e}");
     let e = Broker::open(dir.path(), readonly()).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Locked);
     drop(x);
@@ -226,10 +228,7 @@ fn a_reader_never_delivers_a_damaged_batch_of_a_sealed_segment() {
     // A payload byte of the first (sealed) segment's third batch.
     let seg = dir.path().join("topics/t/0/00000000000000000000.log");
     let mut bytes = std::fs::read(&seg).unwrap();
-    let at = bytes
-        .windows(11)
-        .position(|w| w == b"value-00002")
-        .unwrap();
+    let at = bytes.windows(11).position(|w| w == b"value-00002").unwrap();
     bytes[at + 10] ^= 0x01;
     std::fs::write(&seg, &bytes).unwrap();
     let r = Broker::open(dir.path(), readonly()).unwrap();
@@ -247,6 +246,8 @@ fn a_reader_never_delivers_a_damaged_batch_of_a_sealed_segment() {
         }
     }
     assert_eq!(err.map(|e| e.kind()), Some(ErrorKind::Corrupt));
-    assert!(got.iter().all(|v| v.starts_with(b"value-0000") && v != b"value-00002"));
+    assert!(got
+        .iter()
+        .all(|v| v.starts_with(b"value-0000") && v != b"value-00002"));
     assert!(got.len() <= 2, "{} delivered", got.len());
 }

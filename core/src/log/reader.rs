@@ -432,7 +432,10 @@ fn walk_headers(seg: &Segment, limit: usize) {
         if h.length < batch::MIN_LENGTH || total > bytes.len() - pos || h.base_offset != next {
             break;
         }
-        let Some(after) = h.base_offset.checked_add(u64::from(h.last_offset_delta) + 1) else {
+        let Some(after) = h
+            .base_offset
+            .checked_add(u64::from(h.last_offset_delta) + 1)
+        else {
             break;
         };
         seg.note_timestamp(h.max_timestamp);

@@ -80,6 +80,18 @@ pub(crate) fn hold_exclusive(dir: &Path, mode: u32) -> Result<ExclusiveHold> {
     }
 }
 
+/// Who holds `dir` in exclusive mode, for an error message: the pid its
+/// `LOCK` names.
+fn exclusive_holder(dir: &Path) -> String {
+    match std::fs::read_to_string(dir.join(crate::broker::LOCK_FILE))
+        .ok()
+        .and_then(|s| s.trim().parse::<u32>().ok())
+    {
+        Some(pid) => format!("process {pid}, which opened it in exclusive mode"),
+        None => "a process that opened it in exclusive mode".to_owned(),
+    }
+}
+
 impl DirShare {
     /// Opens `dir` (which exists) in shared mode: refuses a network
     /// filesystem, then, under `INIT`, learns whether this process is the
@@ -117,7 +129,7 @@ impl DirShare {
         // only outside `INIT`... unless one holds it now, which try finds.
         let live = LiveLock::try_hold_shared(&live_path, mode)?.ok_or_else(|| Error::Locked {
             path: dir.to_owned(),
-            holder: "a process that opened it in exclusive mode".to_owned(),
+            holder: exclusive_holder(dir),
         })?;
         Ok((
             DirShare {
