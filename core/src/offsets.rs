@@ -156,20 +156,17 @@ impl OffsetStore {
         if let Some((group, client)) = name.split_once(BROADCAST_SEPARATOR) {
             migrate_legacy_broadcast(&gdir, &path, group, client, mode)?;
         }
-        let seen = file_id(&path)?;
-        let file = read_file(&path)?;
-        Ok(OffsetStore {
-            path,
-            mode,
-            file,
-            seen,
-        })
+        Self::read(path, mode)
     }
 
     /// Opens the offsets of group `name` in data directory `dir` for
     /// reading only: creates nothing (no file yet reads as no offsets).
     pub(crate) fn open_read_only(dir: &Path, name: &str, mode: u32) -> Result<OffsetStore> {
-        let path = dir.join("groups").join(format!("{name}.offsets"));
+        Self::read(dir.join("groups").join(format!("{name}.offsets")), mode)
+    }
+
+    /// The store of the offsets file at `path`, read now.
+    fn read(path: PathBuf, mode: u32) -> Result<OffsetStore> {
         let seen = file_id(&path)?;
         let file = read_file(&path)?;
         Ok(OffsetStore {

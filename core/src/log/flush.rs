@@ -58,6 +58,26 @@ pub(super) struct GroupCommit {
     pub(super) written_ahead: Mutex<WriteAhead>,
 }
 
+impl GroupCommit {
+    /// The state of a log whose offsets below `flushed` are on disk,
+    /// nothing written ahead.
+    pub(super) fn new(flushed: u64) -> GroupCommit {
+        GroupCommit {
+            state: Mutex::new(FlushState {
+                flushed,
+                ..FlushState::default()
+            }),
+            arrival_cv: Condvar::new(),
+            flush_ends: AtomicU32::new(0),
+            written_ahead: Mutex::new(WriteAhead {
+                segment: u64::MAX,
+                to: 0,
+                last_end: 0,
+            }),
+        }
+    }
+}
+
 impl PartitionLog {
     /// Group commit: returns once every offset below `target` is on disk.
     ///

@@ -231,34 +231,7 @@ impl MappedFile {
 
     /// Opens an existing file read-only, with its whole length published.
     pub(crate) fn open_read_only(path: &Path) -> Result<MappedFile> {
-        let file = OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NONBLOCK)
-            .open(path)
-            .ctx(|| format!("opening {}", path.display()))?;
-        let len = regular_file_len(path, &file)? as usize;
-        let map = if len == 0 {
-            None
-        } else {
-            Some(
-                MmapOptions::new()
-                    .len(len)
-                    .map_raw_read_only(&file)
-                    .ctx(|| format!("mapping {}", path.display()))?,
-            )
-        };
-        Ok(MappedFile {
-            path: path.to_owned(),
-            id: 0,
-            files: None,
-            released: AtomicBool::new(true),
-            map,
-            capacity: len,
-            allocated: AtomicUsize::new(len),
-            first_step: 0,
-            published: AtomicUsize::new(len),
-            flushed: AtomicUsize::new(len),
-        })
+        Self::open_mapped_read_only(path, 0, true)
     }
 
     /// Opens an existing file read-only for a process that does not write
@@ -267,6 +240,13 @@ impl MappedFile {
     /// the published length with [`MappedFile::advance_published`] after
     /// checking it against the file's length ([`MappedFile::file_len`]).
     pub(crate) fn open_for_reader(path: &Path, capacity: usize) -> Result<MappedFile> {
+        Self::open_mapped_read_only(path, capacity, false)
+    }
+
+    /// Opens `path` read-only and maps `capacity` bytes, or the whole file
+    /// when it is longer (one written by a version that preallocated whole
+    /// segments); with `whole`, its length is published, else nothing.
+    fn open_mapped_read_only(path: &Path, capacity: usize, whole: bool) -> Result<MappedFile> {
         let file = OpenOptions::new()
             .read(true)
             .custom_flags(libc::O_NONBLOCK)
@@ -277,8 +257,6 @@ impl MappedFile {
             position: 0,
             reason: "file too large to map".to_owned(),
         })?;
-        // A file longer than a segment (one written by a version that
-        // preallocated whole segments) is mapped whole.
         let capacity = capacity.max(len);
         let map = if capacity == 0 {
             None
@@ -290,6 +268,7 @@ impl MappedFile {
                     .ctx(|| format!("mapping {}", path.display()))?,
             )
         };
+        let published = if whole { len } else { 0 };
         Ok(MappedFile {
             path: path.to_owned(),
             id: 0,
@@ -297,10 +276,10 @@ impl MappedFile {
             released: AtomicBool::new(true),
             map,
             capacity,
-            allocated: AtomicUsize::new(len.min(capacity)),
+            allocated: AtomicUsize::new(len),
             first_step: 0,
-            published: AtomicUsize::new(0),
-            flushed: AtomicUsize::new(0),
+            published: AtomicUsize::new(published),
+            flushed: AtomicUsize::new(published),
         })
     }
 

@@ -4,13 +4,13 @@
 //! the log no longer holds.
 
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64};
-use std::sync::{Arc, Condvar, Mutex, RwLock};
+use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::{Arc, Mutex, RwLock};
 
 use super::checkpoint::{CheckpointFile, RecoveryPoint};
-use super::flush::{FlushState, GroupCommit};
+use super::flush::GroupCommit;
 use super::segment::{self, Segment, DELETED_SUFFIX, PREPARED_STEM};
-use super::{mmap, LogConfig, PartitionLog, RecoveryStats, Waiters, WriteAhead, Writer};
+use super::{mmap, LogConfig, PartitionLog, RecoveryStats, Waiters, Writer};
 use crate::dedup::ProducerTable;
 use crate::error::{IoContext, Result};
 use crate::faults::{self, SyncKind};
@@ -264,19 +264,7 @@ impl PartitionLog {
             start_offset: AtomicU64::new(start),
             end_offset: AtomicU64::new(next_offset),
             waiters: Waiters::default(),
-            group: Box::new(GroupCommit {
-                state: Mutex::new(FlushState {
-                    flushed: next_offset,
-                    ..FlushState::default()
-                }),
-                arrival_cv: Condvar::new(),
-                flush_ends: AtomicU32::new(0),
-                written_ahead: Mutex::new(WriteAhead {
-                    segment: u64::MAX,
-                    to: 0,
-                    last_end: 0,
-                }),
-            }),
+            group: Box::new(GroupCommit::new(next_offset)),
             flushed_fast: AtomicU64::new(next_offset),
             poisoned: AtomicBool::new(false),
             flushes: AtomicU64::new(0),

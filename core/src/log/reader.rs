@@ -24,13 +24,13 @@
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 use super::batch::{self, Check};
 use super::checkpoint::CheckpointFile;
-use super::flush::{FlushState, GroupCommit};
+use super::flush::GroupCommit;
 use super::segment::{Segment, SegmentWriter};
-use super::{LogConfig, PartitionLog, RecoveryStats, Waiters, WriteAhead, Writer};
+use super::{LogConfig, PartitionLog, RecoveryStats, Waiters, Writer};
 use crate::dedup::ProducerTable;
 use crate::error::{Error, IoContext, Result};
 use crate::shared::{Tail, TailPage};
@@ -108,19 +108,7 @@ impl PartitionLog {
             start_offset: AtomicU64::new(start),
             end_offset: AtomicU64::new(end),
             waiters: Waiters::default(),
-            group: Box::new(GroupCommit {
-                state: Mutex::new(FlushState {
-                    flushed: u64::MAX,
-                    ..FlushState::default()
-                }),
-                arrival_cv: Condvar::new(),
-                flush_ends: std::sync::atomic::AtomicU32::new(0),
-                written_ahead: Mutex::new(WriteAhead {
-                    segment: u64::MAX,
-                    to: 0,
-                    last_end: 0,
-                }),
-            }),
+            group: Box::new(GroupCommit::new(u64::MAX)),
             // Nothing to flush: a reader's flush returns at once.
             flushed_fast: AtomicU64::new(u64::MAX),
             poisoned: AtomicBool::new(false),
