@@ -741,6 +741,23 @@ impl Topic {
                 std::fs::remove_dir_all(&d).ctx(|| format!("removing {}", d.display()))?;
             }
         }
+        if self.options.reader {
+            // Shared mode: created as an exclusive writer would, then
+            // opened like every other partition here, on first use.
+            let plain = TopicOptions {
+                shared: None,
+                reader: false,
+                ..self.options.clone()
+            };
+            let added = Topic::open_partitions(&self.name, &self.dir, &config, &plain, old..total)?;
+            for log in &added {
+                log.close()?;
+            }
+            self.save(&config)?;
+            drop(added);
+            self.follow_writer()?;
+            return Ok(());
+        }
         let added =
             Topic::open_partitions(&self.name, &self.dir, &config, &self.options, old..total)?;
         self.save(&config)?;

@@ -456,6 +456,7 @@ impl Broker {
         validate_topic_name(name)?;
         config.validate()?;
         self.inner.ensure_writer("create_topic")?;
+        let shared_ddl = self.inner.hold_ddl()?;
         let _ddl = sync::lock(&self.inner.ddl);
         if self.inner.topics_read().contains_key(name) {
             return Err(Error::TopicExists(name.to_owned()));
@@ -468,7 +469,18 @@ impl Broker {
         if dir.exists() {
             std::fs::remove_dir_all(&dir).ctx(|| format!("removing {}", dir.display()))?;
         }
-        let topic = Topic::create(dir, name, config, self.inner.topic_options())?;
+        let topic = if shared_ddl.is_some() {
+            // Shared mode: written as an exclusive writer would, then
+            // opened as every topic is in this mode.
+            let made = Topic::create(dir.clone(), name, config, self.inner.plain_topic_options())?;
+            made.close()?;
+            drop(made);
+            Topic::open_reader(dir, self.inner.topic_options())?.ok_or_else(|| {
+                Error::InvalidArgument(format!("topic {name:?} vanished while being created"))
+            })?
+        } else {
+            Topic::create(dir, name, config, self.inner.topic_options())?
+        };
         sync::write(&self.inner.topics).insert(name.to_owned(), Arc::new(topic));
         self.inner.topics_changed();
         self.inner.announce_topics();
@@ -480,6 +492,7 @@ impl Broker {
     pub fn delete_topic(&self, name: &str) -> Result<()> {
         self.check_open()?;
         self.inner.ensure_writer("delete_topic")?;
+        let _shared_ddl = self.inner.hold_ddl()?;
         let _ddl = sync::lock(&self.inner.ddl);
         if self.inner.damaged_topic(name).is_some() {
             return self.inner.delete_damaged_topic(name);
@@ -553,6 +566,7 @@ impl Broker {
     pub fn add_partitions(&self, name: &str, partitions: u32) -> Result<()> {
         self.check_open()?;
         self.inner.ensure_writer("add_partitions")?;
+        let _shared_ddl = self.inner.hold_ddl()?;
         let _ddl = sync::lock(&self.inner.ddl);
         let res = self.inner.topic(name)?.add_partitions(partitions);
         self.inner.topics_changed();
@@ -739,12 +753,11 @@ impl BrokerInner {
         v
     }
 
-    /// Producer ids and names (shared mode: once this process is the
-    /// writer, see [`BrokerInner::ensure_writer`]).
+    /// Producer ids and names (not for a read-only handle).
     pub(crate) fn registry(&self) -> Result<&Registry> {
-        self.registry.get().ok_or_else(|| {
-            Error::InvalidArgument("producers need the writer role in shared mode".into())
-        })
+        self.registry
+            .get()
+            .ok_or_else(|| Error::ReadOnly("producer".into()))
     }
 
     pub(crate) fn all_topics(&self) -> Vec<Arc<Topic>> {
@@ -813,8 +826,8 @@ impl BrokerInner {
     }
 
     fn enforce_retention(&self) -> usize {
-        if self.share.as_ref().is_some_and(|s| !s.is_writer()) {
-            return 0; // the writer's job
+        if self.config.readonly {
+            return 0; // the writers' job
         }
         let now = now_ms();
         self.all_topics()

@@ -1,17 +1,18 @@
-//! A data directory opened in shared mode: several processes at once, one
-//! of them the writer (see docs/shared-mode.md).
+//! A data directory opened in shared mode: several processes at once, any
+//! of them writing (see docs/shared-mode.md).
 //!
 //! - The open takes this process's share of the directory ([`DirShare`]:
-//!   `LIVE` shared, the doorbell page) and opens every topic for reading
-//!   ([`Topic::open_reader`]): no recovery, nothing written.
-//! - The first producer or topic change takes the writer role (`LOCK`) and
-//!   opens every topic again as the writer: recovery as after a crash
-//!   (the previous writer may have died mid-append), tail pages reset, the
-//!   doorbell rung after each publish. Readers in other processes follow
-//!   through the tail pages; messages they hold keep their maps.
-//! - Topics created, grown or deleted by the writer bump the directory's
-//!   topics version; the others look at the topics directory again when
-//!   they see it move ([`BrokerInner::follow_topics`]).
+//!   `LIVE` shared, the doorbell page), registers the process under
+//!   `procs/` (its token, held alive by a lock the kernel releases when it
+//!   dies) and opens every topic ([`Topic::open_reader`]): no recovery,
+//!   nothing written. The first process to open the directory (no other
+//!   has it open) forgets the partitions' tail pages, which then start
+//!   again from the files.
+//! - Each partition is appended to by any process under its append lock
+//!   (see `log/shared_writer.rs`); read-only handles only read.
+//! - Topic changes, from any process, hold the directory's DDL lock and
+//!   bump its topics version; the others look at the topics directory
+//!   again when they see it move ([`BrokerInner::follow_topics`]).
 //! - A second open of the directory in this process shares the engine
 //!   (like a second SQLite connection): handles are counted, and the last
 //!   close closes it.
@@ -22,14 +23,17 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak};
 
-use super::{open_topics, topics_dir, Broker, BrokerInner, Config};
+use super::{topics_dir, Broker, BrokerInner, Config};
 use crate::background::{Pool, POOL_THREADS};
 use crate::dedup::Registry;
 use crate::error::{Error, IoContext, Result};
 use crate::files::FileCache;
 use crate::group::Groups;
-use crate::log::{Doorbell, SharedLog, UncleanMark};
-use crate::shared::DirShare;
+use crate::log::{Doorbell, SharedLog, SharedWriters, UncleanMark};
+use crate::shared::{DirShare, LiveLock, ProcessSlot};
+
+/// The directory's DDL lock file (shared mode): topic changes hold it.
+const DDL_FILE: &str = "DDL";
 use crate::sync;
 use crate::topic::{validate_topic_name, Topic, TopicOptions};
 
@@ -84,25 +88,47 @@ pub(super) fn open(path: &Path, config: Config) -> Result<Broker> {
     Ok(Broker::on(inner))
 }
 
-/// Opens a new engine on `dir` in shared mode, as a reader.
+/// Opens a new engine on `dir` in shared mode.
 fn open_engine(dir: std::path::PathBuf, config: Config) -> Result<Arc<BrokerInner>> {
     let mode = config.file_mode;
-    let (share, ()) = DirShare::open(&dir, mode, |_alone| Ok(()))?;
+    let readonly = config.readonly;
+    let (share, ()) = DirShare::open(&dir, mode, |alone| {
+        if alone && !readonly {
+            forget_tail_pages(&dir);
+        }
+        Ok(())
+    })?;
     let share = Arc::new(share);
+    let shared = if readonly {
+        None
+    } else {
+        let ring = Arc::clone(&share);
+        Some(SharedLog {
+            doorbell: Some(Doorbell(Arc::new(move || ring.ring()))),
+            writers: Some(SharedWriters {
+                slot: Arc::new(ProcessSlot::register(&dir, mode)?),
+                root: dir.as_path().into(),
+            }),
+        })
+    };
     let options = TopicOptions {
         prefault: config.prefault,
         file_mode: mode,
         unclean: Arc::new(UncleanMark::open(&dir, mode)?),
         pool: Arc::new(Pool::new(POOL_THREADS)),
         files: Arc::new(FileCache::new(config.max_open_files)),
-        shared: None,
+        shared,
         reader: true,
     };
     crate::clock::calibrate_on(&options.pool);
+    let registry = OnceLock::new();
+    if !readonly {
+        let _ = registry.set(Registry::open(&dir, mode)?);
+    }
     // Read before the listing: a change during it is seen next time.
     let seen = share.topics_version();
     let inner = Arc::new(BrokerInner {
-        registry: OnceLock::new(),
+        registry,
         topics_version: AtomicU64::new(0),
         groups: if config.readonly {
             Groups::read_only()
@@ -127,7 +153,33 @@ fn open_engine(dir: std::path::PathBuf, config: Config) -> Result<Arc<BrokerInne
     });
     inner.read_topics();
     inner.groups.load_all(&inner.dir, mode)?;
+    if !readonly {
+        // Retention runs in every process that writes, under each
+        // partition's append lock.
+        BrokerInner::start_janitor(&inner);
+    }
     Ok(inner)
+}
+
+/// Removes every partition's tail page: the first process to open the
+/// directory in shared mode (no other process has it open) starts them
+/// again from the files, which an exclusive open may have appended to since
+/// the pages were last written.
+fn forget_tail_pages(dir: &Path) {
+    let Ok(topics) = std::fs::read_dir(topics_dir(dir)) else {
+        return;
+    };
+    for topic in topics.flatten() {
+        let Ok(parts) = std::fs::read_dir(topic.path()) else {
+            continue;
+        };
+        for part in parts.flatten() {
+            let tail = part.path().join(crate::shared::TAIL_FILE);
+            if part.path().is_dir() {
+                let _ = std::fs::remove_file(tail);
+            }
+        }
+    }
 }
 
 impl BrokerInner {
@@ -145,70 +197,46 @@ impl BrokerInner {
         Ok(())
     }
 
-    /// Before a write (`what`: a producer, a topic change): in shared mode,
-    /// takes the writer role if this process does not have it, and opens
-    /// the topics as their writer. Nothing in exclusive mode.
+    /// Before a write (`what`: a producer, a topic change): fails for a
+    /// read-only handle. Every other process may write (shared mode
+    /// serialises appends per partition, and topic changes by the
+    /// directory's DDL lock).
     ///
     /// # Errors
-    /// [`Error::ReadOnly`] for a read-only handle; [`Error::Locked`] naming
-    /// the process that has the role; errors of the topics' recovery (the
-    /// role is then given up).
+    /// [`Error::ReadOnly`] for a read-only handle.
     pub(crate) fn ensure_writer(self: &Arc<Self>, what: &str) -> Result<()> {
-        let Some(share) = &self.share else {
-            return Ok(());
-        };
-        self.check_writable(what)?;
-        if share.is_writer() {
-            return Ok(());
+        if self.share.is_some() {
+            self.check_writable(what)?;
         }
-        let _ddl = sync::lock(&self.ddl);
-        if !share.take_writer()? {
-            return Ok(()); // another thread took it meanwhile
-        }
-        if let Err(e) = self.become_writer(share) {
-            share.release_writer();
-            return Err(e);
-        }
-        BrokerInner::start_janitor(self);
         Ok(())
     }
 
-    /// Opens every topic again as its writer (the caller holds the role
-    /// and the DDL lock): recovery of what a writer that died left, tail
-    /// pages reset. The reader topics are let go, not closed: consumers
-    /// holding them read on through them.
-    fn become_writer(&self, share: &Arc<DirShare>) -> Result<()> {
-        let mode = self.config.file_mode;
-        let ring = Arc::clone(share);
-        let options = TopicOptions {
-            // Read again: the previous writer started sessions since.
-            unclean: Arc::new(UncleanMark::open(&self.dir, mode)?),
-            shared: Some(SharedLog {
-                doorbell: Some(Doorbell(Arc::new(move || ring.ring()))),
-            }),
+    /// Shared mode: holds the directory's DDL lock (a topic change by any
+    /// process) and takes in the topic changes made before it was taken.
+    /// `None` in exclusive mode.
+    pub(crate) fn hold_ddl(&self) -> Result<Option<LiveLock>> {
+        let Some(share) = &self.share else {
+            return Ok(None);
+        };
+        let held = LiveLock::hold(&self.dir.join(DDL_FILE), self.config.file_mode)?;
+        let version = share.topics_version();
+        if version != self.topics_seen.load(Ordering::Acquire) {
+            let _ddl = sync::lock(&self.ddl);
+            self.read_topics();
+            self.topics_seen.store(version, Ordering::Release);
+            self.topics_changed();
+        }
+        Ok(Some(held))
+    }
+
+    /// Options for a topic created in shared mode: written as an exclusive
+    /// writer would (no tail pages), then opened as every topic is here.
+    pub(crate) fn plain_topic_options(&self) -> TopicOptions {
+        TopicOptions {
+            shared: None,
             reader: false,
             ..self.options.clone()
-        };
-        if self.registry.get().is_none() {
-            let _ = self.registry.set(Registry::open(&self.dir, mode)?);
         }
-        let trash = self.dir.join("trash");
-        if trash.exists() {
-            let _ = std::fs::remove_dir_all(&trash);
-        }
-        let tdir = topics_dir(&self.dir);
-        crate::private_dir::create_dir_all(&tdir, mode)?;
-        let seen = share.topics_version();
-        let (topics, damaged) = open_topics(&tdir, &options, &mut HashMap::new())?;
-        *sync::write(&self.topics) = topics;
-        *sync::write(&self.damaged) = damaged;
-        self.topics_seen.store(seen, Ordering::Release);
-        let _ = self.writer_options.set(options);
-        self.topics_changed();
-        for t in self.topic_names() {
-            self.refresh_retention_floors(&t);
-        }
-        Ok(())
     }
 
     /// Shared mode, the writer: tells the other processes that topics
@@ -227,9 +255,7 @@ impl BrokerInner {
     #[inline]
     pub(crate) fn follow_topics(&self) {
         if let Some(share) = &self.share {
-            if share.topics_version() != self.topics_seen.load(Ordering::Acquire)
-                && !share.is_writer()
-            {
+            if share.topics_version() != self.topics_seen.load(Ordering::Acquire) {
                 self.follow_topics_slow(share);
             }
         }
@@ -239,7 +265,7 @@ impl BrokerInner {
     fn follow_topics_slow(&self, share: &DirShare) {
         let _ddl = sync::lock(&self.ddl);
         let version = share.topics_version();
-        if version == self.topics_seen.load(Ordering::Acquire) || share.is_writer() {
+        if version == self.topics_seen.load(Ordering::Acquire) {
             return;
         }
         self.read_topics();

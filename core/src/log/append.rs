@@ -192,6 +192,9 @@ impl PartitionLog {
         // Until the next clean close, a crash must be followed by a check:
         // the directory's session is on disk before anything is written.
         self.config.unclean.mark()?;
+        // Shared mode, several writers: the partition's append lock, and
+        // what other processes appended since.
+        let shared = self.lock_for_append(&mut w)?;
         if let Some(idem) = idem {
             let table = self.producer_table(&mut w, idem.named)?;
             match table.check(idem, count as u32, &self.topic, self.partition)? {
@@ -233,6 +236,9 @@ impl PartitionLog {
         w.active.ensure_room(len)?;
         let base = w.next_offset;
         let pos = w.active.end();
+        if let Some(g) = &shared {
+            g.set_in_progress((pos + len) as u64);
+        }
         let Writer {
             active,
             active_writer,
@@ -279,9 +285,10 @@ impl PartitionLog {
         w.max_ts = w.max_ts.max(max_ts);
         w.next_offset = base + count as u64;
         self.end_offset.store(w.next_offset, Ordering::Release);
-        if self.tail.is_some() {
+        if self.tail.is_some() || shared.is_some() {
             self.write_tail(w.next_offset, &w.active);
         }
+        drop(shared);
         if w.active.growth_due() {
             self.grow_ahead(&mut w);
         }

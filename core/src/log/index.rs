@@ -243,6 +243,46 @@ impl IndexFile {
         self.file.set_published(n * width);
     }
 
+    /// Shared mode, several writers, under the partition's append lock:
+    /// publishes the well-formed entries (as in [`IndexFile::recover`])
+    /// that another process appended after the last published one, up to
+    /// the file's length now. Writes nothing.
+    pub(crate) fn adopt(&self, token: &mut WriteToken, limit: usize) {
+        let width = self.width;
+        let Some(len) = self.file.refresh_allocated() else {
+            return;
+        };
+        let mut n = self.len();
+        let cap = len.min(self.file.capacity()) / width;
+        let parse = |b: &[u8]| {
+            if width == OFFSET_ENTRY {
+                (0, u32_at(b, 0), u32_at(b, 4))
+            } else {
+                (
+                    i64::from_le_bytes(b[0..8].try_into().expect("8 bytes")),
+                    u32_at(b, 8),
+                    u32_at(b, 12),
+                )
+            }
+        };
+        let mut prev = (n > 0).then(|| parse(self.raw(n - 1)));
+        let start = n;
+        while n < cap {
+            let (ts, rel, pos) = parse(self.file.unpublished(n * width, (n + 1) * width));
+            let ok = pos != 0
+                && (pos as usize) < limit
+                && prev.is_none_or(|(pts, prel, ppos)| pos > ppos && rel > prel && ts >= pts);
+            if !ok {
+                break;
+            }
+            prev = Some((ts, rel, pos));
+            n += 1;
+        }
+        if n > start {
+            self.file.publish(token, n * width);
+        }
+    }
+
     /// For a sealed index: when the last entry is all zeros (the file was
     /// never trimmed), keeps only the leading entries before the first
     /// all-zero one. Cheap when the file was trimmed.

@@ -296,30 +296,48 @@ impl MappedFile {
         Some(len)
     }
 
-    /// Moves the published length of a file this process only reads (no
-    /// [`WriteToken`] exists for it here) forward to `len`; never back.
+    /// Moves the published length forward to `len` (never back) over bytes
+    /// another process wrote: in a file this process only reads, or in one
+    /// it also writes while its log's writer lock keeps its own writes out
+    /// (shared mode, catching up). With `flushed`, the bytes count as
+    /// flushed (a reader that never flushes); without, this process's next
+    /// flush covers them (a writer whose `acks=all` must make everything
+    /// before its own batches durable).
     ///
     /// # Panics
-    /// If the file has a writer in this process or `len` is past the
-    /// mapping.
-    pub(crate) fn advance_published(&self, len: usize) {
-        assert!(self.id == 0, "a written file publishes with its token");
+    /// If `len` is past the mapping.
+    pub(crate) fn advance_published(&self, len: usize, flushed: bool) {
         assert!(len <= self.capacity, "publishing past the mapping");
         self.published.fetch_max(len, Ordering::AcqRel);
-        self.flushed.fetch_max(len, Ordering::AcqRel);
+        if flushed {
+            self.flushed.fetch_max(len, Ordering::AcqRel);
+        }
     }
 
-    /// Bytes `[start, end)` of a file this process only reads, above the
-    /// published length: what another process may be writing right now.
-    /// For a reader checking batches (CRC included) before it publishes
-    /// them to itself; `end` must be within the file (checked by the
-    /// caller against [`MappedFile::file_len`]).
+    /// Sets what [`MappedFile::allocated`] says to the file's length now
+    /// (at most the mapping), up or down: for a writer in shared mode
+    /// taking over a file that another process grew or trimmed. Returns
+    /// the length; `None` (nothing changed) when it cannot be read.
+    pub(crate) fn refresh_allocated(&self) -> Option<usize> {
+        let len = std::fs::metadata(&self.path).ok()?.len();
+        let len = usize::try_from(len)
+            .unwrap_or(usize::MAX)
+            .min(self.capacity);
+        self.allocated.store(len, Ordering::Release);
+        Some(len)
+    }
+
+    /// Bytes `[start, end)` above the published length of a file another
+    /// process writes: what it may be writing right now. For a process
+    /// checking batches (CRC included) before it publishes them to itself;
+    /// `end` must be within the file (checked by the caller against
+    /// [`MappedFile::file_len`]). The caller keeps this process's own
+    /// writer out meanwhile (the file has no [`WriteToken`] here, or the
+    /// caller holds its log's writer lock).
     ///
     /// # Panics
-    /// If the file has a writer in this process or the range is not within
-    /// the mapping.
+    /// If the range is not within the mapping.
     pub(crate) fn unpublished(&self, start: usize, end: usize) -> &[u8] {
-        assert!(self.id == 0, "only for files this process does not write");
         assert!(
             start <= end && end <= self.capacity,
             "range past the mapping"
@@ -327,9 +345,10 @@ impl MappedFile {
         match &self.map {
             // SAFETY: the range lies within the mapping (checked above) and,
             // by the caller's check, within the file, so no page past the
-            // file's end is touched. The mapping is read-only and no token
-            // exists for this file in this process, so nothing here writes
-            // these bytes; another process may, and what is read may then be
+            // file's end is touched. Nothing in this process writes these
+            // bytes meanwhile (no token exists for the file here, or the
+            // caller holds the log's writer lock, which every writer here
+            // takes); another process may, and what is read may then be
             // torn: every batch read here is checked (length, offsets,
             // CRC32C) before it is published.
             Some(m) => unsafe { std::slice::from_raw_parts(m.as_ptr().add(start), end - start) },
@@ -611,6 +630,13 @@ impl MappedFile {
         let end = self.published();
         let start = self.flushed.load(Ordering::Acquire);
         if end <= start {
+            return Ok(());
+        }
+        if self.id == 0 {
+            // Mapped read-only here (written by another process): an msync
+            // of such a map syncs nothing, the file's own sync does.
+            self.sync_file()?;
+            self.flushed.fetch_max(end, Ordering::AcqRel);
             return Ok(());
         }
         let kind = SyncKind::Range { end: end as u64 };

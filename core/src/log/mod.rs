@@ -21,6 +21,7 @@ mod run;
 mod segment;
 #[doc(hidden)]
 pub mod shared_raw;
+mod shared_writer;
 #[cfg(test)]
 pub(crate) mod test_util;
 mod unclean;
@@ -88,6 +89,21 @@ pub(crate) struct LogConfig {
 pub(crate) struct SharedLog {
     /// Rung after every publish (the data directory's doorbell, say).
     pub doorbell: Option<Doorbell>,
+    /// Several writers: set when the log is opened by
+    /// [`PartitionLog::open_reader`] in a process that appends too (see
+    /// `shared_writer.rs`).
+    pub writers: Option<SharedWriters>,
+}
+
+/// What a process appending to logs that other processes append to needs:
+/// its registration in the data directory (its token, held alive) and the
+/// directory, where the other processes' registrations are.
+#[derive(Debug, Clone)]
+pub(crate) struct SharedWriters {
+    /// This process's registration.
+    pub slot: Arc<crate::shared::ProcessSlot>,
+    /// The data directory.
+    pub root: Arc<std::path::Path>,
 }
 
 /// A hook the log calls after each publish in shared mode. It runs with
@@ -565,6 +581,11 @@ impl PartitionLog {
     /// flushed now and then) pay for the conversion once per flush anyway,
     /// and would only write their bytes twice.
     fn write_ahead(&self) {
+        if self.reader.is_some() {
+            // Shared mode: a background write could reach a file another
+            // process trims.
+            return;
+        }
         let Some(seg) = sync::read(&self.segments).last().cloned() else {
             return;
         };
@@ -690,17 +711,45 @@ impl PartitionLog {
             // readable and reopens fine. Report and carry on.
             ::log::warn!("trimming {} failed: {e}", old.path().display());
         }
+        if self.shared_writer().is_some() {
+            // The next holder of the append lock appends to the new one.
+            self.write_tail(w.next_offset, &w.active);
+        }
         // Keeps rebuilding the producer table down to the active segment.
         self.save_producer_snapshot(w);
-        self.enforce_retention(now_ms());
+        self.enforce_retention_locked(now_ms());
         Ok(())
     }
 
     /// Deletes closed segments beyond the retention limits (never the active
-    /// one). Returns how many were deleted.
+    /// one). Returns how many were deleted. In shared mode with several
+    /// writers, under the partition's append lock.
     pub(crate) fn enforce_retention(&self, now: i64) -> usize {
+        if self.shared_writer().is_none() {
+            return self.enforce_retention_locked(now);
+        }
+        if self.config.retention_bytes.is_none() && self.config.retention_ms.is_none() {
+            return 0;
+        }
+        let mut w = lock(&self.writer);
+        if w.closed {
+            return 0;
+        }
+        match self.lock_for_append(&mut w) {
+            Ok(_guard) => self.enforce_retention_locked(now),
+            Err(e) => {
+                ::log::warn!("retention of {}/{}: {e}", self.topic, self.partition);
+                0
+            }
+        }
+    }
+
+    /// [`PartitionLog::enforce_retention`] by the log's writer: in shared
+    /// mode with several writers, the caller holds the append lock.
+    fn enforce_retention_locked(&self, now: i64) -> usize {
         let (bytes, ms) = (self.config.retention_bytes, self.config.retention_ms);
-        if (bytes.is_none() && ms.is_none()) || self.reader.is_some() {
+        let pure_reader = self.reader.as_ref().is_some_and(|r| r.writer.is_none());
+        if (bytes.is_none() && ms.is_none()) || pure_reader {
             return 0;
         }
         let removed: Vec<Arc<Segment>> = {
@@ -753,7 +802,10 @@ impl PartitionLog {
         let res = self.flush();
         {
             let mut w = lock(&self.writer);
-            if !w.closed && res.is_ok() {
+            // Several writers: another process may append after this one
+            // closes, so no point here is ever clean (and the producer
+            // snapshot is saved at rolls, under the append lock).
+            if !w.closed && res.is_ok() && self.shared_writer().is_none() {
                 self.save_producer_snapshot(&w);
                 // Everything is flushed: the next open need not check.
                 let _ = self.checkpoint.write_session(
@@ -814,14 +866,24 @@ impl PartitionLog {
     /// mode.
     #[inline]
     fn write_tail(&self, next_offset: u64, active: &Segment) {
-        if let Some(tail) = &self.tail {
-            lock(tail).write(Tail {
-                next_offset,
-                active_base: active.base(),
-                published: active.end() as u64,
-                log_start: self.start_offset(),
-                cuts: 0,
-            });
+        let tail = Tail {
+            next_offset,
+            active_base: active.base(),
+            published: active.end() as u64,
+            log_start: self.start_offset(),
+            cuts: 0,
+        };
+        let written = if let Some(page) = &self.tail {
+            lock(page).write(tail);
+            true
+        } else if let Some(sw) = self.shared_writer() {
+            // Under the append lock.
+            sw.page.write(tail);
+            true
+        } else {
+            false
+        };
+        if written {
             if let Some(Doorbell(ring)) = self
                 .config
                 .shared

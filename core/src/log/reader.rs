@@ -46,6 +46,19 @@ pub(crate) struct ReaderState {
     /// The last tail fully acted on: a refresh that reads it again does
     /// nothing more.
     seen: Mutex<Option<Tail>>,
+    /// Shared mode with several writers: this process appends too.
+    pub(super) writer: Option<SharedWriter>,
+}
+
+/// A log's part in appending from several processes (see
+/// `shared_writer.rs`).
+#[derive(Debug)]
+pub(crate) struct SharedWriter {
+    /// The tail page, writable: the append lock and the published end.
+    pub(super) page: TailPage,
+    /// This process's registration (its token and liveness lock), and
+    /// the data directory where the others' are.
+    pub(super) writers: super::SharedWriters,
 }
 
 /// Tries at listing and opening the segments when retention removes one
@@ -69,14 +82,31 @@ impl PartitionLog {
         dir: &Path,
         config: LogConfig,
     ) -> Result<PartitionLog> {
+        let mut config = config;
+        let writers = config.shared.as_ref().and_then(|s| s.writers.clone());
         let tail = std::sync::OnceLock::new();
-        if let Ok(page) = TailPage::open_read_only(dir) {
-            let _ = tail.set(page);
-        }
+        let writer = match writers {
+            Some(writers) => {
+                // Pages are faulted in by the writer that needs them: a
+                // background job could touch a file another process trims.
+                config.prefault = false;
+                Some(SharedWriter {
+                    page: TailPage::open(dir, config.file_mode)?,
+                    writers,
+                })
+            }
+            None => {
+                if let Ok(page) = TailPage::open_read_only(dir) {
+                    let _ = tail.set(page);
+                }
+                None
+            }
+        };
+        let sizes = writer.is_some().then(|| config.sizes());
         let mut tries = 0;
-        let segments = loop {
+        let (segments, active_writer) = loop {
             tries += 1;
-            match open_segments(dir, config.segment_bytes) {
+            match open_segments(dir, config.segment_bytes, sizes.as_ref()) {
                 Err(e) if super::mmap::is_not_found(&e) && tries < OPEN_TRIES => {}
                 r => break r?,
             }
@@ -85,6 +115,7 @@ impl PartitionLog {
         let active = Arc::clone(segments.last().expect("open_segments returns one or more"));
         let start = segments[0].base();
         let end = active.base();
+        let appends = writer.is_some();
         let log = PartitionLog {
             topic,
             partition,
@@ -97,10 +128,10 @@ impl PartitionLog {
                 flushes_seen: 0,
                 grow_failed_at: usize::MAX,
                 prepare_requested: false,
-                // Appends are refused (see `closed_error`).
-                closed: true,
+                // A reader's appends are refused (see `closed_error`).
+                closed: !appends,
                 active,
-                active_writer: SegmentWriter::none(),
+                active_writer: active_writer.unwrap_or_else(SegmentWriter::none),
                 next_offset: end,
                 producers: ProducerTable::default(),
                 producers_loaded: false,
@@ -108,9 +139,10 @@ impl PartitionLog {
             start_offset: AtomicU64::new(start),
             end_offset: AtomicU64::new(end),
             waiters: Waiters::default(),
-            group: Box::new(GroupCommit::new(u64::MAX)),
-            // Nothing to flush: a reader's flush returns at once.
-            flushed_fast: AtomicU64::new(u64::MAX),
+            // A reader has nothing to flush: its flush returns at once. A
+            // writer flushes what the others wrote before its own batches.
+            group: Box::new(GroupCommit::new(if appends { end } else { u64::MAX })),
+            flushed_fast: AtomicU64::new(if appends { end } else { u64::MAX }),
             poisoned: AtomicBool::new(false),
             flushes: AtomicU64::new(0),
             retention_floor: AtomicU64::new(u64::MAX),
@@ -124,10 +156,26 @@ impl PartitionLog {
             reader: Some(Box::new(ReaderState {
                 tail,
                 seen: Mutex::new(None),
+                writer,
             })),
         };
+        log.start_shared_tail();
         log.refresh();
         Ok(log)
+    }
+
+    /// The tail page refresh reads: the writable one of a log this process
+    /// also appends to, else the read-only one, once it exists.
+    fn tail_page<'a>(&self, r: &'a ReaderState) -> Option<&'a TailPage> {
+        if let Some(sw) = &r.writer {
+            return Some(&sw.page);
+        }
+        match r.tail.get() {
+            Some(page) => Some(page),
+            None => TailPage::open_read_only(&self.dir)
+                .ok()
+                .map(|page| r.tail.get_or_init(|| page)),
+        }
     }
 
     /// Whether this log was opened for reading only
@@ -159,43 +207,63 @@ impl PartitionLog {
         let Some(r) = &self.reader else {
             return false;
         };
-        let page = match r.tail.get() {
-            Some(page) => page,
-            None => match TailPage::open_read_only(&self.dir) {
-                Ok(page) => r.tail.get_or_init(|| page),
-                Err(_) => return self.scan_without_tail(),
-            },
+        // Under the writer lock: this process's own appends (several
+        // writers) stay out of the bytes being checked. An append under
+        // way catches up itself.
+        let mut w = if r.writer.is_some() {
+            match self.writer.try_lock() {
+                Ok(w) => w,
+                Err(std::sync::TryLockError::WouldBlock) => return false,
+                Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+            }
+        } else {
+            lock(&self.writer)
+        };
+        self.refresh_locked(r, &mut w)
+    }
+
+    /// [`PartitionLog::refresh`] with the writer lock held.
+    pub(super) fn refresh_locked(&self, r: &ReaderState, w: &mut Writer) -> bool {
+        let Some(page) = self.tail_page(r) else {
+            return self.scan_without_tail(w);
         };
         let Some(tail) = page.read() else {
             return false; // not a tail page, or a writer died writing it
         };
+        self.apply_tail(r, w, tail).0
+    }
+
+    /// Moves the log to what `tail` says, after the checks in the module's
+    /// doc. Returns whether anything changed and whether all of it was
+    /// believed.
+    pub(super) fn apply_tail(&self, r: &ReaderState, w: &mut Writer, tail: Tail) -> (bool, bool) {
         let mut seen = lock(&r.seen);
         if *seen == Some(tail) {
-            return false;
+            return (false, true);
         }
         let Some(active) = sync::read(&self.segments).last().cloned() else {
-            return false; // closed
+            return (false, false); // closed
         };
         let plausible = tail.active_base >= active.base()
             && tail.next_offset >= tail.active_base
             && tail.log_start <= tail.active_base;
         if !plausible {
-            return false;
+            return (false, false);
         }
         let mut changed = false;
         let mut applied = true;
         let active = if tail.active_base == active.base() {
             active
         } else {
-            match self.follow_roll(&active, tail.active_base) {
+            match self.follow_roll(w, &active, tail.active_base) {
                 Some(new) => {
                     changed = true;
                     new
                 }
-                None => return false,
+                None => return (false, false),
             }
         };
-        match self.advance(&active, tail.published) {
+        match self.advance(w, &active, tail.published) {
             Advance::Moved => changed = true,
             Advance::Nothing => {}
             Advance::Partly => {
@@ -208,29 +276,36 @@ impl PartitionLog {
         if applied {
             *seen = Some(tail);
         }
-        changed
+        (changed, applied)
     }
 
     /// Without a tail page: publishes the active segment's whole, valid
     /// batches up to its file's length (nobody writes the log while no
     /// writer keeps a tail page). Returns whether anything changed.
-    fn scan_without_tail(&self) -> bool {
+    pub(super) fn scan_without_tail(&self, w: &mut Writer) -> bool {
         let Some(active) = sync::read(&self.segments).last().cloned() else {
             return false; // closed
         };
         match active.log_file().file_len() {
             Some(len) => matches!(
-                self.advance(&active, len as u64),
+                self.advance(w, &active, len as u64),
                 Advance::Moved | Advance::Partly
             ),
             None => false,
         }
     }
 
+    /// Whether this process appends to the log in shared mode (several
+    /// writers), bytes other processes publish count as not yet flushed
+    /// here (this process's `acks=all` flushes them with its own).
+    fn others_unflushed(&self) -> bool {
+        self.reader.as_ref().is_some_and(|r| r.writer.is_some())
+    }
+
     /// Moves the published length of `seg` (the active segment, or the
     /// old one at a roll) towards `claimed`, over whole valid batches
     /// only, and the log's end offset with it.
-    fn advance(&self, seg: &Segment, claimed: u64) -> Advance {
+    pub(super) fn advance(&self, w: &mut Writer, seg: &Segment, claimed: u64) -> Advance {
         let log = seg.log_file();
         let from = log.published();
         let Ok(claimed) = usize::try_from(claimed) else {
@@ -249,12 +324,12 @@ impl PartitionLog {
                 _ => return Advance::Refused,
             }
         }
-        let (to, next) = walk(seg, claimed, self.end_offset());
+        let (to, next) = walk(seg, claimed, self.end_offset(), !self.others_unflushed());
         if to == from {
             return Advance::Refused;
         }
         self.end_offset.store(next, Ordering::Release);
-        lock(&self.writer).next_offset = next;
+        w.next_offset = next;
         if to == claimed {
             Advance::Moved
         } else {
@@ -268,7 +343,12 @@ impl PartitionLog {
     /// `old` to the end of its file and marks it sealed. Returns the new
     /// active segment; `None` (nothing changed) when the roll is not to be
     /// believed or its files cannot be opened.
-    fn follow_roll(&self, old: &Arc<Segment>, new_base: u64) -> Option<Arc<Segment>> {
+    pub(super) fn follow_roll(
+        &self,
+        w: &mut Writer,
+        old: &Arc<Segment>,
+        new_base: u64,
+    ) -> Option<Arc<Segment>> {
         let bases: Vec<u64> = list_bases(&self.dir)
             .ok()?
             .into_iter()
@@ -277,9 +357,19 @@ impl PartitionLog {
         if bases.last() != Some(&new_base) {
             return None;
         }
+        let appends = self.others_unflushed();
         let mut opened = Vec::with_capacity(bases.len());
+        let mut new_writer = None;
         for &base in &bases {
-            match Segment::open_reader_active(&self.dir, base, self.config.segment_bytes) {
+            let seg = if appends && base == new_base {
+                Segment::open_shared_active(&self.dir, base, &self.config.sizes()).map(|(s, t)| {
+                    new_writer = Some(t);
+                    s
+                })
+            } else {
+                Segment::open_reader_active(&self.dir, base, self.config.segment_bytes)
+            };
+            match seg {
                 Ok(s) => opened.push(Arc::new(s)),
                 // Removed by retention meanwhile: nothing to read there.
                 Err(e) if super::mmap::is_not_found(&e) && base != new_base => {}
@@ -297,21 +387,25 @@ impl PartitionLog {
         // file's length bounds its data (and ends in zeros, see
         // `segment::shared_sealed_len`).
         if let Some(len) = old.log_file().file_len() {
-            let _ = self.advance(old, len as u64);
+            let _ = self.advance(w, old, len as u64);
         }
         old.mark_sealed_by_writer();
+        if appends {
+            // Sealed by another process: nothing here writes it again.
+            old.log_file().release_file();
+        }
         // Segments in between are read whole now.
         for seg in &opened[..opened.len().saturating_sub(1)] {
-            seal_whole(seg);
+            seal_whole(seg, !appends);
         }
         let new = Arc::clone(opened.last()?);
         sync::write(&self.segments).extend(opened);
         self.end_offset.fetch_max(new_base, Ordering::AcqRel);
-        {
-            let mut w = lock(&self.writer);
-            w.active = Arc::clone(&new);
-            w.next_offset = w.next_offset.max(new_base);
+        w.active = Arc::clone(&new);
+        if let Some(t) = new_writer {
+            w.active_writer = t;
         }
+        w.next_offset = w.next_offset.max(new_base);
         Some(new)
     }
 
@@ -338,7 +432,7 @@ impl PartitionLog {
 }
 
 /// What [`PartitionLog::advance`] did.
-enum Advance {
+pub(super) enum Advance {
     /// The published length moved.
     Moved,
     /// Nothing new.
@@ -350,7 +444,7 @@ enum Advance {
 }
 
 /// The base offsets of the segments in `dir`, in order.
-fn list_bases(dir: &Path) -> Result<Vec<u64>> {
+pub(super) fn list_bases(dir: &Path) -> Result<Vec<u64>> {
     let mut bases = Vec::new();
     for entry in std::fs::read_dir(dir).ctx(|| format!("listing {}", dir.display()))? {
         let entry = entry.ctx(|| format!("listing {}", dir.display()))?;
@@ -371,23 +465,42 @@ fn list_bases(dir: &Path) -> Result<Vec<u64>> {
 /// Opens the segments of `dir` for reading: every one as in
 /// [`Segment::open_reader_active`]; all but the last are read whole and
 /// marked sealed, the last (the writer's active segment) is published by
-/// the first refresh.
-fn open_segments(dir: &Path, capacity: usize) -> Result<Vec<Arc<Segment>>> {
+/// the first refresh. With `writable` (this process appends too), the last
+/// is opened for appending ([`Segment::open_shared_active`]), and its
+/// writer returned.
+fn open_segments(
+    dir: &Path,
+    capacity: usize,
+    writable: Option<&super::segment::SegmentSizes>,
+) -> Result<(Vec<Arc<Segment>>, Option<SegmentWriter>)> {
     let bases = list_bases(dir)?;
-    if bases.is_empty() {
+    let Some((&last, sealed)) = bases.split_last() else {
         return Err(Error::InvalidArgument(format!(
             "{} holds no partition log",
             dir.display()
         )));
-    }
+    };
     let mut segments = Vec::with_capacity(bases.len());
-    for &base in &bases {
+    for &base in sealed {
         segments.push(Arc::new(Segment::open_reader_active(dir, base, capacity)?));
     }
-    for seg in &segments[..segments.len() - 1] {
-        seal_whole(seg);
+    // Written before this open: as durable as the open of an exclusive
+    // writer takes them to be.
+    for seg in &segments {
+        seal_whole(seg, true);
     }
-    Ok(segments)
+    let writer = match writable {
+        Some(sizes) => {
+            let (seg, w) = Segment::open_shared_active(dir, last, sizes)?;
+            segments.push(Arc::new(seg));
+            Some(w)
+        }
+        None => {
+            segments.push(Arc::new(Segment::open_reader_active(dir, last, capacity)?));
+            None
+        }
+    };
+    Ok((segments, writer))
 }
 
 /// Publishes, in a segment the writer sealed, its batches up to its file's
@@ -397,15 +510,15 @@ fn open_segments(dir: &Path, capacity: usize) -> Result<Vec<Arc<Segment>>> {
 /// every byte, so an open costs a read of the headers, not of the whole
 /// log. The read path checks each batch's CRC before delivery, as it does
 /// for sealed segments in exclusive mode.
-fn seal_whole(seg: &Segment) {
+fn seal_whole(seg: &Segment, flushed: bool) {
     if let Some(len) = seg.log_file().file_len() {
-        walk_headers(seg, len);
+        walk_headers(seg, len, flushed);
     }
     seg.mark_sealed_by_writer();
 }
 
 /// [`walk`] for a sealed segment: headers only (see [`seal_whole`]).
-fn walk_headers(seg: &Segment, limit: usize) {
+fn walk_headers(seg: &Segment, limit: usize, flushed: bool) {
     let log = seg.log_file();
     let from = log.published();
     let limit = limit.min(log.allocated());
@@ -430,15 +543,16 @@ fn walk_headers(seg: &Segment, limit: usize) {
         pos += total;
         next = after;
     }
-    log.advance_published(from + pos);
+    log.advance_published(from + pos, flushed);
 }
 
 /// Publishes, in `seg` (a file this process only reads), the batches from
 /// its published length on that check out (length, CRC32C, base offsets
 /// following on from `next`), up to `limit` bytes, at most the file's
-/// length as last read. Returns the new published length and the offset
-/// after the last batch.
-fn walk(seg: &Segment, limit: usize, mut next: u64) -> (usize, u64) {
+/// length as last read (`flushed`: as in
+/// [`super::mmap::MappedFile::advance_published`]). Returns the new
+/// published length and the offset after the last batch.
+fn walk(seg: &Segment, limit: usize, mut next: u64, flushed: bool) -> (usize, u64) {
     let log = seg.log_file();
     let from = log.published();
     let limit = limit.min(log.allocated());
@@ -455,6 +569,6 @@ fn walk(seg: &Segment, limit: usize, mut next: u64) -> (usize, u64) {
         pos += h.total_len();
         next = h.next_offset();
     }
-    log.advance_published(from + pos);
+    log.advance_published(from + pos, flushed);
     (from + pos, next)
 }

@@ -323,6 +323,67 @@ impl Segment {
         Ok(seg)
     }
 
+    /// Opens the active segment in a process that appends to it while
+    /// others may too (shared mode, several writers): log and indexes
+    /// mapped writable, nothing published and nothing written (what is
+    /// published comes from the partition's tail page, checked batch by
+    /// batch, and the indexes' entries from [`Segment::adopt_indexes`]
+    /// under the partition's append lock). A missing index stays empty:
+    /// lookups scan.
+    pub(crate) fn open_shared_active(
+        dir: &Path,
+        base: u64,
+        sizes: &SegmentSizes,
+    ) -> Result<(Segment, SegmentWriter)> {
+        let (log, log_token, _) = MappedFile::open_writable(
+            &segment_path(dir, base, "log"),
+            sizes.log_bytes,
+            LOG_FIRST_STEP,
+            Some(&sizes.files),
+        )?;
+        let open_index = |ext, width| {
+            let path = segment_path(dir, base, ext);
+            match IndexFile::open_active(&path, width, sizes.index_entries) {
+                Err(e) if is_not_found(&e) => {
+                    Ok((IndexFile::empty(&path, width), WriteToken::none()))
+                }
+                r => r,
+            }
+        };
+        let (index, index_token) = open_index("idx", OFFSET_ENTRY)?;
+        let (time, time_token) = open_index("tix", TIME_ENTRY)?;
+        let seg = Segment::assemble(dir, base, log, index, time, false);
+        // Time lookups scan until the entries are adopted and checked.
+        seg.time_state.store(TIME_DISTRUSTED, Ordering::Relaxed);
+        Ok((
+            seg,
+            SegmentWriter {
+                log: log_token,
+                index: index_token,
+                time: time_token,
+            },
+        ))
+    }
+
+    /// Shared mode, several writers, under the partition's append lock:
+    /// takes in the index entries other processes appended (well-formed
+    /// entries after the last known one, pointing below the published
+    /// end) and the file's length as it is now (another process may have
+    /// grown it, or trimmed it at a roll it did not publish). Returns the
+    /// log position of the last offset-index entry (0: none).
+    pub(crate) fn adopt_indexes(&self, w: &mut SegmentWriter) -> usize {
+        self.log.refresh_allocated();
+        let limit = self.end();
+        self.index.adopt(&mut w.index, limit);
+        self.time.adopt(&mut w.time, limit);
+        let n = self.index.len();
+        if n == 0 {
+            0
+        } else {
+            self.index.offset_entry(n - 1).pos as usize
+        }
+    }
+
     /// Raises the segment's largest known timestamp (a reader process,
     /// from the batches it checked).
     pub(crate) fn note_timestamp(&self, ts: i64) {

@@ -60,6 +60,7 @@ impl Options {
             pool: Arc::new(Pool::new(1)),
             files: Arc::new(FileCache::new(64)),
             shared: self.shared.then(|| SharedLog {
+                writers: None,
                 doorbell: self.doorbell.clone().map(Doorbell),
             }),
         }

@@ -1,5 +1,5 @@
 //! A data directory opened by several processes at once: who is there,
-//! who writes, and the directory's doorbell.
+//! and the directory's doorbell.
 //!
 //! Files in the data directory:
 //! - `LIVE`: every process that has the directory open in shared mode
@@ -11,15 +11,14 @@
 //! - `INIT`: held exclusively around a shared open's first steps (learning
 //!   whether it is alone and, if it is, recovery and the reset of the
 //!   shared pages), so that two openers never both think they are alone.
-//! - `LOCK`: held exclusively by the one process that writes (the writer
-//!   role), with its pid written in it for error messages.
+//! - `LOCK`: held exclusively by a process that has the directory open in
+//!   exclusive mode, with its pid written in it for error messages.
 //! - `mqlite.shm`: a [`SharedPage`] with the doorbell (a futex word bumped
 //!   after appends and group changes, when someone waits), the count of
 //!   waiters, and the topics version (bumped when topics are created,
 //!   deleted or grow). A cache: reset by a process that opens alone.
 
-use std::fs::File;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -42,13 +41,9 @@ const TOPICS_VERSION: Word64 = Word64::at(16);
 /// One process's share of a data directory opened in shared mode.
 #[derive(Debug)]
 pub(crate) struct DirShare {
-    dir: PathBuf,
-    mode: u32,
     page: SharedPage,
     /// `LIVE`, held shared until [`DirShare::leave`].
     live: Mutex<Option<LiveLock>>,
-    /// `LOCK`, held while this process has the writer role.
-    writer: Mutex<Option<File>>,
 }
 
 /// How a process holds a data directory against shared openers.
@@ -133,54 +128,18 @@ impl DirShare {
         })?;
         Ok((
             DirShare {
-                dir: dir.to_owned(),
-                mode,
                 page,
                 live: Mutex::new(Some(live)),
-                writer: Mutex::new(None),
             },
             out,
         ))
     }
 
-    /// Takes the writer role if this process does not have it yet.
-    /// Returns `true` when it was taken now (the caller then brings the
-    /// directory's tails in line: the previous writer may have died).
-    ///
-    /// # Errors
-    /// [`Error::Locked`] naming the process that has the role.
-    pub(crate) fn take_writer(&self) -> Result<bool> {
-        let mut w = lock(&self.writer);
-        if w.is_some() {
-            return Ok(false);
-        }
-        let lock = crate::broker::take_lock(&self.dir, self.mode).map_err(|e| match e {
-            Error::Locked { path, holder } => Error::Locked {
-                path,
-                holder: format!("{holder}, the writer of this shared data directory"),
-            },
-            e => e,
-        })?;
-        *w = Some(lock);
-        Ok(true)
-    }
-
-    /// Gives the writer role up (a failed take-over, or the close).
-    pub(crate) fn release_writer(&self) {
-        lock(&self.writer).take();
-    }
-
-    /// Leaves the directory (at close): gives the writer role up and lets
-    /// go of `LIVE`, so that a process may open it exclusively, even while
-    /// this share is still referenced.
+    /// Leaves the directory (at close): lets go of `LIVE`, so that a
+    /// process may open it exclusively, even while this share is still
+    /// referenced.
     pub(crate) fn leave(&self) {
-        self.release_writer();
         lock(&self.live).take();
-    }
-
-    /// Whether this process has the writer role.
-    pub(crate) fn is_writer(&self) -> bool {
-        lock(&self.writer).is_some()
     }
 
     /// Rings the doorbell: wakes every process waiting on it. Cheap when
@@ -301,20 +260,6 @@ mod tests {
         ));
         drop(ex);
         assert!(DirShare::open(dir.path(), 0o600, |_| Ok(())).is_ok());
-    }
-
-    #[test]
-    fn one_process_at_a_time_has_the_writer_role() {
-        let dir = tempfile::tempdir().unwrap();
-        let (a, ()) = DirShare::open(dir.path(), 0o600, |_| Ok(())).unwrap();
-        let (b, ()) = DirShare::open(dir.path(), 0o600, |_| Ok(())).unwrap();
-        assert!(a.take_writer().unwrap());
-        assert!(!a.take_writer().unwrap(), "already taken");
-        assert!(a.is_writer());
-        let e = b.take_writer().unwrap_err();
-        assert!(matches!(e, Error::Locked { .. }), "{e}");
-        drop(a);
-        assert!(b.take_writer().unwrap(), "taken over once the writer left");
     }
 
     #[test]

@@ -13,6 +13,7 @@ mod fs_kind;
 mod futex;
 mod liveness;
 mod page;
+mod procs;
 mod tail;
 
 pub(crate) use dir::{hold_exclusive, DirShare, ExclusiveHold};
@@ -20,4 +21,5 @@ pub(crate) use fs_kind::{filesystem_kind, FsKind};
 pub(crate) use futex::WaitOutcome;
 pub(crate) use liveness::{LiveLock, Liveness};
 pub(crate) use page::{SharedPage, Word32, Word64, PAGE_LEN};
-pub(crate) use tail::{Tail, TailPage};
+pub(crate) use procs::{process_alive, ProcessSlot};
+pub(crate) use tail::{AppendGuard, Stolen, Tail, TailPage, TAIL_FILE};

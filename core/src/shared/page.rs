@@ -238,6 +238,17 @@ impl SharedPage {
             .then(|| self.atomic64(w).fetch_add(v, Ordering::AcqRel))
     }
 
+    /// Compare-and-swap of a 64-bit word: `Ok(old)` when it held `old` and
+    /// now holds `new`, else `Err(current)` (always `Err` on a read-only
+    /// page, which is not changed).
+    pub(crate) fn cas64(&self, w: Word64, old: u64, new: u64) -> std::result::Result<u64, u64> {
+        if !self.is_writable() {
+            return Err(self.load64(w));
+        }
+        self.atomic64(w)
+            .compare_exchange(old, new, Ordering::AcqRel, Ordering::Acquire)
+    }
+
     /// Waits while the word holds `expected`, at most `timeout` (see
     /// [`futex::wait`]); works on a read-only page too.
     pub(crate) fn wait32(&self, w: Word32, expected: u32, timeout: Duration) -> WaitOutcome {

@@ -212,3 +212,96 @@ mod tests {
         assert_eq!(r.read(), Some(tail(6)));
     }
 }
+
+// ------------------------------------------------------------ append lock
+// (interim version: replaced by the full protocol module)
+
+const OWNER: Word64 = Word64::at(48);
+const IN_PROGRESS: Word64 = Word64::at(64);
+
+/// The lock was taken from a dead holder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Stolen {
+    /// The dead holder's token.
+    pub from: u64,
+    /// The end of the write it had in progress (0: none).
+    pub in_progress_end: u64,
+}
+
+/// A held append lock (released on drop).
+#[derive(Debug)]
+pub(crate) struct AppendGuard<'a> {
+    page: &'a TailPage,
+    me: u64,
+    stolen: Option<Stolen>,
+}
+
+impl AppendGuard<'_> {
+    /// `Some` when the lock was taken from a dead holder.
+    pub(crate) fn stolen(&self) -> Option<Stolen> {
+        self.stolen
+    }
+
+    /// Records the end of the write about to be done.
+    pub(crate) fn set_in_progress(&self, end: u64) {
+        self.page.page.store64(IN_PROGRESS, end);
+    }
+}
+
+impl Drop for AppendGuard<'_> {
+    fn drop(&mut self) {
+        self.page.page.store64(IN_PROGRESS, 0);
+        let _ = self.page.page.cas64(OWNER, self.me, 0);
+    }
+}
+
+impl TailPage {
+    /// Takes the append lock for `me`.
+    pub(crate) fn lock_append<'a>(
+        &'a self,
+        me: u64,
+        alive: &dyn Fn(u64) -> bool,
+    ) -> AppendGuard<'a> {
+        let mut spins = 0u32;
+        loop {
+            match self.page.cas64(OWNER, 0, me) {
+                Ok(_) => {
+                    return AppendGuard {
+                        page: self,
+                        me,
+                        stolen: None,
+                    }
+                }
+                Err(owner) if owner != me && spins > 100 && !alive(owner) => {
+                    let in_progress_end = self.page.load64(IN_PROGRESS);
+                    if self.page.cas64(OWNER, owner, me).is_ok() {
+                        return AppendGuard {
+                            page: self,
+                            me,
+                            stolen: Some(Stolen {
+                                from: owner,
+                                in_progress_end,
+                            }),
+                        };
+                    }
+                }
+                Err(_) => {}
+            }
+            spins += 1;
+            if spins < 100 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::sleep(std::time::Duration::from_micros(50));
+            }
+        }
+    }
+
+    /// Initialises the page if it is not a tail page yet.
+    pub(crate) fn init_if_new(&self, tail: impl FnOnce() -> Tail) -> bool {
+        if self.page.has_magic(MAGIC) {
+            return false;
+        }
+        self.reset(tail());
+        true
+    }
+}

@@ -1,0 +1,214 @@
+//! Appending to a partition that other processes append to (shared mode,
+//! several writers).
+//!
+//! Every process opens the log as in `reader.rs`, with its active segment
+//! mapped writable. An append takes the partition's append lock, kept in
+//! its tail page ([`TailPage::lock_append`]: one compare-and-swap when
+//! nobody else holds it; a holder is waited for while it lives, and its
+//! lock taken over once the kernel says it died), then:
+//! 1. catches up with what the others appended since this process last
+//!    looked: the tail page says where the log ends, and the same checks
+//!    as a reader's move this process's view there (each new batch's
+//!    length, offsets and CRC32C; a roll to a segment another process
+//!    created; segments retention removed), then the index entries and
+//!    the file length the others left, and the producers' sequence state
+//!    from the new batches' headers;
+//! 2. after taking the lock from a dead holder, repairs: bytes it may have
+//!    written past the published end are zeroed (the tail page records
+//!    where its write in progress ended), and segment files it created but
+//!    never published are removed; a tail page it left half-written is
+//!    rebuilt from the files (the newest segment, read to its last whole
+//!    valid batch);
+//! 3. appends as a single writer does, records where its write will end
+//!    before writing past the published end, publishes the new end in the
+//!    tail page and lets go.
+//!
+//! Rolls happen under the lock and publish the new segment in the tail
+//! page at once; retention runs under it too. A sealed segment's file is
+//! trimmed only to a length every mapping may touch (see
+//! [`super::segment::shared_sealed_len`]), and nothing of another
+//! process's is ever cut below what it published.
+
+use std::sync::atomic::Ordering;
+
+use super::reader::{list_bases, SharedWriter};
+use super::segment::segment_path;
+use super::{PartitionLog, Writer};
+use crate::error::Result;
+use crate::shared::{AppendGuard, Stolen, Tail};
+use crate::sync;
+
+impl PartitionLog {
+    /// The part of the log that appends with other processes, if this
+    /// process appends to it in shared mode.
+    #[inline]
+    pub(super) fn shared_writer(&self) -> Option<&SharedWriter> {
+        self.reader.as_ref().and_then(|r| r.writer.as_ref())
+    }
+
+    /// At open: gives a partition's tail page its first content, read from
+    /// the files, when no process did yet (a partition no process opened
+    /// in shared mode since the directory was last used alone).
+    pub(super) fn start_shared_tail(&self) {
+        let Some(sw) = self.shared_writer() else {
+            return;
+        };
+        sw.page.init_if_new(|| {
+            let mut w = sync::lock(&self.writer);
+            self.scan_without_tail(&mut w);
+            self.tail_of(&w)
+        });
+    }
+
+    /// The tail page's content for the log as `w` sees it.
+    fn tail_of(&self, w: &Writer) -> Tail {
+        Tail {
+            next_offset: w.next_offset,
+            active_base: w.active.base(),
+            published: w.active.end() as u64,
+            log_start: self.start_offset(),
+            cuts: 0,
+        }
+    }
+
+    /// Before an append (or a roll, or retention) in shared mode with
+    /// several writers: takes the partition's append lock and brings `w`
+    /// up to date with what other processes did (see the module doc).
+    /// `None` for a log no other process appends to.
+    ///
+    /// # Errors
+    /// I/O errors of the repair after a dead holder.
+    pub(super) fn lock_for_append(&self, w: &mut Writer) -> Result<Option<AppendGuard<'_>>> {
+        let (Some(r), Some(sw)) = (self.reader.as_deref(), self.shared_writer()) else {
+            return Ok(None);
+        };
+        let me = sw.writers.slot.token();
+        let root = &sw.writers.root;
+        let guard = sw
+            .page
+            .lock_append(me, &|t| t == me || crate::shared::process_alive(root, t));
+        let before = w.next_offset;
+        match guard.stolen() {
+            Some(stolen) => self.take_over(r, w, stolen)?,
+            None => match sw.page.read() {
+                Some(tail) => {
+                    self.apply_tail(r, w, tail);
+                }
+                // A page that is not a tail page (overwritten) or that a
+                // holder left half-written: rebuilt from the files.
+                None => self.take_over(
+                    r,
+                    w,
+                    Stolen {
+                        from: 0,
+                        in_progress_end: 0,
+                    },
+                )?,
+            },
+        }
+        w.last_index_pos = w.active.adopt_indexes(&mut w.active_writer);
+        w.max_ts = w.max_ts.max(w.active.max_timestamp());
+        if w.producers_loaded && w.next_offset > before {
+            self.observe_producers(w, before);
+        }
+        Ok(Some(guard))
+    }
+
+    /// The lock was taken from a dead holder (`stolen`), or the tail page
+    /// cannot be read: positions the log at its true end and repairs what
+    /// the holder left (see the module doc), then publishes the end.
+    fn take_over(
+        &self,
+        r: &super::reader::ReaderState,
+        w: &mut Writer,
+        stolen: Stolen,
+    ) -> Result<()> {
+        let sw = self.shared_writer().expect("a shared writer");
+        match sw.page.read() {
+            Some(tail) => {
+                self.apply_tail(r, w, tail);
+                // Created by a roll the holder did not publish.
+                self.remove_unpublished_segments(w.active.base());
+            }
+            None => {
+                // The newest segment file is the active one (a roll creates
+                // it at the offset the old one ends at), read to its last
+                // whole valid batch.
+                if let Some(&newest) = list_bases(&self.dir)?.last() {
+                    let active = sync::read(&self.segments).last().cloned();
+                    if let Some(active) = active.filter(|a| newest > a.base()) {
+                        self.follow_roll(w, &active, newest);
+                    }
+                }
+                let active = std::sync::Arc::clone(&w.active);
+                if let Some(len) = active.log_file().refresh_allocated() {
+                    self.advance(w, &active, len as u64);
+                }
+            }
+        }
+        let end = w.active.end();
+        let allocated = w.active.log_file().refresh_allocated().unwrap_or(end);
+        let dirty_to = match usize::try_from(stolen.in_progress_end) {
+            Ok(ip) if stolen.from != 0 => ip.min(allocated),
+            // Not known: everything after the end may be left over.
+            _ => allocated,
+        };
+        if dirty_to > end {
+            let Writer {
+                active,
+                active_writer,
+                ..
+            } = w;
+            super::index::zero_nonzero(active.reserve(active_writer, dirty_to - end));
+            ::log::warn!(
+                "{}/{}: a writer process died appending at byte {end} of segment {}; the {} \
+                 bytes it left unpublished were cleared",
+                self.topic,
+                self.partition,
+                active.base(),
+                dirty_to - end
+            );
+        }
+        self.end_offset.store(w.next_offset, Ordering::Release);
+        self.write_tail(w.next_offset, &w.active);
+        Ok(())
+    }
+
+    /// Removes the files of segments after `active_base`: created by a
+    /// roll whose writer died before it published it (no reader believes
+    /// a segment the tail page does not name).
+    fn remove_unpublished_segments(&self, active_base: u64) {
+        let Ok(bases) = list_bases(&self.dir) else {
+            return;
+        };
+        for base in bases.into_iter().filter(|&b| b > active_base) {
+            for ext in ["log", "idx", "tix"] {
+                let _ = std::fs::remove_file(segment_path(&self.dir, base, ext));
+            }
+        }
+    }
+
+    /// Takes the sequence state of the batches other processes appended
+    /// from offset `from` on into the producer table (named producers'
+    /// windows, epochs that fence older instances).
+    fn observe_producers(&self, w: &mut Writer, from: u64) {
+        let Ok(mut c) = self.cursor(from) else {
+            return;
+        };
+        loop {
+            match self.next_batch(&mut c) {
+                Ok(Some((_, h))) => {
+                    if h.base_offset >= from {
+                        w.producers.observe(&h);
+                    }
+                }
+                Ok(None) => break,
+                Err(_) => {
+                    if !self.skip_damaged(&mut c) {
+                        break;
+                    }
+                }
+            }
+        }
+    }
+}
