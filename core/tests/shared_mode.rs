@@ -36,6 +36,7 @@ fn child() {
         "hold_shared" => hold(&env, &shared(), false),
         "hold_exclusive" => hold(&env, &exclusive(), false),
         "hold_writer" => hold(&env, &shared(), true),
+        "appender" => appender(&env),
         "topic_changer" => topic_changer(&env),
         "rb_writer" => random_bytes_writer(&env),
         "rb_reader" => random_bytes_reader(&env),
@@ -199,6 +200,60 @@ fn expect_exists(r: mqlite::Result<()>) {
         Err(Error::TopicExists(_)) => {}
         other => panic!("expected TopicExists, got {other:?}"),
     }
+}
+
+/// In a child: once `go` exists, appends `arg` records to partition 0 of
+/// `t`, one per send (batches of one), each tagged with the child's name
+/// and its sequence; roll-sized segments make the appenders roll often.
+fn appender(env: &ChildEnv) {
+    let n = env.nums()[0];
+    let mq = Broker::open(&env.data, shared()).unwrap();
+    let p = mq.producer(ProducerConfig::default()).unwrap();
+    env.ready();
+    while !env.file("go").exists() {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    for i in 0..n {
+        p.send(Record::new("t").partition(0).value(payload(&env.name, i, (i % 7) as usize * 40)))
+            .unwrap();
+    }
+    drop(p);
+    mq.close().unwrap();
+}
+
+#[test]
+fn appends_from_several_processes_interleave_whole_and_dense() {
+    let dirs = Dirs::new();
+    {
+        let mq = Broker::open(&dirs.data, shared()).unwrap();
+        // Small segments: the processes roll often, each after another.
+        mq.create_topic("t", TopicConfig::new(1).segment_bytes(64 << 10))
+            .unwrap();
+        mq.close().unwrap();
+    }
+    let n = pick(3_000u64, 50_000);
+    let mut kids = Vec::new();
+    for i in 0..3 {
+        let mut k = spawn("appender", &format!("a{i}"), &dirs, &n.to_string());
+        k.wait_ready(READY);
+        kids.push(k);
+    }
+    shared_mode_procs::mark(&dirs.work, "go");
+    for k in &mut kids {
+        k.expect_success(Duration::from_secs(120));
+    }
+    let mq = Broker::open(&dirs.data, shared()).unwrap();
+    let got = read_all(&mq, "t", 0);
+    assert_eq!(got.len() as u64, 3 * n);
+    let mut next: BTreeMap<String, u64> = BTreeMap::new();
+    for (i, (offset, v)) in got.iter().enumerate() {
+        assert_eq!(*offset, i as u64, "offsets dense");
+        let (tag, seq) = check_payload(v).unwrap();
+        let want = next.entry(tag.clone()).or_insert(0);
+        assert_eq!(seq, *want, "{tag}: in order, none lost or repeated");
+        *want += 1;
+    }
+    assert!(mq.topic("t").unwrap().partitions[0].segments > 3);
 }
 
 /// In a child: creates topic `late` (2 partitions) with 5 records in

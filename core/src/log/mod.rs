@@ -385,6 +385,11 @@ impl PartitionLog {
     /// The producer table; with `named`, first loaded from disk if it was
     /// not yet: the snapshot, then the headers of every batch after it.
     fn producer_table<'w>(&self, w: &'w mut Writer, named: bool) -> Result<&'w mut ProducerTable> {
+        if let Some(r) = self.reader.as_deref().filter(|r| r.writer.is_some()) {
+            // Shared mode, several writers: what other processes wrote
+            // counts (an append catches up again under the append lock).
+            self.follow_others(r, w);
+        }
         if named && !w.producers_loaded {
             let start = self.start_offset();
             let (mut table, from) = match dedup::load_snapshot(&self.dir) {
@@ -876,9 +881,15 @@ impl PartitionLog {
         let written = if let Some(page) = &self.tail {
             lock(page).write(tail);
             true
-        } else if let Some(sw) = self.shared_writer() {
-            // Under the append lock.
-            sw.page.write(tail);
+        } else if let Some(r) = self.reader.as_deref().filter(|r| r.writer.is_some()) {
+            // Under the append lock. What this process wrote it knows: the
+            // next append skips the catch-up unless another process wrote
+            // since.
+            let mut seen = lock(&r.seen);
+            if let Some(sw) = &r.writer {
+                sw.page.write(tail);
+            }
+            *seen = Some(tail);
             true
         } else {
             false

@@ -43,9 +43,9 @@ pub(crate) struct ReaderState {
     /// shared mode since its last exclusive use has none (its log does not
     /// change until one does).
     tail: std::sync::OnceLock<TailPage>,
-    /// The last tail fully acted on: a refresh that reads it again does
-    /// nothing more.
-    seen: Mutex<Option<Tail>>,
+    /// The last tail fully acted on (or written, by a process that
+    /// appends too): a refresh that reads it again does nothing more.
+    pub(super) seen: Mutex<Option<Tail>>,
     /// Shared mode with several writers: this process appends too.
     pub(super) writer: Option<SharedWriter>,
 }
@@ -219,7 +219,19 @@ impl PartitionLog {
         } else {
             lock(&self.writer)
         };
-        self.refresh_locked(r, &mut w)
+        self.follow_others(r, &mut w)
+    }
+
+    /// [`PartitionLog::refresh_locked`], and for a log this process
+    /// appends to, the producers' state of the batches it took in (their
+    /// sequences and epochs count in this process's dedup checks).
+    pub(super) fn follow_others(&self, r: &ReaderState, w: &mut Writer) -> bool {
+        let before = w.next_offset;
+        let changed = self.refresh_locked(r, w);
+        if r.writer.is_some() && w.producers_loaded && w.next_offset > before {
+            self.observe_producers(w, before);
+        }
+        changed
     }
 
     /// [`PartitionLog::refresh`] with the writer lock held.

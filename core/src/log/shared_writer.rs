@@ -92,6 +92,10 @@ impl PartitionLog {
             Some(stolen) => self.take_over(r, w, stolen)?,
             None => match sw.page.read() {
                 Some(tail) => {
+                    if *sync::lock(&r.seen) == Some(tail) {
+                        // Nobody else wrote since this process last did.
+                        return Ok(Some(guard));
+                    }
                     self.apply_tail(r, w, tail);
                 }
                 // A page that is not a tail page (overwritten) or that a
@@ -191,7 +195,7 @@ impl PartitionLog {
     /// Takes the sequence state of the batches other processes appended
     /// from offset `from` on into the producer table (named producers'
     /// windows, epochs that fence older instances).
-    fn observe_producers(&self, w: &mut Writer, from: u64) {
+    pub(super) fn observe_producers(&self, w: &mut Writer, from: u64) {
         let Ok(mut c) = self.cursor(from) else {
             return;
         };
