@@ -256,6 +256,67 @@ fn appends_from_several_processes_interleave_whole_and_dense() {
     assert!(mq.topic("t").unwrap().partitions[0].segments > 3);
 }
 
+#[test]
+fn appenders_killed_at_random_never_block_the_others_or_tear_a_batch() {
+    let dirs = Dirs::new();
+    {
+        let mq = Broker::open(&dirs.data, shared()).unwrap();
+        mq.create_topic("t", TopicConfig::new(1).segment_bytes(64 << 10))
+            .unwrap();
+        mq.close().unwrap();
+    }
+    shared_mode_procs::mark(&dirs.work, "go");
+    let mut rng = shared_mode_procs::Rng::new("appender kills");
+    let until = Instant::now() + pick(Duration::from_secs(4), Duration::from_secs(60));
+    let mut generation = 0;
+    let mut start = |slot: usize, generation: &mut u32| {
+        *generation += 1;
+        let mut k = spawn(
+            "appender",
+            &format!("k{slot}g{generation}"),
+            &dirs,
+            "100000000",
+        );
+        k.wait_ready(READY);
+        k
+    };
+    let mut kids: Vec<_> = (0..3).map(|i| start(i, &mut generation)).collect();
+    let mut kills = 0;
+    while Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(rng.range(5, 60)));
+        let i = rng.range(0, 3) as usize;
+        let status = kids[i].kill9();
+        assert_eq!(
+            signal_of(status),
+            Some(9),
+            "{} ended on its own:\n{}",
+            kids[i].name,
+            kids[i].output()
+        );
+        kills += 1;
+        kids[i] = start(i, &mut generation);
+    }
+    // The survivors still append: none is stuck behind a dead holder.
+    let mq = Broker::open(&dirs.data, shared()).unwrap();
+    let before = shared_mode_procs::end_offset(&mq, "t", 0);
+    shared_mode_procs::wait_until(Duration::from_secs(10), "appends after the kills", || {
+        shared_mode_procs::end_offset(&mq, "t", 0) > before + 1000
+    });
+    for k in &mut kids {
+        k.kill9();
+    }
+    let got = read_all(&mq, "t", 0);
+    let mut next: BTreeMap<String, u64> = BTreeMap::new();
+    for (i, (offset, v)) in got.iter().enumerate() {
+        assert_eq!(*offset, i as u64, "offsets dense");
+        let (tag, seq) = check_payload(v).unwrap_or_else(|e| panic!("offset {offset}: {e}"));
+        let want = next.entry(tag.clone()).or_insert(0);
+        assert_eq!(seq, *want, "{tag}: in order, none lost or repeated");
+        *want += 1;
+    }
+    println!("{kills} kills, {} records from {} processes", got.len(), next.len());
+}
+
 /// In a child: creates topic `late` (2 partitions) with 5 records in
 /// partition 1, then, one step per `step.N` marker from the test: grows
 /// it to 3 partitions; deletes `t`.

@@ -103,10 +103,18 @@ impl PartitionLog {
             }
         };
         let sizes = writer.is_some().then(|| config.sizes());
+        // Segments after the one the tail page names are not published (a
+        // roll under way, or one whose writer died before publishing it).
+        let newest = writer
+            .as_ref()
+            .map(|sw| &sw.page)
+            .or_else(|| tail.get())
+            .and_then(TailPage::read)
+            .map(|t| t.active_base);
         let mut tries = 0;
         let (segments, active_writer) = loop {
             tries += 1;
-            match open_segments(dir, config.segment_bytes, sizes.as_ref()) {
+            match open_segments(dir, config.segment_bytes, sizes.as_ref(), newest) {
                 Err(e) if super::mmap::is_not_found(&e) && tries < OPEN_TRIES => {}
                 r => break r?,
             }
@@ -479,13 +487,20 @@ pub(super) fn list_bases(dir: &Path) -> Result<Vec<u64>> {
 /// marked sealed, the last (the writer's active segment) is published by
 /// the first refresh. With `writable` (this process appends too), the last
 /// is opened for appending ([`Segment::open_shared_active`]), and its
-/// writer returned.
+/// writer returned. Segments after `newest` (the active one as the tail
+/// page names it) are left out: they are not published yet.
 fn open_segments(
     dir: &Path,
     capacity: usize,
     writable: Option<&super::segment::SegmentSizes>,
+    newest: Option<u64>,
 ) -> Result<(Vec<Arc<Segment>>, Option<SegmentWriter>)> {
-    let bases = list_bases(dir)?;
+    let mut bases = list_bases(dir)?;
+    if let Some(newest) = newest {
+        if bases.first().is_some_and(|&b| b <= newest) {
+            bases.retain(|&b| b <= newest);
+        }
+    }
     let Some((&last, sealed)) = bases.split_last() else {
         return Err(Error::InvalidArgument(format!(
             "{} holds no partition log",
