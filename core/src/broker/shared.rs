@@ -190,7 +190,7 @@ impl BrokerInner {
             ..self.options.clone()
         };
         if self.registry.get().is_none() {
-            let _ = self.registry.set(Registry::open(&self.dir, mode)?);
+            let _ = self.registry.set(Registry::open_shared(&self.dir, mode)?);
         }
         let trash = self.dir.join("trash");
         if trash.exists() {
