@@ -635,6 +635,43 @@ mod tests {
         }
     }
 
+    /// While nothing changes, checking the epoch reads the page only: it
+    /// goes on while another process holds the registry lock, with a slot
+    /// and without one.
+    #[test]
+    fn an_unchanged_epoch_is_checked_without_the_lock() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = Registry::open_shared(dir.path(), 0o600).unwrap();
+        let idents: Vec<_> = (0..SLOTS + 2)
+            .map(|i| a.acquire_named(&format!("n{i}")).unwrap())
+            .collect();
+        for (ident, epoch) in &idents {
+            // Those whose slot was taken notice it here.
+            assert_eq!(ident.current_epoch(), *epoch);
+        }
+        let watch = |i: &NamedIdentity| i.watch.as_ref().unwrap().slot.load(Ordering::Acquire);
+        let with_slot = idents.iter().find(|(i, _)| watch(i) != NO_SLOT).unwrap();
+        let without = idents.iter().find(|(i, _)| watch(i) == NO_SLOT).unwrap();
+        let check: Vec<_> = [with_slot, without]
+            .iter()
+            .map(|(i, e)| (Arc::clone(i), *e))
+            .collect();
+        // Another holder of the lock, as another process would be.
+        let held = LiveLock::hold(&dir.path().join("producers/registry.lock"), 0o600).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for (ident, epoch) in &check {
+                for _ in 0..10_000 {
+                    assert_eq!(ident.current_epoch(), *epoch);
+                }
+            }
+            tx.send(()).unwrap();
+        });
+        let done = rx.recv_timeout(Duration::from_secs(30));
+        drop(held);
+        assert!(done.is_ok(), "a check waited for the registry lock");
+    }
+
     /// A registry file damaged while processes run: changes fail with
     /// `Corrupt` and leave the file as it is; no producer is fenced.
     #[test]
