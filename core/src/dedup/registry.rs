@@ -731,6 +731,13 @@ mod tests {
                 print!("{out}");
             }
             // Takes name "p", says so, and waits to be fenced.
+            // Holds the registry lock until killed (at most a minute, so
+            // that a failed test leaves no process behind for long).
+            "hold" => {
+                let _held = LiveLock::hold(&dir.join("producers/registry.lock"), 0o600).unwrap();
+                std::fs::write(dir.join("child.ready"), b"").unwrap();
+                std::thread::sleep(Duration::from_secs(60));
+            }
             "fenced" => {
                 let (ident, epoch) = r.acquire_named("p").unwrap();
                 let tmp = dir.join("child.ready.tmp");
@@ -829,5 +836,30 @@ mod tests {
             text.contains(&format!("fenced-by {epoch}")),
             "child said: {text}"
         );
+    }
+
+    /// A process killed while it holds the registry lock holds up nobody:
+    /// the kernel releases the lock with it.
+    #[test]
+    fn a_holder_killed_inside_the_lock_blocks_nobody() {
+        let dir = tempfile::tempdir().unwrap();
+        let r = Arc::new(Registry::open_shared(dir.path(), 0o600).unwrap());
+        let mut kid = child("hold", dir.path(), "");
+        let t = Instant::now();
+        while !dir.path().join("child.ready").exists() {
+            assert!(t.elapsed() < Duration::from_secs(30), "child never ready");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        let (tx, rx) = std::sync::mpsc::channel();
+        let r2 = Arc::clone(&r);
+        std::thread::spawn(move || tx.send(r2.acquire_named("p").map(|x| x.1)).unwrap());
+        assert!(
+            rx.recv_timeout(Duration::from_millis(200)).is_err(),
+            "acquired while another process held the lock"
+        );
+        kid.kill().unwrap(); // SIGKILL: nothing runs in the child
+        kid.wait().unwrap();
+        let got = rx.recv_timeout(Duration::from_secs(30)).unwrap();
+        assert_eq!(got.unwrap(), 0);
     }
 }
