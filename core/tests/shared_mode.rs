@@ -214,8 +214,12 @@ fn appender(env: &ChildEnv) {
         std::thread::sleep(Duration::from_millis(1));
     }
     for i in 0..n {
-        p.send(Record::new("t").partition(0).value(payload(&env.name, i, (i % 7) as usize * 40)))
-            .unwrap();
+        p.send(
+            Record::new("t")
+                .partition(0)
+                .value(payload(&env.name, i, (i % 7) as usize * 40)),
+        )
+        .unwrap();
     }
     drop(p);
     mq.close().unwrap();
@@ -232,11 +236,11 @@ fn appends_from_several_processes_interleave_whole_and_dense() {
         mq.close().unwrap();
     }
     let n = pick(3_000u64, 50_000);
-    let mut kids = Vec::new();
-    for i in 0..3 {
-        let mut k = spawn("appender", &format!("a{i}"), &dirs, &n.to_string());
+    let mut kids: Vec<_> = (0..3)
+        .map(|i| spawn("appender", &format!("a{i}"), &dirs, &n.to_string()))
+        .collect();
+    for k in &mut kids {
         k.wait_ready(READY);
-        kids.push(k);
     }
     shared_mode_procs::mark(&dirs.work, "go");
     for k in &mut kids {
@@ -314,7 +318,11 @@ fn appenders_killed_at_random_never_block_the_others_or_tear_a_batch() {
         assert_eq!(seq, *want, "{tag}: in order, none lost or repeated");
         *want += 1;
     }
-    println!("{kills} kills, {} records from {} processes", got.len(), next.len());
+    println!(
+        "{kills} kills, {} records from {} processes",
+        got.len(),
+        next.len()
+    );
 }
 
 /// In a child: creates topic `late` (2 partitions) with 5 records in

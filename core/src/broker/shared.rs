@@ -123,7 +123,7 @@ fn open_engine(dir: std::path::PathBuf, config: Config) -> Result<Arc<BrokerInne
     crate::clock::calibrate_on(&options.pool);
     let registry = OnceLock::new();
     if !readonly {
-        let _ = registry.set(Registry::open(&dir, mode)?);
+        let _ = registry.set(Registry::open_shared(&dir, mode)?);
     }
     // Read before the listing: a change during it is seen next time.
     let seen = share.topics_version();

@@ -452,7 +452,7 @@ impl Inner {
             named: Some((_, ident)),
         }) = &self.identity
         {
-            let current = ident.current_epoch.load(Ordering::Acquire);
+            let current = ident.current_epoch();
             if current != *epoch {
                 return Err(Error::ProducerFenced {
                     producer_id: *id,

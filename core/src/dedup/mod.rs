@@ -2,10 +2,10 @@
 //! state that makes sends idempotent.
 //!
 //! Two pieces:
-//! - [`Registry`]: allocates producer ids and keeps named producers' ids and
-//!   epochs in `<dir>/producers/registry.json` (written tmp + fsync +
-//!   rename). Anonymous producers get a fresh id from a block reserved in the
-//!   file, so creating one rarely writes.
+//! - [`Registry`] (`registry`): allocates producer ids and keeps named
+//!   producers' ids and epochs in `<dir>/producers/registry.json`, shared
+//!   by every process of a shared-mode directory (`epochs` holds the page
+//!   through which they see each other's epochs).
 //! - [`ProducerTable`]: per partition, for each producer id, the epoch, the
 //!   highest sequence written and the last few batches (the dedup window).
 //!   It is rebuilt from batch headers when first needed, starting from a
@@ -14,9 +14,7 @@
 //!   segment's headers.
 
 use std::collections::{HashMap, VecDeque};
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicI16, Ordering};
-use std::sync::{Arc, Mutex};
+use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
@@ -24,14 +22,15 @@ use crate::atomic_file::write_atomic;
 use crate::error::{Error, Result};
 use crate::log::batch::{BatchHeader, ATTR_APP_SEQUENCE, ATTR_NAMED_PRODUCER};
 use crate::seqranges::SeqRanges;
-use crate::sync;
+
+mod epochs;
+mod registry;
+
+pub(crate) use registry::{NamedIdentity, Registry};
 
 /// Default number of batches per producer and partition remembered for
 /// dedup (Kafka's `max.in.flight.requests.per.connection` bound).
 pub const DEFAULT_DEDUP_WINDOW: usize = 5;
-
-/// Ids reserved per write of the registry for anonymous producers.
-const ID_BLOCK: i64 = 1024;
 
 /// Largest producer name accepted.
 pub const MAX_PRODUCER_NAME_LEN: usize = 249;
@@ -59,209 +58,6 @@ pub fn validate_producer_name(name: &str) -> Result<()> {
         return bad("may only contain ASCII letters, digits, '.', '_' and '-'");
     }
     Ok(())
-}
-
-#[derive(Debug, Default, Serialize, Deserialize)]
-struct RegistryFile {
-    /// First id not yet handed out or reserved.
-    next_id: i64,
-    /// Named producers: name -> (id, epoch).
-    named: HashMap<String, NamedRecord>,
-}
-
-#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
-struct NamedRecord {
-    id: i64,
-    epoch: i16,
-}
-
-/// The live identity of a named producer, shared by the registry and every
-/// producer object made under the name; the newest object fences the older.
-#[derive(Debug)]
-pub(crate) struct NamedIdentity {
-    /// The producer id, stable across restarts.
-    pub id: i64,
-    /// The epoch of the newest producer object under this name.
-    pub current_epoch: AtomicI16,
-}
-
-#[derive(Debug)]
-struct RegistryState {
-    file: RegistryFile,
-    /// Ids reserved in the file and not yet handed out: `[next, end)`.
-    next_anonymous: i64,
-    reserved_end: i64,
-    live: HashMap<String, Arc<NamedIdentity>>,
-}
-
-/// Producer id allocation and named producers of one data directory.
-#[derive(Debug)]
-pub(crate) struct Registry {
-    path: PathBuf,
-    mode: u32,
-    state: Mutex<RegistryState>,
-    /// Why the registry file could not be read, when it is damaged: ids
-    /// cannot be handed out safely (one already in the logs would make new
-    /// records look like duplicates), so idempotent producers are refused
-    /// with this error; everything else works.
-    damage: Option<Error>,
-}
-
-impl Registry {
-    /// Opens (or starts) the registry under `<dir>/producers/`. A damaged
-    /// file leaves the registry unavailable (see [`Registry::damage`])
-    /// rather than failing.
-    pub(crate) fn open(dir: &Path, mode: u32) -> Result<Registry> {
-        let pdir = dir.join("producers");
-        crate::private_dir::create_dir_all(&pdir, mode)?;
-        let path = pdir.join("registry.json");
-        match Self::read(&path) {
-            Ok(file) => Ok(Self::with(path, mode, file, None)),
-            Err(e) if crate::broker::is_damage(&e) => {
-                ::log::error!(
-                    "the producer registry is unavailable ({e}): idempotent producers are \
-                     refused until it is repaired or removed"
-                );
-                Ok(Self::with(path, mode, RegistryFile::default(), Some(e)))
-            }
-            Err(e) => Err(e),
-        }
-    }
-
-    fn with(path: PathBuf, mode: u32, file: RegistryFile, damage: Option<Error>) -> Registry {
-        let next = file.next_id;
-        Registry {
-            path,
-            mode,
-            state: Mutex::new(RegistryState {
-                file,
-                next_anonymous: next,
-                reserved_end: next,
-                live: HashMap::new(),
-            }),
-            damage,
-        }
-    }
-
-    /// The error idempotent producers get while the registry is damaged.
-    pub(crate) fn damage(&self) -> Option<Error> {
-        self.damage.as_ref().map(Error::duplicate)
-    }
-
-    fn check_usable(&self) -> Result<()> {
-        match &self.damage {
-            Some(e) => Err(e.duplicate()),
-            None => Ok(()),
-        }
-    }
-
-    fn read(path: &Path) -> Result<RegistryFile> {
-        let path = path.to_owned();
-        let file = match crate::atomic_file::read_small(&path)? {
-            Some(bytes) => {
-                serde_json::from_slice::<RegistryFile>(&bytes).map_err(|e| Error::Corrupt {
-                    path: path.clone(),
-                    position: e.column() as u64,
-                    reason: format!("producer registry is not valid: {e}"),
-                })?
-            }
-            None => RegistryFile::default(),
-        };
-        if file.next_id < 0
-            || file
-                .named
-                .values()
-                .any(|r| r.id < 0 || r.id >= file.next_id)
-        {
-            return Err(Error::Corrupt {
-                path,
-                position: 0,
-                reason: "producer registry holds ids out of range".into(),
-            });
-        }
-        Ok(file)
-    }
-
-    fn save(&self, file: &RegistryFile) -> Result<()> {
-        let bytes = serde_json::to_vec_pretty(file).expect("registry serialises");
-        write_atomic(&self.path, &bytes, self.mode, true)
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, RegistryState> {
-        sync::lock(&self.state)
-    }
-
-    /// A fresh id for an anonymous producer (epoch 0).
-    pub(crate) fn allocate_anonymous(&self) -> Result<i64> {
-        self.check_usable()?;
-        let mut st = self.lock();
-        if st.next_anonymous == st.reserved_end {
-            let end = st.file.next_id + ID_BLOCK;
-            let old = st.file.next_id;
-            st.file.next_id = end;
-            if let Err(e) = self.save(&st.file) {
-                st.file.next_id = old;
-                return Err(e);
-            }
-            st.next_anonymous = old;
-            st.reserved_end = end;
-        }
-        let id = st.next_anonymous;
-        st.next_anonymous += 1;
-        Ok(id)
-    }
-
-    /// The id of the producer named `name` (allocated on first use) and a new
-    /// epoch, which fences every older object of that name.
-    pub(crate) fn acquire_named(&self, name: &str) -> Result<(Arc<NamedIdentity>, i16)> {
-        validate_producer_name(name)?;
-        self.check_usable()?;
-        let mut st = self.lock();
-        let before = st.file.named.get(name).copied();
-        let record = if let Some(r) = before {
-            if r.epoch == i16::MAX {
-                return Err(Error::InvalidArgument(format!(
-                    "producer name {name:?} has used every epoch"
-                )));
-            }
-            NamedRecord {
-                id: r.id,
-                epoch: r.epoch + 1,
-            }
-        } else {
-            // Take the id from the file's counter, past any ids reserved
-            // for anonymous producers.
-            let id = st.file.next_id;
-            st.file.next_id += 1;
-            NamedRecord { id, epoch: 0 }
-        };
-        st.file.named.insert(name.to_owned(), record);
-        if let Err(e) = self.save(&st.file) {
-            if let Some(r) = before {
-                st.file.named.insert(name.to_owned(), r)
-            } else {
-                st.file.next_id -= 1;
-                st.file.named.remove(name)
-            };
-            return Err(e);
-        }
-        if before.is_none() && st.next_anonymous == st.reserved_end {
-            st.next_anonymous = st.file.next_id;
-            st.reserved_end = st.file.next_id;
-        }
-        let ident = st
-            .live
-            .entry(name.to_owned())
-            .or_insert_with(|| {
-                Arc::new(NamedIdentity {
-                    id: record.id,
-                    current_epoch: AtomicI16::new(record.epoch),
-                })
-            })
-            .clone();
-        ident.current_epoch.store(record.epoch, Ordering::Release);
-        Ok((ident, record.epoch))
-    }
 }
 
 // ------------------------------------------------------------ per partition
@@ -777,25 +573,5 @@ mod tests {
             t.check(&idem(None, false), 1, "t", 0),
             Err(Error::ProducerFenced { .. })
         ));
-    }
-
-    #[test]
-    fn registry_fences_and_persists() {
-        let dir = tempfile::tempdir().unwrap();
-        let r = Registry::open(dir.path(), 0o600).unwrap();
-        let a = r.allocate_anonymous().unwrap();
-        let (n1, e1) = r.acquire_named("ingest-1").unwrap();
-        let (n2, e2) = r.acquire_named("ingest-1").unwrap();
-        assert_eq!(n1.id, n2.id);
-        assert_ne!(a, n1.id);
-        assert_eq!((e1, e2), (0, 1));
-        assert_eq!(n1.current_epoch.load(Ordering::Acquire), 1);
-        drop(r);
-        let r = Registry::open(dir.path(), 0o600).unwrap();
-        let (n3, e3) = r.acquire_named("ingest-1").unwrap();
-        assert_eq!((n3.id, e3), (n1.id, 2));
-        let b = r.allocate_anonymous().unwrap();
-        assert!(b > a && b != n1.id);
-        assert!(r.acquire_named("bad/name").is_err());
     }
 }
