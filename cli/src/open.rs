@@ -9,9 +9,7 @@
 //!
 //! The writing commands (and `consume --group`, which commits) open it in
 //! exclusive mode, as an application does by default; when a shared-mode
-//! application holds it they open it shared instead, and write if that
-//! application is not the writer (a writer elsewhere makes the write fail
-//! with `Locked`, naming it).
+//! application holds it they open it shared instead and write beside it.
 
 use std::path::Path;
 

@@ -44,8 +44,8 @@ fn child() {
     }
 }
 
-/// Opens the directory (and takes the writer role, sending one record to
-/// `t`, if `write`), then holds it until asked to stop.
+/// Opens the directory (and, if `write`, sends one record to `t`), then
+/// holds it until asked to stop.
 fn hold(env: &ChildEnv, config: &mqlite::Config, write: bool) {
     let mq = Broker::open(&env.data, config.clone()).unwrap();
     let producer = write.then(|| {

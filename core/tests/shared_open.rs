@@ -154,7 +154,7 @@ fn a_second_shared_open_in_a_process_shares_the_engine() {
     a.create_topic("t", TopicConfig::new(1)).unwrap();
     let b = Broker::open(dir.path(), shared()).unwrap();
     assert_eq!(b.topics(), vec!["t".to_owned()]);
-    // Both write: one engine, one writer role.
+    // Both write through the one engine.
     send(&b, "t", 0, &["from b"]);
     send(&a, "t", 0, &["from a"]);
     b.close().unwrap();

@@ -91,7 +91,7 @@ Messages received before the fork stay readable. The child may open a
 broker of its own: on another directory, on the parent's once the parent
 has closed it (until then ``mqlite.Locked``), or at once with
 ``shared=True`` when the parent opened it shared (the child inherits none
-of the parent's locks: not its writer role, not its group memberships).
+of the parent's locks: not its append locks, not its group memberships).
 The parent is not affected,
 and its ``close()`` releases the directory even while children live. With
 ``multiprocessing``, the "spawn" and "forkserver" start methods sidestep
@@ -211,10 +211,11 @@ def open(  # noqa: A001 - shadows the builtin on purpose, like gzip.open
 
         # the application
         mq = mqlite.open("data", shared=True)
-        mq.producer().send("orders", b"paid")   # takes the writer role
+        mq.producer().send("orders", b"paid")
 
-        # a worker process, at the same time
+        # a worker process, at the same time: produces and consumes too
         mq = mqlite.open("data", shared=True)
+        mq.producer().send("orders", b"refunded")
         consumer = mq.consumer("billing")
         consumer.subscribe(["orders"])
 

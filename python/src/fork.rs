@@ -35,13 +35,15 @@
 //! # The directory's locks
 //!
 //! The engine locks a data directory with `flock` on files in it (the
-//! owner's or writer's lock, the lock held against openers of the other
-//! mode, consumer group members' liveness files), and an `flock` belongs to
+//! owner's lock, each shared-mode process's liveness file, the lock held
+//! against openers of the other mode, consumer group members' liveness
+//! files), and an `flock` belongs to
 //! the open file description: the child's inherited descriptors keep them
 //! shared with the parent. Left alone, a parent that closes its broker would
 //! keep the directory locked for as long as any child lives (reopening it
-//! would fail with `Locked`, a child would keep the writer role, a group
-//! member would look alive), and a child could never open it. So the hook
+//! would fail with `Locked`, a parent that died would look alive to the
+//! others while a child lives, holding its partitions' append locks, a
+//! group member would look alive), and a child could never open it. So the hook
 //! closes, in the child, every inherited descriptor of a file in the data
 //! directories of the brokers open at the fork ([`LOCKS`]); the parent's
 //! locks are untouched (it holds its own descriptors), and its `close()`

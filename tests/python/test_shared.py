@@ -104,13 +104,15 @@ def readonly_reader(path: str, expected: int, results: Any) -> None:
 
 
 def writer_attempt(path: str, results: Any) -> None:
-    """Opens shared and tries to write while the parent is the writer."""
+    """Opens shared and writes one record to partition 0 of TOPIC beside
+    the parent; reports its offset (or the error)."""
     out: dict[str, Any] = {"error": None}
     try:
         with open_shared(path) as mq:
             try:
-                mq.producer()
+                md = mq.producer().send(TOPIC, b"second", partition=0)
                 out["producer"] = None
+                out["offset"] = md.offset
             except mqlite.Error as e:
                 out["producer"] = (type(e).__name__, str(e))
             out["topics"] = mq.topics()
@@ -364,20 +366,20 @@ def test_exclusive_and_shared_exclude_each_other(data_dir: Path) -> None:
             mqlite.open(path, readonly=True)
 
 
-def test_second_writer_process_gets_locked_naming_the_writer(data_dir: Path) -> None:
+def test_a_second_process_writes_beside_the_first(data_dir: Path) -> None:
     path = str(data_dir)
     with open_shared(path) as mq:
         mq.create_topic(TOPIC)
-        mq.producer()  # takes the writer role
+        producer = mq.producer()
+        assert producer.send(TOPIC, b"first", partition=0).offset == 0
         results = SPAWN.Queue()
         proc = SPAWN.Process(target=writer_attempt, args=(path, results))
         proc.start()
         (out,) = get(results, 1)
         proc.join(30)
-    assert out["error"] is None, out
-    kind, text = out["producer"]
-    assert kind == "Locked" and str(os.getpid()) in text, out
-    assert out["topics"] == [TOPIC]
+        assert out["error"] is None and out["producer"] is None, out
+        assert out["offset"] == 1 and out["topics"] == [TOPIC], out
+        assert producer.send(TOPIC, b"third", partition=0).offset == 2
 
 
 def test_second_open_in_one_process_sees_the_same_topics(data_dir: Path) -> None:
@@ -427,8 +429,8 @@ def test_forked_child_inherits_no_locks_of_a_shared_parent(data_dir: Path) -> No
     try:
         mq.close()
         # The child lives on and held none of the parent's locks: another
-        # process may take the writer role, and exclusive mode is refused
-        # only while the child's own shared handle is open.
+        # process writes, and exclusive mode is refused only while the
+        # child's own shared handle is open.
         results = SPAWN.Queue()
         proc = SPAWN.Process(target=writer_attempt, args=(path, results))
         proc.start()

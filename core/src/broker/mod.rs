@@ -170,9 +170,6 @@ pub(crate) struct BrokerInner {
     /// Shared mode: the directory's topics version this process last
     /// took in (see `BrokerInner::follow_topics`).
     topics_seen: AtomicU64,
-    /// Shared mode, once this process is the writer: the options its
-    /// topics open with (exclusive mode: unused).
-    writer_options: OnceLock<TopicOptions>,
     /// Open [`Broker`] handles on this engine (shared mode: a second open
     /// of the directory in this process shares the engine).
     handles: AtomicUsize,
@@ -182,7 +179,7 @@ pub(crate) struct BrokerInner {
     closed: AtomicBool,
     janitor: Mutex<Option<(JoinHandle<()>, Stop)>>,
     /// Producer ids and names: opened with the directory in exclusive
-    /// mode, when this process takes the writer role in shared mode.
+    /// mode, and in shared mode unless the handle is read-only.
     registry: OnceLock<Registry>,
     /// Bumped whenever a topic is created, deleted or grows and at close,
     /// so that caches of topic lookups (producers', pattern subscriptions')
@@ -393,7 +390,6 @@ impl Broker {
             exclusive: Mutex::new(Some(exclusive)),
             share: None,
             topics_seen: AtomicU64::new(0),
-            writer_options: OnceLock::new(),
             handles: AtomicUsize::new(1),
             damaged: RwLock::new(damaged),
             held: Mutex::new(Vec::new()),
@@ -686,7 +682,7 @@ impl Drop for Broker {
 
 impl BrokerInner {
     fn topic_options(&self) -> TopicOptions {
-        self.writer_options.get().unwrap_or(&self.options).clone()
+        self.options.clone()
     }
 
     fn topics_read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, Arc<Topic>>> {

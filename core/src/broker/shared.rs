@@ -140,7 +140,6 @@ fn open_engine(dir: std::path::PathBuf, config: Config) -> Result<Arc<BrokerInne
         exclusive: Mutex::new(None),
         share: Some(share),
         topics_seen: AtomicU64::new(seen),
-        writer_options: OnceLock::new(),
         handles: AtomicUsize::new(1),
         dir,
         config,
