@@ -9,6 +9,12 @@ use super::{lock, PartitionLog, Segment, WriteAhead};
 use crate::error::Result;
 use crate::sync;
 
+/// How long a sender waits at a time for a flush under way in another
+/// process that covers its records, and how many times, before it flushes
+/// itself (that process may have died).
+const SHARED_FLUSH_SLICE: std::time::Duration = std::time::Duration::from_millis(2);
+const SHARED_FLUSH_WAITS: u32 = 4;
+
 #[derive(Debug, Default)]
 pub(super) struct FlushState {
     /// Every offset below this is on disk.
@@ -93,6 +99,9 @@ impl PartitionLog {
         if self.flushed_fast.load(Ordering::Acquire) >= target {
             return Ok(());
         }
+        if self.flushed_elsewhere(target) {
+            return Ok(());
+        }
         let mut st = lock(&self.group.state);
         let mut counted_in = None;
         loop {
@@ -154,6 +163,38 @@ impl PartitionLog {
         }
     }
 
+    /// Shared mode, several writers: whether another process's flush
+    /// covered `target` (one that ended, or one under way, waited for a
+    /// little); then this process counts it as flushed. Safe to get wrong
+    /// either way round only in one direction: `false` makes the caller
+    /// flush itself.
+    fn flushed_elsewhere(&self, target: u64) -> bool {
+        let Some(sw) = self.shared_writer() else {
+            return false;
+        };
+        // A flush in another process takes about as long as one here.
+        let mut waits = 0;
+        loop {
+            let flushed = sw.page.flushed();
+            // Untrusted: never past this process's own end.
+            if flushed >= target && flushed <= self.end_offset() {
+                let mut st = lock(&self.group.state);
+                st.flushed = st.flushed.max(flushed);
+                self.flushed_fast.fetch_max(st.flushed, Ordering::AcqRel);
+                return true;
+            }
+            if sw.page.flushing_to() < target || waits == SHARED_FLUSH_WAITS {
+                return false;
+            }
+            let seen = sw.page.flush_ends();
+            if sw.page.flushed() >= target {
+                continue;
+            }
+            sw.page.wait_flush_end(seen, SHARED_FLUSH_SLICE);
+            waits += 1;
+        }
+    }
+
     /// Whether the next flush has what the last one had: as many callers
     /// waiting and as many records appended since.
     fn collected(&self, st: &FlushState) -> bool {
@@ -171,7 +212,15 @@ impl PartitionLog {
         st.round += 1;
         drop(st);
         let started = Instant::now();
+        let shared = self.shared_writer();
+        if let Some(sw) = shared {
+            sw.page.note_flushing(self.end_offset());
+        }
         let res = self.flush_segments();
+        if let (Some(sw), Ok(end)) = (shared, &res) {
+            // The waiting senders of every process that this flush covers.
+            sw.page.note_flushed(*end);
+        }
         self.flushes.fetch_add(1, Ordering::Relaxed);
         let mut st = lock(&self.group.state);
         st.in_progress = false;

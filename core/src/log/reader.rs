@@ -111,19 +111,29 @@ impl PartitionLog {
             .or_else(|| tail.get())
             .and_then(TailPage::read)
             .map(|t| t.active_base);
+        let (checkpoint, point) =
+            CheckpointFile::open_session(dir, config.file_mode, &config.files)?;
+        // What is on disk: below the recovery point, or below what a flush
+        // in some process covered. A process that appends flushes the rest
+        // before its own `acks=all` batches count as durable (another
+        // process may have left records only in the page cache).
+        let durable = match &writer {
+            Some(sw) => point.map_or(0, |(p, _)| p.offset).max(sw.page.flushed()),
+            None => u64::MAX,
+        };
         let mut tries = 0;
         let (segments, active_writer) = loop {
             tries += 1;
-            match open_segments(dir, config.segment_bytes, sizes.as_ref(), newest) {
+            match open_segments(dir, config.segment_bytes, sizes.as_ref(), newest, durable) {
                 Err(e) if super::mmap::is_not_found(&e) && tries < OPEN_TRIES => {}
                 r => break r?,
             }
         };
-        let (checkpoint, _) = CheckpointFile::open_session(dir, config.file_mode, &config.files)?;
         let active = Arc::clone(segments.last().expect("open_segments returns one or more"));
         let start = segments[0].base();
         let end = active.base();
         let appends = writer.is_some();
+        let durable = durable.min(end);
         let log = PartitionLog {
             topic,
             partition,
@@ -149,8 +159,8 @@ impl PartitionLog {
             waiters: Waiters::default(),
             // A reader has nothing to flush: its flush returns at once. A
             // writer flushes what the others wrote before its own batches.
-            group: Box::new(GroupCommit::new(if appends { end } else { u64::MAX })),
-            flushed_fast: AtomicU64::new(if appends { end } else { u64::MAX }),
+            group: Box::new(GroupCommit::new(if appends { durable } else { u64::MAX })),
+            flushed_fast: AtomicU64::new(if appends { durable } else { u64::MAX }),
             poisoned: AtomicBool::new(false),
             flushes: AtomicU64::new(0),
             retention_floor: AtomicU64::new(u64::MAX),
@@ -488,12 +498,14 @@ pub(super) fn list_bases(dir: &Path) -> Result<Vec<u64>> {
 /// the first refresh. With `writable` (this process appends too), the last
 /// is opened for appending ([`Segment::open_shared_active`]), and its
 /// writer returned. Segments after `newest` (the active one as the tail
-/// page names it) are left out: they are not published yet.
+/// page names it) are left out: they are not published yet. Sealed
+/// segments wholly below offset `durable` count as flushed.
 fn open_segments(
     dir: &Path,
     capacity: usize,
     writable: Option<&super::segment::SegmentSizes>,
     newest: Option<u64>,
+    durable: u64,
 ) -> Result<(Vec<Arc<Segment>>, Option<SegmentWriter>)> {
     let mut bases = list_bases(dir)?;
     if let Some(newest) = newest {
@@ -511,10 +523,10 @@ fn open_segments(
     for &base in sealed {
         segments.push(Arc::new(Segment::open_reader_active(dir, base, capacity)?));
     }
-    // Written before this open: as durable as the open of an exclusive
-    // writer takes them to be.
-    for seg in &segments {
-        seal_whole(seg, true);
+    // Those wholly below `durable` count as flushed.
+    for (i, seg) in segments.iter().enumerate() {
+        let next = bases.get(i + 1).copied().unwrap_or(u64::MAX);
+        seal_whole(seg, next <= durable);
     }
     let writer = match writable {
         Some(sizes) => {

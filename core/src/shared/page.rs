@@ -249,6 +249,14 @@ impl SharedPage {
             .compare_exchange(old, new, Ordering::AcqRel, Ordering::Acquire)
     }
 
+    /// Raises a 64-bit word to `v` if it is lower (nothing on a read-only
+    /// page).
+    pub(crate) fn max64(&self, w: Word64, v: u64) {
+        if self.is_writable() {
+            self.atomic64(w).fetch_max(v, Ordering::AcqRel);
+        }
+    }
+
     /// Waits while the word holds `expected`, at most `timeout` (see
     /// [`futex::wait`]); works on a read-only page too.
     pub(crate) fn wait32(&self, w: Word32, expected: u32, timeout: Duration) -> WaitOutcome {

@@ -213,6 +213,56 @@ mod tests {
     }
 }
 
+// ------------------------------------------------------------ flushes
+// Shared by the processes appending to the partition (`acks=all`): the
+// offset below which everything is on disk, the end the flush under way
+// covers, and a futex word bumped when a flush ends.
+
+/// Every offset below this is on disk (a process's flush that covered it).
+const FLUSHED: Word64 = Word64::at(80);
+/// The end offset a flush under way in some process covers.
+const FLUSHING_TO: Word64 = Word64::at(88);
+/// Bumped when a flush ends (futex word).
+const FLUSH_ENDS: Word32 = Word32::at(96);
+
+impl TailPage {
+    /// The offset below which every record is on disk, as the processes
+    /// flushing the partition last published it (untrusted: the caller
+    /// checks it against its own end).
+    pub(crate) fn flushed(&self) -> u64 {
+        self.page.load64(FLUSHED)
+    }
+
+    /// The end offset a flush under way covers (0: none known).
+    pub(crate) fn flushing_to(&self) -> u64 {
+        self.page.load64(FLUSHING_TO)
+    }
+
+    /// A flush covering every offset below `end` starts.
+    pub(crate) fn note_flushing(&self, end: u64) {
+        self.page.max64(FLUSHING_TO, end);
+    }
+
+    /// A flush covering every offset below `end` ended: raises
+    /// [`TailPage::flushed`] and wakes the processes waiting for it.
+    pub(crate) fn note_flushed(&self, end: u64) {
+        self.page.max64(FLUSHED, end);
+        self.page.add32(FLUSH_ENDS, 1);
+        self.page.wake32(FLUSH_ENDS);
+    }
+
+    /// The flush-end counter, read before [`TailPage::wait_flush_end`].
+    pub(crate) fn flush_ends(&self) -> u32 {
+        self.page.load32(FLUSH_ENDS)
+    }
+
+    /// Waits until a flush ends (the counter moves from `seen`), at most
+    /// `timeout`.
+    pub(crate) fn wait_flush_end(&self, seen: u32, timeout: std::time::Duration) {
+        let _ = self.page.wait32(FLUSH_ENDS, seen, timeout);
+    }
+}
+
 // ------------------------------------------------------------ append lock
 // (interim version: replaced by the full protocol module)
 
