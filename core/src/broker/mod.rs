@@ -361,6 +361,7 @@ impl Broker {
         crate::private_dir::create_dir_all(&dir, config.file_mode)?;
         let lock = take_lock(&dir, config.file_mode)?;
         let exclusive = crate::shared::hold_exclusive(&dir, config.file_mode)?;
+        shared::leave_shared_mode(&dir);
         let tdir = topics_dir(&dir);
         crate::private_dir::create_dir_all(&tdir, config.file_mode)?;
         let trash = dir.join("trash");

@@ -5,9 +5,9 @@
 //!   `LIVE` shared, the doorbell page), registers the process under
 //!   `procs/` (its token, held alive by a lock the kernel releases when it
 //!   dies) and opens every topic ([`Topic::open_reader`]): no recovery,
-//!   nothing written. The first process to open the directory (no other
-//!   has it open) forgets the partitions' tail pages, which then start
-//!   again from the files.
+//!   nothing written. An exclusive open removes the partitions' tail
+//!   pages (its appends would make them stale); the next shared-mode use
+//!   rebuilds them from the files.
 //! - Each partition is appended to by any process under its append lock
 //!   (see `log/shared_writer.rs`); read-only handles only read.
 //! - Topic changes, from any process, hold the directory's DDL lock and
@@ -92,12 +92,7 @@ pub(super) fn open(path: &Path, config: Config) -> Result<Broker> {
 fn open_engine(dir: std::path::PathBuf, config: Config) -> Result<Arc<BrokerInner>> {
     let mode = config.file_mode;
     let readonly = config.readonly;
-    let (share, ()) = DirShare::open(&dir, mode, |alone| {
-        if alone && !readonly {
-            forget_tail_pages(&dir);
-        }
-        Ok(())
-    })?;
+    let (share, ()) = DirShare::open(&dir, mode, |_alone| Ok(()))?;
     let share = Arc::new(share);
     let shared = if readonly {
         None
@@ -160,10 +155,24 @@ fn open_engine(dir: std::path::PathBuf, config: Config) -> Result<Arc<BrokerInne
     Ok(inner)
 }
 
-/// Removes every partition's tail page: the first process to open the
-/// directory in shared mode (no other process has it open) starts them
-/// again from the files, which an exclusive open may have appended to since
-/// the pages were last written.
+/// At an exclusive open (no process has the directory open in shared
+/// mode), of a directory that was used in shared mode: removes every
+/// partition's tail page, and the directory's shared page last, since
+/// this session's appends would make the pages stale, and a stale page
+/// would make a shared-mode appender write over records after the end it
+/// names. The next shared-mode use rebuilds them from the files. Nothing
+/// when the directory was not used in shared mode since its last
+/// exclusive open.
+pub(super) fn leave_shared_mode(dir: &Path) {
+    let shm = dir.join(crate::shared::SHM_FILE);
+    if !shm.exists() {
+        return;
+    }
+    forget_tail_pages(dir);
+    let _ = std::fs::remove_file(shm);
+}
+
+/// Removes every partition's tail page.
 fn forget_tail_pages(dir: &Path) {
     let Ok(topics) = std::fs::read_dir(topics_dir(dir)) else {
         return;

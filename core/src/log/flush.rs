@@ -176,8 +176,10 @@ impl PartitionLog {
         let mut waits = 0;
         loop {
             let flushed = sw.page.flushed();
-            // Untrusted: never past this process's own end.
-            if flushed >= target && flushed <= self.end_offset() {
+            if flushed >= target {
+                // Another process's view may be ahead of this one's: what
+                // this process counts as flushed stays within its own end.
+                let flushed = flushed.min(self.end_offset()).max(target);
                 let mut st = lock(&self.group.state);
                 st.flushed = st.flushed.max(flushed);
                 self.flushed_fast.fetch_max(st.flushed, Ordering::AcqRel);

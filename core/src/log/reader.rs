@@ -492,6 +492,27 @@ pub(super) fn list_bases(dir: &Path) -> Result<Vec<u64>> {
     Ok(bases)
 }
 
+/// Whether the log file of the segment at `base` in `dir` holds anything
+/// but zeros at its start (a segment a roll created and nothing was
+/// appended to yet holds none). `true` when it cannot be read: such a
+/// segment is never taken for an empty one.
+pub(super) fn holds_data(dir: &Path, base: u64) -> bool {
+    use std::io::Read;
+    let mut head = [0u8; 64];
+    let Ok(mut f) = std::fs::File::open(super::segment::segment_path(dir, base, "log")) else {
+        return true;
+    };
+    let mut n = 0;
+    while n < head.len() {
+        match f.read(&mut head[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(_) => return true,
+        }
+    }
+    head[..n].iter().any(|&b| b != 0)
+}
+
 /// Opens the segments of `dir` for reading: every one as in
 /// [`Segment::open_reader_active`]; all but the last are read whole and
 /// marked sealed, the last (the writer's active segment) is published by
@@ -509,8 +530,14 @@ fn open_segments(
 ) -> Result<(Vec<Arc<Segment>>, Option<SegmentWriter>)> {
     let mut bases = list_bases(dir)?;
     if let Some(newest) = newest {
-        if bases.first().is_some_and(|&b| b <= newest) {
-            bases.retain(|&b| b <= newest);
+        // Empty ones only: a segment holding data was published (a roll
+        // publishes its new segment before anything is appended to it).
+        while bases.len() > 1
+            && bases
+                .last()
+                .is_some_and(|&b| b > newest && !holds_data(dir, b))
+        {
+            bases.pop();
         }
     }
     let Some((&last, sealed)) = bases.split_last() else {

@@ -31,7 +31,7 @@
 
 use std::sync::atomic::Ordering;
 
-use super::reader::{list_bases, SharedWriter};
+use super::reader::{holds_data, list_bases, SharedWriter};
 use super::segment::segment_path;
 use super::{PartitionLog, Writer};
 use crate::error::Result;
@@ -131,8 +131,7 @@ impl PartitionLog {
         match sw.page.read() {
             Some(tail) => {
                 self.apply_tail(r, w, tail);
-                // Created by a roll the holder did not publish.
-                self.remove_unpublished_segments(w.active.base());
+                self.remove_unpublished_segments(w);
             }
             None => {
                 // The newest segment file is the active one (a roll creates
@@ -178,14 +177,32 @@ impl PartitionLog {
         Ok(())
     }
 
-    /// Removes the files of segments after `active_base`: created by a
-    /// roll whose writer died before it published it (no reader believes
-    /// a segment the tail page does not name).
-    fn remove_unpublished_segments(&self, active_base: u64) {
+    /// Removes the files of empty segments after the active one: created
+    /// by a roll whose writer died before it published it (no reader
+    /// believes a segment the tail page does not name). One that holds
+    /// data was published (a roll publishes its segment before anything is
+    /// appended to it): the tail page was wrong, and the log follows it.
+    fn remove_unpublished_segments(&self, w: &mut Writer) {
         let Ok(bases) = list_bases(&self.dir) else {
             return;
         };
-        for base in bases.into_iter().filter(|&b| b > active_base) {
+        let active = std::sync::Arc::clone(&w.active);
+        let later: Vec<u64> = bases.into_iter().filter(|&b| b > active.base()).collect();
+        if let Some(&newest) = later.iter().rev().find(|&&b| holds_data(&self.dir, b)) {
+            ::log::warn!(
+                "{}/{}: segment {newest} holds data the tail page did not name; following it",
+                self.topic,
+                self.partition
+            );
+            if self.follow_roll(w, &active, newest).is_some() {
+                let active = std::sync::Arc::clone(&w.active);
+                if let Some(len) = active.log_file().refresh_allocated() {
+                    self.advance(w, &active, len as u64);
+                }
+            }
+            return;
+        }
+        for base in later {
             for ext in ["log", "idx", "tix"] {
                 let _ = std::fs::remove_file(segment_path(&self.dir, base, ext));
             }

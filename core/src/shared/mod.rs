@@ -16,7 +16,7 @@ mod page;
 mod procs;
 mod tail;
 
-pub(crate) use dir::{hold_exclusive, DirShare, ExclusiveHold};
+pub(crate) use dir::{hold_exclusive, DirShare, ExclusiveHold, SHM_FILE};
 pub(crate) use fs_kind::{filesystem_kind, FsKind};
 pub(crate) use futex::WaitOutcome;
 pub(crate) use liveness::{LiveLock, Liveness};
