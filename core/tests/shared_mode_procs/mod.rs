@@ -492,6 +492,19 @@ pub fn wait_marker(work: &Path, name: &str, timeout: Duration) -> bool {
     true
 }
 
+/// `kill -9` to every one of `procs` first, then waits for each: they
+/// die at (nearly) the same moment.
+pub fn kill9_all(procs: &mut [Proc]) {
+    for p in procs.iter_mut() {
+        if p.exited().is_none() {
+            let _ = p.child.kill();
+        }
+    }
+    for p in procs.iter_mut() {
+        p.kill9();
+    }
+}
+
 impl Proc {
     /// Asserts that it is still running (panics with its output if not).
     pub fn expect_running(&mut self) {
