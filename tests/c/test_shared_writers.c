@@ -2,7 +2,8 @@
  * API: children made with fork() each open the directory in shared mode
  * (mql_config_set_shared) and send RECORDS records to the one partition of
  * topic "w", their values "w<child>-<i>" for i = 0, 1, 2, ...; released at
- * once (each waits for a byte on a pipe). The parent then reads the
+ * once once every one holds a producer (each says so with a byte on its
+ * `ready` pipe, then waits for a byte on its `go` pipe). The parent then reads the
  * partition with a handle of its own: every record of every child is
  * there once, in the order its child sent them, and the offsets are dense.
  *
@@ -12,6 +13,7 @@
  * once several processes may write. `test_shared_writers DIR --several`
  * runs it anyway (by hand). */
 #define _POSIX_C_SOURCE 200809L
+#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -37,16 +39,19 @@ static mql_broker *open_shared(const char *path) {
     return mq;
 }
 
-/* Child `id`: waits for a byte on `go`, then sends its records one by one,
- * each offset past the one before (other writers' records may come
- * between), and closes. Exits 0, or 1 through a failed check. */
-static void writer(const char *path, int id, int go) {
-    char b;
-    CHECK(read(go, &b, 1) == 1);
-    close(go);
+/* Child `id`: takes a producer, writes a byte to `ready`, waits for a byte
+ * on `go`, then sends its records one by one, each offset past the one
+ * before (other writers' records may come between), and closes. Exits 0,
+ * or 1 through a failed check (its `ready` then closes unwritten). */
+static void writer(const char *path, int id, int ready, int go) {
     mql_broker *mq = open_shared(path);
     mql_producer *p = NULL;
     CHECK_OK(mql_producer_new(mq, NULL, &p));
+    char b = 1;
+    CHECK(write(ready, &b, 1) == 1);
+    close(ready);
+    CHECK(read(go, &b, 1) == 1);
+    close(go);
     uint64_t last = 0;
     for (int i = 0; i < RECORDS; i++) {
         char v[32];
@@ -109,31 +114,45 @@ static void run(const char *dir, const char *name, int writers) {
     join_path(path, sizeof path, dir, name);
     /* Forked before the parent opens anything: nothing of the parent's
      * engine is copied into them. */
+    mql_broker *mq = open_shared(path);
+    make_topic(mq, "w", 1);
+    CHECK_OK(mql_close(mq));
+    /* The parent's handle is closed before the fork: nothing of its engine
+     * is copied into the children. */
     pid_t pids[MAX_WRITERS];
-    int go[MAX_WRITERS];
+    int go[MAX_WRITERS], ready[MAX_WRITERS];
     for (int id = 0; id < writers; id++) {
-        int fds[2];
-        CHECK(pipe(fds) == 0);
+        int g[2], r[2];
+        CHECK(pipe(g) == 0 && pipe(r) == 0);
         fflush(NULL);
         pid_t pid = fork();
         CHECK(pid >= 0);
         if (pid == 0) {
-            for (int j = 0; j < id; j++) close(go[j]);
-            close(fds[1]);
-            writer(path, id, fds[0]);
+            for (int j = 0; j < id; j++) {
+                close(go[j]);
+                close(ready[j]);
+            }
+            close(g[1]);
+            close(r[0]);
+            writer(path, id, r[1], g[0]);
         }
-        close(fds[0]);
+        close(g[0]);
+        close(r[1]);
         pids[id] = pid;
-        go[id] = fds[1];
+        go[id] = g[1];
+        ready[id] = r[0];
     }
-    mql_broker *mq = open_shared(path);
-    make_topic(mq, "w", 1);
-    CHECK_OK(mql_close(mq));
-    /* Every child at once. */
+    /* Every child holds a producer (a child that failed closed its pipe
+     * unwritten: its exit status says why), then all go at once. */
+    for (int id = 0; id < writers; id++) {
+        char b;
+        if (read(ready[id], &b, 1) != 1) break;
+    }
     for (int id = 0; id < writers; id++) {
         char b = 1;
-        CHECK(write(go[id], &b, 1) == 1);
+        (void)!write(go[id], &b, 1);
         close(go[id]);
+        close(ready[id]);
     }
     for (int id = 0; id < writers; id++) {
         int status = 0;
@@ -148,6 +167,8 @@ static void run(const char *dir, const char *name, int writers) {
 
 int main(int argc, char **argv) {
     const char *dir = scratch_dir(argc, argv);
+    /* A go byte to a child that already failed must not end the parent. */
+    signal(SIGPIPE, SIG_IGN);
     bool several = true;
 #ifdef SKIP_SEVERAL_WRITERS
     several = argc > 2 && strcmp(argv[2], "--several") == 0;
