@@ -192,7 +192,9 @@ bench: ext venv-bench
 # simulated power loss, the concurrency stress, and shared mode's
 # multi-process tests at full length (MQLITE_SOAK=1: 60 s of kill -9 in the
 # group storm and the writer-kill test, a million appends in the wake-up
-# test). CYCLES=N, POWER_CYCLES=N, STRESS_SECS=N size them.
+# test; the writer storm for 60 s with one writer process and 3 minutes
+# with several, 200 concurrent topic creations, 100 power losses with
+# writer processes). CYCLES=N, POWER_CYCLES=N, STRESS_SECS=N size them.
 CYCLES ?= 1000
 POWER_CYCLES ?= 300
 STRESS_SECS ?= 120
@@ -202,6 +204,8 @@ soak:
 	MQLITE_STRESS_SECS=$(STRESS_SECS) $(CARGO) test --release -q -p mqlite --test stress -- --nocapture
 	MQLITE_SOAK=1 $(CARGO) test --release -q -p mqlite --test shared_mode --test shared_mode_groups \
 		--test shared_mode_writer -- --nocapture
+	MQLITE_SOAK=1 $(CARGO) test --release -q -p mqlite --test shared_mode_writers \
+		--test shared_mode_writers_topics --test shared_mode_writers_power -- --nocapture
 
 # Every cargo-fuzz target for FUZZ_SECONDS each (needs a nightly toolchain;
 # see fuzz/run.sh).

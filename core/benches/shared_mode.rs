@@ -6,6 +6,13 @@
 //! show what crossing a process costs, not what shared mode costs (the
 //! `shared_log` bench has that).
 //!
+//! Writers: one writer in shared mode against exclusive mode (send rate,
+//! batches of 1 and of 100, in this process), then writer processes (this
+//! binary run again) sending at once: 2 and 4 on one partition, 2 and 4 on
+//! a partition each, against one writer process; and `acks=all` from 4
+//! processes against one. A row whose processes fail (today a second
+//! writer process gets `Locked`) prints `skipped: <error>` and is left out.
+//!
 //! `cargo bench -p mqlite --bench shared_mode`; `MQLITE_BENCH_RUNS`,
 //! `MQLITE_BENCH_SCALE`, `MQLITE_BENCH_FILTER` and `MQLITE_BENCH_JSON` as
 //! for the `log` bench (see `harness`). The other process is this bench
@@ -22,14 +29,16 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use harness::{filter_matches, scaled, Harness};
 use mqlite::{
-    BorrowedRecord, Broker, Config, Consumer, ConsumerConfig, OffsetReset, ProducerConfig, Record,
-    TopicConfig,
+    Acks, BorrowedRecord, Broker, Config, Consumer, ConsumerConfig, OffsetReset, ProducerConfig,
+    Record, TopicConfig,
 };
 
 const ROLE: &str = "MQLITE_SHARED_BENCH_ROLE";
 const DIR: &str = "MQLITE_SHARED_BENCH_DIR";
 const N: &str = "MQLITE_SHARED_BENCH_N";
 const OUT: &str = "MQLITE_SHARED_BENCH_OUT";
+const PARTITION: &str = "MQLITE_SHARED_BENCH_PARTITION";
+const ACKS_ALL: &str = "MQLITE_SHARED_BENCH_ACKS_ALL";
 const SIZE: usize = 100;
 
 fn main() {
@@ -43,6 +52,9 @@ fn main() {
             "latency: one 100 B record every ~100 us (acks=1), time from before the send to the \
              consumer's receipt; consume: a reader catching up on records written beforehand, \
              timed from the consumer's creation to its last record",
+            "writers: 100 B records, acks=1 unless named; writer processes: every process \
+             sends its share of the records to its partition once all are ready, the rate is \
+             all their records over the time from the start to the last one's end",
         ],
         one_run,
     );
@@ -60,7 +72,7 @@ fn now_ns() -> u64 {
         .as_nanos() as u64
 }
 
-/// The role of the other process: `latency` (receive `n` records of `lat`
+/// The role of the other process: `writer` (see [`writer_child`]), or `latency` (receive `n` records of `lat`
 /// and write each one's latency in ns to the output file) or `consume`
 /// (consume `n` records of `tp` and write the seconds taken). Two more,
 /// for instruction counts of the consume rows run by hand under callgrind
@@ -69,6 +81,10 @@ fn now_ns() -> u64 {
 /// `write_then_consume` (the in-process row: write, then consume in the
 /// same process).
 fn child(role: &str) {
+    if role == "writer" {
+        writer_child();
+        return;
+    }
     let dir = PathBuf::from(std::env::var_os(DIR).unwrap());
     let n: u64 = std::env::var(N).unwrap().parse().unwrap();
     let out = PathBuf::from(std::env::var_os(OUT).unwrap());
@@ -258,6 +274,7 @@ fn percentile_us(sorted: &[u64], q: f64) -> f64 {
 }
 
 fn one_run(h: &mut Harness) {
+    writer_rows(h);
     if filter_matches("latency") {
         let n = scaled(20_000);
         let (mut p50, mut p99) = ([0.0; 2], [0.0; 2]);
@@ -306,4 +323,245 @@ fn one_run(h: &mut Harness) {
             h.record(&name, &group, n, SIZE, secs, Some(&base));
         }
     }
+}
+
+// Writers.
+
+/// Sends `n` records of `SIZE` bytes to `w`/`partition` through `p`, in
+/// batches of `batch`.
+fn send_with(p: &mqlite::Producer, n: u64, batch: u64, partition: u32) -> mqlite::Result<()> {
+    let value = vec![7u8; SIZE];
+    let chunk: Vec<BorrowedRecord<'_>> = (0..batch)
+        .map(|_| BorrowedRecord {
+            topic: "w",
+            partition: Some(partition),
+            value: Some(&value),
+            ..BorrowedRecord::default()
+        })
+        .collect();
+    let mut sent = 0;
+    while sent < n {
+        let k = (n - sent).min(batch);
+        if k == 1 {
+            p.send(Record::new("w").partition(partition).value(value.clone()))?;
+        } else {
+            p.send_batch(&chunk[..k as usize])?;
+        }
+        sent += k;
+    }
+    Ok(())
+}
+
+/// Seconds one writer in this process takes to send `n` records in batches
+/// of `batch` to a new directory opened with `cfg`.
+fn one_writer(cfg: Config, n: u64, batch: u64) -> f64 {
+    let dir = tempfile::tempdir().unwrap();
+    let mq = Broker::open(dir.path(), cfg).unwrap();
+    mq.create_topic("w", TopicConfig::new(1)).unwrap();
+    let p = mq.producer(ProducerConfig::default()).unwrap();
+    let t = Instant::now();
+    send_with(&p, n, batch, 0).unwrap();
+    let secs = t.elapsed().as_secs_f64();
+    drop(p);
+    mq.close().unwrap();
+    secs
+}
+
+/// A writer process: opens the directory, takes a producer (`acks=all`
+/// when `ACKS_ALL` is 1), creates `<out>.ready`, waits for `go` beside
+/// it, sends `n` records to `w`/`PARTITION` one by one and writes the time
+/// it ended (ns since the epoch) to `out`. On an error it writes
+/// `ERR <error>` to `out` and exits with status 2.
+fn writer_child() {
+    let dir = PathBuf::from(std::env::var_os(DIR).unwrap());
+    let n: u64 = std::env::var(N).unwrap().parse().unwrap();
+    let out = PathBuf::from(std::env::var_os(OUT).unwrap());
+    let partition: u32 = std::env::var(PARTITION).unwrap().parse().unwrap();
+    let acks_all = std::env::var(ACKS_ALL).is_ok_and(|v| v == "1");
+    let go = out.parent().unwrap().join("go");
+    let run = || -> mqlite::Result<u64> {
+        let mq = Broker::open(&dir, config())?;
+        let acks = if acks_all { Acks::All } else { Acks::One };
+        let p = mq.producer(ProducerConfig::default().acks(acks))?;
+        std::fs::write(out.with_extension("ready"), b"").unwrap();
+        while !go.exists() {
+            std::thread::sleep(Duration::from_micros(100));
+        }
+        send_with(&p, n, 1, partition)?;
+        let end = now_ns();
+        drop(p);
+        mq.close()?;
+        Ok(end)
+    };
+    match run() {
+        Ok(end) => std::fs::write(&out, format!("{end}\n")).unwrap(),
+        Err(e) => {
+            std::fs::write(&out, format!("ERR {e}\n")).unwrap();
+            std::process::exit(2);
+        }
+    }
+}
+
+/// Runs `procs` writer processes sending `n` records in all (`n / procs`
+/// each) to topic `w` of `partitions` partitions (process `i` to
+/// partition `i % partitions`), released at once; the seconds from the
+/// release to the last one's end, or the first error.
+fn writer_processes(procs: u64, partitions: u32, n: u64, acks_all: bool) -> Result<f64, String> {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let work = dir.path().join("work");
+    std::fs::create_dir(&work).unwrap();
+    {
+        let mq = Broker::open(&data, config()).unwrap();
+        mq.create_topic("w", TopicConfig::new(partitions)).unwrap();
+        mq.close().unwrap();
+    }
+    let each = n / procs;
+    let outs: Vec<PathBuf> = (0..procs).map(|i| work.join(format!("w{i}.txt"))).collect();
+    let mut children: Vec<Child> = outs
+        .iter()
+        .enumerate()
+        .map(|(i, out)| {
+            Command::new(std::env::current_exe().unwrap())
+                .env(ROLE, "writer")
+                .env(DIR, &data)
+                .env(N, each.to_string())
+                .env(OUT, out)
+                .env(PARTITION, (i as u32 % partitions).to_string())
+                .env(ACKS_ALL, if acks_all { "1" } else { "0" })
+                .stdin(Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let error = |children: &mut Vec<Child>, outs: &[PathBuf]| -> String {
+        for c in children.iter_mut() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        outs.iter()
+            .filter_map(|o| std::fs::read_to_string(o).ok())
+            .find_map(|t| t.strip_prefix("ERR ").map(|e| e.trim().to_owned()))
+            .unwrap_or_else(|| "a writer process failed".to_owned())
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !outs.iter().all(|o| o.with_extension("ready").exists()) {
+        let failed = children
+            .iter_mut()
+            .any(|c| c.try_wait().unwrap().is_some_and(|s| !s.success()));
+        if failed || Instant::now() > deadline {
+            return Err(error(&mut children, &outs));
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let start = now_ns();
+    std::fs::write(work.join("go"), b"").unwrap();
+    for c in &mut children {
+        if !c.wait().unwrap().success() {
+            return Err(error(&mut children, &outs));
+        }
+    }
+    let mut last = start;
+    for o in &outs {
+        let text = std::fs::read_to_string(o).unwrap();
+        last = last.max(text.trim().parse().map_err(|_| text.clone())?);
+    }
+    Ok((last - start) as f64 / 1e9)
+}
+
+/// Prints a row that could not run, and notes it once in the JSON.
+fn skipped(h: &mut Harness, name: &str, error: &str) {
+    eprintln!("  {name:<52} skipped: {error}");
+    static NOTED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    let mut noted = NOTED.lock().unwrap();
+    if !noted.iter().any(|n| n == name) {
+        noted.push(name.to_owned());
+        h.note(&format!("{name}: skipped: {error}"));
+    }
+}
+
+/// Runs of [`writer_rows`] so far.
+static RUN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+fn writer_rows(h: &mut Harness) {
+    let group = format!("writers ({SIZE} B)");
+    let exclusive = Config::default().prefault(false);
+    for (batch, n) in [(1, scaled(200_000)), (100, scaled(2_000_000))] {
+        let base = format!("exclusive mode, batches of {batch} ({SIZE} B)");
+        let shared =
+            format!("shared mode, one writer, batches of {batch} (target >= 0.9x) ({SIZE} B)");
+        if filter_matches(&base) || filter_matches(&shared) {
+            // Which of the two goes first alternates from run to run.
+            let mut pair = [
+                (&base, exclusive.clone(), None),
+                (&shared, config(), Some(&base)),
+            ];
+            if RUN.load(std::sync::atomic::Ordering::Relaxed) % 2 == 1 {
+                pair.reverse();
+            }
+            for (name, cfg, baseline) in pair {
+                if !filter_matches(name) {
+                    continue;
+                }
+                let secs = one_writer(cfg, n, batch);
+                h.record(name, &group, n, SIZE, secs, baseline.map(String::as_str));
+            }
+        }
+    }
+    let group = format!("writer processes ({SIZE} B, one record per send)");
+    let n = scaled(400_000);
+    let base = format!("1 writer process ({SIZE} B)");
+    let rows: [(String, u64, u32, bool); 5] = [
+        (base.clone(), 1, 1, false),
+        (
+            format!("2 writer processes, one partition (target >= 0.8x) ({SIZE} B)"),
+            2,
+            1,
+            false,
+        ),
+        (
+            format!("4 writer processes, one partition (target >= 0.8x) ({SIZE} B)"),
+            4,
+            1,
+            false,
+        ),
+        (
+            format!("2 writer processes, a partition each ({SIZE} B)"),
+            2,
+            2,
+            false,
+        ),
+        (
+            format!("4 writer processes, a partition each ({SIZE} B)"),
+            4,
+            4,
+            false,
+        ),
+    ];
+    let all_n = scaled(20_000);
+    let all_base = format!("acks=all: 1 writer process ({SIZE} B)");
+    let all_rows: [(String, u64, u32, bool); 2] = [
+        (all_base.clone(), 1, 1, true),
+        (
+            format!("acks=all: 4 writer processes, one partition ({SIZE} B)"),
+            4,
+            1,
+            true,
+        ),
+    ];
+    for (rows, n, base) in [(&rows[..], n, &base), (&all_rows[..], all_n, &all_base)] {
+        if !rows.iter().any(|r| filter_matches(&r.0)) {
+            continue;
+        }
+        for (name, procs, partitions, acks_all) in rows {
+            match writer_processes(*procs, *partitions, n, *acks_all) {
+                Ok(secs) => {
+                    let baseline = (name != base).then_some(base.as_str());
+                    h.record(name, &group, n / procs * procs, SIZE, secs, baseline);
+                }
+                Err(e) => skipped(h, name, &e),
+            }
+        }
+    }
+    RUN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
 }

@@ -464,3 +464,52 @@ pub fn read_all(mq: &Broker, topic: &str, partition: u32) -> Vec<(u64, Vec<u8>)>
     }
     out
 }
+
+/// Ends a child on an engine error: prints `ERROR <kind>: <error>` (what
+/// the parent shows when the child fails) and exits with status 2.
+pub fn fail(what: &str, e: &mqlite::Error) -> ! {
+    println!("ERROR {}: {what}: {e}", e.kind().name());
+    eprintln!("ERROR {}: {what}: {e}", e.kind().name());
+    std::process::exit(2);
+}
+
+/// The value of `r`, or the child ends through [`fail`].
+pub fn ok<T>(what: &str, r: mqlite::Result<T>) -> T {
+    r.unwrap_or_else(|e| fail(what, &e))
+}
+
+/// Waits until the marker `name` exists in `work`, at most `timeout`;
+/// whether it does.
+pub fn wait_marker(work: &Path, name: &str, timeout: Duration) -> bool {
+    let path = work.join(name);
+    let end = Instant::now() + timeout;
+    while !path.exists() {
+        if Instant::now() >= end {
+            return false;
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    true
+}
+
+/// `kill -9` to every one of `procs` first, then waits for each: they
+/// die at (nearly) the same moment.
+pub fn kill9_all(procs: &mut [Proc]) {
+    for p in procs.iter_mut() {
+        if p.exited().is_none() {
+            let _ = p.child.kill();
+        }
+    }
+    for p in procs.iter_mut() {
+        p.kill9();
+    }
+}
+
+impl Proc {
+    /// Asserts that it is still running (panics with its output if not).
+    pub fn expect_running(&mut self) {
+        if let Some(s) = self.exited() {
+            panic!("{} ended ({s}):\n{}", self.name, self.output());
+        }
+    }
+}
