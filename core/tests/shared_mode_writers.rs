@@ -13,10 +13,8 @@
 //! `shared_mode_writers_fencing.rs` (named producers across processes) and
 //! `shared_mode_writers_power.rs` (simulated power loss).
 //!
-//! Each scenario takes the number of writer processes as a parameter; the
-//! variants with one writer process run today, those with several are
-//! `#[ignore]`d until the engine lets several processes write (today the
-//! second gets `Locked`). Short in an ordinary run (the storm runs about
+//! Each scenario takes the number of writer processes as a parameter and
+//! runs with one and with several. Short in an ordinary run (the storm runs about
 //! 5 s with one writer, 10 s with several); `MQLITE_SOAK=1` (`make soak`)
 //! runs more writers for minutes.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -418,13 +416,11 @@ fn writer_storm_one_writer_four_keyed_partitions() {
 }
 
 #[test]
-#[ignore = "needs several writer processes"]
 fn writer_storm_several_writers_one_partition() {
     storm(storm_writers(), 1, false, storm_secs());
 }
 
 #[test]
-#[ignore = "needs several writer processes"]
 fn writer_storm_several_writers_four_keyed_partitions() {
     storm(storm_writers(), 4, true, storm_secs());
 }

@@ -4,9 +4,8 @@
 //! identity (same producer id, higher epoch) and resumes after its
 //! sequences; and producer ids are unique across processes.
 //!
-//! The second client is a thread of the first's process today, and another
-//! process once several processes may write (that variant is `#[ignore]`d:
-//! today the second process gets `Locked`).
+//! The second client is a thread of the first's process in one variant,
+//! another process in the other.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod shared_mode_procs;
@@ -198,7 +197,6 @@ fn a_named_producer_in_a_second_client_of_one_process_fences_the_first() {
 }
 
 #[test]
-#[ignore = "needs several writer processes"]
 fn a_named_producer_in_another_process_fences_the_first() {
     fencing(false);
 }

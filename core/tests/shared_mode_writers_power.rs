@@ -17,9 +17,7 @@
 //! records of earlier cycles are unchanged, and that reading never returns
 //! damaged data.
 //!
-//! The variant with one writer process runs today; the one with two is
-//! `#[ignore]`d until several processes may write (today the second gets
-//! `Locked`). Cycles: 10, or 100 under `MQLITE_SOAK=1`;
+//! It runs with one writer process and with two. Cycles: 10, or 100 under `MQLITE_SOAK=1`;
 //! `MQLITE_SM_SEED` replays a printed seed.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -346,7 +344,6 @@ fn acks_all_survives_power_loss_one_writer_process() {
 }
 
 #[test]
-#[ignore = "needs several writer processes"]
 fn acks_all_survives_power_loss_two_writer_processes() {
     power_loss(2);
 }

@@ -7,10 +7,8 @@
 //!   producer a typed error (`UnknownTopic`, never a crash), and a new
 //!   producer writes to the topic created again.
 //!
-//! Each runs with its racers or its deleter as threads of one process
-//! today, and as separate processes once several processes may write
-//! (those variants are `#[ignore]`d: today the second process gets
-//! `Locked`). `MQLITE_SOAK=1` runs 200 creation rounds instead of 20.
+//! Each runs with its racers or its deleter as threads of one process, and
+//! as separate processes. `MQLITE_SOAK=1` runs 200 creation rounds instead of 20.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod shared_mode_procs;
@@ -188,7 +186,6 @@ fn concurrent_topic_creation_threads_of_one_process() {
 }
 
 #[test]
-#[ignore = "needs several writer processes"]
 fn concurrent_topic_creation_two_processes() {
     creation_race(2, 1);
 }
@@ -330,7 +327,6 @@ fn delete_while_writing_from_a_thread_of_the_writer() {
 }
 
 #[test]
-#[ignore = "needs several writer processes"]
 fn delete_while_writing_from_another_process() {
     delete_while_writing(false);
 }

@@ -7,22 +7,15 @@
  * partition with a handle of its own: every record of every child is
  * there once, in the order its child sent them, and the offsets are dense.
  *
- * The scenario runs with one writer child, then with two. The engine does
- * not yet let a second process write (it gets MQL_LOCKED), so the run with
- * two is skipped while SKIP_SEVERAL_WRITERS is defined: delete that line
- * once several processes may write. `test_shared_writers DIR --several`
- * runs it anyway (by hand). */
+ * The scenario runs with one writer child, then with two. */
 #define _POSIX_C_SOURCE 200809L
 #include <signal.h>
-#include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "check.h"
-
-#define SKIP_SEVERAL_WRITERS 1 /* delete once several processes may write */
 
 #define RECORDS 1000
 #define MAX_WRITERS 2
@@ -169,11 +162,7 @@ int main(int argc, char **argv) {
     const char *dir = scratch_dir(argc, argv);
     /* A go byte to a child that already failed must not end the parent. */
     signal(SIGPIPE, SIG_IGN);
-    bool several = true;
-#ifdef SKIP_SEVERAL_WRITERS
-    several = argc > 2 && strcmp(argv[2], "--several") == 0;
-#endif
     run(dir, "one", 1);
-    if (several) run(dir, "two", MAX_WRITERS);
+    run(dir, "two", MAX_WRITERS);
     return 0;
 }

@@ -4,17 +4,13 @@
 Writer processes (``multiprocessing``'s "spawn" method: each opens the
 directory with a handle of its own) produce to one partition at once while
 a reader process reads; racers released at once create the same topic, one
-wins and the others get ``TopicExists``. Each scenario takes the number of
-writer processes: with one it runs today; with several it is skipped while
-``SKIP_SEVERAL_WRITERS`` is set, since the engine lets only one process
-write (a second gets ``Locked``). Delete that line once several processes
-may write; ``MQLITE_SEVERAL_WRITERS=1`` runs them anyway.
+wins and the others get ``TopicExists``. Each scenario runs with one
+writer process and with several.
 """
 
 from __future__ import annotations
 
 import multiprocessing
-import os
 import queue
 import threading
 from pathlib import Path
@@ -23,13 +19,6 @@ from typing import Any
 import pytest
 
 import mqlite
-
-SKIP_SEVERAL_WRITERS = True  # delete once several processes may write
-
-several_writers = pytest.mark.skipif(
-    globals().get("SKIP_SEVERAL_WRITERS", False) and os.environ.get("MQLITE_SEVERAL_WRITERS") != "1",
-    reason="needs several writer processes",
-)
 
 SPAWN = multiprocessing.get_context("spawn")
 TOPIC = "w"
@@ -155,7 +144,6 @@ def test_one_writer_process_with_a_reader_process(data_dir: Path) -> None:
     producers_in_processes(data_dir, 1)
 
 
-@several_writers
 def test_three_writer_processes_on_one_partition(data_dir: Path) -> None:
     producers_in_processes(data_dir, 3)
 
@@ -239,6 +227,5 @@ def test_concurrent_topic_creation_threads_of_one_process(data_dir: Path) -> Non
     creation_race(data_dir, 1, 2)
 
 
-@several_writers
 def test_concurrent_topic_creation_two_processes(data_dir: Path) -> None:
     creation_race(data_dir, 2, 1)
