@@ -9,7 +9,7 @@ mod common;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::{fails, json_lines, ok, Lines};
+use common::{json_lines, ok, Lines};
 use mqlite::{Broker, Config, Error, ProducerConfig, Record, TopicConfig};
 use serde_json::Value;
 

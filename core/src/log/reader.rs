@@ -85,22 +85,19 @@ impl PartitionLog {
         let mut config = config;
         let writers = config.shared.as_ref().and_then(|s| s.writers.clone());
         let tail = std::sync::OnceLock::new();
-        let writer = match writers {
-            Some(writers) => {
-                // Pages are faulted in by the writer that needs them: a
-                // background job could touch a file another process trims.
-                config.prefault = false;
-                Some(SharedWriter {
-                    page: TailPage::open(dir, config.file_mode)?,
-                    writers,
-                })
+        let writer = if let Some(writers) = writers {
+            // Pages are faulted in by the writer that needs them: a
+            // background job could touch a file another process trims.
+            config.prefault = false;
+            Some(SharedWriter {
+                page: TailPage::open(dir, config.file_mode)?,
+                writers,
+            })
+        } else {
+            if let Ok(page) = TailPage::open_read_only(dir) {
+                let _ = tail.set(page);
             }
-            None => {
-                if let Ok(page) = TailPage::open_read_only(dir) {
-                    let _ = tail.set(page);
-                }
-                None
-            }
+            None
         };
         let sizes = writer.is_some().then(|| config.sizes());
         // Segments after the one the tail page names are not published (a
@@ -555,16 +552,13 @@ fn open_segments(
         let next = bases.get(i + 1).copied().unwrap_or(u64::MAX);
         seal_whole(seg, next <= durable);
     }
-    let writer = match writable {
-        Some(sizes) => {
-            let (seg, w) = Segment::open_shared_active(dir, last, sizes)?;
-            segments.push(Arc::new(seg));
-            Some(w)
-        }
-        None => {
-            segments.push(Arc::new(Segment::open_reader_active(dir, last, capacity)?));
-            None
-        }
+    let writer = if let Some(sizes) = writable {
+        let (seg, w) = Segment::open_shared_active(dir, last, sizes)?;
+        segments.push(Arc::new(seg));
+        Some(w)
+    } else {
+        segments.push(Arc::new(Segment::open_reader_active(dir, last, capacity)?));
+        None
     };
     Ok((segments, writer))
 }

@@ -89,7 +89,7 @@ impl PartitionLog {
             .lock_append(me, &|t| t == me || crate::shared::process_alive(root, t));
         let before = w.next_offset;
         match guard.stolen() {
-            Some(stolen) => self.take_over(r, w, stolen)?,
+            Some(stolen) => self.take_over(r, sw, w, stolen)?,
             None => match sw.page.read() {
                 Some(tail) => {
                     if *sync::lock(&r.seen) == Some(tail) {
@@ -102,6 +102,7 @@ impl PartitionLog {
                 // holder left half-written: rebuilt from the files.
                 None => self.take_over(
                     r,
+                    sw,
                     w,
                     Stolen {
                         from: 0,
@@ -124,29 +125,26 @@ impl PartitionLog {
     fn take_over(
         &self,
         r: &super::reader::ReaderState,
+        sw: &SharedWriter,
         w: &mut Writer,
         stolen: Stolen,
     ) -> Result<()> {
-        let sw = self.shared_writer().expect("a shared writer");
-        match sw.page.read() {
-            Some(tail) => {
-                self.apply_tail(r, w, tail);
-                self.remove_unpublished_segments(w);
+        if let Some(tail) = sw.page.read() {
+            self.apply_tail(r, w, tail);
+            self.remove_unpublished_segments(w);
+        } else {
+            // The newest segment file is the active one (a roll creates it
+            // at the offset the old one ends at), read to its last whole
+            // valid batch.
+            if let Some(&newest) = list_bases(&self.dir)?.last() {
+                let active = sync::read(&self.segments).last().cloned();
+                if let Some(active) = active.filter(|a| newest > a.base()) {
+                    self.follow_roll(w, &active, newest);
+                }
             }
-            None => {
-                // The newest segment file is the active one (a roll creates
-                // it at the offset the old one ends at), read to its last
-                // whole valid batch.
-                if let Some(&newest) = list_bases(&self.dir)?.last() {
-                    let active = sync::read(&self.segments).last().cloned();
-                    if let Some(active) = active.filter(|a| newest > a.base()) {
-                        self.follow_roll(w, &active, newest);
-                    }
-                }
-                let active = std::sync::Arc::clone(&w.active);
-                if let Some(len) = active.log_file().refresh_allocated() {
-                    self.advance(w, &active, len as u64);
-                }
+            let active = std::sync::Arc::clone(&w.active);
+            if let Some(len) = active.log_file().refresh_allocated() {
+                self.advance(w, &active, len as u64);
             }
         }
         let end = w.active.end();
