@@ -273,7 +273,7 @@ fn appenders_killed_at_random_never_block_the_others_or_tear_a_batch() {
     let mut rng = shared_mode_procs::Rng::new("appender kills");
     let until = Instant::now() + pick(Duration::from_secs(4), Duration::from_secs(60));
     let mut generation = 0;
-    let mut start = |slot: usize, generation: &mut u32| {
+    let start = |slot: usize, generation: &mut u32| {
         *generation += 1;
         let mut k = spawn(
             "appender",
