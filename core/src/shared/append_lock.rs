@@ -386,7 +386,10 @@ mod model {
     /// Tokens `1..TOKENS` may be threads; any other token has no process.
     const TOKENS: usize = 4;
 
-    /// Sleeps as a yield: every slice ends as if its time passed.
+    /// Sleeps as a yield: every slice ends as if its time passed. A spin
+    /// does not yield (a yielding thread waits in loom until the others
+    /// cannot run, which would hide the looks a waiter takes at a holder
+    /// that is still running).
     struct Yielding;
 
     impl Platform for Yielding {
@@ -394,9 +397,7 @@ mod model {
         type A32 = AtomicU32;
         const SPINS: u32 = 1;
 
-        fn spin(&self) {
-            loom::thread::yield_now();
-        }
+        fn spin(&self) {}
         fn fence(&self, order: Ordering) {
             loom::sync::atomic::fence(order);
         }
@@ -455,6 +456,8 @@ mod model {
         published: AtomicU64,
         log: UnsafeCell<[u64; LOG_WORDS]>,
         dead: [AtomicBool; TOKENS],
+        /// Whether a lock was taken from a dead holder.
+        stole: AtomicBool,
     }
 
     impl<P: Platform<A64 = AtomicU64, A32 = AtomicU32>> World<P> {
@@ -468,6 +471,7 @@ mod model {
                 published: AtomicU64::new(0),
                 log: UnsafeCell::new([0; LOG_WORDS]),
                 dead: std::array::from_fn(|_| AtomicBool::new(false)),
+                stole: AtomicBool::new(false),
             }
         }
 
@@ -500,6 +504,7 @@ mod model {
             let taken = words.lock(me, &|t| self.alive(t));
             if let Some(stolen) = taken.stolen {
                 assert!(!self.alive(stolen.from), "stole from a live holder");
+                self.stole.store(true, Ordering::Relaxed);
                 assert_eq!(stolen.in_progress_end, taken.unfinished);
             }
             let (published, died) = self.log.with_mut(|log| {
@@ -570,6 +575,10 @@ mod model {
     /// Two processes, one of which dies at `die` with the lock held: the
     /// other takes the lock over, repairs, and appends.
     fn a_death_at(die: u32) {
+        // Executions in which the survivor took the lock over (the model
+        // must reach the steal, not only the orders where it comes first).
+        let steals = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = std::sync::Arc::clone(&steals);
         builder(3).check(move || {
             let world = Arc::new(World::new(Yielding));
             let dying = {
@@ -584,7 +593,11 @@ mod model {
             let published = world.published.load(Ordering::Acquire);
             let appends = u64::from(survivor) + u64::from(dying);
             assert_eq!(published, appends * APPEND_WORDS);
+            if world.stole.load(Ordering::Relaxed) {
+                counted.fetch_add(1, Ordering::Relaxed);
+            }
         });
+        assert!(steals.load(Ordering::Relaxed) > 0, "no steal explored");
     }
 
     #[test]
