@@ -700,6 +700,16 @@ mod tests {
     use std::sync::Arc;
     use std::time::{Duration, Instant};
 
+    /// A child process killed when the test ends, passed or failed.
+    struct KillOnDrop(std::process::Child);
+
+    impl Drop for KillOnDrop {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+
     const CHILD_ENV: &str = "MQLITE_TEST_APPEND_LOCK_CHILD";
 
     fn tail(published: u64) -> Tail {
@@ -834,20 +844,22 @@ mod tests {
     #[test]
     fn a_killed_holder_loses_the_lock_within_a_bound() {
         let dir = tempfile::tempdir().unwrap();
-        let mut child = Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--ignored",
-                "--exact",
-                "shared::append_lock::tests::append_lock_child_holds_until_killed",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(CHILD_ENV, dir.path())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
+        let mut child = KillOnDrop(
+            Command::new(std::env::current_exe().unwrap())
+                .args([
+                    "--ignored",
+                    "--exact",
+                    "shared::append_lock::tests::append_lock_child_holds_until_killed",
+                    "--nocapture",
+                    "--test-threads=1",
+                ])
+                .env(CHILD_ENV, dir.path())
+                .stdout(Stdio::piped())
+                .spawn()
+                .unwrap(),
+        );
         let mut holder = None;
-        for line in BufReader::new(child.stdout.take().unwrap()).lines() {
+        for line in BufReader::new(child.0.stdout.take().unwrap()).lines() {
             if let Some((_, hex)) = line.unwrap().split_once("locked ") {
                 holder = Some(u64::from_str_radix(hex.trim(), 16).unwrap());
                 break;
@@ -872,9 +884,9 @@ mod tests {
         std::thread::sleep(Duration::from_millis(300));
         assert!(!locker.is_finished(), "took the lock of a live process");
         assert_eq!(page.append_owner(), holder);
-        child.kill().unwrap(); // SIGKILL: the child's guard never drops
+        child.0.kill().unwrap(); // SIGKILL: the child's guard never drops
         let killed = Instant::now();
-        child.wait().unwrap();
+        child.0.wait().unwrap();
         let (locked, stolen) = locker.join().unwrap();
         let took = locked.saturating_duration_since(killed);
         assert!(

@@ -207,6 +207,16 @@ mod tests {
     use std::process::{Command, Stdio};
     use std::time::Duration;
 
+    /// A child process killed when the test ends, passed or failed.
+    struct KillOnDrop(std::process::Child);
+
+    impl Drop for KillOnDrop {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+
     const CHILD_ENV: &str = "MQLITE_TEST_PROCS_CHILD";
 
     #[test]
@@ -306,20 +316,22 @@ mod tests {
     #[test]
     fn a_killed_process_is_dead() {
         let dir = tempfile::tempdir().unwrap();
-        let mut child = Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--ignored",
-                "--exact",
-                "shared::procs::tests::procs_child_registers_until_killed",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(CHILD_ENV, dir.path())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
+        let mut child = KillOnDrop(
+            Command::new(std::env::current_exe().unwrap())
+                .args([
+                    "--ignored",
+                    "--exact",
+                    "shared::procs::tests::procs_child_registers_until_killed",
+                    "--nocapture",
+                    "--test-threads=1",
+                ])
+                .env(CHILD_ENV, dir.path())
+                .stdout(Stdio::piped())
+                .spawn()
+                .unwrap(),
+        );
         let mut token = None;
-        for line in BufReader::new(child.stdout.take().unwrap()).lines() {
+        for line in BufReader::new(child.0.stdout.take().unwrap()).lines() {
             let line = line.unwrap();
             // The harness prints the test's name on the same line first.
             if let Some((_, hex)) = line.split_once("token ") {
@@ -329,8 +341,8 @@ mod tests {
         }
         let token = token.expect("the child printed no token");
         assert!(process_alive(dir.path(), token));
-        child.kill().unwrap(); // SIGKILL: the child's Drop never runs
-        child.wait().unwrap();
+        child.0.kill().unwrap(); // SIGKILL: the child's Drop never runs
+        child.0.wait().unwrap();
         let file = dir.path().join("procs").join(format!("{token:016x}.live"));
         assert!(file.exists(), "left behind by the killed child");
         assert!(!process_alive(dir.path(), token));
