@@ -53,11 +53,19 @@ impl PartitionLog {
         let Some(sw) = self.shared_writer() else {
             return;
         };
-        sw.page.init_if_new(|| {
+        let made = sw.page.init_if_new(|| {
             let mut w = sync::lock(&self.writer);
             self.scan_without_tail(&mut w);
             self.tail_of(&w)
         });
+        if let Err(e) = made {
+            // The next append rebuilds the page from the files.
+            ::log::warn!(
+                "{}/{}: starting the tail page: {e}",
+                self.topic,
+                self.partition
+            );
+        }
     }
 
     /// The tail page's content for the log as `w` sees it.
@@ -86,7 +94,7 @@ impl PartitionLog {
         let root = &sw.writers.root;
         let guard = sw
             .page
-            .lock_append(me, &|t| t == me || crate::shared::process_alive(root, t));
+            .lock_append(me, &|t| t == me || crate::shared::process_alive(root, t))?;
         let before = w.next_offset;
         match guard.stolen() {
             Some(stolen) => self.take_over(r, sw, w, stolen)?,

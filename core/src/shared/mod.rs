@@ -8,6 +8,7 @@
 //! each value as untrusted input and check it before use (a page whose
 //! header does not match is reset or ignored, never trusted).
 
+mod append_lock;
 mod dir;
 mod fs_kind;
 mod futex;
@@ -16,10 +17,11 @@ mod page;
 mod procs;
 mod tail;
 
+pub(crate) use append_lock::{AppendGuard, Stolen};
 pub(crate) use dir::{hold_exclusive, DirShare, ExclusiveHold, SHM_FILE};
 pub(crate) use fs_kind::{filesystem_kind, FsKind};
 pub(crate) use futex::WaitOutcome;
 pub(crate) use liveness::{LiveLock, Liveness};
 pub(crate) use page::{SharedPage, Word32, Word64, PAGE_LEN};
 pub(crate) use procs::{process_alive, ProcessSlot};
-pub(crate) use tail::{AppendGuard, Stolen, Tail, TailPage, TAIL_FILE};
+pub(crate) use tail::{Tail, TailPage, TAIL_FILE};

@@ -182,6 +182,13 @@ impl SharedPage {
     /// that knows no other one uses the page (it holds the directory's
     /// initialisation lock alone). Does nothing on a read-only page.
     pub(crate) fn reset(&self, magic: [u8; 8]) {
+        self.reset_with(magic, || {});
+    }
+
+    /// Like [`SharedPage::reset`], with `fill` run between the zeroing
+    /// and the writing of `magic`: a reader that sees the magic sees what
+    /// `fill` stored. Does nothing (not even `fill`) on a read-only page.
+    pub(crate) fn reset_with(&self, magic: [u8; 8], fill: impl FnOnce()) {
         if !self.is_writable() {
             return;
         }
@@ -189,8 +196,29 @@ impl SharedPage {
         for off in (8..PAGE_LEN).step_by(8) {
             self.atomic64(Word64(off)).store(0, Ordering::Relaxed);
         }
-        self.magic_word()
-            .store(u64::from_le_bytes(magic), Ordering::Release);
+        fill();
+        self.set_magic(magic);
+    }
+
+    /// Writes `magic`, leaving every other word as it is (nothing on a
+    /// read-only page).
+    pub(crate) fn set_magic(&self, magic: [u8; 8]) {
+        if self.is_writable() {
+            self.magic_word()
+                .store(u64::from_le_bytes(magic), Ordering::Release);
+        }
+    }
+
+    /// The atomic behind a 32-bit word, for a protocol that chooses its
+    /// own memory orderings; `None` on a read-only page (whose map faults
+    /// on a store).
+    pub(crate) fn writable32(&self, w: Word32) -> Option<&AtomicU32> {
+        self.is_writable().then(|| self.atomic32(w))
+    }
+
+    /// The atomic behind a 64-bit word, as [`SharedPage::writable32`].
+    pub(crate) fn writable64(&self, w: Word64) -> Option<&AtomicU64> {
+        self.is_writable().then(|| self.atomic64(w))
     }
 
     /// Loads a 32-bit word.
@@ -236,17 +264,6 @@ impl SharedPage {
     pub(crate) fn add64(&self, w: Word64, v: u64) -> Option<u64> {
         self.is_writable()
             .then(|| self.atomic64(w).fetch_add(v, Ordering::AcqRel))
-    }
-
-    /// Compare-and-swap of a 64-bit word: `Ok(old)` when it held `old` and
-    /// now holds `new`, else `Err(current)` (always `Err` on a read-only
-    /// page, which is not changed).
-    pub(crate) fn cas64(&self, w: Word64, old: u64, new: u64) -> std::result::Result<u64, u64> {
-        if !self.is_writable() {
-            return Err(self.load64(w));
-        }
-        self.atomic64(w)
-            .compare_exchange(old, new, Ordering::AcqRel, Ordering::Acquire)
     }
 
     /// Raises a 64-bit word to `v` if it is lower (nothing on a read-only
@@ -337,6 +354,30 @@ mod tests {
     }
 
     #[test]
+    fn reset_with_fills_before_the_magic_and_set_magic_keeps_the_words() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p");
+        std::fs::write(&path, vec![0xAB; PAGE_LEN]).unwrap();
+        let p = SharedPage::open(&path, 0o600).unwrap();
+        p.reset_with(MAGIC, || {
+            assert!(!p.has_magic(MAGIC), "the magic comes last");
+            assert_eq!(p.load64(LAST), 0, "zeroed before the fill");
+            p.store32(A, 9);
+        });
+        assert!(p.has_magic(MAGIC));
+        assert_eq!(p.load32(A), 9);
+        p.writable64(B).unwrap().store(5, Ordering::Relaxed);
+        // The magic overwritten in place (the file keeps its length).
+        let f = OpenOptions::new().write(true).open(&path).unwrap();
+        std::os::unix::fs::FileExt::write_all_at(&f, &[0u8; 8], 0).unwrap();
+        assert!(!p.has_magic(MAGIC));
+        p.set_magic(MAGIC);
+        assert!(p.has_magic(MAGIC));
+        assert_eq!(p.load64(B), 5);
+        assert_eq!(p.writable32(A).unwrap().load(Ordering::Relaxed), 9);
+    }
+
+    #[test]
     fn a_read_only_page_is_never_written() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("p");
@@ -350,7 +391,10 @@ mod tests {
         assert_eq!(ro.add32(A, 1), None);
         assert_eq!(ro.sub32(A, 1), None);
         ro.reset(*b"OTHERMAG");
+        ro.set_magic(*b"OTHERMAG");
         assert!(ro.has_magic(MAGIC));
+        assert!(ro.writable32(A).is_none());
+        assert!(ro.writable64(B).is_none());
         assert_eq!(rw.load32(A), 1);
         assert_eq!(rw.load64(B), 0);
     }

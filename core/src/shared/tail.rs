@@ -14,11 +14,15 @@
 //!
 //! Like every shared page, the values are untrusted: a reader checks the
 //! published length against the segment file it maps before using it.
+//!
+//! The page also holds the partition's append lock (see `append_lock`),
+//! which lets the writers of several processes take turns.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use super::{SharedPage, Word32, Word64};
-use crate::error::Result;
+use super::append_lock::{AppendGuard, LockWords, Processes};
+use super::{LiveLock, SharedPage, Word32, Word64};
+use crate::error::{Error, Result};
 
 /// The tail page's file name, in the partition's directory.
 pub(crate) const TAIL_FILE: &str = "tail";
@@ -32,6 +36,16 @@ const NEXT_OFFSET: Word64 = Word64::at(16);
 const ACTIVE_BASE: Word64 = Word64::at(24);
 const PUBLISHED: Word64 = Word64::at(32);
 const LOG_START: Word64 = Word64::at(40);
+/// The append lock's holder: 0 when free, else its process token.
+const OWNER: Word64 = Word64::at(48);
+/// How many lockers sleep on [`RELEASES`].
+const WAITERS: Word32 = Word32::at(56);
+/// The futex word of the append lock: bumped by an unlock that saw
+/// sleepers.
+const RELEASES: Word32 = Word32::at(60);
+/// The end, in the active segment, of the write the holder is doing past
+/// the published length; 0 when none.
+const IN_PROGRESS: Word64 = Word64::at(64);
 
 /// How many times a reader tries to read a consistent tail.
 const READ_TRIES: usize = 64;
@@ -55,40 +69,127 @@ pub(crate) struct Tail {
 #[derive(Debug)]
 pub(crate) struct TailPage {
     page: SharedPage,
+    /// The tail file (locked by [`TailPage::init_if_new`]).
+    path: PathBuf,
 }
 
 impl TailPage {
     /// Opens (creating) the tail page of the partition in `dir`, for the
     /// writer or for readers that may count themselves in.
     pub(crate) fn open(dir: &Path, mode: u32) -> Result<TailPage> {
+        let path = dir.join(TAIL_FILE);
         Ok(TailPage {
-            page: SharedPage::open(&dir.join(TAIL_FILE), mode)?,
+            page: SharedPage::open(&path, mode)?,
+            path,
         })
     }
 
-    /// Opens the tail page of the partition in `dir` for reading only.
+    /// Opens the tail page of the partition in `dir` for reading only
+    /// (its append lock cannot be taken: [`TailPage::lock_append`] fails
+    /// with [`Error::ReadOnly`]).
     pub(crate) fn open_read_only(dir: &Path) -> Result<TailPage> {
+        let path = dir.join(TAIL_FILE);
         Ok(TailPage {
-            page: SharedPage::open_read_only(&dir.join(TAIL_FILE))?,
+            page: SharedPage::open_read_only(&path)?,
+            path,
         })
     }
 
-    /// Sets every field (the writer, when it takes the partition over:
-    /// the page may hold anything before).
+    /// Sets every field, and frees the append lock (the writer, when it
+    /// takes the partition over: the page may hold anything before). Only
+    /// for a process that knows no other one may hold the append lock; see
+    /// [`TailPage::init_if_new`].
     pub(crate) fn reset(&self, tail: Tail) {
         self.page.reset(MAGIC);
         self.write(tail);
     }
 
-    /// Publishes the log's end (the writer, after each append it
-    /// published in the log itself), first restoring the page's header if
-    /// something overwrote it.
-    pub(crate) fn write(&self, tail: Tail) {
-        if !self.page.has_magic(MAGIC) {
-            // Overwritten by something else: readers ignore the page until
-            // it is a tail page again.
-            self.page.reset(MAGIC);
+    /// Makes the page a tail page if it is not one yet (no magic: a new
+    /// file, or one something else overwrote), with `tail()`'s fields and
+    /// a free append lock, and returns whether this call did it. A page
+    /// that is a tail page already is left as it is (its lock may be
+    /// held). Callers in several processes and threads at once are
+    /// serialised by an exclusive `flock` on the tail file, taken through
+    /// a descriptor of its own (so threads of one process exclude each
+    /// other too), and only when the magic is missing.
+    pub(crate) fn init_if_new(&self, tail: impl FnOnce() -> Tail) -> Result<bool> {
+        if !self.page.is_writable() {
+            return Err(Error::ReadOnly(format!(
+                "initialising {}",
+                self.path.display()
+            )));
         }
+        if self.page.has_magic(MAGIC) {
+            return Ok(false);
+        }
+        let _init = LiveLock::hold(&self.path, 0o600)?;
+        if self.page.has_magic(MAGIC) {
+            return Ok(false);
+        }
+        let tail = tail();
+        self.page.reset_with(MAGIC, || self.write_fields(tail));
+        Ok(true)
+    }
+
+    /// Takes the partition's append lock for the process `me` (its nonzero
+    /// token; see `procs`), waiting while another process holds it: spins
+    /// briefly, then sleeps on a futex in slices of 10 ms, asking
+    /// `alive(holder)` before each sleep. Takes the lock from a holder
+    /// only when `alive` says it is dead (then [`AppendGuard::stolen`]
+    /// says what it left). Never gives up because of time alone. Not
+    /// reentrant.
+    ///
+    /// Fails with [`Error::ReadOnly`] on a page opened read-only and
+    /// [`Error::InvalidArgument`] for the token 0, changing nothing.
+    pub(crate) fn lock_append<'a>(
+        &'a self,
+        me: u64,
+        alive: &dyn Fn(u64) -> bool,
+    ) -> Result<AppendGuard<'a>> {
+        if me == 0 {
+            return Err(Error::InvalidArgument(
+                "the append lock's owner token must not be 0".into(),
+            ));
+        }
+        let words = self.lock_words().ok_or_else(|| {
+            Error::ReadOnly(format!("taking the append lock of {}", self.path.display()))
+        })?;
+        Ok(AppendGuard::lock(words, me, alive))
+    }
+
+    /// The append lock's holder as the page says (0: free); for
+    /// diagnostics, since it may change at once.
+    #[cfg(test)]
+    pub(crate) fn append_owner(&self) -> u64 {
+        self.page.load64(OWNER)
+    }
+
+    /// The append lock's words; `None` on a read-only page.
+    fn lock_words(&self) -> Option<LockWords<'_, Processes>> {
+        Some(LockWords {
+            platform: &Processes,
+            owner: self.page.writable64(OWNER)?,
+            in_progress: self.page.writable64(IN_PROGRESS)?,
+            waiters: self.page.writable32(WAITERS)?,
+            releases: self.page.writable32(RELEASES)?,
+        })
+    }
+
+    /// Publishes the log's end (the writer, after each append it
+    /// published in the log itself), and restores the page's magic if
+    /// something overwrote it (leaving the append lock's words as they
+    /// are: they may be held).
+    pub(crate) fn write(&self, tail: Tail) {
+        self.write_fields(tail);
+        if !self.page.has_magic(MAGIC) {
+            // Overwritten by something else: readers ignored the page
+            // until now, that its fields are whole again.
+            self.page.set_magic(MAGIC);
+        }
+    }
+
+    /// Writes the tail's fields under the sequence lock.
+    fn write_fields(&self, tail: Tail) {
         let seq = self.page.load32(SEQ);
         // Even when a writer died half-way: start from an even value.
         let start = seq | 1;
@@ -131,12 +232,64 @@ impl TailPage {
     }
 }
 
+// ------------------------------------------------------------ flushes
+// Shared by the processes appending to the partition (`acks=all`): the
+// offset below which everything is on disk, the end the flush under way
+// covers, and a futex word bumped when a flush ends.
+
+/// Every offset below this is on disk (a process's flush that covered it).
+const FLUSHED: Word64 = Word64::at(80);
+/// The end offset a flush under way in some process covers.
+const FLUSHING_TO: Word64 = Word64::at(88);
+/// Bumped when a flush ends (futex word).
+const FLUSH_ENDS: Word32 = Word32::at(96);
+
+impl TailPage {
+    /// The offset below which every record is on disk, as the processes
+    /// flushing the partition last published it (untrusted: the caller
+    /// checks it against its own end).
+    pub(crate) fn flushed(&self) -> u64 {
+        self.page.load64(FLUSHED)
+    }
+
+    /// The end offset a flush under way covers (0: none known).
+    pub(crate) fn flushing_to(&self) -> u64 {
+        self.page.load64(FLUSHING_TO)
+    }
+
+    /// A flush covering every offset below `end` starts.
+    pub(crate) fn note_flushing(&self, end: u64) {
+        self.page.max64(FLUSHING_TO, end);
+    }
+
+    /// A flush covering every offset below `end` ended: raises
+    /// [`TailPage::flushed`] and wakes the processes waiting for it.
+    pub(crate) fn note_flushed(&self, end: u64) {
+        self.page.max64(FLUSHED, end);
+        self.page.add32(FLUSH_ENDS, 1);
+        self.page.wake32(FLUSH_ENDS);
+    }
+
+    /// The flush-end counter, read before [`TailPage::wait_flush_end`].
+    pub(crate) fn flush_ends(&self) -> u32 {
+        self.page.load32(FLUSH_ENDS)
+    }
+
+    /// Waits until a flush ends (the counter moves from `seen`), at most
+    /// `timeout`.
+    pub(crate) fn wait_flush_end(&self, seen: u32, timeout: std::time::Duration) {
+        let _ = self.page.wait32(FLUSH_ENDS, seen, timeout);
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use crate::shared::Stolen;
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
+    use std::time::Duration;
 
     fn tail(n: u64) -> Tail {
         Tail {
@@ -211,147 +364,151 @@ mod tests {
         w.write(tail(6));
         assert_eq!(r.read(), Some(tail(6)));
     }
-}
 
-// ------------------------------------------------------------ flushes
-// Shared by the processes appending to the partition (`acks=all`): the
-// offset below which everything is on disk, the end the flush under way
-// covers, and a futex word bumped when a flush ends.
-
-/// Every offset below this is on disk (a process's flush that covered it).
-const FLUSHED: Word64 = Word64::at(80);
-/// The end offset a flush under way in some process covers.
-const FLUSHING_TO: Word64 = Word64::at(88);
-/// Bumped when a flush ends (futex word).
-const FLUSH_ENDS: Word32 = Word32::at(96);
-
-impl TailPage {
-    /// The offset below which every record is on disk, as the processes
-    /// flushing the partition last published it (untrusted: the caller
-    /// checks it against its own end).
-    pub(crate) fn flushed(&self) -> u64 {
-        self.page.load64(FLUSHED)
+    fn never_alive(_: u64) -> bool {
+        false
     }
 
-    /// The end offset a flush under way covers (0: none known).
-    pub(crate) fn flushing_to(&self) -> u64 {
-        self.page.load64(FLUSHING_TO)
+    #[test]
+    fn init_if_new_initialises_once_and_keeps_a_held_lock() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = TailPage::open(dir.path(), 0o600).unwrap();
+        assert!(a.init_if_new(|| tail(7)).unwrap());
+        assert_eq!(a.read(), Some(tail(7)));
+        let guard = a.lock_append(42, &never_alive).unwrap();
+        let b = TailPage::open(dir.path(), 0o600).unwrap();
+        assert!(!b
+            .init_if_new(|| unreachable!("already a tail page"))
+            .unwrap());
+        assert_eq!(b.append_owner(), 42);
+        drop(guard);
+        assert_eq!(b.append_owner(), 0);
     }
 
-    /// A flush covering every offset below `end` starts.
-    pub(crate) fn note_flushing(&self, end: u64) {
-        self.page.max64(FLUSHING_TO, end);
+    #[test]
+    fn concurrent_init_if_new_initialises_exactly_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let inits: usize = (0..8)
+            .map(|i| {
+                let dir = dir.path().to_owned();
+                std::thread::spawn(move || {
+                    let page = TailPage::open(&dir, 0o600).unwrap();
+                    usize::from(page.init_if_new(|| tail(i)).unwrap())
+                })
+            })
+            .collect::<Vec<_>>()
+            .into_iter()
+            .map(|h| h.join().unwrap())
+            .sum();
+        assert_eq!(inits, 1);
+        let t = TailPage::open_read_only(dir.path())
+            .unwrap()
+            .read()
+            .unwrap();
+        assert_eq!(t, tail(t.next_offset));
     }
 
-    /// A flush covering every offset below `end` ended: raises
-    /// [`TailPage::flushed`] and wakes the processes waiting for it.
-    pub(crate) fn note_flushed(&self, end: u64) {
-        self.page.max64(FLUSHED, end);
-        self.page.add32(FLUSH_ENDS, 1);
-        self.page.wake32(FLUSH_ENDS);
+    #[test]
+    fn a_read_only_page_refuses_the_lock_and_init() {
+        let dir = tempfile::tempdir().unwrap();
+        TailPage::open(dir.path(), 0o600)
+            .unwrap()
+            .init_if_new(|| tail(1))
+            .unwrap();
+        let r = TailPage::open_read_only(dir.path()).unwrap();
+        assert!(matches!(
+            r.lock_append(5, &never_alive),
+            Err(Error::ReadOnly(_))
+        ));
+        assert!(matches!(r.init_if_new(|| tail(2)), Err(Error::ReadOnly(_))));
+        assert_eq!(r.append_owner(), 0);
+        assert_eq!(r.read(), Some(tail(1)));
     }
 
-    /// The flush-end counter, read before [`TailPage::wait_flush_end`].
-    pub(crate) fn flush_ends(&self) -> u32 {
-        self.page.load32(FLUSH_ENDS)
+    #[test]
+    fn the_token_zero_cannot_lock() {
+        let dir = tempfile::tempdir().unwrap();
+        let w = TailPage::open(dir.path(), 0o600).unwrap();
+        assert!(matches!(
+            w.lock_append(0, &never_alive),
+            Err(Error::InvalidArgument(_))
+        ));
+        assert_eq!(w.append_owner(), 0);
     }
 
-    /// Waits until a flush ends (the counter moves from `seen`), at most
-    /// `timeout`.
-    pub(crate) fn wait_flush_end(&self, seen: u32, timeout: std::time::Duration) {
-        let _ = self.page.wait32(FLUSH_ENDS, seen, timeout);
-    }
-}
-
-// ------------------------------------------------------------ append lock
-// (interim version: replaced by the full protocol module)
-
-const OWNER: Word64 = Word64::at(48);
-const IN_PROGRESS: Word64 = Word64::at(64);
-
-/// The lock was taken from a dead holder.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Stolen {
-    /// The dead holder's token.
-    pub from: u64,
-    /// The end of the write it had in progress (0: none).
-    pub in_progress_end: u64,
-}
-
-/// A held append lock (released on drop).
-#[derive(Debug)]
-pub(crate) struct AppendGuard<'a> {
-    page: &'a TailPage,
-    me: u64,
-    stolen: Option<Stolen>,
-}
-
-impl AppendGuard<'_> {
-    /// `Some` when the lock was taken from a dead holder.
-    pub(crate) fn stolen(&self) -> Option<Stolen> {
-        self.stolen
-    }
-
-    /// Records the end of the write about to be done.
-    pub(crate) fn set_in_progress(&self, end: u64) {
-        self.page.page.store64(IN_PROGRESS, end);
-    }
-}
-
-impl Drop for AppendGuard<'_> {
-    fn drop(&mut self) {
-        self.page.page.store64(IN_PROGRESS, 0);
-        let _ = self.page.page.cas64(OWNER, self.me, 0);
-    }
-}
-
-impl TailPage {
-    /// Takes the append lock for `me`.
-    pub(crate) fn lock_append<'a>(
-        &'a self,
-        me: u64,
-        alive: &dyn Fn(u64) -> bool,
-    ) -> AppendGuard<'a> {
-        let mut spins = 0u32;
-        loop {
-            match self.page.cas64(OWNER, 0, me) {
-                Ok(_) => {
-                    return AppendGuard {
-                        page: self,
-                        me,
-                        stolen: None,
-                    }
-                }
-                Err(owner) if owner != me && spins > 100 && !alive(owner) => {
-                    let in_progress_end = self.page.load64(IN_PROGRESS);
-                    if self.page.cas64(OWNER, owner, me).is_ok() {
-                        return AppendGuard {
-                            page: self,
-                            me,
-                            stolen: Some(Stolen {
-                                from: owner,
-                                in_progress_end,
-                            }),
-                        };
-                    }
-                }
-                Err(_) => {}
-            }
-            spins += 1;
-            if spins < 100 {
-                std::hint::spin_loop();
-            } else {
-                std::thread::sleep(std::time::Duration::from_micros(50));
-            }
+    #[test]
+    fn an_uncontended_unlock_wakes_nobody_and_clears_the_write_in_progress() {
+        let dir = tempfile::tempdir().unwrap();
+        let w = TailPage::open(dir.path(), 0o600).unwrap();
+        w.init_if_new(|| tail(0)).unwrap();
+        for _ in 0..3 {
+            let g = w.lock_append(9, &never_alive).unwrap();
+            assert_eq!((g.stolen(), g.unfinished()), (None, 0));
+            assert_eq!(w.append_owner(), 9);
+            g.set_in_progress(64);
+            assert_eq!(w.page.load64(IN_PROGRESS), 64);
         }
+        assert_eq!(w.page.load64(IN_PROGRESS), 0);
+        assert_eq!(w.page.load32(WAITERS), 0);
+        assert_eq!(w.page.load32(RELEASES), 0, "no waiter: no bump, no wake");
     }
 
-    /// Initialises the page if it is not a tail page yet.
-    pub(crate) fn init_if_new(&self, tail: impl FnOnce() -> Tail) -> bool {
-        if self.page.has_magic(MAGIC) {
-            return false;
-        }
-        self.reset(tail());
-        true
+    #[test]
+    fn an_unfinished_release_is_repaired_by_the_next_holder() {
+        let dir = tempfile::tempdir().unwrap();
+        let w = TailPage::open(dir.path(), 0o600).unwrap();
+        w.init_if_new(|| tail(0)).unwrap();
+        let g = w.lock_append(3, &never_alive).unwrap();
+        g.set_in_progress(200);
+        g.release_unfinished();
+        assert_eq!(w.append_owner(), 0);
+        let g = w.lock_append(4, &never_alive).unwrap();
+        assert_eq!((g.stolen(), g.unfinished()), (None, 200));
+    }
+
+    #[test]
+    fn a_garbage_owner_is_stolen_and_an_overwritten_page_keeps_its_lock() {
+        let dir = tempfile::tempdir().unwrap();
+        let w = TailPage::open(dir.path(), 0o600).unwrap();
+        std::fs::write(dir.path().join(TAIL_FILE), vec![0xA5u8; 4096]).unwrap();
+        let g = w.lock_append(11, &never_alive).unwrap();
+        let garbage = 0xA5A5_A5A5_A5A5_A5A5;
+        assert_eq!(
+            g.stolen(),
+            Some(Stolen {
+                from: garbage,
+                in_progress_end: garbage
+            })
+        );
+        // Restoring the header while the lock is held leaves it held.
+        w.write(tail(3));
+        assert_eq!(w.read(), Some(tail(3)));
+        assert_eq!(w.append_owner(), 11);
+        drop(g);
+        assert_eq!(w.append_owner(), 0);
+    }
+
+    #[test]
+    fn a_waiter_sleeps_until_the_live_holder_unlocks() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = TailPage::open(dir.path(), 0o600).unwrap();
+        a.init_if_new(|| tail(0)).unwrap();
+        let held = a.lock_append(1, &|_| true).unwrap();
+        let waiter = {
+            let dir = dir.path().to_owned();
+            std::thread::spawn(move || {
+                let b = TailPage::open(&dir, 0o600).unwrap();
+                let g = b.lock_append(2, &|_| true).unwrap();
+                g.stolen()
+            })
+        };
+        // Many 10 ms slices pass: still waiting, and counted as a waiter.
+        std::thread::sleep(Duration::from_millis(200));
+        assert!(!waiter.is_finished());
+        assert_eq!(a.append_owner(), 1);
+        drop(held);
+        assert_eq!(waiter.join().unwrap(), None);
+        assert!(a.page.load32(RELEASES) >= 1, "the unlock saw the waiter");
+        assert_eq!(a.page.load32(WAITERS), 0);
     }
 }
