@@ -10,10 +10,10 @@ use crate::error::Result;
 use crate::sync;
 
 /// How long a sender waits at a time for a flush under way in another
-/// process that covers its records, and how many times, before it flushes
-/// itself (that process may have died).
+/// process, and how many times, before it flushes itself (that process may
+/// have died, or its flush may be slow).
 const SHARED_FLUSH_SLICE: std::time::Duration = std::time::Duration::from_millis(2);
-const SHARED_FLUSH_WAITS: u32 = 4;
+const SHARED_FLUSH_WAITS: u32 = 8;
 
 #[derive(Debug, Default)]
 pub(super) struct FlushState {
@@ -164,17 +164,20 @@ impl PartitionLog {
     }
 
     /// Shared mode, several writers: whether another process's flush
-    /// covered `target` (one that ended, or one under way, waited for a
-    /// little); then this process counts it as flushed. Safe to get wrong
-    /// either way round only in one direction: `false` makes the caller
-    /// flush itself.
+    /// covered `target` (one that ended, or one under way, waited for);
+    /// then this process counts it as flushed. While a flush under way in
+    /// another process does not cover `target`, the caller waits for it to
+    /// end and flushes after it, covering everything appended meanwhile
+    /// (the cross-process form of group commit). Waits are bounded (the
+    /// flushing process may have died): `false` makes the caller flush
+    /// itself, which is always safe.
     fn flushed_elsewhere(&self, target: u64) -> bool {
         let Some(sw) = self.shared_writer() else {
             return false;
         };
-        // A flush in another process takes about as long as one here.
         let mut waits = 0;
         loop {
+            let seen = sw.page.flush_ends();
             let flushed = sw.page.flushed();
             if flushed >= target {
                 // Another process's view may be ahead of this one's: what
@@ -185,12 +188,10 @@ impl PartitionLog {
                 self.flushed_fast.fetch_max(st.flushed, Ordering::AcqRel);
                 return true;
             }
-            if sw.page.flushing_to() < target || waits == SHARED_FLUSH_WAITS {
+            // A flush is under way when the latest one to start covers
+            // more than the flushed offset says.
+            if sw.page.flushing_to() <= flushed || waits == SHARED_FLUSH_WAITS {
                 return false;
-            }
-            let seen = sw.page.flush_ends();
-            if sw.page.flushed() >= target {
-                continue;
             }
             sw.page.wait_flush_end(seen, SHARED_FLUSH_SLICE);
             waits += 1;
