@@ -271,8 +271,21 @@ impl PartitionLog {
         let by_file = gathered.is_some();
         drop(gathered);
         debug_assert_eq!(written, len);
-        let index = (pos > 0 && pos - w.last_index_pos >= self.config.index_interval_bytes)
-            .then_some((base, w.max_ts));
+        let interval = self.config.index_interval_bytes;
+        if w.indexes_stale && pos > 0 && pos.saturating_sub(w.last_index_pos) >= interval
+            || pos < w.last_index_pos
+        {
+            // Shared mode: other processes' entries first (their file
+            // length read again), then decide.
+            let Writer {
+                active,
+                active_writer,
+                ..
+            } = &mut *w;
+            w.last_index_pos = active.adopt_indexes(active_writer);
+            w.indexes_stale = false;
+        }
+        let index = (pos > 0 && pos - w.last_index_pos >= interval).then_some((base, w.max_ts));
         if index.is_some() {
             w.last_index_pos = pos;
         }

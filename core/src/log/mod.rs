@@ -224,6 +224,10 @@ struct Writer {
     next_offset: u64,
     max_ts: i64,
     last_index_pos: usize,
+    /// Shared mode, several writers: other processes appended since the
+    /// index entries were last taken in ([`Segment::adopt_indexes`], done
+    /// before this process next writes an entry).
+    indexes_stale: bool,
     /// Bytes of the active segment whose pages were (or are being) faulted
     /// in ahead of the writer.
     populated_to: usize,
@@ -708,6 +712,7 @@ impl PartitionLog {
         let old = std::mem::replace(&mut w.active, new);
         let old_writer = std::mem::replace(&mut w.active_writer, new_writer);
         w.last_index_pos = 0;
+        w.indexes_stale = false;
         w.populated_to = populated;
         w.grow_failed_at = usize::MAX;
         w.prepare_requested = false;

@@ -250,6 +250,7 @@ impl PartitionLog {
             writer: Mutex::new(Writer {
                 max_ts: rec.max_timestamp,
                 last_index_pos: rec.last_index_pos,
+                indexes_stale: false,
                 populated_to: 0,
                 flushes_seen: 0,
                 grow_failed_at: usize::MAX,

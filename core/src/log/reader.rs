@@ -139,6 +139,7 @@ impl PartitionLog {
             writer: Mutex::new(Writer {
                 max_ts: i64::MIN,
                 last_index_pos: 0,
+                indexes_stale: true,
                 populated_to: 0,
                 flushes_seen: 0,
                 grow_failed_at: usize::MAX,
@@ -302,6 +303,12 @@ impl PartitionLog {
         changed |= self.drop_retained(tail.log_start);
         if applied {
             *seen = Some(tail);
+        }
+        if changed && r.writer.is_some() {
+            // Other processes appended: their index entries are taken in
+            // before this process writes one.
+            w.indexes_stale = true;
+            w.max_ts = w.max_ts.max(w.active.max_timestamp());
         }
         (changed, applied)
     }

@@ -119,8 +119,6 @@ impl PartitionLog {
                 )?,
             },
         }
-        w.last_index_pos = w.active.adopt_indexes(&mut w.active_writer);
-        w.max_ts = w.max_ts.max(w.active.max_timestamp());
         if w.producers_loaded && w.next_offset > before {
             self.observe_producers(w, before);
         }
@@ -178,6 +176,8 @@ impl PartitionLog {
                 dirty_to - end
             );
         }
+        w.indexes_stale = true;
+        w.max_ts = w.max_ts.max(w.active.max_timestamp());
         self.end_offset.store(w.next_offset, Ordering::Release);
         self.write_tail(w.next_offset, &w.active);
         Ok(())
