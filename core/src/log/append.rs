@@ -196,7 +196,7 @@ impl PartitionLog {
         // what other processes appended since.
         let shared = self.lock_for_append(&mut w)?;
         if let Some(idem) = idem {
-            let table = self.producer_table(&mut w, idem.named)?;
+            let table = self.producer_table(&mut w, idem.named, false)?;
             match table.check(idem, count as u32, &self.topic, self.partition)? {
                 SequenceCheck::Duplicate(original) => {
                     return Ok(Appended {

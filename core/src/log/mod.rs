@@ -388,8 +388,20 @@ impl PartitionLog {
 
     /// The producer table; with `named`, first loaded from disk if it was
     /// not yet: the snapshot, then the headers of every batch after it.
-    fn producer_table<'w>(&self, w: &'w mut Writer, named: bool) -> Result<&'w mut ProducerTable> {
-        if let Some(r) = self.reader.as_deref().filter(|r| r.writer.is_some()) {
+    /// With `follow`, in shared mode with several writers, what other
+    /// processes appended is taken in first (an append under the append
+    /// lock has done that already).
+    fn producer_table<'w>(
+        &self,
+        w: &'w mut Writer,
+        named: bool,
+        follow: bool,
+    ) -> Result<&'w mut ProducerTable> {
+        if let Some(r) = self
+            .reader
+            .as_deref()
+            .filter(|r| follow && r.writer.is_some())
+        {
             // Shared mode, several writers: what other processes wrote
             // counts (an append catches up again under the append lock).
             self.follow_others(r, w);
@@ -436,7 +448,7 @@ impl PartitionLog {
     pub(crate) fn producer_last_seq(&self, id: i64, named: bool) -> Result<i64> {
         let mut w = lock(&self.writer);
         Ok(self
-            .producer_table(&mut w, named)?
+            .producer_table(&mut w, named, true)?
             .get(id)
             .map_or(-1, |s| s.last_app_seq))
     }
@@ -451,7 +463,7 @@ impl PartitionLog {
         floor: i64,
     ) -> Result<Option<crate::seqranges::SeqRanges>> {
         let mut w = lock(&self.writer);
-        let table = self.producer_table(&mut w, named)?;
+        let table = self.producer_table(&mut w, named, true)?;
         table.raise_floor(id, floor);
         Ok(table.get(id).map(|s| s.app_written.clone()))
     }
@@ -461,7 +473,7 @@ impl PartitionLog {
     pub(crate) fn producer_offset_of(&self, id: i64, named: bool, seq: i64) -> Result<Option<u64>> {
         let mut w = lock(&self.writer);
         Ok(self
-            .producer_table(&mut w, named)?
+            .producer_table(&mut w, named, true)?
             .get(id)
             .and_then(|s| s.offset_of(seq)))
     }
