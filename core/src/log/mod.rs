@@ -898,15 +898,12 @@ impl PartitionLog {
         let written = if let Some(page) = &self.tail {
             lock(page).write(tail);
             true
-        } else if let Some(r) = self.reader.as_deref().filter(|r| r.writer.is_some()) {
+        } else if let Some(sw) = self.shared_writer() {
             // Under the append lock. What this process wrote it knows: the
             // next append skips the catch-up unless another process wrote
             // since.
-            let mut seen = lock(&r.seen);
-            if let Some(sw) = &r.writer {
-                sw.page.write(tail);
-            }
-            *seen = Some(tail);
+            sw.page.write(tail);
+            sw.known_seq.store(sw.page.seq(), Ordering::Release);
             true
         } else {
             false

@@ -56,6 +56,10 @@ pub(crate) struct ReaderState {
 pub(crate) struct SharedWriter {
     /// The tail page, writable: the append lock and the published end.
     pub(super) page: TailPage,
+    /// The tail page's sequence when this process last wrote it or took
+    /// all of it in (odd: none yet), with the log's end then in
+    /// `Writer::next_offset`: see [`TailPage::unchanged_since`].
+    pub(super) known_seq: std::sync::atomic::AtomicU32,
     /// This process's registration (its token and liveness lock), and
     /// the data directory where the others' are.
     pub(super) writers: super::SharedWriters,
@@ -91,6 +95,7 @@ impl PartitionLog {
             config.prefault = false;
             Some(SharedWriter {
                 page: TailPage::open(dir, config.file_mode)?,
+                known_seq: std::sync::atomic::AtomicU32::new(1),
                 writers,
             })
         } else {
@@ -252,21 +257,41 @@ impl PartitionLog {
 
     /// [`PartitionLog::refresh`] with the writer lock held.
     pub(super) fn refresh_locked(&self, r: &ReaderState, w: &mut Writer) -> bool {
+        if let Some(sw) = &r.writer {
+            if sw
+                .page
+                .unchanged_since(sw.known_seq.load(Ordering::Acquire), w.next_offset)
+            {
+                return false;
+            }
+        }
         let Some(page) = self.tail_page(r) else {
             return self.scan_without_tail(w);
         };
-        let Some(tail) = page.read() else {
+        let Some((tail, seq)) = page.read_with_seq() else {
             return false; // not a tail page, or a writer died writing it
         };
-        self.apply_tail(r, w, tail).0
+        self.apply_tail(r, w, tail, seq).0
     }
 
     /// Moves the log to what `tail` says, after the checks in the module's
     /// doc. Returns whether anything changed and whether all of it was
     /// believed.
-    pub(super) fn apply_tail(&self, r: &ReaderState, w: &mut Writer, tail: Tail) -> (bool, bool) {
+    /// `seq` is the sequence `tail` was read under.
+    pub(super) fn apply_tail(
+        &self,
+        r: &ReaderState,
+        w: &mut Writer,
+        tail: Tail,
+        seq: u32,
+    ) -> (bool, bool) {
         let mut seen = lock(&r.seen);
         if *seen == Some(tail) {
+            if let Some(sw) = &r.writer {
+                if w.next_offset == tail.next_offset {
+                    sw.known_seq.store(seq, Ordering::Release);
+                }
+            }
             return (false, true);
         }
         let Some(active) = sync::read(&self.segments).last().cloned() else {
@@ -303,6 +328,11 @@ impl PartitionLog {
         changed |= self.drop_retained(tail.log_start);
         if applied {
             *seen = Some(tail);
+            if let Some(sw) = &r.writer {
+                if w.next_offset == tail.next_offset {
+                    sw.known_seq.store(seq, Ordering::Release);
+                }
+            }
         }
         if changed && r.writer.is_some() {
             // Other processes appended: their index entries are taken in

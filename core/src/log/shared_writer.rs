@@ -98,13 +98,17 @@ impl PartitionLog {
         let before = w.next_offset;
         match guard.stolen() {
             Some(stolen) => self.take_over(r, sw, w, stolen)?,
-            None => match sw.page.read() {
-                Some(tail) => {
-                    if *sync::lock(&r.seen) == Some(tail) {
-                        // Nobody else wrote since this process last did.
-                        return Ok(Some(guard));
-                    }
-                    self.apply_tail(r, w, tail);
+            None if sw
+                .page
+                .unchanged_since(sw.known_seq.load(Ordering::Acquire), w.next_offset) =>
+            {
+                // Nobody else wrote since this process last did (or
+                // looked).
+                return Ok(Some(guard));
+            }
+            None => match sw.page.read_with_seq() {
+                Some((tail, seq)) => {
+                    self.apply_tail(r, w, tail, seq);
                 }
                 // A page that is not a tail page (overwritten) or that a
                 // holder left half-written: rebuilt from the files.
@@ -135,8 +139,8 @@ impl PartitionLog {
         w: &mut Writer,
         stolen: Stolen,
     ) -> Result<()> {
-        if let Some(tail) = sw.page.read() {
-            self.apply_tail(r, w, tail);
+        if let Some((tail, seq)) = sw.page.read_with_seq() {
+            self.apply_tail(r, w, tail, seq);
             self.remove_unpublished_segments(w);
         } else {
             // The newest segment file is the active one (a roll creates it

@@ -207,6 +207,11 @@ impl TailPage {
     /// page or no consistent read succeeded (a writer died while writing
     /// it, or writes it without pause).
     pub(crate) fn read(&self) -> Option<Tail> {
+        self.read_with_seq().map(|(tail, _)| tail)
+    }
+
+    /// [`TailPage::read`], with the sequence the fields were read under.
+    pub(crate) fn read_with_seq(&self) -> Option<(Tail, u32)> {
         if !self.page.has_magic(MAGIC) {
             return None;
         }
@@ -225,10 +230,25 @@ impl TailPage {
             };
             std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
             if self.page.load32(SEQ) == s1 {
-                return Some(tail);
+                return Some((tail, s1));
             }
         }
         None
+    }
+
+    /// Whether the page still holds what was written or read under
+    /// sequence `seq` with next offset `next_offset` (two loads): for a
+    /// process that appends, that no other process wrote since. Both must
+    /// match: the sequence alone could have wrapped around.
+    #[inline]
+    pub(crate) fn unchanged_since(&self, seq: u32, next_offset: u64) -> bool {
+        self.page.load32(SEQ) == seq && self.page.load64(NEXT_OFFSET) == next_offset
+    }
+
+    /// The sequence now (even once a write is complete).
+    #[inline]
+    pub(crate) fn seq(&self) -> u32 {
+        self.page.load32(SEQ)
     }
 }
 
