@@ -208,6 +208,11 @@ impl<P: Platform> LockWords<'_, P> {
             return self.taken(None);
         };
         let mut spins = P::SPINS;
+        // The holder's liveness is asked after each sleep that ran out,
+        // not before the first (a probe costs system calls, and most
+        // waits end in an unlock) nor after one an unlock ended (that
+        // holder was alive).
+        let mut probe = false;
         loop {
             if owner == 0 {
                 match self
@@ -225,7 +230,7 @@ impl<P: Platform> LockWords<'_, P> {
                 owner = self.owner.load(Ordering::Relaxed);
                 continue;
             }
-            if !alive(owner) {
+            if probe && !alive(owner) {
                 // Dead holders never come back, so the word still holding
                 // its token means nobody took the lock since.
                 match self
@@ -248,7 +253,13 @@ impl<P: Platform> LockWords<'_, P> {
                     }
                 }
             }
-            self.sleep(owner);
+            if self.sleep(owner) {
+                // Woken by an unlock: spin again for the next one.
+                spins = P::SPINS;
+                probe = false;
+            } else {
+                probe = true;
+            }
             owner = self.owner.load(Ordering::Relaxed);
         }
     }
@@ -260,17 +271,23 @@ impl<P: Platform> LockWords<'_, P> {
         }
     }
 
-    /// Sleeps one slice at most while `holder` keeps the lock.
-    fn sleep(&self, holder: u64) {
+    /// Sleeps one slice at most while `holder` keeps the lock. Returns
+    /// whether an unlock ended the sleep (or came before it), rather than
+    /// the slice running out.
+    fn sleep(&self, holder: u64) -> bool {
         self.waiters.fetch_add(1, Ordering::Relaxed);
         // Pairs with the fence in `unlock`: either that unlock sees this
         // waiter, or this waiter sees that unlock's store of the owner.
         self.platform.fence(Ordering::SeqCst);
         let seen = self.releases.load(Ordering::Acquire);
-        if self.owner.load(Ordering::Relaxed) == holder {
+        let woken = if self.owner.load(Ordering::Relaxed) == holder {
             self.platform.wait(self.releases, seen);
-        }
+            self.releases.load(Ordering::Acquire) != seen
+        } else {
+            true
+        };
         self.waiters.fetch_sub(1, Ordering::Relaxed);
+        woken
     }
 
     /// Records, for a holder, the end of the write it is about to do past
