@@ -7,18 +7,20 @@
 //! nobody else holds it; a holder is waited for while it lives, and its
 //! lock taken over once the kernel says it died), then:
 //! 1. catches up with what the others appended since this process last
-//!    looked: the tail page says where the log ends, and the same checks
-//!    as a reader's move this process's view there (each new batch's
-//!    length, offsets and CRC32C; a roll to a segment another process
-//!    created; segments retention removed), then the index entries and
-//!    the file length the others left, and the producers' sequence state
-//!    from the new batches' headers;
+//!    looked (nothing to do, two loads, when the tail page's sequence and
+//!    next offset are what this process last wrote or took in): the tail
+//!    page says where the log ends, and the same checks as a reader's move
+//!    this process's view there (each new batch's length, offsets and
+//!    CRC32C; a roll to a segment another process created; segments
+//!    retention removed), and the producers' sequence state follows the
+//!    new batches' headers; the index entries the others wrote are taken
+//!    in before this process writes one;
 //! 2. after taking the lock from a dead holder, repairs: bytes it may have
 //!    written past the published end are zeroed (the tail page records
-//!    where its write in progress ended), and segment files it created but
-//!    never published are removed; a tail page it left half-written is
-//!    rebuilt from the files (the newest segment, read to its last whole
-//!    valid batch);
+//!    where its write in progress ended), and empty segment files it
+//!    created but never published are removed (one holding data is
+//!    followed); a tail page it left half-written is rebuilt from the
+//!    files (the newest segment, read to its last whole valid batch);
 //! 3. appends as a single writer does, records where its write will end
 //!    before writing past the published end, publishes the new end in the
 //!    tail page and lets go.
