@@ -246,14 +246,15 @@ impl IndexFile {
     /// Shared mode, several writers, under the partition's append lock:
     /// publishes the well-formed entries (as in [`IndexFile::recover`])
     /// that another process appended after the last published one, up to
-    /// the file's length now. Writes nothing.
+    /// the file's length (read again only when the entries reach the
+    /// length this process knew). Writes nothing.
     pub(crate) fn adopt(&self, token: &mut WriteToken, limit: usize) {
         let width = self.width;
-        let Some(len) = self.file.refresh_allocated() else {
-            return;
-        };
         let mut n = self.len();
-        let cap = len.min(self.file.capacity()) / width;
+        // Within the length this process knows first (no `stat`); the
+        // file's length is read again only when the entries reach it.
+        let mut cap = self.file.allocated().min(self.file.capacity()) / width;
+        let mut stat_done = false;
         let parse = |b: &[u8]| {
             if width == OFFSET_ENTRY {
                 (0, u32_at(b, 0), u32_at(b, 4))
@@ -267,7 +268,18 @@ impl IndexFile {
         };
         let mut prev = (n > 0).then(|| parse(self.raw(n - 1)));
         let start = n;
-        while n < cap {
+        loop {
+            if n >= cap {
+                if stat_done {
+                    break;
+                }
+                stat_done = true;
+                let Some(len) = self.file.refresh_allocated() else {
+                    break;
+                };
+                cap = len.min(self.file.capacity()) / width;
+                continue;
+            }
             let (ts, rel, pos) = parse(self.file.unpublished(n * width, (n + 1) * width));
             let ok = pos != 0
                 && (pos as usize) < limit

@@ -365,14 +365,25 @@ impl Segment {
         ))
     }
 
+    /// Shared mode, several writers, after taking the append lock from a
+    /// dead holder: reads the lengths of the log and index files again
+    /// (that holder may have grown them, or trimmed them in a roll it did
+    /// not publish).
+    pub(crate) fn refresh_lengths(&self) {
+        self.log.refresh_allocated();
+        self.index.file().refresh_allocated();
+        self.time.file().refresh_allocated();
+    }
+
     /// Shared mode, several writers, under the partition's append lock:
     /// takes in the index entries other processes appended (well-formed
     /// entries after the last known one, pointing below the published
-    /// end) and the file's length as it is now (another process may have
-    /// grown it, or trimmed it at a roll it did not publish). Returns the
-    /// log position of the last offset-index entry (0: none).
+    /// end). Returns the log position of the last offset-index entry (0:
+    /// none).
     pub(crate) fn adopt_indexes(&self, w: &mut SegmentWriter) -> usize {
-        self.log.refresh_allocated();
+        // (The files' lengths this process knows are at most what they
+        // are: only a roll trims them, and one not published is repaired
+        // with `refresh_lengths` first.)
         let limit = self.end();
         self.index.adopt(&mut w.index, limit);
         self.time.adopt(&mut w.time, limit);

@@ -160,7 +160,8 @@ impl PartitionLog {
             }
         }
         let end = w.active.end();
-        let allocated = w.active.log_file().refresh_allocated().unwrap_or(end);
+        w.active.refresh_lengths();
+        let allocated = w.active.allocated();
         let dirty_to = match usize::try_from(stolen.in_progress_end) {
             Ok(ip) if stolen.from != 0 => ip.min(allocated),
             // Not known: everything after the end may be left over.
