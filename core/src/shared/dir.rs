@@ -122,10 +122,22 @@ impl DirShare {
         drop(alone);
         // Cannot block: exclusive holders take `LIVE` without waiting and
         // only outside `INIT`... unless one holds it now, which try finds.
-        let live = LiveLock::try_hold_shared(&live_path, mode)?.ok_or_else(|| Error::Locked {
-            path: dir.to_owned(),
-            holder: exclusive_holder(dir),
-        })?;
+        // A child this process is spawning may hold for a moment the
+        // exclusive lock this open just let go of (its copy of the
+        // descriptor lives until its exec): that is retried for a while.
+        let start = std::time::Instant::now();
+        let live = loop {
+            if let Some(live) = LiveLock::try_hold_shared(&live_path, mode)? {
+                break live;
+            }
+            if !is_alone || start.elapsed() >= crate::broker::SPAWN_GRACE {
+                return Err(Error::Locked {
+                    path: dir.to_owned(),
+                    holder: exclusive_holder(dir),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        };
         Ok((
             DirShare {
                 page,
