@@ -189,6 +189,16 @@ pub enum Error {
         /// The newest epoch.
         current_epoch: i16,
     },
+    /// A transaction holds more bytes than the producer's
+    /// `max_transaction_bytes`, or its part in one partition more than a
+    /// segment can.
+    #[error("transaction of {size} bytes is larger than the limit of {max}")]
+    TransactionTooLarge {
+        /// Its size in bytes.
+        size: usize,
+        /// The limit.
+        max: usize,
+    },
 }
 
 /// Defines [`ErrorKind`] and [`Error::kind`] from the one list of kinds:
@@ -340,6 +350,8 @@ error_kinds! {
     OutOfOrderSequence = 402, MQL_OUT_OF_ORDER_SEQUENCE, OutOfOrderSequence;
     /// A newer producer of the same name exists; this one may no longer write.
     ProducerFenced = 403, MQL_PRODUCER_FENCED, ProducerFenced;
+    /// A transaction is larger than max_transaction_bytes, or its part in one partition larger than a segment.
+    TransactionTooLarge = 410, MQL_TRANSACTION_TOO_LARGE, TransactionTooLarge;
     /// A commit was refused: a partition is not owned by this group member, because a rebalance gave it to another.
     CommitFailed = 500, MQL_COMMIT_FAILED, CommitFailed;
 }
@@ -456,6 +468,10 @@ impl Error {
                 current_epoch: *current_epoch,
             },
             Error::CommitFailed(s) => Error::CommitFailed(s.clone()),
+            Error::TransactionTooLarge { size, max } => Error::TransactionTooLarge {
+                size: *size,
+                max: *max,
+            },
         }
     }
 

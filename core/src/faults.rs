@@ -66,3 +66,46 @@ pub(crate) fn before_sync(path: &Path, kind: SyncKind) -> std::io::Result<()> {
 pub(crate) fn after_sync(path: &Path, kind: SyncKind) {
     let _ = call(path, kind, false);
 }
+
+/// The steps of a transaction's commit, in order, at which a
+/// [`CommitHook`] is called (crash tests stop the process there).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CommitStep {
+    /// The data is written in every partition, not yet published.
+    DataWritten,
+    /// With `acks=all`: the data is synced.
+    DataSynced,
+    /// The commit record is in the transaction log: the commit point.
+    Committed,
+    /// Some partitions' data and markers are published (called after each
+    /// but the last).
+    PartPublished,
+    /// Every partition's data and marker is published.
+    Published,
+    /// The consumer offsets sent into the transaction are committed.
+    OffsetsApplied,
+}
+
+/// A hook called at each [`CommitStep`] of every transaction's commit.
+pub type CommitHook = Arc<dyn Fn(CommitStep) + Send + Sync>;
+
+static COMMIT_HOOKED: AtomicBool = AtomicBool::new(false);
+static COMMIT_HOOK: RwLock<Option<CommitHook>> = RwLock::new(None);
+
+/// Installs `hook` for the whole process (`None` removes it).
+pub fn set_commit_hook(hook: Option<CommitHook>) {
+    let mut h = sync::write(&COMMIT_HOOK);
+    COMMIT_HOOKED.store(hook.is_some(), Ordering::Release);
+    *h = hook;
+}
+
+/// At `step` of a commit.
+#[inline]
+pub(crate) fn commit_step(step: CommitStep) {
+    if COMMIT_HOOKED.load(Ordering::Acquire) {
+        let hook = sync::read(&COMMIT_HOOK).clone();
+        if let Some(h) = hook {
+            h(step);
+        }
+    }
+}

@@ -53,6 +53,7 @@ mod shared;
 #[doc(hidden)]
 pub mod sync;
 mod topic;
+mod txn;
 
 pub use assign::{
     assign, assign_consistent_hash, moved, Assignment, AssignmentStrategy, MemberInfo,
@@ -77,5 +78,6 @@ pub use processor::{ProcessingMode, Processor, ProcessorConfig, ProcessorStats, 
 pub use producer::{
     murmur2, partition_for_key, Acks, BorrowedRecord, DeliveryCallback, Partitioner, Producer,
     ProducerConfig, ProducerInterceptor, ProducerStats, Record, RecordMetadata, Selector,
+    Transaction,
 };
 pub use topic::{validate_topic_name, PartitionInfo, TopicConfig, TopicInfo, MAX_TOPIC_NAME_LEN};

@@ -270,6 +270,8 @@ pub(crate) struct TopicOptions {
     pub shared: Option<SharedLog>,
     /// Shared mode, not the writer: partitions open for reading only.
     pub reader: bool,
+    /// What recovery asks the transaction log (see [`CommittedRuns`]).
+    pub committed: Option<crate::log::CommittedRuns>,
 }
 
 /// A topic: its config and its partitions (each opened at the topic's open,
@@ -353,6 +355,7 @@ impl Topic {
             pool: Arc::clone(&options.pool),
             files: Arc::clone(&options.files),
             shared: options.shared.clone(),
+            committed: options.committed.clone(),
         }
     }
 

@@ -519,7 +519,7 @@ fn a_batch_from_a_newer_format_is_refused_not_cut() {
     let good = std::fs::read(&log_path).unwrap();
     let spans = batches(&good);
     let last = *spans.last().unwrap();
-    let newer = with_magic(&good[last.pos..last.end()], 3);
+    let newer = with_magic(&good[last.pos..last.end()], batch::MAX_MAGIC + 1);
     assert_eq!(check(&newer), Check::Invalid(UNSUPPORTED_VERSION));
     assert_eq!(
         check(&with_magic(&newer, 0)),
@@ -537,8 +537,8 @@ fn a_batch_from_a_newer_format_is_refused_not_cut() {
             assert!(matches!(
                 e,
                 Error::UnsupportedVersion {
-                    found: 3,
-                    supported: 2,
+                    found: 4,
+                    supported: 3,
                     ..
                 }
             ));

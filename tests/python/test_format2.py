@@ -73,7 +73,7 @@ def test_a_batch_from_a_newer_format_is_refused_and_kept(tmp_path: Path) -> None
     path = next((tmp_path / "topics" / "t" / "0").glob("*.log"))
     log = bytearray(path.read_bytes())
     pos, total = batches(bytes(log))[-1]
-    log[pos + 16] = 3  # a magic this build does not know, with a valid CRC
+    log[pos + 16] = 4  # a magic this build does not know, with a valid CRC
     struct.pack_into("<I", log, pos + 12, crc32c(bytes(log[pos + 16 : pos + total])))
     path.write_bytes(bytes(log))
     (path.parent / "recovery.point").unlink()  # every batch is checked

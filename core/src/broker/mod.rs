@@ -23,6 +23,7 @@ use crate::producer::{Producer, ProducerConfig};
 use crate::shared::{DirShare, ExclusiveHold};
 use crate::sync;
 use crate::topic::{validate_topic_name, Topic, TopicConfig, TopicInfo, TopicOptions};
+use crate::txn::Coordinator;
 
 mod shared;
 
@@ -194,6 +195,8 @@ pub(crate) struct BrokerInner {
     /// ([`Consumer::poll_one`]): dropped at close, so that no mapping
     /// outlives it but the messages the application itself holds.
     held: Mutex<Vec<Weak<Held>>>,
+    /// Exclusive mode: the transaction coordinator.
+    coordinator: Option<Coordinator>,
 }
 
 /// Whether an error opening one topic, group or registry is damage to that
@@ -368,6 +371,8 @@ impl Broker {
         if trash.exists() {
             let _ = std::fs::remove_dir_all(&trash);
         }
+        // Before the topics: recovery asks it about transaction data.
+        let coordinator = Coordinator::open(&dir, config.file_mode)?;
         let options = TopicOptions {
             prefault: config.prefault,
             file_mode: config.file_mode,
@@ -376,6 +381,7 @@ impl Broker {
             files: Arc::new(FileCache::new(config.max_open_files)),
             shared: None,
             reader: false,
+            committed: Some(coordinator.committed_runs()),
         };
         crate::clock::calibrate_on(&options.pool);
         // After a clean close, partitions open on first use.
@@ -402,8 +408,14 @@ impl Broker {
             ddl: Mutex::new(()),
             closed: AtomicBool::new(false),
             janitor: Mutex::new(None),
+            coordinator: Some(coordinator),
         });
         inner.groups.load_all(&inner.dir, inner.config.file_mode)?;
+        // Markers and offsets of transactions a crash interrupted after
+        // their commit point (before offsets are checked against the ends).
+        if let Some(c) = &inner.coordinator {
+            c.recover(&inner)?;
+        }
         // Recovery may have cut a log below offsets committed before the
         // crash: those are out of range now (before anything is appended).
         inner
@@ -707,6 +719,17 @@ impl BrokerInner {
     }
 
     /// The consumer group `name` (its committed offsets, its members).
+    /// The transaction coordinator.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] in shared mode, where transactions are
+    /// not available.
+    pub(crate) fn coordinator(&self) -> Result<&Coordinator> {
+        self.coordinator.as_ref().ok_or_else(|| {
+            Error::InvalidArgument("transactions are not available in shared mode".into())
+        })
+    }
+
     pub(crate) fn group(&self, name: &str) -> Result<Arc<Group>> {
         self.check_open()?;
         self.groups.get(&self.dir, name, self.config.file_mode)
@@ -894,6 +917,10 @@ impl BrokerInner {
                 (Some(s), Some(all)) => all.push((t.name().to_string(), s)),
                 _ => summaries = None,
             }
+        }
+        if let (Ok(()), Some(c)) = (&first, &self.coordinator) {
+            // Every marker is on disk now.
+            c.close();
         }
         // Shared mode: another process may write after this one closes.
         let summaries = summaries.filter(|_| self.share.is_none());

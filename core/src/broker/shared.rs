@@ -114,6 +114,7 @@ fn open_engine(dir: std::path::PathBuf, config: Config) -> Result<Arc<BrokerInne
         files: Arc::new(FileCache::new(config.max_open_files)),
         shared,
         reader: true,
+        committed: None,
     };
     crate::clock::calibrate_on(&options.pool);
     let registry = OnceLock::new();
@@ -144,6 +145,7 @@ fn open_engine(dir: std::path::PathBuf, config: Config) -> Result<Arc<BrokerInne
         ddl: Mutex::new(()),
         closed: AtomicBool::new(false),
         janitor: Mutex::new(None),
+        coordinator: None,
     });
     inner.read_topics();
     inner.groups.load_all(&inner.dir, mode)?;

@@ -243,6 +243,9 @@ impl Consumer {
                 Err(e) => failed = Some(e),
             }
         }
+        if taken >= limit && failed.is_none() && !skipped && a.within.is_none() {
+            Self::step_over_markers(cursor, &mut position, &mut a.next_base);
+        }
         a.position = Some(position);
         if skipped {
             a.forget_cursor();
@@ -371,6 +374,36 @@ impl Consumer {
         // `last_offset_delta`): the next batch starts after the gap.
         *position = (*position).max(h.next_offset());
         None
+    }
+
+    /// Moves a fetch that filled its poll past the transaction markers
+    /// right after the last record it took (in the cursor's segment), so
+    /// that a consumer that read everything has no lag behind them: the
+    /// peek costs a byte compare when none follows. A marker that fails
+    /// its checks is left for the next fetch to report.
+    #[cold]
+    #[inline(never)]
+    fn step_over_markers(cursor: &mut Cursor, position: &mut u64, next_base: &mut Option<u64>) {
+        loop {
+            let end = cursor.seg.end();
+            if cursor.pos + batch::CONTROL_LEN > end {
+                return;
+            }
+            let b = cursor
+                .seg
+                .bytes(cursor.pos, cursor.pos + batch::CONTROL_LEN);
+            if b[16] != batch::MAGIC_CONTROL {
+                return;
+            }
+            match batch::check(b) {
+                batch::Check::Valid(h) if h.base_offset == *position => {
+                    *position = h.next_offset();
+                    *next_base = Some(*position);
+                    cursor.pos += batch::CONTROL_LEN;
+                }
+                _ => return,
+            }
+        }
     }
 
     /// Leaves the cursor at the batch at `at` (header `h`) that a fetch

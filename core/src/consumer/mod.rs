@@ -5,6 +5,7 @@ mod flow;
 mod held;
 mod partition;
 mod rebalance;
+mod transactional;
 
 use std::sync::atomic::{fence, AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};

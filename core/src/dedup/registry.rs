@@ -377,6 +377,24 @@ impl Registry {
     /// process, in shared mode).
     pub(crate) fn acquire_named(&self, name: &str) -> Result<(Arc<NamedIdentity>, i16)> {
         validate_producer_name(name)?;
+        self.acquire_key(name)
+    }
+
+    /// The id and a new epoch of the transactional producer `txn_id` (the
+    /// same naming rules as producer names), which fences every older
+    /// producer with that transactional id. Kept apart from producer names
+    /// (`txn:` before it in the registry: a producer name has no `:`).
+    pub(crate) fn acquire_transactional(&self, txn_id: &str) -> Result<(Arc<NamedIdentity>, i16)> {
+        validate_producer_name(txn_id).map_err(|_| {
+            Error::InvalidArgument(format!(
+                "transactional id {txn_id:?}: 1 to 249 characters of ASCII letters, digits, '.', '_' and '-'"
+            ))
+        })?;
+        self.acquire_key(&format!("txn:{txn_id}"))
+    }
+
+    /// [`Registry::acquire_named`] of the registry key `name`, checked.
+    fn acquire_key(&self, name: &str) -> Result<(Arc<NamedIdentity>, i16)> {
         self.check_usable()?;
         let mut st = self.lock();
         let held = self.begin(&mut st)?;

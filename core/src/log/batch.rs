@@ -30,9 +30,11 @@
 //! (`magic` 2, see the `compact` module): the same first 17 bytes
 //! (`base_offset`, `length`, `crc`, `magic`), then a one-byte flags field,
 //! one timestamp, the producer fields as varints and the record without its
-//! length, attributes and deltas. Both layouts make format version 2; the
-//! `magic` byte tells them apart, and a reader refuses a larger one
-//! ([`UNSUPPORTED_VERSION`]).
+//! length, attributes and deltas. Both layouts make format version 2.
+//! Format version 3 adds the control batch (`magic` 3, see the `control`
+//! module): a transaction marker, which takes one offset and holds no
+//! record. The `magic` byte tells the layouts apart, and a reader refuses a
+//! larger one ([`UNSUPPORTED_VERSION`]).
 
 use std::ops::Range;
 
@@ -40,12 +42,18 @@ use crate::log::crc;
 
 mod compact;
 pub use compact::{is_compact, COMPACT_FIXED_LEN, COMPACT_MIN_LENGTH, MAGIC_COMPACT};
+mod control;
+pub use control::{
+    encode_marker, marker, Marker, MarkerKind, ATTR_CONTROL, ATTR_TRANSACTIONAL, CONTROL_LEN,
+    MAGIC_CONTROL,
+};
 
 /// The `magic` of the full layout (any number of records, any codec),
 /// unchanged since format version 1.
 pub const MAGIC: u8 = 1;
-/// The largest `magic` this build reads (format version 2).
-pub const MAX_MAGIC: u8 = MAGIC_COMPACT;
+/// The largest `magic` this build reads (format version 3: the control
+/// batch, a transaction marker).
+pub const MAX_MAGIC: u8 = MAGIC_CONTROL;
 /// The [`Check::Invalid`] reason of a batch whose CRC32C checks out but
 /// whose `magic` is larger than [`MAX_MAGIC`]: written by a newer format
 /// version, refused as [`Error::UnsupportedVersion`](crate::Error), never
@@ -653,6 +661,20 @@ impl BatchHeader {
         self.last_offset() + 1
     }
 
+    /// Whether the batch is a control batch (a transaction marker): it
+    /// takes one offset and holds no record.
+    #[inline]
+    pub fn is_control(&self) -> bool {
+        self.magic == MAGIC_CONTROL
+    }
+
+    /// Whether the batch was written by a transaction (its data or its
+    /// marker).
+    #[inline]
+    pub fn is_transactional(&self) -> bool {
+        self.attributes & ATTR_TRANSACTIONAL != 0
+    }
+
     /// The batch's codec (attribute bits 0-2); `None` for a codec number
     /// this build does not know.
     #[inline]
@@ -666,6 +688,8 @@ impl BatchHeader {
     pub fn records_at(&self) -> usize {
         if self.magic == MAGIC_COMPACT {
             compact::record_at(&self.producer)
+        } else if self.magic == MAGIC_CONTROL {
+            CONTROL_LEN
         } else {
             HEADER_LEN
         }
@@ -675,8 +699,10 @@ impl BatchHeader {
     /// layout when `magic` says so, else the full one (whatever the
     /// `magic`). `None` if `b` is too short.
     pub fn parse(b: &[u8]) -> Option<BatchHeader> {
-        if b.get(OFF_MAGIC) == Some(&MAGIC_COMPACT) {
-            return compact::parse(b).map(|(h, _)| h);
+        match b.get(OFF_MAGIC) {
+            Some(&MAGIC_COMPACT) => return compact::parse(b).map(|(h, _)| h),
+            Some(&MAGIC_CONTROL) => return control::parse(b),
+            _ => {}
         }
         if b.len() < HEADER_LEN {
             return None;
@@ -761,6 +787,12 @@ pub fn check(b: &[u8]) -> Check {
         MAGIC => {}
         MAGIC_COMPACT => {
             return match compact::check(&b[..total]) {
+                Ok(h) => Check::Valid(h),
+                Err(reason) => Check::Invalid(reason),
+            }
+        }
+        MAGIC_CONTROL => {
+            return match control::check(&b[..total]) {
                 Ok(h) => Check::Valid(h),
                 Err(reason) => Check::Invalid(reason),
             }

@@ -650,6 +650,22 @@ impl MappedFile {
         Ok(())
     }
 
+    /// Writes bytes `[start, end)` above the published length (written but
+    /// not yet published: a transaction's data before its commit point)
+    /// to disk and waits for them.
+    pub(crate) fn sync_unpublished(&self, start: usize, end: usize) -> Result<()> {
+        let end = end.min(self.allocated());
+        let (Some(m), true) = (&self.map, start < end) else {
+            return Ok(());
+        };
+        let kind = SyncKind::Range { end: end as u64 };
+        faults::before_sync(&self.path, kind)
+            .and_then(|()| m.flush_range(start, end - start))
+            .ctx(|| format!("flushing {}", self.path.display()))?;
+        faults::after_sync(&self.path, kind);
+        Ok(())
+    }
+
     /// Whether every published byte has been flushed.
     pub(crate) fn is_flushed(&self) -> bool {
         self.flushed.load(Ordering::Acquire) >= self.published()

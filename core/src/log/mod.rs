@@ -6,7 +6,7 @@ pub mod batch;
 pub mod check;
 mod checkpoint;
 pub mod compression;
-mod crc;
+pub(crate) mod crc;
 mod flush;
 pub mod follow;
 mod gather;
@@ -17,6 +17,7 @@ mod open;
 #[allow(unsafe_code)]
 mod prefetch;
 mod reader;
+mod recover;
 mod run;
 mod segment;
 #[doc(hidden)]
@@ -24,6 +25,7 @@ pub mod shared_raw;
 mod shared_writer;
 #[cfg(test)]
 pub(crate) mod test_util;
+mod txn_part;
 mod unclean;
 
 use std::path::PathBuf;
@@ -45,6 +47,8 @@ use checkpoint::{CheckpointFile, RecoveryPoint};
 use flush::GroupCommit;
 pub(crate) use open::PendingSync;
 pub(crate) use run::RunBatch;
+pub(crate) use txn_part::PreparedPart;
+
 pub(crate) use segment::Segment;
 use segment::{PreparedSegment, SegmentSizes, SegmentWriter, PREPARED_STEM};
 pub(crate) use unclean::UncleanMark;
@@ -78,6 +82,27 @@ pub(crate) struct LogConfig {
     /// Shared mode (other processes read the log): `None` for exclusive
     /// mode, where nothing more is written.
     pub shared: Option<SharedLog>,
+    /// What recovery asks about transaction data a crash left without its
+    /// marker (`None`: no transaction log; such data is kept).
+    pub committed: Option<CommittedRuns>,
+}
+
+/// Whether the transaction that wrote data into partition `(topic,
+/// partition)` from an offset on committed (its commit record is in the
+/// data directory's transaction log): recovery's question about
+/// transaction data that a crash left at the end of a log without its
+/// marker (see `recover.rs`).
+#[derive(Clone)]
+pub(crate) struct CommittedRuns(pub Arc<CommittedFn>);
+
+/// The question [`CommittedRuns`] answers: `(topic, partition, first
+/// offset)`.
+pub(crate) type CommittedFn = dyn Fn(&str, u32, u64) -> bool + Send + Sync;
+
+impl std::fmt::Debug for CommittedRuns {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CommittedRuns")
+    }
 }
 
 /// What a partition log does for readers in other processes (shared mode):

@@ -156,6 +156,7 @@ impl PartitionLog {
         }
         bases.sort_unstable();
         let sizes = config.sizes();
+        let topic_name = Arc::clone(&topic);
         let mut segments = Vec::with_capacity(bases.len().max(1));
         let mut recovery = RecoveryStats::default();
         let (checkpoint, point) =
@@ -183,6 +184,12 @@ impl PartitionLog {
                 for &base in sealed {
                     segments.push(Arc::new(Segment::open_sealed(dir, base)?));
                 }
+                let committed = config.committed.clone();
+                let ask = move |first: u64| {
+                    committed
+                        .as_ref()
+                        .is_none_or(|c| (c.0)(&topic_name, partition, first))
+                };
                 let (seg, writer, rec) = Segment::open_active(
                     dir,
                     last,
@@ -190,6 +197,10 @@ impl PartitionLog {
                     config.index_interval_bytes,
                     config.max_batch(),
                     check_from.is_none(),
+                    config
+                        .committed
+                        .is_some()
+                        .then_some(&ask as &dyn Fn(u64) -> bool),
                 )?;
                 if rec.truncated {
                     recovery.truncated_bytes += rec.truncated_bytes;

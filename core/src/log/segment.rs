@@ -9,10 +9,10 @@ use std::sync::Arc;
 use crate::error::{Error, Result};
 use crate::files::FileCache;
 use crate::log::batch::{self, BatchHeader, Check};
-use crate::log::index::{
-    last_nonzero, zero_nonzero, IndexFile, OffsetEntry, TimeEntry, OFFSET_ENTRY, TIME_ENTRY,
-};
+use crate::log::index::{IndexFile, OffsetEntry, TimeEntry, OFFSET_ENTRY, TIME_ENTRY};
 use crate::log::mmap::{is_not_found, sync_dir, MappedFile, WriteToken};
+use crate::log::recover::recover;
+pub(crate) use crate::log::recover::Recovered;
 
 /// File name of a segment's log, index or time index.
 pub(crate) fn segment_path(dir: &Path, base: u64, ext: &str) -> PathBuf {
@@ -44,32 +44,6 @@ pub(crate) struct SegmentSizes {
     /// The broker's descriptor cache, where the log's descriptor is kept
     /// while the segment is active.
     pub files: Arc<FileCache>,
-}
-
-/// What recovery found at the tail of the active segment.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct Recovered {
-    /// Offset after the last valid batch.
-    pub next_offset: u64,
-    /// Largest record timestamp in the segment (`i64::MIN` when empty).
-    pub max_timestamp: i64,
-    /// Position of the last index entry (0 when none).
-    pub last_index_pos: usize,
-    /// Bytes removed from the tail.
-    pub truncated_bytes: u64,
-    /// Batches removed (the bad one and any valid ones after it).
-    pub dropped_batches: u64,
-    /// Whether the removed bytes were a torn tail (a partial last write)
-    /// rather than damage followed by more data.
-    pub torn_tail: bool,
-    /// Whether anything was truncated at all.
-    pub truncated: bool,
-    /// Bytes of the cut moved aside (after a clean shutdown, see
-    /// [`quarantine_path`]).
-    pub quarantined_bytes: u64,
-    /// The `magic` of a batch from a newer format version where the scan
-    /// stopped (nothing was cut: the segment is refused).
-    pub unsupported: Option<u8>,
 }
 
 /// Where recovery moves the bytes it cuts from `<base>.log` at byte `pos`
@@ -117,8 +91,8 @@ const TIME_DISTRUSTED: u8 = 2;
 #[derive(Debug)]
 pub(crate) struct SegmentWriter {
     log: WriteToken,
-    index: WriteToken,
-    time: WriteToken,
+    pub(super) index: WriteToken,
+    pub(super) time: WriteToken,
 }
 
 impl SegmentWriter {
@@ -422,6 +396,7 @@ impl Segment {
         interval: usize,
         max_batch: usize,
         trust_index: bool,
+        committed: Option<&dyn Fn(u64) -> bool>,
     ) -> Result<(Segment, SegmentWriter, Recovered)> {
         let (mut log, log_token, file_len) = MappedFile::open_writable(
             &segment_path(dir, base, "log"),
@@ -459,6 +434,7 @@ impl Segment {
             max_batch,
             trust_index,
             sizes.mode,
+            committed,
         );
         if let Some(found) = rec.unsupported {
             return Err(Error::UnsupportedVersion {
@@ -619,7 +595,7 @@ impl Segment {
             if h.base_offset != expected
                 || h.length < batch::MIN_LENGTH
                 || total > end - pos
-                || h.record_count == 0
+                || (h.record_count == 0 && !h.is_control())
             {
                 break false;
             }
@@ -865,6 +841,12 @@ impl Segment {
         Ok(())
     }
 
+    /// Writes the unpublished bytes `[start, end)` of the log to disk (see
+    /// [`MappedFile::sync_unpublished`]).
+    pub(crate) fn sync_unpublished(&self, start: usize, end: usize) -> Result<()> {
+        self.log.sync_unpublished(start, end)
+    }
+
     /// Whether everything published is on disk.
     pub(crate) fn is_flushed(&self) -> bool {
         self.log.is_flushed() && self.dir_synced.load(Ordering::Acquire)
@@ -1020,167 +1002,4 @@ impl Drop for Segment {
             }
         }
     }
-}
-
-/// Tail recovery of the active segment (see [`Segment::open_active`]).
-/// Without `trust_index` (after an unclean shutdown: a power loss may have
-/// kept index pages whose log pages it lost) every batch is checked from the
-/// start and the indexes are rebuilt.
-///
-/// `trust_index` also says the log was closed cleanly: a bad batch found
-/// then cannot be a torn write, so it counts as corruption, and the bytes
-/// cut are first copied to a quarantine file (created with `mode`).
-#[allow(clippy::too_many_arguments)]
-fn recover(
-    base: u64,
-    log: &mut MappedFile,
-    index: &mut IndexFile,
-    time: &mut IndexFile,
-    w: &mut SegmentWriter,
-    limit: usize,
-    interval: usize,
-    max_batch: usize,
-    trust_index: bool,
-    mode: u32,
-) -> Recovered {
-    let clean = trust_index;
-    let log_path = log.path().to_owned();
-    index.recover(limit);
-    time.recover(limit);
-    // Start from the last offset-index entry that points at a valid batch and
-    // has a matching time entry (which carries the max timestamp before it).
-    let mut start = (0usize, base, i64::MIN, 0usize);
-    if trust_index {
-        let bytes = &log.all_mut()[..limit];
-        for i in (0..index.len()).rev() {
-            let e = index.offset_entry(i);
-            let pos = e.pos as usize;
-            let ok = matches!(batch::check(&bytes[pos..]), Check::Valid(h) if h.base_offset == base + u64::from(e.rel));
-            let t = (i < time.len()).then(|| time.time_entry(i));
-            if let (true, Some(t)) = (ok, t) {
-                if t.rel == e.rel && t.pos == e.pos {
-                    start = (pos, base + u64::from(e.rel), t.ts, i + 1);
-                    break;
-                }
-            }
-        }
-    }
-    let (mut pos, mut expected, mut max_ts, keep) = start;
-    index.truncate(keep);
-    time.truncate(keep);
-    let mut last_index_pos = if keep > 0 { pos } else { 0 };
-    let mut rec = Recovered::default();
-    let bytes = log.all_mut();
-    loop {
-        let outcome = batch::check(&bytes[pos..limit]);
-        let bad = match outcome {
-            Check::Valid(h) if h.base_offset == expected => {
-                if pos - last_index_pos >= interval && pos > 0 {
-                    index.push_offset(
-                        &mut w.index,
-                        OffsetEntry {
-                            rel: (h.base_offset - base) as u32,
-                            pos: pos as u32,
-                        },
-                    );
-                    time.push_time(
-                        &mut w.time,
-                        TimeEntry {
-                            ts: max_ts,
-                            rel: (h.base_offset - base) as u32,
-                            pos: pos as u32,
-                        },
-                    );
-                    last_index_pos = pos;
-                }
-                max_ts = max_ts.max(h.max_timestamp);
-                expected = h.next_offset();
-                pos += h.total_len();
-                continue;
-            }
-            Check::Valid(_) => Some("batch base offset out of sequence"),
-            Check::End => None,
-            Check::Invalid(reason) => Some(reason),
-        };
-        if bad == Some(batch::UNSUPPORTED_VERSION) {
-            // Written by a newer version on purpose: refused, never cut.
-            rec.unsupported = Some(bytes[pos + 16]);
-            break;
-        }
-        // Past the last good batch: find how far damage or valid-looking
-        // leftovers reach, and zero it all so the zero-length end marker holds.
-        let mut chain = pos;
-        let mut dropped = 0u64;
-        if bad.is_some() {
-            dropped = 1;
-            let claimed = bytes
-                .get(pos + 8..pos + 12)
-                .map_or(0, |b| u32::from_le_bytes(b.try_into().expect("4 bytes")));
-            let next = pos + batch::LENGTH_PREFIX + claimed as usize;
-            if claimed >= batch::MIN_LENGTH && next <= limit {
-                chain = next;
-                while let Check::Valid(h) = batch::check(&bytes[chain..limit]) {
-                    chain += h.total_len();
-                    dropped += 1;
-                }
-            }
-        }
-        let window_end = limit.min(chain.saturating_add(max_batch));
-        let garbage_end = last_nonzero(&bytes[pos..window_end])
-            .map_or(pos, |last| pos + last + 1)
-            .max(if bad.is_some() { chain } else { pos });
-        if garbage_end > pos {
-            // After a clean shutdown no write was in flight: a bad batch is
-            // damage, kept for inspection before the cut.
-            let corrupt_after_clean = clean && bad.is_some();
-            if corrupt_after_clean {
-                let path = quarantine_path(&log_path, pos);
-                match crate::atomic_file::write_atomic(&path, &bytes[pos..garbage_end], mode, true)
-                {
-                    Ok(()) => rec.quarantined_bytes = (garbage_end - pos) as u64,
-                    Err(e) => ::log::error!(
-                        "recovery could not keep the damaged bytes of {} in {}: {e}",
-                        log_path.display(),
-                        path.display()
-                    ),
-                }
-            }
-            // Zero everything after `pos`, not just the window: valid old
-            // batches left further on could line up with new appends and
-            // come back at the next open.
-            zero_nonzero(&mut bytes[pos..limit]);
-            rec.truncated = true;
-            rec.truncated_bytes = (garbage_end - pos) as u64;
-            rec.dropped_batches = dropped.max(1);
-            // Torn: nothing valid followed the damage, and a write may have
-            // been in flight.
-            rec.torn_tail = dropped <= 1 && !corrupt_after_clean;
-            let what = if corrupt_after_clean {
-                "corruption in a log closed cleanly; the cut bytes are kept in the .damaged file beside it"
-            } else if rec.torn_tail {
-                "torn tail"
-            } else {
-                "corruption before more data"
-            };
-            let message = format!(
-                "recovery truncated {} bytes ({} batches, {what}) at position {} of {}: {}",
-                rec.truncated_bytes,
-                rec.dropped_batches,
-                pos,
-                log_path.display(),
-                bad.unwrap_or("partial write after the end marker"),
-            );
-            if rec.torn_tail {
-                ::log::warn!("{message}");
-            } else {
-                ::log::error!("{message}");
-            }
-        }
-        break;
-    }
-    log.set_published(pos);
-    rec.next_offset = expected;
-    rec.max_timestamp = max_ts;
-    rec.last_index_pos = last_index_pos;
-    rec
 }

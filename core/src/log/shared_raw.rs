@@ -63,6 +63,7 @@ impl Options {
                 writers: None,
                 doorbell: self.doorbell.clone().map(Doorbell),
             }),
+            committed: None,
         }
     }
 }

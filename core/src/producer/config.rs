@@ -81,6 +81,21 @@ pub struct ProducerConfig {
     pub strict_sequences: bool,
     /// Interceptors, called in order.
     pub interceptors: Vec<Arc<dyn ProducerInterceptor>>,
+    // Transactions.
+    /// The transactional id (Kafka's `transactional.id`): the producer may
+    /// run transactions ([`Producer::begin_transaction`]), and a newer
+    /// producer with the same transactional id fences this one (its open
+    /// transaction is aborted). Same naming rules as `name`.
+    ///
+    /// [`Producer::begin_transaction`]: super::Producer::begin_transaction
+    pub transactional_id: Option<String>,
+    /// Most bytes of records one transaction may buffer (default 64 MiB);
+    /// a send past it fails with [`Error::TransactionTooLarge`].
+    pub max_transaction_bytes: usize,
+    /// How long a transaction may stay open (default 60 s, Kafka's
+    /// `transaction.timeout.ms`; 0: no limit): past it, the transaction
+    /// is aborted and its next call fails with [`Error::Timeout`].
+    pub transaction_timeout_ms: u64,
 }
 
 impl std::fmt::Debug for ProducerConfig {
@@ -98,6 +113,9 @@ impl std::fmt::Debug for ProducerConfig {
             .field("dedup_window", &self.dedup_window)
             .field("strict_sequences", &self.strict_sequences)
             .field("interceptors", &self.interceptors.len())
+            .field("transactional_id", &self.transactional_id)
+            .field("max_transaction_bytes", &self.max_transaction_bytes)
+            .field("transaction_timeout_ms", &self.transaction_timeout_ms)
             .finish()
     }
 }
@@ -117,6 +135,9 @@ impl Default for ProducerConfig {
             dedup_window: DEFAULT_DEDUP_WINDOW,
             strict_sequences: false,
             interceptors: Vec::new(),
+            transactional_id: None,
+            max_transaction_bytes: 64 << 20,
+            transaction_timeout_ms: 60_000,
         }
     }
 }
@@ -194,6 +215,25 @@ impl ProducerConfig {
         self
     }
 
+    // Transactions.
+    /// Sets the transactional id (see [`ProducerConfig::transactional_id`]).
+    pub fn transactional_id(mut self, id: impl Into<String>) -> Self {
+        self.transactional_id = Some(id.into());
+        self
+    }
+
+    /// Sets the most bytes of records one transaction may buffer.
+    pub fn max_transaction_bytes(mut self, bytes: usize) -> Self {
+        self.max_transaction_bytes = bytes;
+        self
+    }
+
+    /// Sets how long a transaction may stay open (0: no limit).
+    pub fn transaction_timeout_ms(mut self, ms: u64) -> Self {
+        self.transaction_timeout_ms = ms;
+        self
+    }
+
     /// Checks the settings.
     pub(crate) fn validate(&self) -> Result<()> {
         if self.name.is_some() && !self.idempotent {
@@ -213,6 +253,11 @@ impl ProducerConfig {
         }
         if let Some(n) = &self.name {
             crate::dedup::validate_producer_name(n)?;
+        }
+        if self.max_transaction_bytes == 0 {
+            return Err(Error::InvalidArgument(
+                "max_transaction_bytes must be above 0".into(),
+            ));
         }
         Ok(())
     }

@@ -21,6 +21,7 @@ mod record;
 mod resume;
 mod route;
 mod stats;
+mod transaction;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -45,6 +46,8 @@ pub use record::{BorrowedRecord, Record, RecordMetadata};
 pub(crate) use route::forget_cached_topic;
 use route::Lent;
 pub use stats::ProducerStats;
+pub use transaction::Transaction;
+use transaction::TxnIdentity;
 
 /// A delivery report callback of [`Producer::send_async`].
 pub type DeliveryCallback = Box<dyn FnOnce(Result<RecordMetadata>) + Send + 'static>;
@@ -99,6 +102,8 @@ pub(crate) struct Inner {
     /// was first called (`None` before): its floor is handed to the
     /// partitions, which forget what is below it.
     written: Mutex<Option<crate::seqranges::SeqRanges>>,
+    /// With a transactional id: its identity.
+    txn: Option<TxnIdentity>,
 }
 
 thread_local! {
@@ -139,6 +144,14 @@ impl Producer {
         } else {
             None
         };
+        let txn = match &config.transactional_id {
+            Some(id) => {
+                broker.coordinator()?;
+                let (ident, epoch) = broker.registry()?.acquire_transactional(id)?;
+                Some(TxnIdentity::new(id.clone(), ident, epoch))
+            }
+            None => None,
+        };
         Ok(Producer {
             inner: Arc::new_cyclic(|me| Inner {
                 me: me.clone(),
@@ -157,6 +170,7 @@ impl Producer {
                 closed: AtomicBool::new(false),
                 sender: Mutex::new(None),
                 written: Mutex::new(None),
+                txn,
             }),
         })
     }

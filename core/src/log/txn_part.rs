@@ -1,0 +1,245 @@
+//! A transaction's part in one partition: its data batches and its commit
+//! marker, written under the partition's writer lock, published together.
+//!
+//! [`PartitionLog::prepare_transaction`] takes the writer lock and writes
+//! the data batches (transactional attribute) above the published end,
+//! leaving room for the marker; nothing is visible yet. The transaction's
+//! coordinator then writes its commit record (the commit point) and calls
+//! [`PreparedPart::publish`], which writes the commit marker and publishes
+//! data and marker at once. Dropped unpublished, the part is zeroed again:
+//! the log is as before. A crash between the two leaves data without a
+//! marker at the end of the log, which recovery keeps (and the coordinator
+//! marks) when the commit record exists and cuts otherwise (`recover.rs`).
+
+use std::sync::atomic::Ordering;
+use std::sync::MutexGuard;
+
+use super::batch::{self, Marker, MarkerKind, ProducerFields, RecordRef};
+use super::{PartitionLog, Writer};
+use crate::error::{Error, Result};
+use crate::sync::lock;
+
+/// A transaction's data written in one partition, not yet published; the
+/// partition's writer lock is held until it is published or dropped.
+pub(crate) struct PreparedPart<'a> {
+    log: &'a PartitionLog,
+    w: MutexGuard<'a, Writer>,
+    /// Where the part starts in the active segment.
+    pos: usize,
+    /// Bytes of data batches (the marker follows them).
+    data_len: usize,
+    /// The first offset of the data, and the marker's.
+    first: u64,
+    marker_offset: u64,
+    max_ts: i64,
+    producer: ProducerFields,
+    published: bool,
+}
+
+/// Splits `records` into runs whose batches fit in `max` bytes each.
+fn split(records: &[RecordRef<'_>], max: usize) -> Result<Vec<std::ops::Range<usize>>> {
+    let mut runs = Vec::new();
+    let mut start = 0;
+    while start < records.len() {
+        let mut end = start + 1;
+        if batch::batch_len(&records[start..end]) > max {
+            return Err(Error::MessageTooLarge {
+                size: batch::batch_len(&records[start..end]),
+                max,
+            });
+        }
+        while end < records.len() && batch::batch_len(&records[start..=end]) <= max {
+            end += 1;
+        }
+        runs.push(start..end);
+        start = end;
+    }
+    Ok(runs)
+}
+
+impl PartitionLog {
+    /// Writes `records` as the data of a transaction by `producer` (id and
+    /// epoch; no sequence) above the published end, with room for its
+    /// marker after them, holding the writer lock (see the module doc).
+    ///
+    /// # Errors
+    /// [`Error::TransactionTooLarge`] when the part does not fit in one
+    /// segment; [`Error::MessageTooLarge`] for a record larger than a
+    /// batch may be; closed, poisoned, a full disk, I/O errors. Nothing is
+    /// written then.
+    pub(crate) fn prepare_transaction(
+        &self,
+        records: &[RecordRef<'_>],
+        producer: ProducerFields,
+    ) -> Result<PreparedPart<'_>> {
+        if self.config.shared.is_some() {
+            return Err(Error::InvalidArgument(
+                "transactions are not available in shared mode".into(),
+            ));
+        }
+        let runs = split(records, self.config.max_batch())?;
+        let attributes = batch::ATTR_TRANSACTIONAL;
+        let data_len: usize = runs
+            .iter()
+            .map(|r| batch::encoded_len(&records[r.clone()], &producer, attributes))
+            .sum();
+        let total = data_len + batch::CONTROL_LEN;
+        let mut w = lock(&self.writer);
+        if w.closed {
+            return Err(self.closed_error());
+        }
+        if self.poisoned.load(Ordering::Acquire) {
+            return Err(self.poisoned_error());
+        }
+        if total > w.active.capacity() {
+            return Err(Error::TransactionTooLarge {
+                size: total,
+                max: w.active.capacity(),
+            });
+        }
+        self.config.unclean.mark()?;
+        if w.active.end() + total > w.active.capacity() {
+            self.roll(&mut w)?;
+        }
+        w.active.ensure_room(total)?;
+        let first = w.next_offset;
+        let pos = w.active.end();
+        let mut max_ts = i64::MIN;
+        let mut next = first;
+        {
+            let Writer {
+                active,
+                active_writer,
+                ..
+            } = &mut *w;
+            let buf = active.reserve(active_writer, total);
+            let mut at = 0;
+            for r in runs {
+                let part = &records[r];
+                max_ts = part.iter().fold(max_ts, |m, r| m.max(r.timestamp));
+                at += batch::encode(&mut buf[at..], next, part, producer, attributes);
+                next += part.len() as u64;
+            }
+            debug_assert_eq!(at, data_len);
+        }
+        Ok(PreparedPart {
+            log: self,
+            w,
+            pos,
+            data_len,
+            first,
+            marker_offset: next,
+            max_ts,
+            producer,
+            published: false,
+        })
+    }
+}
+
+impl PreparedPart<'_> {
+    /// The offset of the part's first record.
+    pub(crate) fn first_offset(&self) -> u64 {
+        self.first
+    }
+
+    /// The offset its commit marker will take.
+    pub(crate) fn marker_offset(&self) -> u64 {
+        self.marker_offset
+    }
+
+    /// The partition's log.
+    pub(crate) fn log(&self) -> &PartitionLog {
+        self.log
+    }
+
+    /// Makes the data durable (for `acks=all`, before the commit record):
+    /// what the segment published (a new segment's directory entry
+    /// included), then the unpublished data.
+    pub(crate) fn sync(&self) -> Result<()> {
+        self.w.active.flush()?;
+        self.w
+            .active
+            .sync_unpublished(self.pos, self.pos + self.data_len)
+    }
+
+    /// Writes the commit marker of transaction `transaction` and publishes
+    /// data and marker together; lets go of the writer lock.
+    pub(crate) fn publish(mut self, transaction: u64, timestamp: i64) {
+        let marker = Marker {
+            kind: MarkerKind::Commit,
+            timestamp,
+            producer_id: self.producer.producer_id,
+            producer_epoch: self.producer.producer_epoch,
+            transaction,
+        };
+        let total = self.data_len + batch::CONTROL_LEN;
+        let interval = self.log.config.index_interval_bytes;
+        let w = &mut *self.w;
+        {
+            let buf = w.active.reserve(&mut w.active_writer, total);
+            batch::encode_marker(&mut buf[self.data_len..], self.marker_offset, &marker);
+        }
+        let index = (self.pos > 0 && self.pos - w.last_index_pos >= interval)
+            .then_some((self.first, w.max_ts));
+        if index.is_some() {
+            w.last_index_pos = self.pos;
+        }
+        let max_ts = self.max_ts.max(timestamp);
+        w.active.commit(&mut w.active_writer, total, index, max_ts);
+        w.max_ts = w.max_ts.max(max_ts);
+        w.next_offset = self.marker_offset + 1;
+        self.log.end_offset.store(w.next_offset, Ordering::Release);
+        if w.active.growth_due() {
+            self.log.grow_ahead(w);
+        }
+        self.published = true;
+        let log = self.log;
+        drop(self);
+        log.wake_waiters();
+    }
+}
+
+impl Drop for PreparedPart<'_> {
+    fn drop(&mut self) {
+        if !self.published {
+            // Abandoned before its commit point: the log is as before.
+            let total = self.data_len + batch::CONTROL_LEN;
+            let w = &mut *self.w;
+            w.active.reserve(&mut w.active_writer, total).fill(0);
+        }
+    }
+}
+
+impl PartitionLog {
+    /// Appends the commit marker of an earlier transaction whose data ends
+    /// the log (recovery of a commit a crash interrupted after its commit
+    /// point): only when the log's end is `marker_offset`. Returns whether
+    /// it was written.
+    pub(crate) fn append_commit_marker(&self, marker_offset: u64, marker: &Marker) -> Result<bool> {
+        let mut w = lock(&self.writer);
+        if w.closed {
+            return Err(self.closed_error());
+        }
+        if w.next_offset != marker_offset {
+            return Ok(false);
+        }
+        self.config.unclean.mark()?;
+        if w.active.end() + batch::CONTROL_LEN > w.active.capacity() {
+            self.roll(&mut w)?;
+        }
+        w.active.ensure_room(batch::CONTROL_LEN)?;
+        let Writer {
+            active,
+            active_writer,
+            ..
+        } = &mut *w;
+        let buf = active.reserve(active_writer, batch::CONTROL_LEN);
+        batch::encode_marker(buf, marker_offset, marker);
+        active.commit(active_writer, batch::CONTROL_LEN, None, marker.timestamp);
+        w.next_offset = marker_offset + 1;
+        self.end_offset.store(w.next_offset, Ordering::Release);
+        drop(w);
+        self.wake_waiters();
+        Ok(true)
+    }
+}

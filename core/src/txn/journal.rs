@@ -1,0 +1,285 @@
+//! The transaction log, `<dir>/transactions.log`: one commit record per
+//! committed transaction (the commit point), and a note once its markers
+//! and offsets are all in place.
+//!
+//! Each entry is a frame: `length` u32 (bytes of the payload), `crc` u32
+//! (CRC32C of the payload), then the payload, a JSON [`Entry`]. An entry is
+//! written with one `write` at the end of the file; a frame that is cut
+//! short or fails its CRC ends the log (a crash during its write: that
+//! transaction did not commit) and is cut at the next open.
+
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::faults::{self, SyncKind};
+
+/// The transaction log's file name in the data directory.
+pub(crate) const FILE_NAME: &str = "transactions.log";
+/// The largest payload read back (a bigger length is damage).
+const MAX_PAYLOAD: u32 = 64 << 20;
+
+/// A transaction's data in one partition.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct PartRecord {
+    pub topic: String,
+    pub partition: u32,
+    /// Offset of its first record.
+    pub first: u64,
+    /// Offset of its commit marker (one past its last record).
+    pub marker: u64,
+}
+
+/// A consumer group offset committed by a transaction.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct OffsetRecord {
+    pub group: String,
+    pub topic: String,
+    pub partition: u32,
+    pub offset: u64,
+    pub metadata: String,
+}
+
+/// A committed transaction.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct CommitRecord {
+    /// The transaction's number (increasing in the data directory).
+    pub txn: u64,
+    pub transactional_id: String,
+    pub producer_id: i64,
+    pub epoch: i16,
+    /// When it committed (ms since the epoch): its markers' timestamp.
+    pub timestamp: i64,
+    pub parts: Vec<PartRecord>,
+    pub offsets: Vec<OffsetRecord>,
+}
+
+/// One entry of the log.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum Entry {
+    /// The first entry after the log was emptied: transaction numbers go on
+    /// from `next`.
+    Start { next: u64 },
+    /// The commit point of a transaction.
+    Commit(CommitRecord),
+    /// Every marker and offset of transaction `txn` is in place.
+    Applied { txn: u64 },
+}
+
+/// What the log held at open.
+#[derive(Debug, Default)]
+pub(crate) struct Loaded {
+    /// Every commit record, in order.
+    pub commits: Vec<CommitRecord>,
+    /// The numbers of those whose markers and offsets are all in place.
+    pub applied: std::collections::HashSet<u64>,
+    /// The next transaction number.
+    pub next_txn: u64,
+}
+
+/// The open transaction log.
+#[derive(Debug)]
+pub(crate) struct Journal {
+    path: PathBuf,
+    file: File,
+    /// Bytes of whole entries.
+    len: u64,
+    mode: u32,
+}
+
+fn frame(entry: &Entry) -> Vec<u8> {
+    let payload = serde_json::to_vec(entry).expect("entries serialize");
+    let mut out = Vec::with_capacity(8 + payload.len());
+    out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    out.extend_from_slice(&crate::log::crc::crc32c(&payload).to_le_bytes());
+    out.extend_from_slice(&payload);
+    out
+}
+
+/// Parses the whole entries at the start of `bytes`; returns them and the
+/// bytes they take.
+fn parse(bytes: &[u8]) -> (Vec<Entry>, usize) {
+    let mut entries = Vec::new();
+    let mut pos = 0;
+    while let Some(head) = bytes.get(pos..pos + 8) {
+        let len = u32::from_le_bytes([head[0], head[1], head[2], head[3]]);
+        let crc = u32::from_le_bytes([head[4], head[5], head[6], head[7]]);
+        if len == 0 || len > MAX_PAYLOAD {
+            break;
+        }
+        let Some(payload) = bytes.get(pos + 8..pos + 8 + len as usize) else {
+            break;
+        };
+        if crate::log::crc::crc32c(payload) != crc {
+            break;
+        }
+        let Ok(entry) = serde_json::from_slice::<Entry>(payload) else {
+            break;
+        };
+        entries.push(entry);
+        pos += 8 + len as usize;
+    }
+    (entries, pos)
+}
+
+impl Journal {
+    /// Opens (creating) the log of data directory `dir`, cutting a torn
+    /// last entry, and returns what it holds.
+    pub(crate) fn open(dir: &Path, mode: u32) -> Result<(Journal, Loaded)> {
+        let path = dir.join(FILE_NAME);
+        let mut file = OpenOptions::new()
+            .read(true)
+            .append(true)
+            .create(true)
+            .mode(mode)
+            .open(&path)
+            .map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes)
+            .map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
+        let (entries, good) = parse(&bytes);
+        if good < bytes.len() {
+            ::log::warn!(
+                "{}: cutting {} bytes of a transaction entry left incomplete by a crash",
+                path.display(),
+                bytes.len() - good
+            );
+            file.set_len(good as u64)
+                .map_err(|e| Error::io(format!("truncating {}", path.display()), e))?;
+        }
+        let mut loaded = Loaded::default();
+        for e in entries {
+            match e {
+                Entry::Start { next } => loaded.next_txn = loaded.next_txn.max(next),
+                Entry::Commit(c) => {
+                    loaded.next_txn = loaded.next_txn.max(c.txn + 1);
+                    loaded.commits.push(c);
+                }
+                Entry::Applied { txn } => {
+                    loaded.applied.insert(txn);
+                }
+            }
+        }
+        let journal = Journal {
+            path,
+            file,
+            len: good as u64,
+            mode,
+        };
+        Ok((journal, loaded))
+    }
+
+    /// Appends `entry`, synced to disk with `sync`. On an error the log is
+    /// as before (a partial write is cut off again).
+    pub(crate) fn append(&mut self, entry: &Entry, sync: bool) -> Result<()> {
+        let bytes = frame(entry);
+        let res = self
+            .file
+            .write_all(&bytes)
+            .map_err(|e| Error::io(format!("writing {}", self.path.display()), e))
+            .and_then(|()| if sync { self.sync() } else { Ok(()) });
+        match res {
+            Ok(()) => {
+                self.len += bytes.len() as u64;
+                Ok(())
+            }
+            Err(e) => {
+                let _ = self.file.set_len(self.len);
+                Err(e)
+            }
+        }
+    }
+
+    /// fsyncs the log.
+    pub(crate) fn sync(&self) -> Result<()> {
+        faults::before_sync(&self.path, SyncKind::File)
+            .and_then(|()| self.file.sync_data())
+            .map_err(|e| Error::io(format!("syncing {}", self.path.display()), e))?;
+        faults::after_sync(&self.path, SyncKind::File);
+        Ok(())
+    }
+
+    /// Bytes of the log.
+    pub(crate) fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Replaces the log by one `Start { next }` entry, atomically (every
+    /// commit record in it must be applied and its markers on disk).
+    pub(crate) fn reset(&mut self, next: u64) -> Result<()> {
+        let bytes = frame(&Entry::Start { next });
+        crate::atomic_file::write_atomic(&self.path, &bytes, self.mode, true)?;
+        let file = OpenOptions::new()
+            .read(true)
+            .append(true)
+            .open(&self.path)
+            .map_err(|e| Error::io(format!("opening {}", self.path.display()), e))?;
+        self.file = file;
+        self.len = bytes.len() as u64;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn commit(txn: u64) -> Entry {
+        Entry::Commit(CommitRecord {
+            txn,
+            transactional_id: "etl".into(),
+            producer_id: 7,
+            epoch: 1,
+            timestamp: 5,
+            parts: vec![PartRecord {
+                topic: "t".into(),
+                partition: 0,
+                first: 10,
+                marker: 12,
+            }],
+            offsets: vec![],
+        })
+    }
+
+    #[test]
+    fn entries_round_trip_and_a_torn_one_is_cut() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (mut j, l) = Journal::open(tmp.path(), 0o600).unwrap();
+        assert_eq!((l.commits.len(), l.next_txn), (0, 0));
+        j.append(&commit(0), false).unwrap();
+        j.append(&Entry::Applied { txn: 0 }, true).unwrap();
+        j.append(&commit(1), false).unwrap();
+        let whole = j.len();
+        drop(j);
+        // A torn third entry.
+        let path = tmp.path().join(FILE_NAME);
+        let mut bytes = std::fs::read(&path).unwrap();
+        let torn = frame(&commit(2));
+        bytes.extend_from_slice(&torn[..torn.len() - 3]);
+        std::fs::write(&path, &bytes).unwrap();
+        let (j, l) = Journal::open(tmp.path(), 0o600).unwrap();
+        assert_eq!(j.len(), whole);
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), whole);
+        assert_eq!(l.commits.len(), 2);
+        assert!(l.applied.contains(&0) && !l.applied.contains(&1));
+        assert_eq!(l.next_txn, 2);
+    }
+
+    #[test]
+    fn reset_keeps_the_numbering() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (mut j, _) = Journal::open(tmp.path(), 0o600).unwrap();
+        j.append(&commit(41), false).unwrap();
+        j.reset(42).unwrap();
+        j.append(&Entry::Applied { txn: 41 }, false).unwrap();
+        drop(j);
+        let (_, l) = Journal::open(tmp.path(), 0o600).unwrap();
+        assert_eq!((l.commits.len(), l.next_txn), (0, 42));
+    }
+}

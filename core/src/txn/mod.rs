@@ -1,0 +1,307 @@
+//! Transactions: atomic writes across partitions and topics, with consumer
+//! offsets, committed through the data directory's transaction log.
+//!
+//! A transaction is buffered by its producer and written only at its
+//! commit, so no open transaction ever holds readers back (there is no
+//! last stable offset to wait for). [`Coordinator::commit`]:
+//!
+//! 1. takes the writer lock of every partition it writes, in (topic,
+//!    partition) order, and writes its data there, unpublished
+//!    ([`PartitionLog::prepare_transaction`]);
+//! 2. with `acks=all`, syncs that data;
+//! 3. appends the commit record to `transactions.log` (synced with
+//!    `acks=all`): **the commit point**;
+//! 4. writes each partition's commit marker and publishes data and marker
+//!    together, letting go of each lock;
+//! 5. commits the consumer offsets sent into the transaction, then notes in
+//!    the log that the transaction is applied.
+//!
+//! A failure before the commit point leaves every log as it was. After a
+//! crash, recovery keeps the unmarked data of a transaction whose commit
+//! record exists, and cuts any other (`log/recover.rs`);
+//! [`Coordinator::recover`] then writes the missing markers and commits
+//! the offsets of every commit record not noted as applied. Commits are
+//! serialised by the coordinator.
+
+mod journal;
+
+use std::collections::HashSet;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use crate::broker::BrokerInner;
+use crate::dedup::NamedIdentity;
+use crate::error::{Error, Result};
+use crate::faults::{commit_step, CommitStep};
+use crate::log::batch::{Marker, MarkerKind, ProducerFields, RecordRef};
+use crate::log::{now_ms, CommittedRuns, PartitionLog};
+use crate::offsets::CommittedOffset;
+use crate::sync::lock;
+use journal::{CommitRecord, Entry, Journal, Loaded};
+pub(crate) use journal::{OffsetRecord, PartRecord};
+
+/// Bytes of transaction log after which a commit first makes every marker
+/// durable and empties the log.
+const COMPACT_AT: u64 = 64 << 20;
+
+/// The data directory's transaction coordinator.
+#[derive(Debug)]
+pub(crate) struct Coordinator {
+    state: Mutex<State>,
+    /// `(topic, partition, first offset)` of every transaction in the log
+    /// at open: recovery keeps their unmarked data.
+    committed: Arc<HashSet<(String, u32, u64)>>,
+}
+
+#[derive(Debug)]
+struct State {
+    journal: Journal,
+    next_txn: u64,
+    /// Commit records read at open and not yet applied (until
+    /// [`Coordinator::recover`]), and commits of this session whose offsets
+    /// could not be committed (the next open commits them): while there
+    /// are any, the log is never emptied.
+    pending: Vec<CommitRecord>,
+    /// The partitions written by transactions in the log: their markers
+    /// are made durable before the log is emptied.
+    touched: HashSet<(String, u32)>,
+}
+
+/// A transaction to commit, its records grouped by partition.
+pub(crate) struct Commit<'a> {
+    pub transactional_id: &'a str,
+    pub identity: &'a NamedIdentity,
+    pub producer_id: i64,
+    pub epoch: i16,
+    /// Each partition's log and records, in (topic, partition) order.
+    pub parts: Vec<(Arc<PartitionLog>, Vec<RecordRef<'a>>)>,
+    pub offsets: Vec<OffsetRecord>,
+    pub sync: bool,
+}
+
+impl Coordinator {
+    /// Opens the coordinator of data directory `dir` (its transaction log).
+    pub(crate) fn open(dir: &Path, mode: u32) -> Result<Coordinator> {
+        let (journal, loaded) = Journal::open(dir, mode)?;
+        let Loaded {
+            commits,
+            applied,
+            next_txn,
+        } = loaded;
+        let mut committed = HashSet::new();
+        let mut touched = HashSet::new();
+        for c in &commits {
+            for p in &c.parts {
+                committed.insert((p.topic.clone(), p.partition, p.first));
+                touched.insert((p.topic.clone(), p.partition));
+            }
+        }
+        let pending = commits
+            .into_iter()
+            .filter(|c| !applied.contains(&c.txn))
+            .collect();
+        Ok(Coordinator {
+            state: Mutex::new(State {
+                journal,
+                next_txn,
+                pending,
+                touched,
+            }),
+            committed: Arc::new(committed),
+        })
+    }
+
+    /// What recovery asks about unmarked transaction data.
+    pub(crate) fn committed_runs(&self) -> CommittedRuns {
+        let set = Arc::clone(&self.committed);
+        CommittedRuns(Arc::new(move |topic: &str, partition, first| {
+            set.contains(&(topic.to_owned(), partition, first))
+        }))
+    }
+
+    /// After the topics opened: writes the markers a crash left out and
+    /// commits the offsets of the transactions not noted as applied; then,
+    /// the markers made durable, empties the log.
+    pub(crate) fn recover(&self, broker: &BrokerInner) -> Result<()> {
+        let mut st = lock(&self.state);
+        for c in std::mem::take(&mut st.pending) {
+            for p in &c.parts {
+                let Ok(log) = broker
+                    .topic(&p.topic)
+                    .and_then(|t| t.partition(p.partition))
+                else {
+                    continue; // deleted since
+                };
+                let marker = marker_of(&c);
+                if !log.append_commit_marker(p.marker, &marker)? && log.end_offset() < p.marker {
+                    ::log::error!(
+                        "transaction {} ({:?}): its data in {}/{} from offset {} is gone (not synced before a power loss?)",
+                        c.txn,
+                        c.transactional_id,
+                        p.topic,
+                        p.partition,
+                        p.first
+                    );
+                }
+            }
+            apply_offsets(broker, &c.offsets)?;
+            st.journal.append(&Entry::Applied { txn: c.txn }, false)?;
+        }
+        if st.journal.len() > 0 {
+            compact(&mut st, broker)?;
+        }
+        Ok(())
+    }
+
+    /// Commits `c` (see the module doc). Returns each part's first offset.
+    ///
+    /// # Errors
+    /// [`Error::ProducerFenced`] when a newer producer took the
+    /// transactional id; what writing the logs or the transaction log
+    /// returns. Nothing is written when an error is returned before the
+    /// commit point; an error committing the offsets after it is returned
+    /// too (the records are committed; the offsets are committed again at
+    /// the next open).
+    pub(crate) fn commit(&self, broker: &BrokerInner, c: Commit<'_>) -> Result<Vec<u64>> {
+        let mut st = lock(&self.state);
+        let current = c.identity.current_epoch();
+        if current != c.epoch {
+            return Err(Error::ProducerFenced {
+                producer_id: c.producer_id,
+                epoch: c.epoch,
+                current_epoch: current,
+            });
+        }
+        if st.journal.len() > COMPACT_AT {
+            compact(&mut st, broker)?;
+        }
+        let producer = ProducerFields {
+            producer_id: c.producer_id,
+            producer_epoch: c.epoch,
+            base_sequence: -1,
+        };
+        let mut prepared = Vec::with_capacity(c.parts.len());
+        for (log, records) in &c.parts {
+            prepared.push(log.prepare_transaction(records, producer)?);
+        }
+        commit_step(CommitStep::DataWritten);
+        if c.sync {
+            for p in &prepared {
+                p.sync()?;
+            }
+            commit_step(CommitStep::DataSynced);
+        }
+        let txn = st.next_txn;
+        let timestamp = now_ms();
+        let record = CommitRecord {
+            txn,
+            transactional_id: c.transactional_id.to_owned(),
+            producer_id: c.producer_id,
+            epoch: c.epoch,
+            timestamp,
+            parts: prepared
+                .iter()
+                .map(|p| PartRecord {
+                    topic: p.log().topic().to_string(),
+                    partition: p.log().partition(),
+                    first: p.first_offset(),
+                    marker: p.marker_offset(),
+                })
+                .collect(),
+            offsets: c.offsets,
+        };
+        st.journal.append(&Entry::Commit(record.clone()), c.sync)?;
+        st.next_txn += 1;
+        commit_step(CommitStep::Committed);
+        let firsts: Vec<u64> = prepared
+            .iter()
+            .map(crate::log::PreparedPart::first_offset)
+            .collect();
+        let n = prepared.len();
+        for (i, p) in prepared.into_iter().enumerate() {
+            p.publish(txn, timestamp);
+            if i + 1 < n {
+                commit_step(CommitStep::PartPublished);
+            }
+        }
+        commit_step(CommitStep::Published);
+        for p in &record.parts {
+            st.touched.insert((p.topic.clone(), p.partition));
+        }
+        // Not noted as applied (nor the log emptied) until the offsets
+        // are committed: the next open commits them again, to the same
+        // values. The note is not synced for the same reason.
+        let applied = apply_offsets(broker, &record.offsets)
+            .inspect(|()| commit_step(CommitStep::OffsetsApplied))
+            .and_then(|()| st.journal.append(&Entry::Applied { txn }, false));
+        if let Err(e) = applied {
+            st.pending.push(record);
+            return Err(e);
+        }
+        Ok(firsts)
+    }
+
+    /// At a clean close, after every log was flushed: empties the log.
+    pub(crate) fn close(&self) {
+        let mut st = lock(&self.state);
+        if st.journal.len() > 0 && st.pending.is_empty() {
+            let next = st.next_txn;
+            if let Err(e) = st.journal.reset(next) {
+                ::log::warn!("emptying the transaction log failed: {e}");
+            }
+        }
+    }
+}
+
+/// The commit marker of `c`.
+fn marker_of(c: &CommitRecord) -> Marker {
+    Marker {
+        kind: MarkerKind::Commit,
+        timestamp: c.timestamp,
+        producer_id: c.producer_id,
+        producer_epoch: c.epoch,
+        transaction: c.txn,
+    }
+}
+
+/// Commits the consumer offsets of a transaction, group by group.
+fn apply_offsets(broker: &BrokerInner, offsets: &[OffsetRecord]) -> Result<()> {
+    let mut groups: Vec<&str> = offsets.iter().map(|o| o.group.as_str()).collect();
+    groups.sort_unstable();
+    groups.dedup();
+    for g in groups {
+        let entries: Vec<(String, u32, CommittedOffset)> = offsets
+            .iter()
+            .filter(|o| o.group == g)
+            .map(|o| {
+                (
+                    o.topic.clone(),
+                    o.partition,
+                    CommittedOffset {
+                        offset: o.offset,
+                        metadata: o.metadata.clone(),
+                        timestamp: now_ms(),
+                    },
+                )
+            })
+            .collect();
+        broker.group(g)?.commit(None, &entries)?;
+    }
+    Ok(())
+}
+
+/// Makes every marker of the transactions in the log durable (their
+/// partitions flushed), then empties the log.
+fn compact(st: &mut State, broker: &BrokerInner) -> Result<()> {
+    if !st.pending.is_empty() {
+        return Ok(());
+    }
+    for (topic, partition) in &st.touched {
+        if let Ok(log) = broker.topic(topic).and_then(|t| t.partition(*partition)) {
+            log.flush()?;
+        }
+    }
+    st.touched.clear();
+    let next = st.next_txn;
+    st.journal.reset(next)
+}
