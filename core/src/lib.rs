@@ -64,8 +64,8 @@ pub use broker::{
     DEFAULT_MAX_OPEN_FILES, LOCK_FILE,
 };
 pub use consumer::{
-    Consumer, ConsumerConfig, ConsumerStats, ConsumerWaker, OffsetReset, RebalanceContext,
-    RebalanceListener,
+    Consumer, ConsumerConfig, ConsumerStats, ConsumerWaker, IsolationLevel, OffsetReset,
+    RebalanceContext, RebalanceListener,
 };
 pub use dedup::{validate_producer_name, DEFAULT_DEDUP_WINDOW, MAX_PRODUCER_NAME_LEN};
 pub use error::{Error, ErrorKind, Result};

@@ -465,3 +465,66 @@ fn kill_9_at_every_commit_step_leaves_it_whole_or_absent() {
         }
     }
 }
+
+#[test]
+fn both_isolation_levels_read_the_same_records() {
+    use mqlite::IsolationLevel;
+    let tmp = tempfile::tempdir().unwrap();
+    let mq = open(tmp.path());
+    setup(&mq);
+    let p = txn_producer(&mq, "etl");
+    let plain = mq.producer(ProducerConfig::default()).unwrap();
+    for n in 0..5 {
+        let tx = p.begin_transaction().unwrap();
+        send_some(&tx, &format!("t{n}"), 3);
+        plain.send(Record::new("b").value(format!("p{n}"))).unwrap();
+        if n % 2 == 0 {
+            tx.commit().unwrap();
+        } else {
+            tx.abort().unwrap();
+        }
+    }
+    let read = |level: IsolationLevel| {
+        let mut c = mq
+            .consumer(ConsumerConfig::default().isolation_level(level))
+            .unwrap();
+        c.assign(&[("b", 0)]).unwrap();
+        let mut out = Vec::new();
+        loop {
+            let got = c.poll(Duration::from_millis(20)).unwrap();
+            if got.is_empty() {
+                break;
+            }
+            out.extend(
+                got.iter()
+                    .map(|m| (m.offset(), m.value().unwrap().to_vec())),
+            );
+        }
+        (out, c.position("b", 0).unwrap())
+    };
+    let committed = read(IsolationLevel::ReadCommitted);
+    assert_eq!(committed, read(IsolationLevel::ReadUncommitted));
+    let values: Vec<&[u8]> = committed.0.iter().map(|(_, v)| v.as_slice()).collect();
+    assert_eq!(
+        values,
+        [
+            &b"p0"[..],
+            b"t0-2",
+            b"p1",
+            b"p2",
+            b"t2-2",
+            b"p3",
+            b"p4",
+            b"t4-2"
+        ]
+    );
+    assert_eq!(committed.1, end(&mq, "b", 0));
+    assert_eq!(
+        IsolationLevel::parse("read_uncommitted").unwrap(),
+        IsolationLevel::ReadUncommitted
+    );
+    assert_eq!(
+        IsolationLevel::parse("serializable").unwrap_err().kind(),
+        ErrorKind::InvalidArgument
+    );
+}

@@ -6,6 +6,7 @@ mod held;
 mod partition;
 mod rebalance;
 mod transactional;
+pub use transactional::IsolationLevel;
 
 use std::sync::atomic::{fence, AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -94,6 +95,9 @@ pub struct ConsumerConfig {
     /// stored with [`Consumer::store_offsets`] once it processed them: with
     /// auto-commit, the at-least-once idiom.
     pub enable_auto_offset_store: bool,
+    /// What of transactions this consumer reads (default read committed;
+    /// see [`IsolationLevel`]).
+    pub isolation_level: IsolationLevel,
 }
 
 impl Default for ConsumerConfig {
@@ -110,6 +114,7 @@ impl Default for ConsumerConfig {
             max_poll_interval_ms: 300_000,
             broadcast: false,
             enable_auto_offset_store: true,
+            isolation_level: IsolationLevel::ReadCommitted,
         }
     }
 }
