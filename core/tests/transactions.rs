@@ -528,3 +528,30 @@ fn both_isolation_levels_read_the_same_records() {
         ErrorKind::InvalidArgument
     );
 }
+
+#[test]
+fn recovery_counts_an_abandoned_transaction() {
+    let exe = std::env::current_exe().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let status = Command::new(&exe)
+        .args(["--exact", "txn_crash_child", "--nocapture", "--test-threads=1"])
+        .env(CHILD_DIR, tmp.path())
+        .env(CHILD_STEP, "written")
+        .env(CHILD_ACKS, "1")
+        .status()
+        .unwrap();
+    assert!(!status.success());
+    let mq = open(tmp.path());
+    let abandoned: u64 = ["a", "b"]
+        .iter()
+        .flat_map(|t| mq.topic(t).unwrap().partitions)
+        .map(|p| p.recovery.abandoned_transactions)
+        .sum();
+    assert_eq!(abandoned, 3, "one part in each of the three partitions");
+    let torn: u64 = ["a", "b"]
+        .iter()
+        .flat_map(|t| mq.topic(t).unwrap().partitions)
+        .map(|p| p.recovery.torn_tails + p.recovery.corruptions)
+        .sum();
+    assert_eq!(torn, 0);
+}

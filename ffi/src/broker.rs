@@ -307,6 +307,9 @@ pub struct mql_recovery_stats {
     /// Bytes of damaged log moved aside for inspection (next to the
     /// segment, as `<base>.log.damaged-<position>`) instead of dropped.
     pub quarantined_bytes: u64,
+    /// Transactions whose records a crash left before their commit point:
+    /// cut (they were never readable).
+    pub abandoned_transactions: u64,
 }
 
 impl From<mqlite::RecoveryStats> for mql_recovery_stats {
@@ -318,6 +321,7 @@ impl From<mqlite::RecoveryStats> for mql_recovery_stats {
             corruptions: r.corruptions,
             lost_records: r.lost_records,
             quarantined_bytes: r.quarantined_bytes,
+            abandoned_transactions: r.abandoned_transactions,
         }
     }
 }

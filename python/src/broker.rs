@@ -817,6 +817,8 @@ impl Broker {
 ///     quarantined_bytes (int): Bytes of damaged log recovery moved aside
 ///         for inspection (next to the segment, as
 ///         `<base>.log.damaged-<position>`) instead of dropping them.
+///     abandoned_transactions (int): Transactions whose records a crash
+///         left before their commit point, cut (never readable).
 ///
 /// Recovery also logs each repair on the `mqlite` logger (a warning).
 #[pyclass(frozen, get_all, module = "mqlite")]
@@ -850,6 +852,9 @@ pub struct PartitionInfo {
     /// int: Bytes of damaged log recovery moved aside for inspection instead
     /// of dropping them.
     quarantined_bytes: u64,
+    /// int: Transactions whose records a crash left before their commit
+    /// point, cut (never readable).
+    abandoned_transactions: u64,
 }
 
 #[pymethods]
@@ -858,7 +863,7 @@ impl PartitionInfo {
         format!(
             "PartitionInfo(partition={}, start_offset={}, end_offset={}, size_bytes={}, segments={}, \
              flushes={}, truncated_bytes={}, dropped_batches={}, torn_tails={}, corruptions={}, lost_records={}, \
-             quarantined_bytes={})",
+             quarantined_bytes={}, abandoned_transactions={})",
             self.partition,
             self.start_offset,
             self.end_offset,
@@ -870,7 +875,8 @@ impl PartitionInfo {
             self.torn_tails,
             self.corruptions,
             self.lost_records,
-            self.quarantined_bytes
+            self.quarantined_bytes,
+            self.abandoned_transactions
         )
     }
 }
@@ -945,6 +951,7 @@ impl From<mqlite::TopicInfo> for TopicInfo {
                     corruptions: p.recovery.corruptions,
                     lost_records: p.recovery.lost_records,
                     quarantined_bytes: p.recovery.quarantined_bytes,
+                    abandoned_transactions: p.recovery.abandoned_transactions,
                 })
                 .collect(),
         }

@@ -177,6 +177,9 @@ pub struct RecoveryStats {
     /// Bytes of damaged log moved aside for inspection (next to the
     /// segment, as `<base>.log.damaged-<position>`) instead of dropped.
     pub quarantined_bytes: u64,
+    /// Transactions whose records a crash left at the end of the log
+    /// before their commit point: cut (they were never readable).
+    pub abandoned_transactions: u64,
 }
 
 /// A thread waiting for appends on one or more partitions.

@@ -206,7 +206,9 @@ impl PartitionLog {
                     recovery.truncated_bytes += rec.truncated_bytes;
                     recovery.dropped_batches += rec.dropped_batches;
                     recovery.quarantined_bytes += rec.quarantined_bytes;
-                    if rec.torn_tail {
+                    if rec.abandoned_transaction {
+                        recovery.abandoned_transactions += 1;
+                    } else if rec.torn_tail {
                         recovery.torn_tails += 1;
                     } else {
                         recovery.corruptions += 1;

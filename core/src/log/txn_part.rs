@@ -153,9 +153,12 @@ impl PreparedPart<'_> {
     }
 
     /// Makes the data durable (for `acks=all`, before the commit record):
-    /// what the segment published (a new segment's directory entry
-    /// included), then the unpublished data.
+    /// everything published before it, in every segment (a segment sealed
+    /// by a roll may still hold unsynced records and markers: damage there
+    /// after a power loss would cut every later segment), the active
+    /// segment's directory entry, then the unpublished data.
     pub(crate) fn sync(&self) -> Result<()> {
+        self.log.flush_to(self.first)?;
         self.w.active.flush()?;
         self.w
             .active

@@ -86,7 +86,8 @@ pub(crate) struct Loaded {
 #[derive(Debug)]
 pub(crate) struct Journal {
     path: PathBuf,
-    file: File,
+    /// `None` until the first entry (see [`Journal::open`]).
+    file: Option<File>,
     /// Bytes of whole entries.
     len: u64,
     mode: u32,
@@ -128,17 +129,24 @@ fn parse(bytes: &[u8]) -> (Vec<Entry>, usize) {
 }
 
 impl Journal {
-    /// Opens (creating) the log of data directory `dir`, cutting a torn
-    /// last entry, and returns what it holds.
+    /// Opens the log of data directory `dir`, cutting a torn last entry,
+    /// and returns what it holds. A directory that never ran a transaction
+    /// has no log: it is created by the first commit.
     pub(crate) fn open(dir: &Path, mode: u32) -> Result<(Journal, Loaded)> {
         let path = dir.join(FILE_NAME);
-        let mut file = OpenOptions::new()
-            .read(true)
-            .append(true)
-            .create(true)
-            .mode(mode)
-            .open(&path)
-            .map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
+        let mut journal = Journal {
+            path,
+            file: None,
+            len: 0,
+            mode,
+        };
+        let mut loaded = Loaded::default();
+        let mut file = match OpenOptions::new().read(true).append(true).open(&journal.path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((journal, loaded)),
+            Err(e) => return Err(Error::io(format!("opening {}", journal.path.display()), e)),
+        };
+        let path = &journal.path;
         let mut bytes = Vec::new();
         file.read_to_end(&mut bytes)
             .map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
@@ -152,7 +160,6 @@ impl Journal {
             file.set_len(good as u64)
                 .map_err(|e| Error::io(format!("truncating {}", path.display()), e))?;
         }
-        let mut loaded = Loaded::default();
         for e in entries {
             match e {
                 Entry::Start { next } => loaded.next_txn = loaded.next_txn.max(next),
@@ -165,43 +172,52 @@ impl Journal {
                 }
             }
         }
-        let journal = Journal {
-            path,
-            file,
-            len: good as u64,
-            mode,
-        };
+        journal.file = Some(file);
+        journal.len = good as u64;
         Ok((journal, loaded))
+    }
+
+    /// The open file, created (and its name made durable) on first use.
+    fn file(&mut self) -> Result<&mut File> {
+        if self.file.is_none() {
+            let f = OpenOptions::new()
+                .read(true)
+                .append(true)
+                .create(true)
+                .mode(self.mode)
+                .open(&self.path)
+                .map_err(|e| Error::io(format!("creating {}", self.path.display()), e))?;
+            // Its name on disk before a commit point is written in it.
+            sync_file(&f, &self.path)?;
+            if let Some(dir) = self.path.parent() {
+                crate::log::PartitionLog::sync_dir(dir)?;
+            }
+            self.file = Some(f);
+        }
+        Ok(self.file.as_mut().expect("just opened"))
     }
 
     /// Appends `entry`, synced to disk with `sync`. On an error the log is
     /// as before (a partial write is cut off again).
     pub(crate) fn append(&mut self, entry: &Entry, sync: bool) -> Result<()> {
         let bytes = frame(entry);
-        let res = self
-            .file
+        let len = self.len;
+        let path = self.path.clone();
+        let file = self.file()?;
+        let res = file
             .write_all(&bytes)
-            .map_err(|e| Error::io(format!("writing {}", self.path.display()), e))
-            .and_then(|()| if sync { self.sync() } else { Ok(()) });
+            .map_err(|e| Error::io(format!("writing {}", path.display()), e))
+            .and_then(|()| if sync { sync_file(file, &path) } else { Ok(()) });
         match res {
             Ok(()) => {
                 self.len += bytes.len() as u64;
                 Ok(())
             }
             Err(e) => {
-                let _ = self.file.set_len(self.len);
+                let _ = file.set_len(len);
                 Err(e)
             }
         }
-    }
-
-    /// fsyncs the log.
-    pub(crate) fn sync(&self) -> Result<()> {
-        faults::before_sync(&self.path, SyncKind::File)
-            .and_then(|()| self.file.sync_data())
-            .map_err(|e| Error::io(format!("syncing {}", self.path.display()), e))?;
-        faults::after_sync(&self.path, SyncKind::File);
-        Ok(())
     }
 
     /// Bytes of the log.
@@ -219,10 +235,19 @@ impl Journal {
             .append(true)
             .open(&self.path)
             .map_err(|e| Error::io(format!("opening {}", self.path.display()), e))?;
-        self.file = file;
+        self.file = Some(file);
         self.len = bytes.len() as u64;
         Ok(())
     }
+}
+
+/// fsyncs the log file `f` (at `path`), through the fault hooks.
+fn sync_file(f: &File, path: &Path) -> Result<()> {
+    faults::before_sync(path, SyncKind::File)
+        .and_then(|()| f.sync_data())
+        .map_err(|e| Error::io(format!("syncing {}", path.display()), e))?;
+    faults::after_sync(path, SyncKind::File);
+    Ok(())
 }
 
 #[cfg(test)]

@@ -57,10 +57,14 @@ pub(crate) struct Coordinator {
 struct State {
     journal: Journal,
     next_txn: u64,
-    /// Commit records read at open and not yet applied (until
-    /// [`Coordinator::recover`]), and commits of this session whose offsets
-    /// could not be committed (the next open commits them): while there
-    /// are any, the log is never emptied.
+    /// Commit records read at open (until [`Coordinator::recover`]): a
+    /// crash may have lost the marker of any of them, applied or not.
+    loaded: Vec<CommitRecord>,
+    /// Of those, the ones noted as applied.
+    applied: HashSet<u64>,
+    /// Commits of this session whose offsets could not be committed (the
+    /// next open commits them): while there are any, the log is never
+    /// emptied.
     pending: Vec<CommitRecord>,
     /// The partitions written by transactions in the log: their markers
     /// are made durable before the log is emptied.
@@ -96,15 +100,13 @@ impl Coordinator {
                 touched.insert((p.topic.clone(), p.partition));
             }
         }
-        let pending = commits
-            .into_iter()
-            .filter(|c| !applied.contains(&c.txn))
-            .collect();
         Ok(Coordinator {
             state: Mutex::new(State {
                 journal,
                 next_txn,
-                pending,
+                loaded: commits,
+                applied,
+                pending: Vec::new(),
                 touched,
             }),
             committed: Arc::new(committed),
@@ -119,12 +121,15 @@ impl Coordinator {
         }))
     }
 
-    /// After the topics opened: writes the markers a crash left out and
-    /// commits the offsets of the transactions not noted as applied; then,
-    /// the markers made durable, empties the log.
+    /// After the topics opened: writes the markers a crash left out (of
+    /// every transaction in the log: a power loss can take a marker that
+    /// was not synced yet, whatever the log says) and commits the offsets
+    /// of the transactions not noted as applied; then, the markers made
+    /// durable, empties the log.
     pub(crate) fn recover(&self, broker: &BrokerInner) -> Result<()> {
         let mut st = lock(&self.state);
-        for c in std::mem::take(&mut st.pending) {
+        let applied = std::mem::take(&mut st.applied);
+        for c in std::mem::take(&mut st.loaded) {
             for p in &c.parts {
                 let Ok(log) = broker
                     .topic(&p.topic)
@@ -144,8 +149,10 @@ impl Coordinator {
                     );
                 }
             }
-            apply_offsets(broker, &c.offsets)?;
-            st.journal.append(&Entry::Applied { txn: c.txn }, false)?;
+            if !applied.contains(&c.txn) {
+                apply_offsets(broker, &c.offsets)?;
+                st.journal.append(&Entry::Applied { txn: c.txn }, false)?;
+            }
         }
         if st.journal.len() > 0 {
             compact(&mut st, broker)?;
