@@ -664,6 +664,11 @@ typedef struct mql_recovery_stats {
      * segment, as `<base>.log.damaged-<position>`) instead of dropped.
      */
     uint64_t quarantined_bytes;
+    /**
+     * Transactions whose records a crash left before their commit point:
+     * cut (they were never readable).
+     */
+    uint64_t abandoned_transactions;
 } mql_recovery_stats;
 
 /**
