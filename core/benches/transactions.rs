@@ -48,7 +48,11 @@ fn transactions(acks: Acks, n: u64) -> f64 {
     let dir = fresh_dir("tx");
     let mq = open(&dir);
     let p = mq
-        .producer(ProducerConfig::default().transactional_id("bench").acks(acks))
+        .producer(
+            ProducerConfig::default()
+                .transactional_id("bench")
+                .acks(acks),
+        )
         .unwrap();
     let t = Instant::now();
     for _ in 0..n {

@@ -29,11 +29,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use mqlite::faults::{set_sync_hook, SyncKind};
-use power::{durable_marks, lose_power, mix, Rng};
 use mqlite::{
     Acks, BorrowedRecord, Broker, Config, ConsumerConfig, Error, ProducerConfig, Record,
     TopicConfig,
 };
+use power::{durable_marks, lose_power, mix, Rng};
 
 const TOPIC: &str = "power";
 const CHILD_DIR: &str = "MQLITE_POWER_CHILD_DIR";

@@ -534,7 +534,12 @@ fn recovery_counts_an_abandoned_transaction() {
     let exe = std::env::current_exe().unwrap();
     let tmp = tempfile::tempdir().unwrap();
     let status = Command::new(&exe)
-        .args(["--exact", "txn_crash_child", "--nocapture", "--test-threads=1"])
+        .args([
+            "--exact",
+            "txn_crash_child",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env(CHILD_DIR, tmp.path())
         .env(CHILD_STEP, "written")
         .env(CHILD_ACKS, "1")
@@ -554,4 +559,76 @@ fn recovery_counts_an_abandoned_transaction() {
         .map(|p| p.recovery.torn_tails + p.recovery.corruptions)
         .sum();
     assert_eq!(torn, 0);
+}
+
+#[test]
+fn offsets_of_a_member_that_lost_its_partitions_fail_the_commit() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mq = open(tmp.path());
+    setup(&mq);
+    let plain = mq.producer(ProducerConfig::default()).unwrap();
+    for p in 0..2 {
+        plain
+            .send(Record::new("a").partition(p).value("in"))
+            .unwrap();
+    }
+    let member = |name: &str| {
+        let mut c = mq
+            .consumer(
+                ConsumerConfig::group("g")
+                    .client_id(name)
+                    .auto_offset_reset(OffsetReset::Earliest)
+                    .enable_auto_commit(false),
+            )
+            .unwrap();
+        c.subscribe(&["a"]).unwrap();
+        c
+    };
+    let mut c1 = member("c1");
+    let mut got = 0;
+    while got < 2 {
+        got += c1.poll(Duration::from_millis(50)).unwrap().len();
+    }
+    let p = txn_producer(&mq, "etl");
+    let tx = p.begin_transaction().unwrap();
+    tx.send(Record::new("b").value("out")).unwrap();
+    tx.send_offsets(&c1).unwrap();
+    // A second member takes one of c1's partitions.
+    let mut c2 = member("c2");
+    for _ in 0..20 {
+        c2.poll(Duration::from_millis(20)).unwrap();
+        c1.poll(Duration::from_millis(20)).unwrap();
+        if c1.assignment().len() == 1 && c2.assignment().len() == 1 {
+            break;
+        }
+    }
+    assert_eq!(c1.assignment().len(), 1);
+    let e = tx.commit().unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::CommitFailed, "{e}");
+    assert_eq!(end(&mq, "b", 0), 0, "nothing written");
+    assert_eq!(c1.committed("a", 0).unwrap(), None);
+    // With the partitions it still owns, it commits.
+    let tx = p.begin_transaction().unwrap();
+    tx.send(Record::new("b").value("out")).unwrap();
+    tx.send_offsets(&c1).unwrap();
+    tx.commit().unwrap();
+    assert_eq!(values(&mq, "b", 0), ["out"]);
+}
+
+#[test]
+fn a_transaction_to_a_deleted_topic_fails_whole() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mq = open(tmp.path());
+    setup(&mq);
+    let p = txn_producer(&mq, "etl");
+    let tx = p.begin_transaction().unwrap();
+    tx.send(Record::new("a").partition(0).value("x")).unwrap();
+    tx.send(Record::new("b").value("y")).unwrap();
+    mq.delete_topic("b").unwrap();
+    assert!(tx.commit().is_err());
+    assert_eq!(end(&mq, "a", 0), 0, "nothing of it in the other topic");
+    let tx = p.begin_transaction().unwrap();
+    tx.send(Record::new("a").partition(0).value("z")).unwrap();
+    tx.commit().unwrap();
+    assert_eq!(values(&mq, "a", 0), ["z"]);
 }

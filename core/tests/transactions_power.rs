@@ -107,8 +107,12 @@ fn txn_power_child() {
                     let tx = p.begin_transaction().unwrap();
                     for i in 0..k {
                         let (t, part) = PARTS[(mix(n ^ i << 16 ^ w) % 3) as usize];
-                        tx.send(Record::new(t).partition(part).value(value(cycle, w, n, i, k)))
-                            .unwrap();
+                        tx.send(
+                            Record::new(t)
+                                .partition(part)
+                                .value(value(cycle, w, n, i, k)),
+                        )
+                        .unwrap();
                     }
                     if aborted {
                         tx.abort().unwrap();
@@ -160,7 +164,9 @@ fn visible(mq: &Broker) -> Result<HashMap<(u64, u64, u64), (u64, u64)>, String> 
             .map_err(|e| e.to_string())?;
         c.assign(&[(t, p)]).map_err(|e| e.to_string())?;
         loop {
-            let msgs = c.poll(Duration::ZERO).map_err(|e| format!("{t}/{p}: {e}"))?;
+            let msgs = c
+                .poll(Duration::ZERO)
+                .map_err(|e| format!("{t}/{p}: {e}"))?;
             if msgs.is_empty() {
                 break;
             }
@@ -223,7 +229,12 @@ fn transactions_with_acks_all_survive_simulated_power_loss() {
         let before = data_files(&dir);
         let _ = std::fs::remove_file(tmp.path().join(MARKS));
         let mut child = Command::new(&exe)
-            .args(["--exact", "txn_power_child", "--nocapture", "--test-threads=1"])
+            .args([
+                "--exact",
+                "txn_power_child",
+                "--nocapture",
+                "--test-threads=1",
+            ])
             .env(CHILD_DIR, &dir)
             .env(CHILD_CYCLE, cycle.to_string())
             .stdout(Stdio::piped())

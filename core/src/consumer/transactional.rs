@@ -54,13 +54,14 @@ impl ConsumerConfig {
     }
 }
 
-/// `(topic, partition, next offset)` entries of one group.
-pub(crate) type GroupOffsets = (String, Vec<(String, u32, u64)>);
+/// A consumer's group, its member id in the group (when it is a member),
+/// and `(topic, partition, next offset)` entries.
+pub(crate) type GroupOffsets = (String, Option<String>, Vec<(String, u32, u64)>);
 
 impl Consumer {
-    /// The consumer's group and the offsets [`Consumer::commit`] would
-    /// commit now, `(topic, partition, next offset)`, for a transaction to
-    /// commit with its records.
+    /// The consumer's group, its member id, and the offsets
+    /// [`Consumer::commit`] would commit now, `(topic, partition, next
+    /// offset)`, for a transaction to commit with its records.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a consumer without a `group_id`;
@@ -77,6 +78,7 @@ impl Consumer {
             .into_iter()
             .map(|(t, p, c)| (t, p, c.offset))
             .collect();
-        Ok((group.name().to_owned(), offsets))
+        let member = self.member.as_ref().map(|m| m.id.clone());
+        Ok((group.name().to_owned(), member, offsets))
     }
 }

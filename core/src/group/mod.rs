@@ -387,6 +387,31 @@ impl Group {
         }
     }
 
+    /// Fails with [`Error::CommitFailed`] unless `member` owns every
+    /// partition of `offsets` (what [`Group::commit`] checks).
+    pub(crate) fn check_owned(&self, member: &str, offsets: &[(String, u32)]) -> Result<()> {
+        let check = |st: &State| self.owned_by(st, member, offsets.iter().map(|(t, p)| (t, *p)));
+        match &self.store {
+            Store::Local(st) => check(&lock(st)),
+            Store::Shared(s) => s.with_lock(|st| check(st)),
+        }
+    }
+
+    fn owned_by<'a>(
+        &self,
+        st: &State,
+        id: &str,
+        mut parts: impl Iterator<Item = (&'a String, u32)>,
+    ) -> Result<()> {
+        match parts.find(|(t, p)| !st.owns(id, &((*t).clone(), *p))) {
+            Some((t, p)) => Err(Error::CommitFailed(format!(
+                "{t}/{p} is not owned by this member of group {:?} (it was revoked in a rebalance)",
+                self.name
+            ))),
+            None => Ok(()),
+        }
+    }
+
     /// Commits offsets (durably). With `member`, only partitions it owns.
     pub(crate) fn commit(
         &self,
@@ -395,15 +420,7 @@ impl Group {
     ) -> Result<()> {
         let check = |st: &State| -> Result<()> {
             let Some(id) = member else { return Ok(()) };
-            for (t, p, _) in offsets {
-                if !st.owns(id, &(t.clone(), *p)) {
-                    return Err(Error::CommitFailed(format!(
-                        "{t}/{p} is not owned by this member of group {:?} (it was revoked in a rebalance)",
-                        self.name
-                    )));
-                }
-            }
-            Ok(())
+            self.owned_by(st, id, offsets.iter().map(|(t, p, _)| (t, *p)))
         };
         match &self.store {
             Store::Local(st) => {

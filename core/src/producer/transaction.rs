@@ -228,18 +228,21 @@ impl Transaction {
     /// it reads, what [`Consumer::commit`] would commit) to the
     /// transaction: they are committed for its group with the records
     /// (Kafka's `sendOffsetsToTransaction`), so that consume-transform-
-    /// produce runs exactly once.
+    /// produce runs exactly once. When the consumer is a group member, the
+    /// commit fails with [`Error::CommitFailed`] (and writes nothing) if a
+    /// rebalance took one of those partitions from it meanwhile: another
+    /// member reads them now.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a consumer without a group; as
     /// [`Transaction::send`].
     pub fn send_offsets(&self, consumer: &Consumer) -> Result<()> {
-        let (group, offsets) = consumer.offsets_for_transaction()?;
+        let (group, member, offsets) = consumer.offsets_for_transaction()?;
         let entries: Vec<(&str, u32, u64, &str)> = offsets
             .iter()
             .map(|(t, p, o)| (t.as_str(), *p, *o, ""))
             .collect();
-        self.send_offsets_to(&group, &entries)
+        self.add_offsets(&group, member, &entries)
     }
 
     /// Adds `(topic, partition, offset, metadata)` entries to commit for
@@ -253,6 +256,17 @@ impl Transaction {
     /// [`Error::InvalidArgument`] for an empty group name or metadata
     /// longer than `max_commit_metadata_bytes`; as [`Transaction::send`].
     pub fn send_offsets_to(&self, group: &str, offsets: &[(&str, u32, u64, &str)]) -> Result<()> {
+        self.add_offsets(group, None, offsets)
+    }
+
+    /// [`Transaction::send_offsets_to`], checked at the commit against
+    /// `member`'s ownership of the partitions when given.
+    fn add_offsets(
+        &self,
+        group: &str,
+        member: Option<String>,
+        offsets: &[(&str, u32, u64, &str)],
+    ) -> Result<()> {
         let mut b = self.open_buffer()?;
         if group.is_empty() {
             return Err(Error::InvalidArgument("the group name is empty".into()));
@@ -283,6 +297,7 @@ impl Transaction {
                 partition,
                 offset,
                 metadata: metadata.to_owned(),
+                member: member.clone(),
             });
         }
         for o in checked {

@@ -42,6 +42,11 @@ pub(crate) struct OffsetRecord {
     pub partition: u32,
     pub offset: u64,
     pub metadata: String,
+    /// The group member that sent it, when it came from a consumer: the
+    /// commit fails (`CommitFailed`) unless it still owns the partition.
+    /// Not written to the log.
+    #[serde(skip)]
+    pub member: Option<String>,
 }
 
 /// A committed transaction.
@@ -141,7 +146,11 @@ impl Journal {
             mode,
         };
         let mut loaded = Loaded::default();
-        let mut file = match OpenOptions::new().read(true).append(true).open(&journal.path) {
+        let mut file = match OpenOptions::new()
+            .read(true)
+            .append(true)
+            .open(&journal.path)
+        {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((journal, loaded)),
             Err(e) => return Err(Error::io(format!("opening {}", journal.path.display()), e)),

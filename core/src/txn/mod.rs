@@ -182,6 +182,7 @@ impl Coordinator {
         if st.journal.len() > COMPACT_AT {
             compact(&mut st, broker)?;
         }
+        check_members(broker, &c.offsets)?;
         let producer = ProducerFields {
             producer_id: c.producer_id,
             producer_epoch: c.epoch,
@@ -269,6 +270,26 @@ fn marker_of(c: &CommitRecord) -> Marker {
         producer_epoch: c.epoch,
         transaction: c.txn,
     }
+}
+
+/// Fails with [`Error::CommitFailed`] when a member that sent offsets no
+/// longer owns one of their partitions.
+fn check_members(broker: &BrokerInner, offsets: &[OffsetRecord]) -> Result<()> {
+    let mut members: Vec<(&str, &str)> = offsets
+        .iter()
+        .filter_map(|o| Some((o.group.as_str(), o.member.as_deref()?)))
+        .collect();
+    members.sort_unstable();
+    members.dedup();
+    for (g, m) in members {
+        let parts: Vec<(String, u32)> = offsets
+            .iter()
+            .filter(|o| o.group == g && o.member.as_deref() == Some(m))
+            .map(|o| (o.topic.clone(), o.partition))
+            .collect();
+        broker.group(g)?.check_owned(m, &parts)?;
+    }
+    Ok(())
 }
 
 /// Commits the consumer offsets of a transaction, group by group.
