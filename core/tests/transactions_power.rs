@@ -154,9 +154,12 @@ fn data_files(dir: &Path) -> HashMap<PathBuf, Vec<u8>> {
     out
 }
 
-/// `(cycle, writer, n) -> (records seen, k)` over every partition; damage
-/// or an unparsable value is an error.
-fn visible(mq: &Broker) -> Result<HashMap<(u64, u64, u64), (u64, u64)>, String> {
+/// `(cycle, writer, n) -> (records seen, k)`.
+type Seen = HashMap<(u64, u64, u64), (u64, u64)>;
+
+/// What every partition holds of each transaction; damage or an
+/// unparsable value is an error.
+fn visible(mq: &Broker) -> Result<Seen, String> {
     let mut out: HashMap<(u64, u64, u64), (u64, u64)> = HashMap::new();
     for (t, p) in PARTS {
         let mut c = mq
