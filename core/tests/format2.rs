@@ -1,7 +1,9 @@
 //! Format version 2: the compact one-record batch (`magic` 2) next to the
 //! full layout (`magic` 1), how big it is on disk, what it round-trips,
 //! recovery of damaged compact batches, named producers after a restart,
-//! and the refusal of a newer `magic`.
+//! the refusal of a newer `magic`, and directories written by format
+//! versions 1 and 2 (`fixtures/`) read as they are and written on (format
+//! 3's transaction markers included).
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -831,6 +833,60 @@ fn producer_stats_count_the_bytes_written() {
         written,
         mq.topic("t").unwrap().partitions[0].size_bytes,
         "bytes counted by the producers against the log's size"
+    );
+    mq.close().unwrap();
+}
+
+#[test]
+fn a_format_2_directory_opens_reads_and_takes_transactions() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("data");
+    copy_dir(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/format2"),
+        &dir,
+    );
+    let magics =
+        |t: &str, p: u32| -> Vec<u8> { headers(&dir, t, p).iter().map(|h| h.magic).collect() };
+    assert_eq!(magics("events", 0), [2; 6]);
+    assert_eq!(magics("logs", 0), [1, 2, 1]);
+    assert!(!dir.join("transactions.log").exists());
+    let mq = open(&dir);
+    fixture_expectations(&mq);
+    let named = mq
+        .producer(ProducerConfig::default().name("orders-app"))
+        .unwrap();
+    assert_eq!(named.last_sequence().unwrap(), Some(2));
+    let p = mq
+        .producer(ProducerConfig::default().transactional_id("upgrade"))
+        .unwrap();
+    let tx = p.begin_transaction().unwrap();
+    tx.send(Record::new("logs").value("in-a-transaction"))
+        .unwrap();
+    tx.send(Record::new("events").partition(1).value("also"))
+        .unwrap();
+    let md = tx.commit().unwrap();
+    assert_eq!((md[0].offset, md[1].offset), (10, 3));
+    mq.close().unwrap();
+    drop(mq);
+    // The markers are control batches (`magic` 3) after the records.
+    assert_eq!(magics("logs", 0), [1, 2, 1, 2, batch::MAGIC_CONTROL]);
+    assert_eq!(magics("events", 1), [2, 2, 2, 2, batch::MAGIC_CONTROL]);
+    let mq = open(&dir);
+    let events1 = read_partition(&mq, "events", 1).unwrap();
+    assert_eq!(events1.len(), 4);
+    assert_eq!(events1[3].value.as_deref(), Some(&b"also"[..]));
+    let logs = read_partition(&mq, "logs", 0).unwrap();
+    assert_eq!(logs.len(), 11);
+    assert_eq!(logs[10].value.as_deref(), Some(&b"in-a-transaction"[..]));
+    assert_eq!(mq.topic("logs").unwrap().partitions[0].end_offset, 12);
+    // Appends go on after the marker.
+    let plain = mq.producer(ProducerConfig::default()).unwrap();
+    assert_eq!(
+        plain
+            .send(Record::new("logs").value("after"))
+            .unwrap()
+            .offset,
+        12
     );
     mq.close().unwrap();
 }
