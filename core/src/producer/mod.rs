@@ -80,6 +80,8 @@ pub(crate) struct Inner {
     config: ProducerConfig,
     identity: Option<Identity>,
     chooser: partitioner::PartitionChooser,
+    /// Partitions avoided after a fault.
+    avoided: partitioner::Avoided,
     acc: Mutex<AccState>,
     /// Signalled when buffered bytes are released or async work completes.
     space: Condvar,
@@ -146,6 +148,7 @@ impl Producer {
                 config,
                 identity,
                 chooser: partitioner::PartitionChooser::default(),
+                avoided: partitioner::Avoided::default(),
                 acc: Mutex::new(AccState::default()),
                 space: Condvar::new(),
                 work: Condvar::new(),
@@ -592,6 +595,7 @@ impl Inner {
     #[inline(always)]
     fn send_now(&self, r: &BorrowedRecord<'_>) -> Result<RecordMetadata> {
         let failure = CountsFailure(&self.stats);
+        let started = self.ack_deadline_start();
         let (rec, timestamp) = self.prepare(r)?;
         // Not through `route`: the partitions stay where the cache lookup
         // put them, read by field. Moved into a `Route`, they were copied
@@ -602,7 +606,7 @@ impl Inner {
         let partition =
             self.partition_in(&parts, r, || batch::encoded_record_len(&rec, timestamp, 0))?;
         let log = &parts.parts()[partition as usize];
-        let (appended, len) = if r.sequence.is_some() || self.pending.load(Ordering::Acquire) > 0 {
+        let res = if r.sequence.is_some() || self.pending.load(Ordering::Acquire) > 0 {
             // Order with queued records of this partition, and (for the
             // application's sequences) with every other write of this
             // producer's sequences.
@@ -614,10 +618,18 @@ impl Inner {
             };
             drop(st);
             self.fire();
-            res?
+            res
         } else {
-            self.append_records(log, &[rec], None)?
+            self.append_records(log, &[rec], None)
         };
+        let ((appended, len), partition) = match res {
+            Ok(a) => (a, partition),
+            Err(e) => {
+                let rec = [rec];
+                self.retry_elsewhere(parts.parts(), partition, self.movable(r), &rec, e)?
+            }
+        };
+        let log = &parts.parts()[partition as usize];
         if appended.duplicate {
             self.stats.duplicates(1);
         } else {
@@ -625,6 +637,7 @@ impl Inner {
                 log.flush_to(appended.base_offset + 1)?;
             }
             self.stats.written(1, len as u64);
+            self.check_ack_deadline(started)?;
         }
         std::mem::forget(failure);
         Ok(RecordMetadata {
@@ -634,6 +647,59 @@ impl Inner {
             timestamp: appended.log_append_time.unwrap_or(timestamp),
             duplicate: appended.duplicate,
         })
+    }
+
+    /// After the append of `records` to partition `failed` of `parts`
+    /// failed with `err`: when the records may move and `err` is a
+    /// partition fault, avoids that partition and appends them to another
+    /// one, up to `retries` times. Returns the append and its partition, or
+    /// the last error.
+    #[cold]
+    #[inline(never)]
+    fn retry_elsewhere(
+        &self,
+        parts: &route::Partitions,
+        failed: u32,
+        movable: bool,
+        records: &[RecordRef<'_>],
+        err: Error,
+    ) -> Result<((Appended, usize), u32)> {
+        self.move_after_fault(parts, failed, movable, err, |log| {
+            self.append_records(log, records, None)
+        })
+    }
+
+    /// [`Inner::retry_elsewhere`] with `append` appending the records to a
+    /// partition's log.
+    pub(crate) fn move_after_fault(
+        &self,
+        parts: &route::Partitions,
+        mut failed: u32,
+        movable: bool,
+        mut err: Error,
+        mut append: impl FnMut(&PartitionLog) -> Result<(Appended, usize)>,
+    ) -> Result<((Appended, usize), u32)> {
+        if !movable || !route::is_partition_fault(&err) {
+            return Err(err);
+        }
+        let topic = parts[0].topic();
+        let count = parts.len() as u32;
+        for _ in 0..self.config.retries {
+            self.note_fault(topic, failed);
+            self.check_usable()?;
+            let next = self.avoided.steer(topic, count, (failed + 1) % count);
+            self.stats.retries(1);
+            match append(&parts[next as usize]) {
+                Ok(a) => return Ok((a, next)),
+                Err(e) if route::is_partition_fault(&e) => {
+                    failed = next;
+                    err = e;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        self.note_fault(topic, failed);
+        Err(err)
     }
 
     /// Appends records carrying the application's consecutive sequences
@@ -674,6 +740,7 @@ impl Inner {
         if records.is_empty() {
             return Ok(());
         }
+        let started = self.ack_deadline_start();
         if self.config.acks == Acks::Zero {
             for (i, r) in records.iter().enumerate() {
                 let md = self.enqueue(r, None)?;
@@ -849,15 +916,27 @@ impl Inner {
                     refs.push(rec);
                     k += 1;
                 }
-                let (appended, len) = if self.config.compression == Compression::None {
+                let res = if self.config.compression == Compression::None {
                     let len = batch::section_batch_len(size);
                     let src = BatchSource::Records(&refs, len);
-                    let a = self.append(log, src, first_seq)?;
-                    let bytes = a.bytes;
-                    (a, bytes)
+                    self.append(log, src, first_seq).map(|a| {
+                        let bytes = a.bytes;
+                        (a, bytes)
+                    })
                 } else {
-                    self.append_records(log, &refs, first_seq)?
+                    self.append_records(log, &refs, first_seq)
                 };
+                let ((appended, len), partition) = match res {
+                    Ok(a) => (a, *partition),
+                    Err(e) => {
+                        // Key-less records go to another partition.
+                        let movable = idx[start..k].iter().all(|&i| self.movable(&records[i]));
+                        let parts = runs[run as usize].parts();
+                        self.retry_elsewhere(parts, *partition, movable, &refs, e)?
+                    }
+                };
+                let log = &runs[run as usize].parts()[partition as usize];
+                let partition = &partition;
                 if appended.duplicate {
                     self.stats.duplicates(refs.len() as u64);
                 } else {
@@ -898,7 +977,27 @@ impl Inner {
         for (log, target) in flush_targets {
             log.flush_to(target)?;
         }
-        Ok(())
+        // Every record was reported: the caller counts none as failed.
+        self.check_ack_deadline(started)
+            .inspect_err(|_| self.stats.errors(records.len() as u64))
+    }
+
+    /// When an `acks=all` send with a delivery timeout started (`None`
+    /// otherwise).
+    #[inline]
+    fn ack_deadline_start(&self) -> Option<Instant> {
+        (self.config.acks == Acks::All && self.config.delivery_timeout_ms > 0).then(Instant::now)
+    }
+
+    /// [`Error::Timeout`] when an `acks=all` send that started at
+    /// `started` was acknowledged after its delivery timeout (its records
+    /// are in the log: an append is never undone).
+    #[inline]
+    fn check_ack_deadline(&self, started: Option<Instant>) -> Result<()> {
+        match started {
+            Some(t) if self.expired(t) => Err(Error::Timeout(self.config.delivery_timeout_ms)),
+            _ => Ok(()),
+        }
     }
 
     /// Queues one record in its partition's batch (the asynchronous path).
@@ -981,6 +1080,7 @@ impl Inner {
             started = true;
             accumulator::PartBatch::new(Arc::clone(log), route.partition, r.sequence)
         });
+        b.movable &= self.movable(r);
         b.enc.push(&rec);
         b.pending.push(accumulator::Pending { cb, timestamp });
         b.bytes += single;
