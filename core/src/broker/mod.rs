@@ -482,6 +482,12 @@ impl Broker {
         &self.inner.dir
     }
 
+    /// Whether a missing topic is created on first use: `auto_create_topics`
+    /// is set and the handle is not read-only.
+    pub fn auto_creates_topics(&self) -> bool {
+        self.inner.auto_creates()
+    }
+
     /// Creates a topic.
     ///
     /// # Errors
