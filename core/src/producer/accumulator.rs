@@ -116,7 +116,8 @@ impl Inner {
         let n = b.enc.count as usize;
         self.chooser.batch_sent(b.log.topic(), b.partition);
         let topic = Arc::clone(b.log.topic());
-        if self.expired(b.created) {
+        // Without linger a batch is appended as it is started: never late.
+        if self.config.linger_ms > 0 && self.expired(b.created) {
             // Never appended once its records were reported timed out.
             self.pending.fetch_sub(n, Ordering::Release);
             self.stats.errors(n as u64);
