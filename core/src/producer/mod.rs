@@ -686,7 +686,6 @@ impl Inner {
         let count = parts.len() as u32;
         for _ in 0..self.config.retries {
             self.note_fault(topic, failed);
-            self.check_usable()?;
             let next = self.avoided.steer(topic, count, (failed + 1) % count);
             self.stats.retries(1);
             match append(&parts[next as usize]) {
