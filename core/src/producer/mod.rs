@@ -595,7 +595,6 @@ impl Inner {
     #[inline(always)]
     fn send_now(&self, r: &BorrowedRecord<'_>) -> Result<RecordMetadata> {
         let failure = CountsFailure(&self.stats);
-        let started = self.ack_deadline_start();
         let (rec, timestamp) = self.prepare(r)?;
         // Not through `route`: the partitions stay where the cache lookup
         // put them, read by field. Moved into a `Route`, they were copied
@@ -603,7 +602,7 @@ impl Inner {
         // store-forwarding stall on every send, which came and went with
         // unrelated code changes).
         let parts = self.partitions_of(r.topic)?;
-        let partition =
+        let mut partition =
             self.partition_in(&parts, r, || batch::encoded_record_len(&rec, timestamp, 0))?;
         let log = &parts.parts()[partition as usize];
         let res = if r.sequence.is_some() || self.pending.load(Ordering::Acquire) > 0 {
@@ -622,11 +621,14 @@ impl Inner {
         } else {
             self.append_records(log, &[rec], None)
         };
-        let ((appended, len), partition) = match res {
-            Ok(a) => (a, partition),
+        let (appended, len) = match res {
+            Ok(a) => a,
             Err(e) => {
                 let rec = [rec];
-                self.retry_elsewhere(parts.parts(), partition, self.movable(r), &rec, e)?
+                let (a, p) =
+                    self.retry_elsewhere(parts.parts(), partition, self.movable(r), &rec, e)?;
+                partition = p;
+                a
             }
         };
         let log = &parts.parts()[partition as usize];
@@ -634,10 +636,12 @@ impl Inner {
             self.stats.duplicates(1);
         } else {
             if self.config.acks == Acks::All {
+                // Timed from the append: a blocking send does not queue.
+                let started = self.ack_deadline_start();
                 log.flush_to(appended.base_offset + 1)?;
+                self.check_ack_deadline(started)?;
             }
             self.stats.written(1, len as u64);
-            self.check_ack_deadline(started)?;
         }
         std::mem::forget(failure);
         Ok(RecordMetadata {
