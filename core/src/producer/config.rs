@@ -107,7 +107,8 @@ pub struct ProducerConfig {
     /// `delivery.timeout.ms`; 0: no limit). A queued batch (linger,
     /// `send_async`) whose first record was sent longer ago than this is
     /// not appended: each of its records fails with [`Error::Timeout`]. An
-    /// `acks=all` send whose flush ends after the deadline fails with
+    /// `acks=all` send whose flush ends after the deadline (counted from
+    /// the append for a blocking send, which does not queue) fails with
     /// [`Error::Timeout`] too; its record is in the log already (an append
     /// is never undone, Kafka's rule that a batch already sent is not
     /// expired), so it may be read, and is durable once a flush succeeds.
