@@ -796,6 +796,16 @@ typedef struct mql_producer_stats {
      * `bytes / batches` (0 when no batch was written).
      */
     double average_batch_bytes;
+    /**
+     * Sends of key-less records (or batches of them) tried again on
+     * another partition after a partition fault.
+     */
+    uint64_t retries;
+    /**
+     * Times a partition was put on the producer's avoid list after a fault
+     * (see `mql_producer_config_set_fault_backoff_ms`).
+     */
+    uint64_t avoided_partitions;
 } mql_producer_stats;
 
 /**
@@ -1266,6 +1276,35 @@ enum mql_status mql_config_set_shared(struct mql_config *config, bool shared);
 enum mql_status mql_config_set_readonly(struct mql_config *config, bool readonly);
 
 /**
+ * Create a topic on first use (default false; Kafka's
+ * `auto.create.topics.enable`): a send to a missing topic, and a
+ * consumer's `mql_consumer_subscribe` or `mql_consumer_assign` naming one
+ * (not a pattern subscription), create it with `default_partitions`
+ * partitions (`mql_config_set_default_partitions`) and the default topic
+ * settings. An invalid name still fails with `MQL_INVALID_TOPIC_NAME` and
+ * creates nothing. A read-only handle never creates: it keeps reporting
+ * `MQL_UNKNOWN_TOPIC`.
+ *
+ * Ownership: borrows `config` for the call; the caller still owns it.
+ *
+ * # Safety
+ * `config` is NULL or a live config not used by another thread meanwhile.
+ */
+enum mql_status mql_config_set_auto_create_topics(struct mql_config *config, bool on);
+
+/**
+ * Partitions of a topic created on first use (default 1, Kafka's
+ * `num.partitions`): 1 to 100,000, else `MQL_INVALID_CONFIG` and nothing
+ * changes.
+ *
+ * Ownership: borrows `config` for the call; the caller still owns it.
+ *
+ * # Safety
+ * `config` is NULL or a live config not used by another thread meanwhile.
+ */
+enum mql_status mql_config_set_default_partitions(struct mql_config *config, uint32_t partitions);
+
+/**
  * Makes a topic config with `partitions` partitions (1 to 100,000, else
  * `MQL_INVALID_CONFIG`) and defaults for the rest: 64 MiB segments, no
  * retention limit, 1 MiB largest message. The other values are checked by
@@ -1374,7 +1413,8 @@ enum mql_status mql_topic_config_set_retention_respects_groups(struct mql_topic_
  * Makes a producer config with the defaults: acks 1, idempotent, no name,
  * linger_ms 0, batch_size 16384 bytes, buffer_memory 32 MiB, max_block_ms
  * 60000, compression "none", partitioner "sticky", dedup_window 5
- * batches, strict_sequences off, no interceptors.
+ * batches, strict_sequences off, no interceptors, retries 2,
+ * fault_backoff_ms 30000, delivery_timeout_ms 120000.
  *
  * Ownership: on `MQL_OK`, `*out` is a new config owned by the caller;
  * release it with `mql_producer_config_free` (`mql_producer_new` copies
@@ -1606,6 +1646,59 @@ enum mql_status mql_producer_config_set_strict_sequences(struct mql_producer_con
  */
 enum mql_status mql_producer_config_add_interceptor(struct mql_producer_config *config,
                                                     const struct mql_interceptor *interceptor);
+
+/**
+ * How many times a record without a key and without an explicit partition
+ * is sent again, to another partition, after a partition fault (default
+ * 2, RocketMQ's `retryTimesWhenSendFailed`; 0: never). A partition fault
+ * is an append that failed with `MQL_POISONED`, `MQL_DISK_FULL` or
+ * `MQL_IO`, which wrote nothing; the partition is then avoided for
+ * `fault_backoff_ms`. Records with a key, an explicit partition, a
+ * sequence or a custom partitioner never move and fail at once. A failed
+ * `acks = -1` flush is not retried (the record is in the log already).
+ *
+ * Ownership: borrows `config` for the call; the caller still owns it.
+ *
+ * # Safety
+ * `config` is NULL or a live producer config not used by another thread
+ * meanwhile.
+ */
+enum mql_status mql_producer_config_set_retries(struct mql_producer_config *config,
+                                                uint32_t retries);
+
+/**
+ * How long a partition whose append failed is avoided by this producer's
+ * key-less records, in milliseconds (default 30000): skipped while other
+ * partitions are available; when all are avoided, the one whose back-off
+ * ends first is used.
+ *
+ * Ownership: borrows `config` for the call; the caller still owns it.
+ *
+ * # Safety
+ * `config` is NULL or a live producer config not used by another thread
+ * meanwhile.
+ */
+enum mql_status mql_producer_config_set_fault_backoff_ms(struct mql_producer_config *config,
+                                                         uint64_t fault_backoff_ms);
+
+/**
+ * How long a record may take from its send until it is appended and
+ * acknowledged, in milliseconds (default 120000, Kafka's
+ * `delivery.timeout.ms`; 0: no limit). A queued batch (linger,
+ * `mql_producer_send_async`) older than this is not appended: its records'
+ * callbacks get `MQL_TIMEOUT`. An `acks = -1` send whose flush ends past
+ * the deadline fails with `MQL_TIMEOUT` too; its record is in the log
+ * already (an append is never undone) and is durable once a flush
+ * succeeds.
+ *
+ * Ownership: borrows `config` for the call; the caller still owns it.
+ *
+ * # Safety
+ * `config` is NULL or a live producer config not used by another thread
+ * meanwhile.
+ */
+enum mql_status mql_producer_config_set_delivery_timeout_ms(struct mql_producer_config *config,
+                                                            uint64_t delivery_timeout_ms);
 
 /**
  * Makes a consumer config with the defaults (`MQL_OFFSET_RESET_EARLIEST`,

@@ -216,6 +216,52 @@ pub unsafe extern "C" fn mql_config_set_readonly(
     set!(config, readonly = readonly)
 }
 
+// Topic creation on first use.
+/// Create a topic on first use (default false; Kafka's
+/// `auto.create.topics.enable`): a send to a missing topic, and a
+/// consumer's `mql_consumer_subscribe` or `mql_consumer_assign` naming one
+/// (not a pattern subscription), create it with `default_partitions`
+/// partitions (`mql_config_set_default_partitions`) and the default topic
+/// settings. An invalid name still fails with `MQL_INVALID_TOPIC_NAME` and
+/// creates nothing. A read-only handle never creates: it keeps reporting
+/// `MQL_UNKNOWN_TOPIC`.
+///
+/// Ownership: borrows `config` for the call; the caller still owns it.
+///
+/// # Safety
+/// `config` is NULL or a live config not used by another thread meanwhile.
+#[no_mangle]
+pub unsafe extern "C" fn mql_config_set_auto_create_topics(
+    config: *mut mql_config,
+    on: bool,
+) -> mql_status {
+    set!(config, auto_create_topics = on)
+}
+
+/// Partitions of a topic created on first use (default 1, Kafka's
+/// `num.partitions`): 1 to 100,000, else `MQL_INVALID_CONFIG` and nothing
+/// changes.
+///
+/// Ownership: borrows `config` for the call; the caller still owns it.
+///
+/// # Safety
+/// `config` is NULL or a live config not used by another thread meanwhile.
+#[no_mangle]
+pub unsafe extern "C" fn mql_config_set_default_partitions(
+    config: *mut mql_config,
+    partitions: u32,
+) -> mql_status {
+    set!(
+        config,
+        default_partitions = {
+            Config::default()
+                .default_partitions(partitions)
+                .validate()?;
+            partitions
+        }
+    )
+}
+
 /// Configuration of a topic, for `mql_topic_create`.
 pub struct mql_topic_config {
     pub(crate) inner: TopicConfig,
@@ -384,7 +430,8 @@ pub struct mql_producer_config {
 /// Makes a producer config with the defaults: acks 1, idempotent, no name,
 /// linger_ms 0, batch_size 16384 bytes, buffer_memory 32 MiB, max_block_ms
 /// 60000, compression "none", partitioner "sticky", dedup_window 5
-/// batches, strict_sequences off, no interceptors.
+/// batches, strict_sequences off, no interceptors, retries 2,
+/// fault_backoff_ms 30000, delivery_timeout_ms 120000.
 ///
 /// Ownership: on `MQL_OK`, `*out` is a new config owned by the caller;
 /// release it with `mql_producer_config_free` (`mql_producer_new` copies
@@ -702,6 +749,69 @@ pub unsafe extern "C" fn mql_producer_config_add_interceptor(
         c.inner.interceptors.push(Arc::new(CInterceptor::new(ic)));
         Ok(())
     })
+}
+
+// Retries, fault avoidance and the delivery timeout.
+/// How many times a record without a key and without an explicit partition
+/// is sent again, to another partition, after a partition fault (default
+/// 2, RocketMQ's `retryTimesWhenSendFailed`; 0: never). A partition fault
+/// is an append that failed with `MQL_POISONED`, `MQL_DISK_FULL` or
+/// `MQL_IO`, which wrote nothing; the partition is then avoided for
+/// `fault_backoff_ms`. Records with a key, an explicit partition, a
+/// sequence or a custom partitioner never move and fail at once. A failed
+/// `acks = -1` flush is not retried (the record is in the log already).
+///
+/// Ownership: borrows `config` for the call; the caller still owns it.
+///
+/// # Safety
+/// `config` is NULL or a live producer config not used by another thread
+/// meanwhile.
+#[no_mangle]
+pub unsafe extern "C" fn mql_producer_config_set_retries(
+    config: *mut mql_producer_config,
+    retries: u32,
+) -> mql_status {
+    set!(config, retries = retries)
+}
+
+/// How long a partition whose append failed is avoided by this producer's
+/// key-less records, in milliseconds (default 30000): skipped while other
+/// partitions are available; when all are avoided, the one whose back-off
+/// ends first is used.
+///
+/// Ownership: borrows `config` for the call; the caller still owns it.
+///
+/// # Safety
+/// `config` is NULL or a live producer config not used by another thread
+/// meanwhile.
+#[no_mangle]
+pub unsafe extern "C" fn mql_producer_config_set_fault_backoff_ms(
+    config: *mut mql_producer_config,
+    fault_backoff_ms: u64,
+) -> mql_status {
+    set!(config, fault_backoff_ms = fault_backoff_ms)
+}
+
+/// How long a record may take from its send until it is appended and
+/// acknowledged, in milliseconds (default 120000, Kafka's
+/// `delivery.timeout.ms`; 0: no limit). A queued batch (linger,
+/// `mql_producer_send_async`) older than this is not appended: its records'
+/// callbacks get `MQL_TIMEOUT`. An `acks = -1` send whose flush ends past
+/// the deadline fails with `MQL_TIMEOUT` too; its record is in the log
+/// already (an append is never undone) and is durable once a flush
+/// succeeds.
+///
+/// Ownership: borrows `config` for the call; the caller still owns it.
+///
+/// # Safety
+/// `config` is NULL or a live producer config not used by another thread
+/// meanwhile.
+#[no_mangle]
+pub unsafe extern "C" fn mql_producer_config_set_delivery_timeout_ms(
+    config: *mut mql_producer_config,
+    delivery_timeout_ms: u64,
+) -> mql_status {
+    set!(config, delivery_timeout_ms = delivery_timeout_ms)
 }
 
 /// Where a consumer starts when it has no valid position (Kafka's

@@ -167,6 +167,13 @@ pub struct mql_producer_stats {
     pub average_batch_records: f64,
     /// `bytes / batches` (0 when no batch was written).
     pub average_batch_bytes: f64,
+    // Retries and fault avoidance.
+    /// Sends of key-less records (or batches of them) tried again on
+    /// another partition after a partition fault.
+    pub retries: u64,
+    /// Times a partition was put on the producer's avoid list after a fault
+    /// (see `mql_producer_config_set_fault_backoff_ms`).
+    pub avoided_partitions: u64,
 }
 
 /// A checked `mql_record`, ready to become a `BorrowedRecord` (which
@@ -791,6 +798,8 @@ pub unsafe extern "C" fn mql_producer_get_stats(
             peak_buffered_bytes: s.peak_buffered_bytes,
             average_batch_records: s.average_batch_records(),
             average_batch_bytes: s.average_batch_bytes(),
+            retries: s.retries,
+            avoided_partitions: s.avoided_partitions,
         };
         // SAFETY: `out` is valid for writes by the caller's contract.
         unsafe { out.write(stats) };

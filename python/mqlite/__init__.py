@@ -199,6 +199,8 @@ def open(  # noqa: A001 - shadows the builtin on purpose, like gzip.open
     max_open_files: int = 256,
     shared: bool = False,
     readonly: bool = False,
+    auto_create_topics: bool = False,
+    default_partitions: int = 1,
 ) -> Broker:
     """Opens (creating if needed) the data directory at ``path``.
 
@@ -250,6 +252,15 @@ def open(  # noqa: A001 - shadows the builtin on purpose, like gzip.open
             ``producer()``, topic changes and commits raise
             ``mqlite.ReadOnly``. For tools looking at a directory an
             application has open. The directory must exist.
+        auto_create_topics: Create a topic on first use (Kafka's
+            ``auto.create.topics.enable``): a send to a missing topic, and a
+            consumer's ``subscribe()`` or ``assign()`` naming one (not a
+            pattern), create it with ``default_partitions`` partitions and
+            the default topic settings. Invalid names still raise
+            ``mqlite.InvalidTopicName`` and create nothing; a read-only
+            handle never creates (``mqlite.UnknownTopic`` as without it).
+        default_partitions: Partitions of a topic created on first use
+            (Kafka's ``num.partitions``), 1 to 100000.
 
     Returns:
         Broker: The open data directory.
@@ -261,7 +272,8 @@ def open(  # noqa: A001 - shadows the builtin on purpose, like gzip.open
         mqlite.InvalidArgument: ``path`` is empty or holds a NUL byte, or
             ``file_mode`` or the interval is out of range, or ``readonly``
             is set and ``path`` is not a data directory.
-        mqlite.InvalidConfig: ``max_open_files`` is 0.
+        mqlite.InvalidConfig: ``max_open_files`` is 0, or
+            ``default_partitions`` is out of range.
         mqlite.IoError: The directory cannot be created or read.
         mqlite.Corrupt: A topic's metadata is unreadable.
     """
@@ -274,4 +286,6 @@ def open(  # noqa: A001 - shadows the builtin on purpose, like gzip.open
         max_open_files=max_open_files,
         shared=shared,
         readonly=readonly,
+        auto_create_topics=auto_create_topics,
+        default_partitions=default_partitions,
     )

@@ -189,6 +189,10 @@ class ProducerStats:
     def average_batch_records(self) -> float: ...
     @property
     def average_batch_bytes(self) -> float: ...
+    @property
+    def retries(self) -> int: ...
+    @property
+    def avoided_partitions(self) -> int: ...
 
 @final
 class ProducerRecord:
@@ -445,6 +449,8 @@ class Broker:
         max_open_files: int = 256,
         shared: bool = False,
         readonly: bool = False,
+        auto_create_topics: bool = False,
+        default_partitions: int = 1,
     ) -> Self: ...
     @property
     def path(self) -> str: ...
@@ -484,6 +490,9 @@ class Broker:
         dedup_window: int = 5,
         strict_sequences: bool = False,
         interceptors: Optional[Iterable[_Interceptor]] = None,
+        retries: int = 2,
+        fault_backoff_ms: int = 30000,
+        delivery_timeout_ms: int = 120000,
     ) -> Producer: ...
     def consumer(
         self,

@@ -8,7 +8,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyInt, PyString, PyTuple};
 
 use crate::consumer::{topic_partitions, Consumer, NewConsumer};
-use crate::error::{closed, forked, invalid_argument, IntoPy};
+use crate::error::{closed, forked, invalid_argument, invalid_config, IntoPy};
 use crate::fork::{self, Local};
 use crate::producer::{Options, Producer};
 use crate::util::{arg_u32, config_u32, config_u64};
@@ -50,6 +50,15 @@ use crate::util::{arg_u32, config_u32, config_u64};
 ///         topic changes and commits raise `mqlite.ReadOnly`. For tools
 ///         looking at a directory an application has open. The directory
 ///         must exist.
+///     auto_create_topics: Create a topic on first use (Kafka's
+///         `auto.create.topics.enable`): a send to a missing topic, and a
+///         consumer's `subscribe()` or `assign()` naming one (not a
+///         pattern), create it with `default_partitions` partitions and the
+///         default topic settings. Invalid names still raise
+///         `mqlite.InvalidTopicName` and create nothing; a read-only handle
+///         never creates (`mqlite.UnknownTopic` as without it).
+///     default_partitions: Partitions of a topic created on first use
+///         (Kafka's `num.partitions`), 1 to 100000.
 ///
 /// Raises:
 ///     mqlite.Locked: Another handle holds the directory in the other mode
@@ -58,7 +67,8 @@ use crate::util::{arg_u32, config_u32, config_u64};
 ///     mqlite.InvalidArgument: `path` is empty or holds a NUL byte, or
 ///         `file_mode` or the interval is out of range, or `readonly` is
 ///         set and `path` is not a data directory.
-///     mqlite.InvalidConfig: `max_open_files` is 0.
+///     mqlite.InvalidConfig: `max_open_files` is 0, or `default_partitions`
+///         is out of range.
 ///     mqlite.IoError: The directory cannot be created or read.
 ///     mqlite.Corrupt: A topic's metadata is unreadable.
 ///
@@ -147,10 +157,10 @@ impl Broker {
         signature = (path, *, prefault = true, file_mode = 0o600, retention_check_interval_ms = 60_000,
                      max_commit_metadata_bytes = mqlite::DEFAULT_MAX_COMMIT_METADATA_BYTES as i64,
                      max_open_files = mqlite::DEFAULT_MAX_OPEN_FILES as i64, shared = false,
-                     readonly = false),
-        text_signature = "(path, *, prefault=True, file_mode=0o600, retention_check_interval_ms=60000, max_commit_metadata_bytes=4096, max_open_files=256, shared=False, readonly=False)"
+                     readonly = false, auto_create_topics = false, default_partitions = 1),
+        text_signature = "(path, *, prefault=True, file_mode=0o600, retention_check_interval_ms=60000, max_commit_metadata_bytes=4096, max_open_files=256, shared=False, readonly=False, auto_create_topics=False, default_partitions=1)"
     )]
-    #[allow(clippy::too_many_arguments)] // the keyword arguments of `open()`
+    #[allow(clippy::too_many_arguments, clippy::fn_params_excessive_bools)] // the keyword arguments of `open()`
     fn new(
         py: Python<'_>,
         path: PathBuf,
@@ -161,6 +171,8 @@ impl Broker {
         max_open_files: i64,
         shared: bool,
         readonly: bool,
+        auto_create_topics: bool,
+        default_partitions: i64,
     ) -> PyResult<Self> {
         if path.as_os_str().is_empty() {
             return Err(invalid_argument(py, "path must not be empty"));
@@ -209,7 +221,15 @@ impl Broker {
             .max_commit_metadata_bytes(max_metadata)
             .max_open_files(max_open_files)
             .shared(shared)
-            .readonly(readonly);
+            .readonly(readonly)
+            // Topic creation on first use (out of range: checked by open).
+            .auto_create_topics(auto_create_topics)
+            .default_partitions(u32::try_from(default_partitions).map_err(|_| {
+                invalid_config(
+                    py,
+                    format!("default_partitions must be 1 to 100000, got {default_partitions}"),
+                )
+            })?);
         // Recovery logs what it repairs: with the level configured now,
         // and delivered to `logging` before the broker is returned.
         crate::log::refresh_level(py);
@@ -477,6 +497,21 @@ impl Broker {
     ///         done (like `on_delivery`, on a thread serving callbacks). An
     ///         interceptor that raises is logged (logger "mqlite") and
     ///         skipped; the record goes on.
+    ///     retries: How many times a record without a key and without an
+    ///         explicit partition is sent again, to another partition, after
+    ///         a partition fault (`mqlite.Poisoned`, `mqlite.DiskFull` or
+    ///         `mqlite.IoError` from its append, which wrote nothing;
+    ///         RocketMQ's `retryTimesWhenSendFailed`). Records with a key,
+    ///         a partition, a sequence or a custom partitioner never move.
+    ///     fault_backoff_ms: How long a partition whose append failed is
+    ///         avoided by key-less records (skipped while other partitions
+    ///         are available).
+    ///     delivery_timeout_ms: How long a record may take from its send
+    ///         until it is appended and acknowledged (Kafka's
+    ///         `delivery.timeout.ms`; 0: no limit). A queued batch older
+    ///         than this is not appended: its callbacks get
+    ///         `mqlite.Timeout`. An `acks="all"` send whose flush ends past
+    ///         it raises `mqlite.Timeout`; its record is in the log already.
     ///
     /// Returns:
     ///     Producer: A new producer.
@@ -502,11 +537,15 @@ impl Broker {
             partitioner = None,
             dedup_window = 5,
             strict_sequences = false,
-            interceptors = None
+            interceptors = None,
+            retries = 2,
+            fault_backoff_ms = 30_000,
+            delivery_timeout_ms = 120_000
         ),
         text_signature = "($self, name=None, *, idempotent=True, acks=1, linger_ms=0, batch_size=16384, \
                           buffer_memory=33554432, max_block_ms=60000, compression='none', \
-                          partitioner='sticky', dedup_window=5, strict_sequences=False, interceptors=None)"
+                          partitioner='sticky', dedup_window=5, strict_sequences=False, interceptors=None, \
+                          retries=2, fault_backoff_ms=30000, delivery_timeout_ms=120000)"
     )]
     #[allow(clippy::too_many_arguments)] // one per argument of the Python signature
     fn producer(
@@ -523,6 +562,9 @@ impl Broker {
         dedup_window: i64,
         strict_sequences: bool,
         interceptors: Option<&Bound<'_, PyAny>>,
+        retries: i64,
+        fault_backoff_ms: i64,
+        delivery_timeout_ms: i64,
     ) -> PyResult<Producer> {
         let py = slf.py();
         slf.get().check_open(py)?;
@@ -545,6 +587,9 @@ impl Broker {
                 dedup_window,
                 strict_sequences,
                 interceptors,
+                retries,
+                fault_backoff_ms,
+                delivery_timeout_ms,
             },
         )
     }

@@ -195,6 +195,10 @@ impl RecordMetadata {
 ///         `buffer_memory`).
 ///     average_batch_records (float): Records per batch.
 ///     average_batch_bytes (float): Bytes per batch.
+///     retries (int): Sends of key-less records tried again on another
+///         partition after a partition fault.
+///     avoided_partitions (int): Times a partition was put on the avoid
+///         list after a fault (see `fault_backoff_ms`).
 #[pyclass(frozen, get_all, module = "mqlite")]
 pub struct ProducerStats {
     /// int: Records written.
@@ -215,6 +219,11 @@ pub struct ProducerStats {
     average_batch_records: f64,
     /// float: Bytes per batch.
     average_batch_bytes: f64,
+    /// int: Sends of key-less records tried again on another partition
+    /// after a partition fault.
+    retries: u64,
+    /// int: Times a partition was put on the avoid list after a fault.
+    avoided_partitions: u64,
 }
 
 #[pymethods]
@@ -223,7 +232,7 @@ impl ProducerStats {
         format!(
             "ProducerStats(records={}, bytes={}, batches={}, errors={}, duplicates={}, \
              buffered_bytes={}, peak_buffered_bytes={}, average_batch_records={:.1}, \
-             average_batch_bytes={:.1})",
+             average_batch_bytes={:.1}, retries={}, avoided_partitions={})",
             self.records,
             self.bytes,
             self.batches,
@@ -232,7 +241,9 @@ impl ProducerStats {
             self.buffered_bytes,
             self.peak_buffered_bytes,
             self.average_batch_records,
-            self.average_batch_bytes
+            self.average_batch_bytes,
+            self.retries,
+            self.avoided_partitions
         )
     }
 }
@@ -249,6 +260,8 @@ impl From<mqlite::ProducerStats> for ProducerStats {
             peak_buffered_bytes: s.peak_buffered_bytes,
             average_batch_records: s.average_batch_records(),
             average_batch_bytes: s.average_batch_bytes(),
+            retries: s.retries,
+            avoided_partitions: s.avoided_partitions,
         }
     }
 }
@@ -295,6 +308,10 @@ pub(crate) struct Options<'a, 'py> {
     pub dedup_window: i64,
     pub strict_sequences: bool,
     pub interceptors: Option<&'a Bound<'py, PyAny>>,
+    // Retries, fault avoidance and the delivery timeout.
+    pub retries: i64,
+    pub fault_backoff_ms: i64,
+    pub delivery_timeout_ms: i64,
 }
 
 /// Sends records to the topics of one data directory.
@@ -337,7 +354,16 @@ impl Producer {
             .max_block_ms(arg_u64(py, "max_block_ms", o.max_block_ms)?)
             .compression(parse_compression(py, o.compression)?)
             .dedup_window(arg_usize(py, "dedup_window", o.dedup_window)?)
-            .strict_sequences(o.strict_sequences);
+            .strict_sequences(o.strict_sequences)
+            // Retries, fault avoidance and the delivery timeout.
+            .retries(u32::try_from(o.retries).map_err(|_| {
+                invalid_argument(
+                    py,
+                    format!("retries must be 0 to 4294967295, got {}", o.retries),
+                )
+            })?)
+            .fault_backoff_ms(arg_u64(py, "fault_backoff_ms", o.fault_backoff_ms)?)
+            .delivery_timeout_ms(arg_u64(py, "delivery_timeout_ms", o.delivery_timeout_ms)?);
         config.name = o.name;
         if let Some(p) = o.partitioner.filter(|p| !p.is_none()) {
             config.partitioner = parse_partitioner(py, p)?;

@@ -68,6 +68,19 @@ pub struct Config {
     /// changes and commits are refused with [`Error::ReadOnly`]. For tools
     /// looking at a directory an application has open.
     pub readonly: bool,
+    // Topic creation on first use.
+    /// Create a topic on first use (default false; Kafka's
+    /// `auto.create.topics.enable`, Pulsar's `allowAutoTopicCreation`): a
+    /// send to a missing topic, and a consumer's `subscribe` or `assign`
+    /// naming one (not a pattern subscription), create it with
+    /// [`Config::default_partitions`] partitions and the default
+    /// [`TopicConfig`]. An invalid name still fails with
+    /// [`Error::InvalidTopicName`] and creates nothing. A read-only handle
+    /// never creates: it keeps reporting [`Error::UnknownTopic`].
+    pub auto_create_topics: bool,
+    /// Partitions of a topic created on first use (default 1, Kafka's
+    /// `num.partitions`).
+    pub default_partitions: u32,
 }
 
 pub use crate::files::DEFAULT_MAX_OPEN_FILES;
@@ -85,6 +98,9 @@ impl Default for Config {
             max_open_files: DEFAULT_MAX_OPEN_FILES,
             shared: false,
             readonly: false,
+            // Topic creation on first use.
+            auto_create_topics: false,
+            default_partitions: 1,
         }
     }
 }
@@ -139,6 +155,20 @@ impl Config {
         self.shared || self.readonly
     }
 
+    // Topic creation on first use.
+    /// Sets `auto_create_topics`.
+    pub fn auto_create_topics(mut self, on: bool) -> Self {
+        self.auto_create_topics = on;
+        self
+    }
+
+    /// Sets `default_partitions` (checked by [`Broker::open`]: 0 or more
+    /// than a topic may have is an [`Error::InvalidConfig`]).
+    pub fn default_partitions(mut self, n: u32) -> Self {
+        self.default_partitions = n;
+        self
+    }
+
     /// Checks every value against its allowed range.
     ///
     /// # Errors
@@ -148,6 +178,15 @@ impl Config {
             return Err(Error::InvalidConfig(
                 "max_open_files must be at least 1, got 0".into(),
             ));
+        }
+        if TopicConfig::new(self.default_partitions)
+            .validate()
+            .is_err()
+        {
+            return Err(Error::InvalidConfig(format!(
+                "default_partitions must be 1 to 100000, got {}",
+                self.default_partitions
+            )));
         }
         Ok(())
     }
@@ -455,6 +494,12 @@ impl Broker {
         &self.inner.dir
     }
 
+    /// Whether a missing topic is created on first use: `auto_create_topics`
+    /// is set and the handle is not read-only.
+    pub fn auto_creates_topics(&self) -> bool {
+        self.inner.auto_creates()
+    }
+
     /// Creates a topic.
     ///
     /// # Errors
@@ -462,38 +507,7 @@ impl Broker {
     /// [`Error::TopicExists`].
     pub fn create_topic(&self, name: &str, config: TopicConfig) -> Result<()> {
         self.check_open()?;
-        validate_topic_name(name)?;
-        config.validate()?;
-        self.inner.ensure_writer("create_topic")?;
-        let shared_ddl = self.inner.hold_ddl()?;
-        let _ddl = sync::lock(&self.inner.ddl);
-        if self.inner.topics_read().contains_key(name) {
-            return Err(Error::TopicExists(name.to_owned()));
-        }
-        if let Some(e) = self.inner.damaged_topic(name) {
-            // Never replaced silently: `delete_topic` first.
-            return Err(e);
-        }
-        let dir = topics_dir(&self.inner.dir).join(name);
-        if dir.exists() {
-            std::fs::remove_dir_all(&dir).ctx(|| format!("removing {}", dir.display()))?;
-        }
-        let topic = if shared_ddl.is_some() {
-            // Shared mode: written as an exclusive writer would, then
-            // opened as every topic is in this mode.
-            let made = Topic::create(dir.clone(), name, config, self.inner.plain_topic_options())?;
-            made.close()?;
-            drop(made);
-            Topic::open_reader(dir, self.inner.topic_options())?.ok_or_else(|| {
-                Error::InvalidArgument(format!("topic {name:?} vanished while being created"))
-            })?
-        } else {
-            Topic::create(dir, name, config, self.inner.topic_options())?
-        };
-        sync::write(&self.inner.topics).insert(name.to_owned(), Arc::new(topic));
-        self.inner.topics_changed();
-        self.inner.announce_topics();
-        Ok(())
+        self.inner.create_topic(name, config)
     }
 
     /// Deletes a topic and its data. Readers holding its messages keep them
@@ -829,6 +843,68 @@ impl BrokerInner {
         }
         self.topics_changed();
         Ok(())
+    }
+
+    /// [`Broker::create_topic`].
+    pub(crate) fn create_topic(self: &Arc<Self>, name: &str, config: TopicConfig) -> Result<()> {
+        self.check_open()?;
+        validate_topic_name(name)?;
+        config.validate()?;
+        self.ensure_writer("create_topic")?;
+        let shared_ddl = self.hold_ddl()?;
+        let _ddl = sync::lock(&self.ddl);
+        if self.topics_read().contains_key(name) {
+            return Err(Error::TopicExists(name.to_owned()));
+        }
+        if let Some(e) = self.damaged_topic(name) {
+            // Never replaced silently: `delete_topic` first.
+            return Err(e);
+        }
+        let dir = topics_dir(&self.dir).join(name);
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir).ctx(|| format!("removing {}", dir.display()))?;
+        }
+        let topic = if shared_ddl.is_some() {
+            // Shared mode: written as an exclusive writer would, then
+            // opened as every topic is in this mode.
+            let made = Topic::create(dir.clone(), name, config, self.plain_topic_options())?;
+            made.close()?;
+            drop(made);
+            Topic::open_reader(dir, self.topic_options())?.ok_or_else(|| {
+                Error::InvalidArgument(format!("topic {name:?} vanished while being created"))
+            })?
+        } else {
+            Topic::create(dir, name, config, self.topic_options())?
+        };
+        sync::write(&self.topics).insert(name.to_owned(), Arc::new(topic));
+        self.topics_changed();
+        self.announce_topics();
+        Ok(())
+    }
+
+    /// The topic `name`, created first when it is missing and
+    /// [`Config::auto_create_topics`] is on (with
+    /// [`Config::default_partitions`] partitions). A creation racing with
+    /// another thread's or process's (`TopicExists`) takes that topic. A
+    /// read-only handle never creates. Errors as [`BrokerInner::topic`],
+    /// and [`Error::InvalidTopicName`] for a name that cannot be created.
+    pub(crate) fn topic_or_create(self: &Arc<Self>, name: &str) -> Result<Arc<Topic>> {
+        match self.topic(name) {
+            Err(Error::UnknownTopic(_)) if self.auto_creates() => {
+                validate_topic_name(name)?;
+                match self.create_topic(name, TopicConfig::new(self.config.default_partitions)) {
+                    Ok(()) | Err(Error::TopicExists(_)) => {}
+                    Err(e) => return Err(e),
+                }
+                self.topic(name)
+            }
+            r => r,
+        }
+    }
+
+    /// Whether a missing topic is created on first use.
+    pub(crate) fn auto_creates(&self) -> bool {
+        self.config.auto_create_topics && !self.config.readonly
     }
 
     /// The topic `name`, or `UnknownTopic` (or `Closed`, or the error of a

@@ -383,7 +383,7 @@ impl Consumer {
         // Resolve every partition before touching the current assignment.
         let mut wanted = Vec::with_capacity(partitions.len());
         for &(t, p) in partitions {
-            let topic = self.broker.topic(t)?;
+            let topic = self.broker.topic_or_create(t)?;
             let log = topic.partition(p)?;
             wanted.push((topic, log));
         }
@@ -468,8 +468,9 @@ impl Consumer {
         let mut names: Vec<String> = Vec::with_capacity(topics.len());
         for &t in topics {
             // A topic that does not exist yet is waited for (as Kafka's
-            // consumer does); a damaged one is refused.
-            match self.broker.topic(t) {
+            // consumer does) or created (`auto_create_topics`); a damaged
+            // one is refused.
+            match self.broker.topic_or_create(t) {
                 Ok(_) => {}
                 Err(Error::UnknownTopic(_)) => crate::topic::validate_topic_name(t)?,
                 Err(e) => return Err(e),

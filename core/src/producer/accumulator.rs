@@ -36,6 +36,9 @@ pub(crate) struct PartBatch {
     pub first_seq: Option<i64>,
     /// Bytes counted against `buffer_memory`.
     pub bytes: usize,
+    /// Every record may go to another partition after a fault (see
+    /// `Inner::movable`).
+    pub movable: bool,
 }
 
 impl PartBatch {
@@ -48,6 +51,7 @@ impl PartBatch {
             created: Instant::now(),
             first_seq,
             bytes: 0,
+            movable: true,
         }
     }
 }
@@ -58,6 +62,8 @@ pub(crate) struct Durable {
     target: u64,
     done: Vec<Done>,
     bytes: usize,
+    /// When its batch was started (for `delivery_timeout_ms`).
+    created: Instant,
 }
 
 /// Everything behind the accumulator lock.
@@ -91,6 +97,12 @@ impl Inner {
         }
     }
 
+    /// Whether a record sent at `since` is past its `delivery_timeout_ms`.
+    pub(crate) fn expired(&self, since: Instant) -> bool {
+        let t = self.config.delivery_timeout_ms;
+        t > 0 && since.elapsed() >= Duration::from_millis(t)
+    }
+
     /// Appends the open batch of `log`, if any.
     pub(crate) fn append_pending_of(&self, st: &mut AccState, log: &Arc<PartitionLog>) {
         self.append_pending(st, Arc::as_ptr(log) as usize);
@@ -104,7 +116,43 @@ impl Inner {
         let n = b.enc.count as usize;
         self.chooser.batch_sent(b.log.topic(), b.partition);
         let topic = Arc::clone(b.log.topic());
-        let res = self.append_encoded(&b.log, &b.enc, b.first_seq);
+        // Without linger a batch is appended as it is started: never late.
+        if self.config.linger_ms > 0 && self.expired(b.created) {
+            // Never appended once its records were reported timed out.
+            self.pending.fetch_sub(n, Ordering::Release);
+            self.stats.errors(n as u64);
+            let e = Error::Timeout(self.config.delivery_timeout_ms);
+            let mut c = lock(&self.completions);
+            for p in b.pending {
+                c.push_back(Done {
+                    cb: p.cb,
+                    result: Err(e.duplicate()),
+                });
+            }
+            drop(c);
+            self.release(st, b.bytes);
+            return;
+        }
+        let mut log = Arc::clone(&b.log);
+        let mut partition = b.partition;
+        let res = match self.append_encoded(&b.log, &b.enc, b.first_seq) {
+            Err(e) if b.movable && b.first_seq.is_none() => {
+                // Key-less records go to another partition.
+                match self.broker.topic(&topic).and_then(|t| t.partitions()) {
+                    Ok(parts) => self
+                        .move_after_fault(&parts, b.partition, true, e, |l| {
+                            self.append_encoded(l, &b.enc, None)
+                        })
+                        .map(|(a, p)| {
+                            partition = p;
+                            log = Arc::clone(&parts[p as usize]);
+                            a
+                        }),
+                    Err(_) => Err(e),
+                }
+            }
+            r => r,
+        };
         // Only now (still under the accumulator lock): a blocking send that
         // sees no pending records skips the lock and appends at once, so
         // lowering the count before the append let it overtake this batch
@@ -112,7 +160,7 @@ impl Inner {
         self.pending.fetch_sub(n, Ordering::Release);
         let md = |i: usize, p: &Pending, a: &crate::log::Appended| RecordMetadata {
             topic: Arc::clone(&topic),
-            partition: b.partition,
+            partition,
             offset: if a.base_offset == UNKNOWN_OFFSET {
                 UNKNOWN_OFFSET
             } else {
@@ -139,10 +187,11 @@ impl Inner {
                     .collect();
                 if self.config.acks == Acks::All && !a.duplicate {
                     st.durable.push(Durable {
-                        log: Arc::clone(&b.log),
+                        log,
                         target: a.base_offset + n as u64,
                         done,
                         bytes: b.bytes,
+                        created: b.created,
                     });
                     self.ensure_sender(st);
                     self.work.notify_one();
@@ -152,11 +201,7 @@ impl Inner {
             }
             Err(e) => {
                 self.stats.errors(n as u64);
-                ::log::warn!(
-                    "sending a batch of {n} records to {}/{} failed: {e}",
-                    topic,
-                    b.partition
-                );
+                ::log::warn!("sending a batch of {n} records to {topic}/{partition} failed: {e}");
                 let mut c = lock(&self.completions);
                 for p in b.pending {
                     c.push_back(Done {
@@ -286,8 +331,12 @@ impl Inner {
                     .iter()
                     .find(|(l, _, _)| Arc::ptr_eq(l, &it.log))
                     .and_then(|(_, _, e)| e.as_ref());
+                // Appended, but acknowledged after the deadline.
+                let late = self
+                    .expired(it.created)
+                    .then_some(Error::Timeout(self.config.delivery_timeout_ms));
                 for d in it.done {
-                    c.push_back(match err {
+                    c.push_back(match err.or(late.as_ref()) {
                         None => d,
                         Some(e) => {
                             self.stats.errors(1);

@@ -96,6 +96,38 @@ pub struct ProducerConfig {
     /// `transaction.timeout.ms`; 0: no limit): past it, the transaction
     /// is aborted and its next call fails with [`Error::Timeout`].
     pub transaction_timeout_ms: u64,
+    // Retries, fault avoidance and the delivery timeout.
+    /// How many times a record without a key and without an explicit
+    /// partition is sent again, to another partition, after a partition
+    /// fault (default 2, RocketMQ's `retryTimesWhenSendFailed`; 0: never).
+    /// A partition fault is an append that failed with
+    /// [`Error::Poisoned`], [`Error::DiskFull`] or [`Error::Io`]: such an
+    /// append wrote nothing. Records with a key, an explicit partition, an
+    /// application sequence or a custom partitioner never move (their
+    /// partition is chosen for order or by the application) and fail at
+    /// once. A failed `acks=all` flush is not retried: the record is in
+    /// the log already.
+    pub retries: u32,
+    /// How long a partition whose append failed is avoided by this
+    /// producer's key-less records, in ms (default 30,000). A poisoned
+    /// partition stays broken until the directory is reopened and a full
+    /// disk until space is freed: 30 s costs one failed attempt per
+    /// partition every 30 s instead of one per send, and a partition whose
+    /// disk has room again is back in use within half a minute. While
+    /// other partitions are available an avoided one is skipped; when all
+    /// are avoided, the one whose back-off ends first is used.
+    pub fault_backoff_ms: u64,
+    /// How long a record may take from its send until it is appended and
+    /// acknowledged, in ms (default 120,000, Kafka's
+    /// `delivery.timeout.ms`; 0: no limit). A queued batch (linger,
+    /// `send_async`) whose first record was sent longer ago than this is
+    /// not appended: each of its records fails with [`Error::Timeout`]. An
+    /// `acks=all` send whose flush ends after the deadline (counted from
+    /// the append for a blocking send, which does not queue) fails with
+    /// [`Error::Timeout`] too; its record is in the log already (an append
+    /// is never undone, Kafka's rule that a batch already sent is not
+    /// expired), so it may be read, and is durable once a flush succeeds.
+    pub delivery_timeout_ms: u64,
 }
 
 impl std::fmt::Debug for ProducerConfig {
@@ -116,6 +148,9 @@ impl std::fmt::Debug for ProducerConfig {
             .field("transactional_id", &self.transactional_id)
             .field("max_transaction_bytes", &self.max_transaction_bytes)
             .field("transaction_timeout_ms", &self.transaction_timeout_ms)
+            .field("retries", &self.retries)
+            .field("fault_backoff_ms", &self.fault_backoff_ms)
+            .field("delivery_timeout_ms", &self.delivery_timeout_ms)
             .finish()
     }
 }
@@ -138,6 +173,10 @@ impl Default for ProducerConfig {
             transactional_id: None,
             max_transaction_bytes: 64 << 20,
             transaction_timeout_ms: 60_000,
+            // Retries, fault avoidance and the delivery timeout.
+            retries: 2,
+            fault_backoff_ms: 30_000,
+            delivery_timeout_ms: 120_000,
         }
     }
 }
@@ -231,6 +270,23 @@ impl ProducerConfig {
     /// Sets how long a transaction may stay open (0: no limit).
     pub fn transaction_timeout_ms(mut self, ms: u64) -> Self {
         self.transaction_timeout_ms = ms;
+    // Retries, fault avoidance and the delivery timeout.
+    /// Sets `retries` (sends of a key-less record to another partition
+    /// after a partition fault).
+    pub fn retries(mut self, n: u32) -> Self {
+        self.retries = n;
+        self
+    }
+
+    /// Sets `fault_backoff_ms` (how long a failed partition is avoided).
+    pub fn fault_backoff_ms(mut self, ms: u64) -> Self {
+        self.fault_backoff_ms = ms;
+        self
+    }
+
+    /// Sets `delivery_timeout_ms` (0: no limit).
+    pub fn delivery_timeout_ms(mut self, ms: u64) -> Self {
+        self.delivery_timeout_ms = ms;
         self
     }
 

@@ -83,6 +83,8 @@ pub(crate) struct Inner {
     config: ProducerConfig,
     identity: Option<Identity>,
     chooser: partitioner::PartitionChooser,
+    /// Partitions avoided after a fault.
+    avoided: partitioner::Avoided,
     acc: Mutex<AccState>,
     /// Signalled when buffered bytes are released or async work completes.
     space: Condvar,
@@ -159,6 +161,7 @@ impl Producer {
                 config,
                 identity,
                 chooser: partitioner::PartitionChooser::default(),
+                avoided: partitioner::Avoided::default(),
                 acc: Mutex::new(AccState::default()),
                 space: Condvar::new(),
                 work: Condvar::new(),
@@ -613,10 +616,10 @@ impl Inner {
         // store-forwarding stall on every send, which came and went with
         // unrelated code changes).
         let parts = self.partitions_of(r.topic)?;
-        let partition =
+        let mut partition =
             self.partition_in(&parts, r, || batch::encoded_record_len(&rec, timestamp, 0))?;
         let log = &parts.parts()[partition as usize];
-        let (appended, len) = if r.sequence.is_some() || self.pending.load(Ordering::Acquire) > 0 {
+        let res = if r.sequence.is_some() || self.pending.load(Ordering::Acquire) > 0 {
             // Order with queued records of this partition, and (for the
             // application's sequences) with every other write of this
             // producer's sequences.
@@ -628,15 +631,29 @@ impl Inner {
             };
             drop(st);
             self.fire();
-            res?
+            res
         } else {
-            self.append_records(log, &[rec], None)?
+            self.append_records(log, &[rec], None)
         };
+        let (appended, len) = match res {
+            Ok(a) => a,
+            Err(e) => {
+                let rec = [rec];
+                let (a, p) =
+                    self.retry_elsewhere(parts.parts(), partition, self.movable(r), &rec, e)?;
+                partition = p;
+                a
+            }
+        };
+        let log = &parts.parts()[partition as usize];
         if appended.duplicate {
             self.stats.duplicates(1);
         } else {
             if self.config.acks == Acks::All {
+                // Timed from the append: a blocking send does not queue.
+                let started = self.ack_deadline_start();
                 log.flush_to(appended.base_offset + 1)?;
+                self.check_ack_deadline(started)?;
             }
             self.stats.written(1, len as u64);
         }
@@ -648,6 +665,58 @@ impl Inner {
             timestamp: appended.log_append_time.unwrap_or(timestamp),
             duplicate: appended.duplicate,
         })
+    }
+
+    /// After the append of `records` to partition `failed` of `parts`
+    /// failed with `err`: when the records may move and `err` is a
+    /// partition fault, avoids that partition and appends them to another
+    /// one, up to `retries` times. Returns the append and its partition, or
+    /// the last error.
+    #[cold]
+    #[inline(never)]
+    fn retry_elsewhere(
+        &self,
+        parts: &route::Partitions,
+        failed: u32,
+        movable: bool,
+        records: &[RecordRef<'_>],
+        err: Error,
+    ) -> Result<((Appended, usize), u32)> {
+        self.move_after_fault(parts, failed, movable, err, |log| {
+            self.append_records(log, records, None)
+        })
+    }
+
+    /// [`Inner::retry_elsewhere`] with `append` appending the records to a
+    /// partition's log.
+    pub(crate) fn move_after_fault(
+        &self,
+        parts: &route::Partitions,
+        mut failed: u32,
+        movable: bool,
+        mut err: Error,
+        mut append: impl FnMut(&PartitionLog) -> Result<(Appended, usize)>,
+    ) -> Result<((Appended, usize), u32)> {
+        if !movable || !route::is_partition_fault(&err) {
+            return Err(err);
+        }
+        let topic = parts[0].topic();
+        let count = parts.len() as u32;
+        for _ in 0..self.config.retries {
+            self.note_fault(topic, failed);
+            let next = self.avoided.steer(topic, count, (failed + 1) % count);
+            self.stats.retries(1);
+            match append(&parts[next as usize]) {
+                Ok(a) => return Ok((a, next)),
+                Err(e) if route::is_partition_fault(&e) => {
+                    failed = next;
+                    err = e;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        self.note_fault(topic, failed);
+        Err(err)
     }
 
     /// Appends records carrying the application's consecutive sequences
@@ -688,6 +757,7 @@ impl Inner {
         if records.is_empty() {
             return Ok(());
         }
+        let started = self.ack_deadline_start();
         if self.config.acks == Acks::Zero {
             for (i, r) in records.iter().enumerate() {
                 let md = self.enqueue(r, None)?;
@@ -863,15 +933,27 @@ impl Inner {
                     refs.push(rec);
                     k += 1;
                 }
-                let (appended, len) = if self.config.compression == Compression::None {
+                let res = if self.config.compression == Compression::None {
                     let len = batch::section_batch_len(size);
                     let src = BatchSource::Records(&refs, len);
-                    let a = self.append(log, src, first_seq)?;
-                    let bytes = a.bytes;
-                    (a, bytes)
+                    self.append(log, src, first_seq).map(|a| {
+                        let bytes = a.bytes;
+                        (a, bytes)
+                    })
                 } else {
-                    self.append_records(log, &refs, first_seq)?
+                    self.append_records(log, &refs, first_seq)
                 };
+                let ((appended, len), partition) = match res {
+                    Ok(a) => (a, *partition),
+                    Err(e) => {
+                        // Key-less records go to another partition.
+                        let movable = idx[start..k].iter().all(|&i| self.movable(&records[i]));
+                        let parts = runs[run as usize].parts();
+                        self.retry_elsewhere(parts, *partition, movable, &refs, e)?
+                    }
+                };
+                let log = &runs[run as usize].parts()[partition as usize];
+                let partition = &partition;
                 if appended.duplicate {
                     self.stats.duplicates(refs.len() as u64);
                 } else {
@@ -912,7 +994,27 @@ impl Inner {
         for (log, target) in flush_targets {
             log.flush_to(target)?;
         }
-        Ok(())
+        // Every record was reported: the caller counts none as failed.
+        self.check_ack_deadline(started)
+            .inspect_err(|_| self.stats.errors(records.len() as u64))
+    }
+
+    /// When an `acks=all` send with a delivery timeout started (`None`
+    /// otherwise).
+    #[inline]
+    fn ack_deadline_start(&self) -> Option<Instant> {
+        (self.config.acks == Acks::All && self.config.delivery_timeout_ms > 0).then(Instant::now)
+    }
+
+    /// [`Error::Timeout`] when an `acks=all` send that started at
+    /// `started` was acknowledged after its delivery timeout (its records
+    /// are in the log: an append is never undone).
+    #[inline]
+    fn check_ack_deadline(&self, started: Option<Instant>) -> Result<()> {
+        match started {
+            Some(t) if self.expired(t) => Err(Error::Timeout(self.config.delivery_timeout_ms)),
+            _ => Ok(()),
+        }
     }
 
     /// Queues one record in its partition's batch (the asynchronous path).
@@ -995,6 +1097,7 @@ impl Inner {
             started = true;
             accumulator::PartBatch::new(Arc::clone(log), route.partition, r.sequence)
         });
+        b.movable &= self.movable(r);
         b.enc.push(&rec);
         b.pending.push(accumulator::Pending { cb, timestamp });
         b.bytes += single;

@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use super::BorrowedRecord;
 use crate::sync;
@@ -182,6 +183,67 @@ impl PartitionChooser {
     }
 }
 
+/// Partitions a producer avoids after a fault (RocketMQ's latency fault
+/// tolerance): key-less records are sent elsewhere until the partition's
+/// back-off ends.
+#[derive(Debug, Default)]
+pub(crate) struct Avoided {
+    /// Entries in `until` (a cheap check on every key-less send).
+    count: std::sync::atomic::AtomicUsize,
+    /// When each avoided partition may be used again.
+    until: Mutex<HashMap<(Arc<str>, u32), std::time::Instant>>,
+}
+
+impl Avoided {
+    /// Avoids `partition` of `topic` for `backoff`. Returns whether it was
+    /// not avoided already.
+    pub(crate) fn avoid(&self, topic: &Arc<str>, partition: u32, backoff: Duration) -> bool {
+        let now = Instant::now();
+        let mut m = sync::lock(&self.until);
+        m.retain(|_, t| *t > now);
+        let fresh = m
+            .insert((Arc::clone(topic), partition), now + backoff)
+            .is_none_or(|t| t <= now);
+        self.count.store(m.len(), Ordering::Release);
+        fresh
+    }
+
+    /// `partition`, or when it is avoided the next partition of `topic`
+    /// that is not (the one whose back-off ends first if all are).
+    #[inline]
+    pub(crate) fn steer(&self, topic: &str, count: u32, partition: u32) -> u32 {
+        if self.count.load(Ordering::Acquire) == 0 {
+            return partition;
+        }
+        self.steer_slow(topic, count, partition)
+    }
+
+    #[cold]
+    fn steer_slow(&self, topic: &str, count: u32, partition: u32) -> u32 {
+        let now = Instant::now();
+        let m = sync::lock(&self.until);
+        let until = |p: u32| {
+            m.iter()
+                .find(|((t, q), _)| *q == p && &**t == topic)
+                .map(|(_, u)| *u)
+                .filter(|u| *u > now)
+        };
+        let mut best: Option<(Instant, u32)> = None;
+        for i in 0..count {
+            let p = (partition + i) % count;
+            match until(p) {
+                None => return p,
+                Some(u) => {
+                    if best.is_none_or(|(b, _)| u < b) {
+                        best = Some((u, p));
+                    }
+                }
+            }
+        }
+        best.map_or(partition, |(_, p)| p)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -228,5 +290,23 @@ mod tests {
         let c = PartitionChooser::default();
         let got: Vec<u32> = (0..6).map(|_| c.round_robin(3)).collect();
         assert_eq!(got, [0, 1, 2, 0, 1, 2]);
+    }
+
+    #[test]
+    fn avoided_partitions_are_skipped_until_their_back_off_ends() {
+        let a = Avoided::default();
+        let t: Arc<str> = Arc::from("t");
+        assert_eq!(a.steer("t", 3, 1), 1);
+        assert!(a.avoid(&t, 1, Duration::from_secs(60)));
+        assert!(!a.avoid(&t, 1, Duration::from_secs(60)), "already avoided");
+        assert_eq!(a.steer("t", 3, 1), 2);
+        assert_eq!(a.steer("t", 3, 0), 0);
+        assert_eq!(a.steer("u", 3, 1), 1, "another topic's partition 1");
+        assert!(a.avoid(&t, 2, Duration::from_secs(30)));
+        assert!(a.avoid(&t, 0, Duration::from_secs(90)));
+        // All avoided: the one whose back-off ends first.
+        assert_eq!(a.steer("t", 3, 1), 2);
+        a.avoid(&t, 2, Duration::ZERO);
+        assert_eq!(a.steer("t", 3, 1), 2, "back-off over");
     }
 }

@@ -25,6 +25,15 @@ impl Route {
     }
 }
 
+/// Whether an append's error is a fault of its partition, after which a
+/// key-less record may be sent elsewhere: the append wrote nothing.
+pub(super) fn is_partition_fault(e: &Error) -> bool {
+    matches!(
+        e,
+        Error::Poisoned { .. } | Error::DiskFull { .. } | Error::Io { .. }
+    )
+}
+
 /// The last topic this thread sent to, for [`Inner::partitions_of`].
 struct CachedTopic {
     broker: std::sync::Weak<BrokerInner>,
@@ -109,13 +118,40 @@ impl Inner {
                 _ if r.sequence.is_some() => {
                     (r.sequence.unwrap_or(0).unsigned_abs() % u64::from(count)) as u32
                 }
-                Partitioner::RoundRobin => self.chooser.round_robin(count),
+                Partitioner::RoundRobin => {
+                    self.avoided
+                        .steer(topic, count, self.chooser.round_robin(count))
+                }
                 Partitioner::Sticky => {
-                    self.chooser
-                        .sticky(topic, count, size_hint(), self.config.batch_size)
+                    let p = self
+                        .chooser
+                        .sticky(topic, count, size_hint(), self.config.batch_size);
+                    self.avoided.steer(topic, count, p)
                 }
             },
         })
+    }
+
+    /// Whether `r` may go to another partition after a partition fault:
+    /// no key, no explicit partition, no application sequence, and a
+    /// built-in partitioner (a custom selector's choice is the
+    /// application's).
+    #[inline]
+    pub(super) fn movable(&self, r: &BorrowedRecord<'_>) -> bool {
+        r.key.is_none()
+            && r.partition.is_none()
+            && r.sequence.is_none()
+            && !matches!(self.config.partitioner, Partitioner::Custom(_))
+    }
+
+    /// Puts `partition` of `topic` on the avoid list after a fault, for
+    /// `fault_backoff_ms`; the sticky choice moves on from it.
+    pub(super) fn note_fault(&self, topic: &Arc<str>, partition: u32) {
+        let backoff = std::time::Duration::from_millis(self.config.fault_backoff_ms);
+        if self.avoided.avoid(topic, partition, backoff) {
+            self.stats.avoided();
+        }
+        self.chooser.batch_sent(topic, partition);
     }
 
     /// Chooses the partition of `r`.
@@ -189,7 +225,7 @@ impl Inner {
     #[cold]
     #[inline(never)]
     fn look_up_partitions(&self, name: &str, version: u64) -> Result<Lent> {
-        let topic = match self.broker.topic(name) {
+        let topic = match self.broker.topic_or_create(name) {
             Ok(t) => t,
             Err(e) => {
                 forget_cached_topic();

@@ -22,6 +22,13 @@ pub struct ProducerStats {
     pub buffered_bytes: u64,
     /// The most bytes ever held at once.
     pub peak_buffered_bytes: u64,
+    // Retries and fault avoidance.
+    /// Sends of key-less records (or batches of them) tried again on
+    /// another partition after a partition fault.
+    pub retries: u64,
+    /// Times a partition was put on the producer's avoid list after a
+    /// fault (see `ProducerConfig::fault_backoff_ms`).
+    pub avoided_partitions: u64,
 }
 
 impl ProducerStats {
@@ -60,6 +67,8 @@ struct Shard {
     batches: AtomicU64,
     errors: AtomicU64,
     duplicates: AtomicU64,
+    retries: AtomicU64,
+    avoided: AtomicU64,
 }
 
 impl Shard {
@@ -152,6 +161,16 @@ impl Counters {
         self.update(|s| bump(&s.duplicates, n));
     }
 
+    /// Counts `n` sends tried again on another partition.
+    pub(crate) fn retries(&self, n: u64) {
+        self.update(|s| bump(&s.retries, n));
+    }
+
+    /// Counts one partition put on the avoid list.
+    pub(crate) fn avoided(&self) {
+        self.update(|s| bump(&s.avoided, 1));
+    }
+
     pub(crate) fn set_buffered(&self, bytes: usize) {
         self.buffered.store(bytes as u64, Ordering::Relaxed);
         self.peak_buffered
@@ -180,6 +199,8 @@ impl Counters {
             st.batches += s.batches.load(Ordering::Relaxed);
             st.errors += s.errors.load(Ordering::Relaxed);
             st.duplicates += s.duplicates.load(Ordering::Relaxed);
+            st.retries += s.retries.load(Ordering::Relaxed);
+            st.avoided_partitions += s.avoided.load(Ordering::Relaxed);
         }
         st
     }

@@ -374,14 +374,23 @@ impl Consumer {
         res.py_err(py)
     }
 
-    /// Raises unless `(topic, partition)` exists.
+    /// Raises unless `(topic, partition)` exists (with `creates`, a missing
+    /// topic passes when the broker creates topics on first use).
     pub(super) fn check_partition(
         &self,
         py: Python<'_>,
         topic: &str,
         partition: u32,
+        creates: bool,
     ) -> PyResult<()> {
-        let info = self.broker.get().inner.topic(topic).py_err(py)?;
+        let broker = &self.broker.get().inner;
+        let info = match broker.topic(topic) {
+            // `creates`: the engine's call creates it (`auto_create_topics`).
+            Err(mqlite::Error::UnknownTopic(_)) if creates && broker.auto_creates_topics() => {
+                return Ok(())
+            }
+            r => r.py_err(py)?,
+        };
         if partition as usize >= info.partitions.len() {
             return Err(to_py(
                 py,

@@ -148,7 +148,7 @@ impl Consumer {
             ));
         }
         for (t, p) in &parts {
-            self.check_partition(py, t, *p)?;
+            self.check_partition(py, t, *p, true)?;
         }
         let refs: Vec<(&str, u32)> = parts.iter().map(|(t, p)| (t.as_str(), *p)).collect();
         self.with_engine(py, "assign", |c| {
@@ -575,7 +575,7 @@ impl Consumer {
             Some(p) if !p.is_none() => {
                 let v = topic_partitions(py, "committed()", p)?;
                 for (t, p) in &v {
-                    self.check_partition(py, t, *p)?;
+                    self.check_partition(py, t, *p, false)?;
                 }
                 Some(v)
             }
