@@ -270,6 +270,9 @@ impl ProducerConfig {
     /// Sets how long a transaction may stay open (0: no limit).
     pub fn transaction_timeout_ms(mut self, ms: u64) -> Self {
         self.transaction_timeout_ms = ms;
+        self
+    }
+
     // Retries, fault avoidance and the delivery timeout.
     /// Sets `retries` (sends of a key-less record to another partition
     /// after a partition fault).
