@@ -528,3 +528,16 @@ fn both_isolation_levels_read_the_same_records() {
         ErrorKind::InvalidArgument
     );
 }
+
+#[test]
+fn no_transaction_begins_once_the_broker_is_closed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mq = open(tmp.path());
+    setup(&mq);
+    let p = txn_producer(&mq, "etl");
+    let plain = mq.producer(ProducerConfig::default()).unwrap();
+    mq.close().unwrap();
+    assert!(matches!(p.begin_transaction(), Err(Error::Closed(_))));
+    // Closed comes before "no transactional id", as for every call.
+    assert!(matches!(plain.begin_transaction(), Err(Error::Closed(_))));
+}
