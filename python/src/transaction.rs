@@ -16,6 +16,7 @@ use crate::callback;
 use crate::consumer::Consumer;
 use crate::data::{data, headers};
 use crate::error::{invalid_argument, IntoPy};
+use crate::fork::Local;
 use crate::producer::{Producer, RecordMetadata};
 use crate::util::lock;
 use crate::util::{arg_u32, arg_u64};
@@ -39,8 +40,9 @@ use crate::util::{arg_u32, arg_u64};
 // inside a send, a consumer's offsets are read without the GIL).
 #[pyclass(frozen, module = "mqlite")]
 pub struct Transaction {
-    /// `None` once committed or aborted.
-    inner: RwLock<Option<mqlite::Transaction>>,
+    /// `None` once committed or aborted. Leaked, not dropped, in a forked
+    /// child (`fork.rs`): a parent's thread may have held its locks.
+    inner: Local<RwLock<Option<mqlite::Transaction>>>,
     producer: Py<Producer>,
     /// The `on_delivery` callbacks of records sent with `produce()`, by the
     /// record's index in the transaction. Held while a record is added, so
@@ -60,7 +62,7 @@ impl Transaction {
         p.check_open(py)?;
         let inner = p.engine().begin_transaction().py_err(py)?;
         Ok(Transaction {
-            inner: RwLock::new(Some(inner)),
+            inner: Local::new(RwLock::new(Some(inner))),
             producer: producer.clone().unbind(),
             callbacks: Mutex::new(Vec::new()),
         })
@@ -84,6 +86,7 @@ impl Transaction {
     /// Takes the transaction out to end it, and lets the producer forget
     /// it (when it holds it).
     fn take(&self, py: Python<'_>) -> PyResult<mqlite::Transaction> {
+        self.check_forked(py)?;
         let t = loop {
             match self.inner.try_write() {
                 Ok(mut g) => break g.take(),
@@ -108,9 +111,20 @@ impl Transaction {
         }
     }
 
-    /// Whether it was committed or aborted.
+    /// Whether it was committed or aborted (true in a forked child, where
+    /// it cannot be used).
     pub(crate) fn is_done(&self, py: Python<'_>) -> bool {
-        self.read(py).is_none()
+        self.inner.forked() || self.read(py).is_none()
+    }
+
+    /// Fails with `mqlite.Closed` in a process forked from the one that
+    /// made the transaction, before any lock is taken.
+    fn check_forked(&self, py: Python<'_>) -> PyResult<()> {
+        if self.inner.forked() {
+            // The producer's check names both processes.
+            self.producer.get().check_open(py)?;
+        }
+        Ok(())
     }
 
     /// The transaction slot, waited for without the GIL.
@@ -138,6 +152,7 @@ impl Transaction {
         timestamp: Option<i64>,
         on_delivery: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
+        self.check_forked(py)?;
         let on_delivery = match on_delivery.filter(|c| !c.is_none()) {
             Some(c) if !c.is_callable() => {
                 return Err(PyTypeError::new_err(format!(
@@ -221,6 +236,7 @@ impl Transaction {
 
     /// Aborts.
     pub(crate) fn finish_abort(&self, py: Python<'_>) -> PyResult<()> {
+        self.check_forked(py)?;
         let mut held = self.lock_callbacks(py);
         let t = self.take(py)?;
         held.clear();
@@ -418,8 +434,9 @@ impl Transaction {
     }
 
     /// The number of records added so far (0 once it is over).
-    fn __len__(&self, py: Python<'_>) -> usize {
-        self.read(py).as_ref().map_or(0, mqlite::Transaction::len)
+    fn __len__(&self, py: Python<'_>) -> PyResult<usize> {
+        self.check_forked(py)?;
+        Ok(self.read(py).as_ref().map_or(0, mqlite::Transaction::len))
     }
 
     fn __enter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
@@ -448,6 +465,9 @@ impl Transaction {
     }
 
     fn __repr__(&self, py: Python<'_>) -> String {
+        if self.inner.forked() {
+            return "<mqlite.Transaction of the parent process>".to_owned();
+        }
         match &*self.read(py) {
             Some(t) => format!("<mqlite.Transaction open, {} records>", t.len()),
             None => "<mqlite.Transaction done>".to_owned(),

@@ -6,6 +6,7 @@ isolation levels."""
 from __future__ import annotations
 
 import gc
+import os
 import threading
 import time
 from typing import Any, Iterator, List, Tuple
@@ -356,3 +357,32 @@ def test_transactional_producer_refused_in_shared_mode(data_dir: Any) -> None:
         mq.create_topic("t")
         with pytest.raises(mqlite.InvalidArgument):
             mq.producer(transactional_id="x")
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork()")
+def test_a_forked_child_cannot_use_the_parents_transaction(topics: mqlite.Broker) -> None:
+    p = topics.producer(transactional_id="fork")
+    tx = p.transaction()
+    tx.send("b", b"parent")
+    pid = os.fork()
+    if pid == 0:  # the child: every use raises Closed, nothing hangs
+        code = 0
+        try:
+            for call in (lambda: tx.send("b", b"child"), tx.commit, tx.abort, lambda: len(tx)):
+                try:
+                    call()
+                    code = 1
+                except mqlite.Closed as e:
+                    if "fork" not in str(e):
+                        code = 2
+            if not tx.done:
+                code = 3
+            repr(tx)
+            tx.__exit__(None, None, None)
+        except BaseException:  # noqa: BLE001 - reported through the exit code
+            code = 4
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+    assert tx.commit()[0].offset == 0
+    assert values(topics, "b", 0) == [b"parent"]
