@@ -194,6 +194,13 @@ typedef enum mql_status {
      */
     MQL_PRODUCER_FENCED = 403,
     /**
+     * A transaction grew past the producer's `max_transaction_bytes` (the
+     * record was not added; the transaction stays open), or its part in
+     * one partition is larger than a segment (at the commit: nothing was
+     * written).
+     */
+    MQL_TRANSACTION_TOO_LARGE = 410,
+    /**
      * A commit was refused: this group member no longer owns a partition
      * it commits (a rebalance gave it to another member). Nothing was
      * committed.
@@ -304,6 +311,26 @@ typedef enum mql_processing_mode {
 } mql_processing_mode;
 
 /**
+ * What a consumer reads of transactions (Kafka's `isolation.level`), for
+ * `mql_consumer_config_set_isolation_level`. A transaction is written only
+ * at its commit, so no log ever holds records of an open or aborted
+ * transaction: both levels deliver the same records. Transaction markers
+ * are never delivered at either level; positions and `mql_lag` step over
+ * them.
+ *
+ */
+typedef enum mql_isolation_level {
+    /**
+     * Only committed transactions' records (the default).
+     */
+    MQL_READ_COMMITTED = 0,
+    /**
+     * Whatever the log holds.
+     */
+    MQL_READ_UNCOMMITTED = 1,
+} mql_isolation_level;
+
+/**
  * An open data directory (the engine's `Broker`). Made by `mql_open`,
  * closed and released by `mql_close`. Safe to use from several threads at
  * once.
@@ -402,6 +429,16 @@ typedef struct mql_topic_config mql_topic_config;
  * read from several threads at once.
  */
 typedef struct mql_topic_info mql_topic_info;
+
+/**
+ * An open transaction of a producer with a transactional id
+ * (`mql_producer_config_set_transactional_id`). Made by `mql_txn_begin`,
+ * ended by `mql_txn_commit` or `mql_txn_abort`, released by
+ * `mql_txn_free` (which aborts it if it is still open). Safe to use from
+ * several threads at once (`mql_txn_send` from many threads adds to the
+ * one transaction).
+ */
+typedef struct mql_txn mql_txn;
 
 /**
  * Wakes a consumer blocked in `mql_poll` from another thread. Made by
@@ -3722,6 +3759,227 @@ enum mql_status mql_set_log_callback(mql_log_callback callback, void *user_data)
  * called from a log callback.
  */
 enum mql_status mql_set_log_level(int level);
+
+/**
+ * Gives the producer a transactional id (Kafka's `transactional.id`), or
+ * NULL for none (the default). Such a producer may run transactions
+ * (`mql_txn_begin`); making a producer with the same transactional id
+ * fences this one: its open transaction is aborted and its next call
+ * fails with `MQL_PRODUCER_FENCED`. 1 to 249 characters of
+ * `[A-Za-z0-9._-]` (`MQL_INVALID_ARGUMENT` otherwise). A producer with a
+ * transactional id cannot be made on a data directory opened in shared
+ * mode (`mql_producer_new` fails with `MQL_INVALID_ARGUMENT`).
+ *
+ * Ownership: borrows `config` and `id` for the call (the id is copied).
+ *
+ * # Safety
+ * `config` is NULL or a live producer config not used by another thread
+ * meanwhile; `id` is NULL or a NUL-terminated string.
+ */
+enum mql_status mql_producer_config_set_transactional_id(struct mql_producer_config *config,
+                                                         const char *id);
+
+/**
+ * Most bytes of records one transaction may buffer (default 64 MiB, at
+ * least 1, else `MQL_INVALID_ARGUMENT`). A send past it fails with
+ * `MQL_TRANSACTION_TOO_LARGE`; the record is not added and the
+ * transaction stays open.
+ *
+ * Ownership: borrows `config` for the call; the caller still owns it.
+ *
+ * # Safety
+ * `config` is NULL or a live producer config not used by another thread
+ * meanwhile.
+ */
+enum mql_status mql_producer_config_set_max_transaction_bytes(struct mql_producer_config *config,
+                                                              size_t bytes);
+
+/**
+ * How long a transaction may stay open, in milliseconds (default 60000,
+ * Kafka's `transaction.timeout.ms`; 0: no limit). Past it the transaction
+ * is aborted and its next call fails with `MQL_TIMEOUT`.
+ *
+ * Ownership: borrows `config` for the call; the caller still owns it.
+ *
+ * # Safety
+ * `config` is NULL or a live producer config not used by another thread
+ * meanwhile.
+ */
+enum mql_status mql_producer_config_set_transaction_timeout_ms(struct mql_producer_config *config,
+                                                               uint64_t timeout_ms);
+
+/**
+ * The consumer's isolation level: one of the `mql_isolation_level` values
+ * (passed as `int`, so that any value is safe to pass; others give
+ * `MQL_INVALID_ARGUMENT`). Default `MQL_READ_COMMITTED`.
+ *
+ * Ownership: borrows `config` for the call; the caller still owns it.
+ *
+ * # Safety
+ * `config` is NULL or a live consumer config not used by another thread
+ * meanwhile.
+ */
+enum mql_status mql_consumer_config_set_isolation_level(struct mql_consumer_config *config,
+                                                        int level);
+
+/**
+ * Begins a transaction of `producer` (Kafka's `beginTransaction`). A
+ * producer runs one transaction at a time.
+ *
+ * Errors: `MQL_INVALID_ARGUMENT` (the producer has no transactional id,
+ * or another of its transactions is open: commit, abort or free it
+ * first), `MQL_PRODUCER_FENCED` (a newer producer took the transactional
+ * id), `MQL_CLOSED`.
+ *
+ * Ownership: on `MQL_OK`, `*out` is a new transaction owned by the
+ * caller; release it with `mql_txn_free` (before or after the producer).
+ *
+ * # Safety
+ * `producer` is NULL or a live producer; `out` is NULL or valid for
+ * writing a pointer.
+ */
+enum mql_status mql_txn_begin(struct mql_producer *producer, struct mql_txn **out);
+
+/**
+ * Adds one record, described as for `mql_send_record`, to the
+ * transaction. Its partition is chosen now (explicit, by its key, or by
+ * the producer's partitioner); it is written at `mql_txn_commit`, so no
+ * metadata is known yet. Records of a transaction take no sequence
+ * (`has_sequence` must be false).
+ *
+ * Errors (the record is not added; the transaction stays open unless
+ * said): `MQL_UNKNOWN_TOPIC`, `MQL_UNKNOWN_PARTITION`,
+ * `MQL_MESSAGE_TOO_LARGE`, `MQL_TRANSACTION_TOO_LARGE` (past
+ * `max_transaction_bytes`), `MQL_INVALID_ARGUMENT` (a bad field as for
+ * `mql_send_record`, a sequence, or a transaction already committed or
+ * aborted), `MQL_INVALID_UTF8`, `MQL_TIMEOUT` (open longer than
+ * `transaction_timeout_ms`: the transaction is aborted),
+ * `MQL_PRODUCER_FENCED`, `MQL_CLOSED`.
+ *
+ * Ownership: `record` and what it points to are borrowed for the call
+ * (the data is copied).
+ *
+ * # Safety
+ * `txn` is NULL or a live transaction; `record` is NULL or points to an
+ * `mql_record` whose pointers satisfy what its fields' docs say.
+ */
+enum mql_status mql_txn_send(struct mql_txn *txn, const struct mql_record *record);
+
+/**
+ * Adds the positions of `consumer` (what `mql_commit` would commit now:
+ * the offset after the last message `mql_poll` handed out, for every
+ * partition it reads) to the transaction: they are committed for the
+ * consumer's group with the records, and only then (Kafka's
+ * `sendOffsetsToTransaction`), so that consume-transform-produce runs
+ * exactly once. Not allowed from a rebalance callback.
+ *
+ * Errors: `MQL_INVALID_ARGUMENT` (a consumer without a group id, a
+ * transaction already committed or aborted), `MQL_CLOSED`,
+ * `MQL_TIMEOUT`, `MQL_PRODUCER_FENCED`.
+ *
+ * Ownership: borrows both handles for the call.
+ *
+ * # Safety
+ * `txn` is NULL or a live transaction; `consumer` is NULL or a live
+ * consumer not used by another thread meanwhile.
+ */
+enum mql_status mql_txn_send_offsets(struct mql_txn *txn, struct mql_consumer *consumer);
+
+/**
+ * Adds `n` offsets to commit for consumer group `group` with the
+ * transaction (entries as for `mql_commit_offsets`: `offset` is the next
+ * offset to read, `metadata` NULL for none; `timestamp` is ignored). A
+ * later entry for the same partition replaces an earlier one. With `n` 0
+ * nothing is added (`offsets` may then be NULL). All or nothing: a bad
+ * entry adds none.
+ *
+ * Errors: `MQL_UNKNOWN_TOPIC`, `MQL_UNKNOWN_PARTITION`,
+ * `MQL_OFFSET_OUT_OF_RANGE` (an offset past the partition's end),
+ * `MQL_INVALID_ARGUMENT` (an empty group, metadata longer than
+ * `max_commit_metadata_bytes`, a transaction already committed or
+ * aborted), `MQL_NULL_ARGUMENT` (also for a NULL topic),
+ * `MQL_INVALID_UTF8`, `MQL_TIMEOUT`, `MQL_PRODUCER_FENCED`, `MQL_CLOSED`.
+ *
+ * Ownership: borrows every argument for the call.
+ *
+ * # Safety
+ * `txn` is NULL or a live transaction; `group` is NULL or a
+ * NUL-terminated string; `offsets` is NULL or points to `n` entries whose
+ * strings are NULL or NUL-terminated.
+ */
+enum mql_status mql_txn_send_offsets_to(struct mql_txn *txn,
+                                        const char *group,
+                                        const struct mql_committed_offset *offsets,
+                                        size_t n);
+
+/**
+ * The number of records added to the transaction so far, into `*out`
+ * (0 once it was committed or aborted).
+ *
+ * Ownership: borrows every argument for the call.
+ *
+ * # Safety
+ * `txn` is NULL or a live transaction; `out` is NULL or valid for writing
+ * a `size_t`.
+ */
+enum mql_status mql_txn_len(struct mql_txn *txn, size_t *out);
+
+/**
+ * Commits the transaction: every record and offset in it becomes visible
+ * together (to consumers at either isolation level), or, on an error,
+ * none does. With `acks = -1` the commit is on disk (survives power loss)
+ * when it returns; at any acks level a killed process leaves either all
+ * or nothing of it.
+ *
+ * `out` may be NULL; otherwise it must hold `out_count` entries, at least
+ * the number of records (`mql_txn_len`, else `MQL_INVALID_ARGUMENT` and
+ * nothing is done), and receives each record's metadata in the order they
+ * were sent (the entries after them are left alone).
+ *
+ * The transaction is over when this returns, committed or not: later
+ * calls on the handle fail with `MQL_INVALID_ARGUMENT`; free it with
+ * `mql_txn_free`.
+ *
+ * Errors: `MQL_PRODUCER_FENCED` (a newer producer took the transactional
+ * id), `MQL_TIMEOUT` (open longer than `transaction_timeout_ms`),
+ * `MQL_TRANSACTION_TOO_LARGE` (its part in one partition is larger than a
+ * segment), `MQL_INVALID_ARGUMENT` (already committed or aborted),
+ * `MQL_CLOSED`, I/O errors (a full disk). Nothing is written then.
+ *
+ * Ownership: borrows every argument for the call.
+ *
+ * # Safety
+ * `txn` is NULL or a live transaction; `out` is NULL or valid for writing
+ * `out_count` `mql_metadata`s.
+ */
+enum mql_status mql_txn_commit(struct mql_txn *txn, struct mql_metadata *out, size_t out_count);
+
+/**
+ * Aborts the transaction: nothing of it is written. The handle stays
+ * valid until `mql_txn_free`; later calls fail with
+ * `MQL_INVALID_ARGUMENT`.
+ *
+ * Errors: `MQL_INVALID_ARGUMENT` (already committed or aborted).
+ *
+ * Ownership: borrows `txn` for the call.
+ *
+ * # Safety
+ * `txn` is NULL or a live transaction.
+ */
+enum mql_status mql_txn_abort(struct mql_txn *txn);
+
+/**
+ * Releases a transaction, aborting it when it is still open. NULL does
+ * nothing.
+ *
+ * Ownership: takes back the transaction the caller owned; do not use it
+ * afterwards.
+ *
+ * # Safety
+ * `txn` is NULL or a live transaction from `mql_txn_begin`, not used
+ * again (by any thread).
+ */
+void mql_txn_free(struct mql_txn *txn);
 
 #ifdef __cplusplus
 }  // extern "C"

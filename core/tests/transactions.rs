@@ -632,3 +632,16 @@ fn a_transaction_to_a_deleted_topic_fails_whole() {
     tx.commit().unwrap();
     assert_eq!(values(&mq, "a", 0), ["z"]);
 }
+
+#[test]
+fn no_transaction_begins_once_the_broker_is_closed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mq = open(tmp.path());
+    setup(&mq);
+    let p = txn_producer(&mq, "etl");
+    let plain = mq.producer(ProducerConfig::default()).unwrap();
+    mq.close().unwrap();
+    assert!(matches!(p.begin_transaction(), Err(Error::Closed(_))));
+    // Closed comes before "no transactional id", as for every call.
+    assert!(matches!(plain.begin_transaction(), Err(Error::Closed(_))));
+}

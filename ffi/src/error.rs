@@ -82,6 +82,11 @@ pub enum mql_status {
     /// A newer producer with the same name exists (it has a higher epoch);
     /// this one may no longer write. Free it.
     MQL_PRODUCER_FENCED = 403,
+    /// A transaction grew past the producer's `max_transaction_bytes` (the
+    /// record was not added; the transaction stays open), or its part in
+    /// one partition is larger than a segment (at the commit: nothing was
+    /// written).
+    MQL_TRANSACTION_TOO_LARGE = 410,
     /// A commit was refused: this group member no longer owns a partition
     /// it commits (a rebalance gave it to another member). Nothing was
     /// committed.
@@ -93,7 +98,7 @@ pub enum mql_status {
 use mql_status::*;
 
 /// Every status, for lookups by number.
-const ALL: [mql_status; 25] = [
+const ALL: [mql_status; 26] = [
     MQL_OK,
     MQL_IO,
     MQL_DISK_FULL,
@@ -118,6 +123,7 @@ const ALL: [mql_status; 25] = [
     MQL_BUFFER_FULL,
     MQL_OUT_OF_ORDER_SEQUENCE,
     MQL_PRODUCER_FENCED,
+    MQL_TRANSACTION_TOO_LARGE,
     MQL_COMMIT_FAILED,
 ];
 
@@ -490,6 +496,7 @@ mod tests {
                 epoch: 0,
                 current_epoch: 1,
             },
+            Error::TransactionTooLarge { size: 9, max: 1 },
             Error::CommitFailed("t/0 is not owned".into()),
         ];
         for e in errors {

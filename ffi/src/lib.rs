@@ -105,6 +105,9 @@ mod log;
 
 mod util;
 
+// Transactions.
+mod transaction;
+
 pub use crate::log::*;
 pub use broker::*;
 pub use callback::*;
@@ -118,6 +121,7 @@ pub use names::*;
 pub use processor::*;
 pub use producer::*;
 pub use topic::*;
+pub use transaction::*;
 
 use std::ffi::{c_char, CStr};
 

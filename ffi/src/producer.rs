@@ -16,7 +16,7 @@ use crate::util::{arg, arg_bytes, arg_slice, arg_str, free, into_handle, out, Ou
 /// `mql_producer_new`, released by `mql_producer_free`. Safe to use from
 /// several threads at once.
 pub struct mql_producer {
-    inner: Producer,
+    pub(crate) inner: Producer,
 }
 
 /// `mql_record.partition` value: let the producer choose. A record with a

@@ -50,6 +50,7 @@ also a ``TimeoutError``)::
     +-- BufferFull (401), also a BufferError
     +-- OutOfOrderSequence (402)
     +-- ProducerFenced (403)
+    +-- TransactionTooLarge (410)
     +-- CommitFailed (500)
 
 A re-sent ``sequence`` is not an error: ``send()`` returns metadata with
@@ -137,6 +138,8 @@ from ._mqlite import (
     Timeout,
     TopicExists,
     TopicInfo,
+    Transaction,
+    TransactionTooLarge,
     UnknownPartition,
     UnknownTopic,
     UnsupportedVersion,
@@ -179,6 +182,8 @@ __all__ = [
     "Timeout",
     "TopicExists",
     "TopicInfo",
+    "Transaction",
+    "TransactionTooLarge",
     "UnknownPartition",
     "UnknownTopic",
     "UnsupportedVersion",

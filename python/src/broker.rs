@@ -512,6 +512,18 @@ impl Broker {
     ///         than this is not appended: its callbacks get
     ///         `mqlite.Timeout`. An `acks="all"` send whose flush ends past
     ///         it raises `mqlite.Timeout`; its record is in the log already.
+    ///     transactional_id: Makes a transactional producer (Kafka's
+    ///         `transactional.id`, the naming rules of `name`): it may run
+    ///         transactions (`transaction()`, `begin_transaction()`), and
+    ///         making one with the same id fences this one (its open
+    ///         transaction is aborted; its calls raise `ProducerFenced`).
+    ///         Not available in shared mode.
+    ///     max_transaction_bytes: Most bytes of records one transaction may
+    ///         buffer (default 64 MiB); past it a send raises
+    ///         `TransactionTooLarge`.
+    ///     transaction_timeout_ms: How long a transaction may stay open
+    ///         (default 60000; 0: no limit); past it the transaction is
+    ///         aborted and its next call raises `Timeout`.
     ///
     /// Returns:
     ///     Producer: A new producer.
@@ -540,12 +552,16 @@ impl Broker {
             interceptors = None,
             retries = 2,
             fault_backoff_ms = 30_000,
-            delivery_timeout_ms = 120_000
+            delivery_timeout_ms = 120_000,
+            transactional_id = None,
+            max_transaction_bytes = 67_108_864,
+            transaction_timeout_ms = 60_000
         ),
         text_signature = "($self, name=None, *, idempotent=True, acks=1, linger_ms=0, batch_size=16384, \
                           buffer_memory=33554432, max_block_ms=60000, compression='none', \
                           partitioner='sticky', dedup_window=5, strict_sequences=False, interceptors=None, \
-                          retries=2, fault_backoff_ms=30000, delivery_timeout_ms=120000)"
+                          retries=2, fault_backoff_ms=30000, delivery_timeout_ms=120000, \
+                          transactional_id=None, max_transaction_bytes=67108864, transaction_timeout_ms=60000)"
     )]
     #[allow(clippy::too_many_arguments)] // one per argument of the Python signature
     fn producer(
@@ -565,6 +581,9 @@ impl Broker {
         retries: i64,
         fault_backoff_ms: i64,
         delivery_timeout_ms: i64,
+        transactional_id: Option<String>,
+        max_transaction_bytes: i64,
+        transaction_timeout_ms: i64,
     ) -> PyResult<Producer> {
         let py = slf.py();
         slf.get().check_open(py)?;
@@ -590,6 +609,9 @@ impl Broker {
                 retries,
                 fault_backoff_ms,
                 delivery_timeout_ms,
+                transactional_id,
+                max_transaction_bytes,
+                transaction_timeout_ms,
             },
         )
     }
@@ -626,6 +648,10 @@ impl Broker {
     ///         (topic, partition) pairs this member asks for.
     ///     on_commit: Called as `on_commit(err, offsets)` after each
     ///         `Consumer.commit()` (see there); not for automatic commits.
+    ///     isolation_level: "read_committed" (default) or
+    ///         "read_uncommitted" (Kafka's `isolation.level`). Both read
+    ///         the same records: a transaction is written only at its
+    ///         commit, so nothing uncommitted is ever in a log.
     ///
     /// Returns:
     ///     Consumer: A new consumer with nothing assigned.
@@ -650,12 +676,14 @@ impl Broker {
             max_poll_records = 500,
             wanted_partitions = None,
             on_commit = None,
-            enable_auto_offset_store = true
+            enable_auto_offset_store = true,
+            isolation_level = "read_committed"
         ),
         text_signature = "($self, group_id=None, *, client_id='consumer', assignment_strategy='averagely', \
                           auto_offset_reset='earliest', enable_auto_commit=True, auto_commit_interval_ms=5000, \
                           max_poll_interval_ms=300000, broadcast=False, max_poll_records=500, \
-                          wanted_partitions=None, on_commit=None, enable_auto_offset_store=True)"
+                          wanted_partitions=None, on_commit=None, enable_auto_offset_store=True, \
+                          isolation_level='read_committed')"
     )]
     #[allow(clippy::too_many_arguments)] // one per argument of the Python signature
     fn consumer(
@@ -672,9 +700,11 @@ impl Broker {
         wanted_partitions: Option<&Bound<'_, PyAny>>,
         on_commit: Option<Bound<'_, PyAny>>,
         enable_auto_offset_store: bool,
+        isolation_level: &str,
     ) -> PyResult<Consumer> {
         let py = slf.py();
         slf.get().check_open(py)?;
+        let isolation = mqlite::IsolationLevel::parse(isolation_level).py_err(py)?;
         let reset: mqlite::OffsetReset = auto_offset_reset.parse().py_err(py)?;
         let strategy: mqlite::AssignmentStrategy = assignment_strategy.parse().py_err(py)?;
         if !(1..=1_000_000).contains(&max_poll_records) {
@@ -733,7 +763,8 @@ impl Broker {
             .enable_auto_offset_store(enable_auto_offset_store)
             .auto_commit_interval_ms(interval)
             .max_poll_interval_ms(max_poll_interval)
-            .broadcast(broadcast);
+            .broadcast(broadcast)
+            .isolation_level(isolation);
         config.group_id = group_id;
         let broker = &slf.get().inner;
         let inner = broker.consumer(config).py_err(py)?;

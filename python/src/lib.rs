@@ -22,11 +22,14 @@
 mod broker;
 mod callback;
 mod consumer;
+mod data;
 mod error;
 mod fork;
 mod log;
 mod processor;
 mod producer;
+// Transactions.
+mod transaction;
 mod util;
 
 use pyo3::prelude::*;
@@ -49,8 +52,9 @@ fn _mqlite(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<broker::GroupInfo>()?;
     m.add_class::<processor::Processor>()?;
     m.add_class::<processor::ProcessorStats>()?;
-    m.add_function(wrap_pyfunction!(producer::murmur2, m)?)?;
-    m.add_function(wrap_pyfunction!(producer::partition_for_key, m)?)?;
+    m.add_class::<transaction::Transaction>()?;
+    m.add_function(wrap_pyfunction!(data::murmur2, m)?)?;
+    m.add_function(wrap_pyfunction!(data::partition_for_key, m)?)?;
     error::register(m)?;
     fork::install(m)?;
     // Private (for tests): set as an attribute, so not in `__all__`.

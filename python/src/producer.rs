@@ -1,117 +1,26 @@
-//! `mqlite.Producer`, `mqlite.RecordMetadata`, `mqlite.ProducerStats` and
-//! the conversion of Python keys, values and headers into bytes.
+//! `mqlite.Producer`, `mqlite.RecordMetadata` and `mqlite.ProducerStats`
+//! (keys, values and headers become bytes in `data.rs`).
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
-use pyo3::types::{PyByteArray, PyBytes, PyDict, PyInt, PyList, PyString, PyTuple};
+use pyo3::types::{PyByteArray, PyBytes, PyInt, PyList, PyString, PyTuple};
+
+pub(crate) use crate::data::{data, headers, Data};
 
 use crate::broker::Broker;
 use crate::callback::{self, Delivery, Event, PyInterceptor};
 use crate::error::{closed, invalid_argument, to_py, IntoPy};
 use crate::fork::Local;
+use crate::transaction::Transaction;
+use crate::util::lock;
 use crate::util::{arg_u32, arg_u64};
 
 /// Longest wait without the GIL before checking for signals (Ctrl-C).
 const WAIT_SLICE: Duration = Duration::from_millis(100);
-
-/// Bytes taken from a Python object: borrowed from immutable `bytes` and
-/// `str`, copied from mutable buffers (`bytearray`, `memoryview`, ...).
-pub enum Data<'a> {
-    /// Borrowed from a `bytes` or `str`, valid while the object lives.
-    Borrowed(&'a [u8]),
-    /// Copied out of a mutable buffer.
-    Owned(Vec<u8>),
-}
-
-impl Data<'_> {
-    /// The bytes.
-    #[inline]
-    pub fn as_slice(&self) -> &[u8] {
-        match self {
-            Data::Borrowed(b) => b,
-            Data::Owned(v) => v,
-        }
-    }
-}
-
-/// Reads `obj` as bytes: `bytes`, `str` (UTF-8), `bytearray`, or any object
-/// with a buffer of unsigned bytes. `None` gives `None`.
-///
-/// Mutable buffers are copied so that nothing can change them while the
-/// engine reads them (with or without the GIL held).
-pub fn data<'a>(obj: &'a Bound<'_, PyAny>, what: &str) -> PyResult<Option<Data<'a>>> {
-    if let Ok(b) = obj.cast::<PyBytes>() {
-        return Ok(Some(Data::Borrowed(b.as_bytes())));
-    }
-    if obj.is_none() {
-        return Ok(None);
-    }
-    if let Ok(s) = obj.cast::<PyString>() {
-        return Ok(Some(Data::Borrowed(s.to_str()?.as_bytes())));
-    }
-    if let Ok(b) = obj.cast::<PyByteArray>() {
-        return Ok(Some(Data::Owned(b.to_vec())));
-    }
-    if let Ok(buf) = PyBuffer::<u8>::get(obj) {
-        return Ok(Some(Data::Owned(buf.to_vec(obj.py())?)));
-    }
-    Err(PyTypeError::new_err(format!(
-        "{what} must be bytes, bytearray, memoryview, str or None, not {}",
-        obj.get_type().name()?
-    )))
-}
-
-/// Like [`data`], but `None` is refused.
-fn data_required<'a>(obj: &'a Bound<'_, PyAny>, what: &str) -> PyResult<Data<'a>> {
-    match data(obj, what)? {
-        Some(d) => Ok(d),
-        None => Err(PyTypeError::new_err(format!(
-            "{what} must be bytes, bytearray, memoryview or str, not None"
-        ))),
-    }
-}
-
-/// One header from a name and a value.
-fn header(name: &Bound<'_, PyAny>, value: &Bound<'_, PyAny>) -> PyResult<mqlite::Header> {
-    let name = name
-        .cast::<PyString>()
-        .map_err(|_| PyTypeError::new_err("header names must be str"))?;
-    let value = data_required(value, "header value")?;
-    Ok(mqlite::Header::new(name.to_str()?, value.as_slice()))
-}
-
-/// Headers from a dict or an iterable of `(name, value)` pairs.
-pub(crate) fn headers(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<mqlite::Header>> {
-    let Some(obj) = obj.filter(|o| !o.is_none()) else {
-        return Ok(Vec::new());
-    };
-    if let Ok(d) = obj.cast::<PyDict>() {
-        return d.iter().map(|(k, v)| header(&k, &v)).collect();
-    }
-    if obj.is_instance_of::<PyString>() || obj.is_instance_of::<PyBytes>() {
-        return Err(PyTypeError::new_err(
-            "headers must be a dict or a list of (str, bytes) pairs",
-        ));
-    }
-    let mut out = Vec::new();
-    for item in obj.try_iter().map_err(|_| {
-        PyTypeError::new_err("headers must be a dict or a list of (str, bytes) pairs")
-    })? {
-        let item = item?;
-        let pair = item
-            .cast::<PyTuple>()
-            .ok()
-            .filter(|t| t.len() == 2)
-            .ok_or_else(|| PyTypeError::new_err("each header must be a (str, bytes) pair"))?;
-        out.push(header(&pair.get_item(0)?, &pair.get_item(1)?)?);
-    }
-    Ok(out)
-}
 
 /// Where a record was written, as returned by `Producer.send()` and given to
 /// `on_delivery` callbacks.
@@ -312,6 +221,10 @@ pub(crate) struct Options<'a, 'py> {
     pub retries: i64,
     pub fault_backoff_ms: i64,
     pub delivery_timeout_ms: i64,
+    // Transactions.
+    pub transactional_id: Option<String>,
+    pub max_transaction_bytes: i64,
+    pub transaction_timeout_ms: i64,
 }
 
 /// Sends records to the topics of one data directory.
@@ -340,6 +253,11 @@ pub struct Producer {
     /// or `linger_ms`): only then can a send wait for room.
     buffer_memory: usize,
     buffers: bool,
+    // Transactions.
+    /// The transaction begun by `begin_transaction()` or `transaction()`,
+    /// until it is committed or aborted: `send()` and `produce()` add to
+    /// it.
+    pub(crate) txn: Mutex<Option<Py<Transaction>>>,
 }
 
 impl Producer {
@@ -365,6 +283,12 @@ impl Producer {
             .fault_backoff_ms(arg_u64(py, "fault_backoff_ms", o.fault_backoff_ms)?)
             .delivery_timeout_ms(arg_u64(py, "delivery_timeout_ms", o.delivery_timeout_ms)?);
         config.name = o.name;
+        // Transactions.
+        config.transactional_id = o.transactional_id;
+        config.max_transaction_bytes =
+            arg_usize(py, "max_transaction_bytes", o.max_transaction_bytes)?;
+        config.transaction_timeout_ms =
+            arg_u64(py, "transaction_timeout_ms", o.transaction_timeout_ms)?;
         if let Some(p) = o.partitioner.filter(|p| !p.is_none()) {
             config.partitioner = parse_partitioner(py, p)?;
         }
@@ -400,6 +324,7 @@ impl Producer {
             delivery,
             buffer_memory,
             buffers,
+            txn: Mutex::new(None),
         })
     }
 
@@ -414,7 +339,7 @@ impl Producer {
         engine + self.delivery.reports()
     }
 
-    fn check_open(&self, py: Python<'_>) -> PyResult<()> {
+    pub(crate) fn check_open(&self, py: Python<'_>) -> PyResult<()> {
         if self.inner.forked() {
             return Err(self.broker.get().forked_error(py, "producer"));
         }
@@ -623,9 +548,22 @@ impl Producer {
         headers: Option<&Bound<'_, PyAny>>,
         timestamp: Option<i64>,
         sequence: Option<i64>,
-    ) -> PyResult<RecordMetadata> {
+    ) -> PyResult<Option<RecordMetadata>> {
         self.check_open(py)?;
         self.delivery.serve(py, false)?;
+        // Transactions.
+        if let Some(tx) = self.open_transaction(py) {
+            if sequence.is_some() {
+                return Err(invalid_argument(
+                    py,
+                    "records of a transaction take no sequence",
+                ));
+            }
+            let args = (topic, value, key, partition, headers, timestamp);
+            tx.get()
+                .add(py, args.0, args.1, args.2, args.3, args.4, args.5, None)?;
+            return Ok(None);
+        }
         let f = Fields::new(py, value, key, partition, headers)?;
         let record = f.record(topic, timestamp, sequence);
         let res = if self.acks == mqlite::Acks::All
@@ -635,7 +573,8 @@ impl Producer {
         } else {
             self.inner.send_borrowed(&record)
         };
-        self.finish(py, res).map(RecordMetadata::from)
+        self.finish(py, res)
+            .map(|md| Some(RecordMetadata::from(md)))
     }
 
     /// Queues one record and returns at once; `on_delivery` hears how it
@@ -689,6 +628,25 @@ impl Producer {
     ) -> PyResult<()> {
         self.check_open(py)?;
         self.delivery.serve(py, false)?;
+        // Transactions.
+        if let Some(tx) = self.open_transaction(py) {
+            if sequence.is_some() {
+                return Err(invalid_argument(
+                    py,
+                    "records of a transaction take no sequence",
+                ));
+            }
+            return tx.get().add(
+                py,
+                topic,
+                value,
+                key,
+                partition,
+                headers,
+                timestamp,
+                on_delivery,
+            );
+        }
         let f = Fields::new(py, value, key, partition, headers)?;
         let callback: mqlite::DeliveryCallback = match on_delivery.filter(|c| !c.is_none()) {
             Some(c) => {
@@ -763,6 +721,13 @@ impl Producer {
     ) -> PyResult<usize> {
         self.check_open(py)?;
         self.delivery.serve(py, false)?;
+        // Transactions.
+        if self.open_transaction(py).is_some() {
+            return Err(invalid_argument(
+                py,
+                "send_batch() is not available while a transaction is open: use send()",
+            ));
+        }
         // Owned references keep every item alive while its bytes are
         // borrowed, even if Python code (a partitioner) changes the list.
         let vals = items(values, "values")?;
@@ -1020,6 +985,11 @@ impl Producer {
         if self.inner.forked() || self.closed.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
+        // Transactions: an open one is aborted.
+        let open = lock(&self.txn).take();
+        if let Some(tx) = open {
+            let _ = tx.get().finish_abort(py);
+        }
         let res = match py.detach(|| self.inner.close()) {
             Err(mqlite::Error::Closed(_)) => Ok(()),
             r => r.py_err(py),
@@ -1129,49 +1099,142 @@ impl Producer {
             None => format!("<mqlite.Producer acks={acks} {state}>"),
         }
     }
-}
 
-/// Kafka's murmur2 hash of `data` (seed 0x9747b28c), as a signed 32-bit int.
-///
-/// Args:
-///     data: bytes, bytearray, memoryview or str (UTF-8).
-///
-/// Returns:
-///     int: The hash, -2**31 to 2**31 - 1.
-///
-/// Raises:
-///     TypeError: `data` is not bytes-like or str.
-#[pyfunction]
-pub fn murmur2(data: &Bound<'_, PyAny>) -> PyResult<i32> {
-    Ok(mqlite::murmur2(data_required(data, "data")?.as_slice()))
-}
+    // Transactions.
 
-/// The partition Kafka's default partitioner picks for `key`.
-///
-/// `(murmur2(key) & 0x7fffffff) % partitions`, the partition `send()` uses
-/// for a keyed record without an explicit partition.
-///
-/// Args:
-///     key: bytes, bytearray, memoryview or str (UTF-8).
-///     partitions: Number of partitions, at least 1.
-///
-/// Returns:
-///     int: 0 to `partitions` - 1.
-///
-/// Raises:
-///     mqlite.InvalidArgument: `partitions` is below 1 or over 2**32 - 1.
-///     TypeError: `key` is not bytes-like or str.
-#[pyfunction]
-pub fn partition_for_key(py: Python<'_>, key: &Bound<'_, PyAny>, partitions: i64) -> PyResult<u32> {
-    let n = arg_u32(py, "partitions", partitions)?;
-    if n == 0 {
-        return Err(crate::error::invalid_argument(
-            py,
-            "partitions must be at least 1, got 0",
-        ));
+    /// str | None: The transactional id, or None.
+    #[getter]
+    fn transactional_id(&self) -> Option<&str> {
+        self.inner.transactional_id()
     }
-    Ok(mqlite::partition_for_key(
-        data_required(key, "key")?.as_slice(),
-        n,
-    ))
+
+    /// Begins a transaction and returns it (see `Transaction`): a context
+    /// manager that commits when its block ends normally and aborts when
+    /// it ends by an exception. Until it is committed or aborted, this
+    /// producer's `send()` and `produce()` add to it too. One transaction
+    /// at a time per producer.
+    ///
+    /// Returns:
+    ///     Transaction: The open transaction.
+    ///
+    /// Raises:
+    ///     mqlite.InvalidArgument: The producer has no `transactional_id`,
+    ///         or a transaction of it is open.
+    ///     mqlite.ProducerFenced: A newer producer took the transactional
+    ///         id.
+    ///     mqlite.Closed: The producer or its broker is closed.
+    fn transaction(slf: &Bound<'_, Self>) -> PyResult<Py<Transaction>> {
+        let py = slf.py();
+        let tx = Py::new(py, Transaction::begin(slf)?)?;
+        *lock(&slf.get().txn) = Some(tx.clone_ref(py));
+        Ok(tx)
+    }
+
+    /// confluent-kafka's `init_transactions()`: checks that the producer
+    /// has a `transactional_id`. Fencing older producers with the same id
+    /// already happened when this one was made; nothing else to do.
+    ///
+    /// Args:
+    ///     timeout: Ignored (nothing waits).
+    ///
+    /// Raises:
+    ///     mqlite.InvalidArgument: The producer has no `transactional_id`.
+    ///     mqlite.Closed: The producer or its broker is closed.
+    #[pyo3(signature = (timeout = None))]
+    fn init_transactions(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<()> {
+        crate::util::timeout(py, timeout)?;
+        self.check_open(py)?;
+        if self.inner.transactional_id().is_none() {
+            return Err(invalid_argument(
+                py,
+                "transactions need a producer with a transactional_id",
+            ));
+        }
+        Ok(())
+    }
+
+    /// confluent-kafka's `begin_transaction()`: as `transaction()`, kept by
+    /// the producer for `send_offsets_to_transaction()`,
+    /// `commit_transaction()` and `abort_transaction()`.
+    ///
+    /// Raises:
+    ///     As `transaction()`.
+    fn begin_transaction(slf: &Bound<'_, Self>) -> PyResult<()> {
+        Self::transaction(slf).map(drop)
+    }
+
+    /// confluent-kafka's `send_offsets_to_transaction()`: adds consumer
+    /// offsets to the open transaction, committed with it.
+    ///
+    /// Args:
+    ///     offsets: A list of `(topic, partition, offset)` tuples (a
+    ///         metadata string may follow), or of objects with `.topic`,
+    ///         `.partition` and `.offset` (confluent-kafka's
+    ///         `TopicPartition`); `offset` is the next one to read.
+    ///     group_metadata: The consumer group: what
+    ///         `Consumer.consumer_group_metadata()` returns, or its group
+    ///         id.
+    ///     timeout: Ignored (nothing waits).
+    ///
+    /// Raises:
+    ///     mqlite.InvalidArgument: No transaction is open; as
+    ///         `Transaction.send_offsets_to()`.
+    #[pyo3(signature = (offsets, group_metadata, timeout = None))]
+    fn send_offsets_to_transaction(
+        &self,
+        py: Python<'_>,
+        offsets: &Bound<'_, PyAny>,
+        group_metadata: &Bound<'_, PyAny>,
+        timeout: Option<f64>,
+    ) -> PyResult<()> {
+        crate::util::timeout(py, timeout)?;
+        let tx = self.require_transaction(py)?;
+        let group = crate::transaction::group_of(group_metadata)?;
+        tx.get().add_offsets(py, &group, offsets)
+    }
+
+    /// confluent-kafka's `commit_transaction()`: commits the open
+    /// transaction (see `Transaction.commit()`).
+    ///
+    /// Args:
+    ///     timeout: Ignored (the commit is local).
+    ///
+    /// Returns:
+    ///     list[RecordMetadata]: Where each record was written.
+    ///
+    /// Raises:
+    ///     mqlite.InvalidArgument: No transaction is open; as
+    ///         `Transaction.commit()`.
+    #[pyo3(signature = (timeout = None))]
+    fn commit_transaction(
+        &self,
+        py: Python<'_>,
+        timeout: Option<f64>,
+    ) -> PyResult<Vec<RecordMetadata>> {
+        crate::util::timeout(py, timeout)?;
+        let tx = self.require_transaction(py)?;
+        tx.get().finish_commit(py)
+    }
+
+    /// confluent-kafka's `abort_transaction()`: aborts the open
+    /// transaction; nothing of it is written.
+    ///
+    /// Args:
+    ///     timeout: Ignored.
+    ///
+    /// Raises:
+    ///     mqlite.InvalidArgument: No transaction is open.
+    #[pyo3(signature = (timeout = None))]
+    fn abort_transaction(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<()> {
+        crate::util::timeout(py, timeout)?;
+        let tx = self.require_transaction(py)?;
+        tx.get().finish_abort(py)
+    }
+}
+// Transactions.
+impl Producer {
+    /// The engine's producer.
+    pub(crate) fn engine(&self) -> &mqlite::Producer {
+        &self.inner
+    }
 }

@@ -47,3 +47,9 @@ pub fn config_u32(py: Python<'_>, name: &str, v: i64) -> PyResult<u32> {
     u32::try_from(v)
         .map_err(|_| invalid_config(py, format!("{name} must be 0 to {}, got {v}", u32::MAX)))
 }
+
+/// Locks `m`, also when a panic poisoned it (the data stays consistent:
+/// every holder leaves it whole).
+pub fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}

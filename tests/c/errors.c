@@ -150,6 +150,8 @@ int main(int argc, char **argv) {
     CHECK(strcmp(mql_status_str(MQL_BUFFER_FULL), "MQL_BUFFER_FULL") == 0);
     CHECK(strcmp(mql_status_str(MQL_OUT_OF_ORDER_SEQUENCE), "MQL_OUT_OF_ORDER_SEQUENCE") == 0);
     CHECK(strcmp(mql_status_str(MQL_PRODUCER_FENCED), "MQL_PRODUCER_FENCED") == 0);
+    CHECK(MQL_TRANSACTION_TOO_LARGE == 410);
+    CHECK(strcmp(mql_status_str(MQL_TRANSACTION_TOO_LARGE), "MQL_TRANSACTION_TOO_LARGE") == 0);
 
     /* A success does not clear the last error (like errno). */
     CHECK_FAIL(mql_topic_delete(mq, "gone"), MQL_UNKNOWN_TOPIC, "gone");

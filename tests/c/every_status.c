@@ -343,6 +343,28 @@ int main(int argc, char **argv) {
     mql_producer_free(newer);
     mql_producer_free(p);
 
+    /* A transaction past max_transaction_bytes: the record is not added,
+     * the transaction stays open and commits what it has. */
+    CHECK_OK(mql_producer_config_new(&pc));
+    CHECK_OK(mql_producer_config_set_transactional_id(pc, "txn"));
+    CHECK_OK(mql_producer_config_set_max_transaction_bytes(pc, 300));
+    CHECK_OK(mql_producer_new(mq, pc, &p));
+    mql_producer_config_free(pc);
+    uint64_t t_end = end_of(mq, "t", 0);
+    mql_txn *txn;
+    CHECK_OK(mql_txn_begin(p, &txn));
+    r = (mql_record)MQL_RECORD_INIT;
+    r.topic = "t";
+    r.partition = 0;
+    r.value = big;
+    r.value_len = 100;
+    CHECK_OK(mql_txn_send(txn, &r));
+    PROVOKE(mql_txn_send(txn, &r), MQL_TRANSACTION_TOO_LARGE, "larger than the limit");
+    CHECK_OK(mql_txn_commit(txn, NULL, 0));
+    mql_txn_free(txn);
+    CHECK(end_of(mq, "t", 0) > t_end); /* the record and its commit marker */
+    mql_producer_free(p);
+
     /* --- consumers --- */
     make_topic(mq, "two", 2);
     mql_consumer *x, *y;

@@ -76,6 +76,9 @@ ALLOWED = {
     ("mql_interceptor", "on_acknowledgement"): ("call", "either function may be NULL, not both"),
     ("mql_committed_offset", "metadata"): ("call", "NULL: no metadata"),
     ("mql_set_log_callback", "callback"): ("call", "NULL turns logging off (the default)"),
+    # Transactions.
+    ("mql_producer_config_set_transactional_id", "id"): ("call", "NULL: no transactional id"),
+    ("mql_txn_commit", "out"): ("skip", "the metadata is optional; a commit would end the transaction (transactions.c)"),
 }
 
 # Neutral results of accessors given a NULL handle, when not NULL / 0.
@@ -92,6 +95,7 @@ STRINGS = {
     "codec": '"none"',
     "strategy": '"range"',
     "client_id": '"c"',
+    "id": '"tx"',
 }
 STRINGS_BY_FUNCTION = {
     ("mql_producer_config_set_name", "name"): '"n"',
@@ -119,6 +123,7 @@ HANDLES = {
     "mql_name_list": "names",
     "mql_processor": "proc",
     "mql_stopper": "stp",
+    "mql_txn": "txn",
 }
 
 # Valid input structs (arrays of one, made by the C prelude).
@@ -149,6 +154,8 @@ static mql_topic_info *ti;
 static mql_name_list *names;
 static mql_processor *proc;
 static mql_stopper *stp;
+static mql_producer *txn_prod;
+static mql_txn *txn;
 static char other_path[4200];
 
 static mql_header hdr_ok[1] = {{"h", 1, "v", 1}};
@@ -207,9 +214,16 @@ static void setup(const char *dir) {
     CHECK_OK(mql_assign(cons2, "t", 0));
     CHECK_OK(mql_processor_new(cons2, pcfg_ok, &proc));
     CHECK_OK(mql_processor_stopper(proc, &stp));
+    /* An open transaction of a producer with a transactional id. */
+    CHECK_OK(mql_producer_config_set_transactional_id(pc, "tx"));
+    CHECK_OK(mql_producer_new(mq, pc, &txn_prod));
+    CHECK_OK(mql_producer_config_set_transactional_id(pc, NULL));
+    CHECK_OK(mql_txn_begin(txn_prod, &txn));
 }
 
 static void teardown(void) {
+    mql_txn_free(txn);
+    mql_producer_free(txn_prod);
     mql_stopper_free(stp);
     mql_processor_free(proc);
     mql_consumer_free(cons2);

@@ -90,7 +90,7 @@ SEGMENT = 1 << 20
 def make_env(path: Path) -> Env:
     broker = mqlite.open(path, prefault=False, retention_check_interval_ms=0)
     broker.create_topic("t", partitions=2, segment_bytes=SEGMENT)
-    producer = broker.producer(name="p")
+    producer = broker.producer(name="p", transactional_id="p-tx")
     producer.send("t", b"v", partition=0)
     # Offsets stored by hand, so that store_offsets() is a valid call.
     consumer = broker.consumer("g", enable_auto_offset_store=False)
@@ -111,6 +111,9 @@ class Call:
     kinds: Dict[str, str] = field(default_factory=dict)
     #: Positional arguments (only for ``__exit__``, which takes ``*exc``).
     args: Tuple[Any, ...] = ()
+    #: Run on a fresh environment before its calls (e.g. begin a
+    #: transaction for the calls that need one open).
+    before: Optional[Callable[[Env], Any]] = None
 
     @property
     def id(self) -> str:
@@ -141,6 +144,7 @@ METHOD_CALLS: List[Call] = [
             "wanted_partitions": [("t", 0)],
             "on_commit": callback,
             "enable_auto_offset_store": True,
+            "isolation_level": "read_uncommitted",
         },
         {
             "group_id": "str?",
@@ -155,6 +159,7 @@ METHOD_CALLS: List[Call] = [
             "wanted_partitions": "pairs?",
             "on_commit": "callable?",
             "enable_auto_offset_store": "bool",
+            "isolation_level": "str",
         },
     ),
     Call(
@@ -210,6 +215,9 @@ METHOD_CALLS: List[Call] = [
             "retries": 3,
             "fault_backoff_ms": 1000,
             "delivery_timeout_ms": 0,
+            "transactional_id": "p2-tx",
+            "max_transaction_bytes": 1 << 20,
+            "transaction_timeout_ms": 1000,
         },
         {
             "name": "str?",
@@ -227,6 +235,9 @@ METHOD_CALLS: List[Call] = [
             "retries": "u32",
             "fault_backoff_ms": "uint",
             "delivery_timeout_ms": "uint",
+            "transactional_id": "str?",
+            "max_transaction_bytes": "uint",
+            "transaction_timeout_ms": "uint",
         },
     ),
     Call("Broker", "topic", {"name": "t"}, {"name": "str"}),
@@ -311,6 +322,31 @@ METHOD_CALLS: List[Call] = [
         },
     ),
     Call("Producer", "stats"),
+    # Producer: transactions (the environment's producer has a transactional id)
+    Call("Producer", "transaction"),
+    Call("Producer", "init_transactions", {"timeout": 5.0}, {"timeout": "timeout?"}),
+    Call("Producer", "begin_transaction"),
+    Call(
+        "Producer",
+        "send_offsets_to_transaction",
+        {"offsets": [("t", 0, 1)], "group_metadata": "g", "timeout": 5.0},
+        {"offsets": "offsets", "group_metadata": "str", "timeout": "timeout?"},
+        before=lambda env: env.producer.begin_transaction(),
+    ),
+    Call(
+        "Producer",
+        "commit_transaction",
+        {"timeout": 5.0},
+        {"timeout": "timeout?"},
+        before=lambda env: env.producer.begin_transaction(),
+    ),
+    Call(
+        "Producer",
+        "abort_transaction",
+        {"timeout": 5.0},
+        {"timeout": "timeout?"},
+        before=lambda env: env.producer.begin_transaction(),
+    ),
     # Consumer
     Call("Consumer", "__enter__"),
     Call("Consumer", "__exit__", args=(None, None, None)),
@@ -363,6 +399,7 @@ METHOD_CALLS: List[Call] = [
     ),
     Call("Consumer", "unsubscribe"),
     Call("Consumer", "wakeup"),
+    Call("Consumer", "consumer_group_metadata"),
     # Processor (run() is preceded by stop(), so that it returns at once)
     Call("Processor", "run", {"handler": callback}, {"handler": "callable"}),
     Call("Processor", "run_batches", {"handler": callback}, {"handler": "callable"}),
@@ -664,6 +701,8 @@ def run_type_cases(root: Path) -> Tuple[int, List[str]]:
 
     for c in METHOD_CALLS:
         env = fresh()
+        if c.before is not None:
+            c.before(env)
         target = env.target(c.owner)
         method = getattr(target, c.name)
         for arg, kind in c.kinds.items():

@@ -277,6 +277,17 @@ def case_producer_fenced(tmp_path: Path) -> None:
     assert e.current_epoch == new.epoch  # type: ignore[attr-defined]
 
 
+def case_transaction_too_large(tmp_path: Path) -> None:
+    mq = open_broker(tmp_path / "d")
+    mq.create_topic("t", segment_bytes=SEG)
+    p = mq.producer(transactional_id="tx", max_transaction_bytes=300)
+    with p.transaction() as tx:
+        tx.send("t", b"x" * 100)
+        e = raised(mqlite.TransactionTooLarge, lambda: tx.send("t", b"y" * 200))
+        assert "limit of 300" in str(e)
+        assert len(tx) == 1
+
+
 def case_commit_failed(tmp_path: Path) -> None:
     mq = open_broker(tmp_path / "d")
     mq.create_topic("t", partitions=2, segment_bytes=SEG)
@@ -324,6 +335,7 @@ CASES: Dict[str, Callable[[Path], None]] = {
     "BufferFull": case_buffer_full,
     "OutOfOrderSequence": case_out_of_order_sequence,
     "ProducerFenced": case_producer_fenced,
+    "TransactionTooLarge": case_transaction_too_large,
     "CommitFailed": case_commit_failed,
 }
 

@@ -104,12 +104,13 @@ impl Producer {
     /// [`Error::InvalidArgument`] without a transactional id, while another
     /// transaction of this producer is open, or in shared mode;
     /// [`Error::ProducerFenced`] when a newer producer took the
-    /// transactional id; [`Error::Closed`].
+    /// transactional id; [`Error::Closed`] (the producer or its broker).
     pub fn begin_transaction(&self) -> Result<Transaction> {
         let inner = &self.inner;
         if inner.closed.load(Ordering::Acquire) {
             return Err(Error::Closed("producer"));
         }
+        inner.broker.check_open()?;
         let txn = inner.txn_identity()?;
         txn.check_fenced()?;
         if txn.open.swap(true, Ordering::AcqRel) {

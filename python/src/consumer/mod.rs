@@ -26,6 +26,8 @@ mod message;
 #[allow(unsafe_code)] // lends a context pointer to callbacks (module docs)
 mod rebalance;
 mod state;
+// Transactions.
+mod transactional;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -970,6 +972,25 @@ impl Consumer {
     #[getter]
     fn group_id(&self) -> Option<&str> {
         self.group_id.as_deref()
+    }
+
+    // Transactions.
+
+    /// confluent-kafka's `consumer_group_metadata()`: what
+    /// `Producer.send_offsets_to_transaction()` takes to name this
+    /// consumer's group (here: the group id).
+    ///
+    /// Returns:
+    ///     str: The group id.
+    ///
+    /// Raises:
+    ///     mqlite.InvalidArgument: The consumer has no `group_id`.
+    ///     mqlite.Closed: The consumer or its broker is closed.
+    fn consumer_group_metadata(&self, py: Python<'_>) -> PyResult<String> {
+        self.check_not_closed(py)?;
+        self.group_id.clone().ok_or_else(|| {
+            invalid_argument(py, "the consumer has no group_id: it has no group metadata")
+        })
     }
 
     fn __enter__(slf: Bound<'_, Self>) -> PyResult<Bound<'_, Self>> {
