@@ -189,6 +189,15 @@ pub enum Error {
         /// The newest epoch.
         current_epoch: i16,
     },
+    /// A producer of this name is open in a mode that excludes the new one
+    /// (see `ProducerAccessMode`).
+    #[error("producer name {name:?} is busy: {reason}")]
+    ProducerBusy {
+        /// The producer name.
+        name: String,
+        /// Which open producer excludes the new one.
+        reason: String,
+    },
 }
 
 /// Defines [`ErrorKind`] and [`Error::kind`] from the one list of kinds:
@@ -340,6 +349,8 @@ error_kinds! {
     OutOfOrderSequence = 402, MQL_OUT_OF_ORDER_SEQUENCE, OutOfOrderSequence;
     /// A newer producer of the same name exists; this one may no longer write.
     ProducerFenced = 403, MQL_PRODUCER_FENCED, ProducerFenced;
+    /// A producer of this name is open in a mode that excludes the new one.
+    ProducerBusy = 404, MQL_PRODUCER_BUSY, ProducerBusy;
     /// A commit was refused: a partition is not owned by this group member, because a rebalance gave it to another.
     CommitFailed = 500, MQL_COMMIT_FAILED, CommitFailed;
 }
@@ -456,6 +467,10 @@ impl Error {
                 current_epoch: *current_epoch,
             },
             Error::CommitFailed(s) => Error::CommitFailed(s.clone()),
+            Error::ProducerBusy { name, reason } => Error::ProducerBusy {
+                name: name.clone(),
+                reason: reason.clone(),
+            },
         }
     }
 
