@@ -50,6 +50,7 @@ also a ``TimeoutError``)::
     +-- BufferFull (401), also a BufferError
     +-- OutOfOrderSequence (402)
     +-- ProducerFenced (403)
+    +-- ProducerBusy (404)
     +-- CommitFailed (500)
 
 A re-sent ``sequence`` is not an error: ``send()`` returns metadata with
@@ -130,6 +131,7 @@ from ._mqlite import (
     ProcessorStats,
     Producer,
     ProducerFenced,
+    ProducerBusy,
     ProducerRecord,
     ProducerStats,
     ReadOnly,
@@ -172,6 +174,7 @@ __all__ = [
     "ProcessorStats",
     "Producer",
     "ProducerFenced",
+    "ProducerBusy",
     "ProducerRecord",
     "ProducerStats",
     "ReadOnly",

@@ -477,6 +477,21 @@ impl Broker {
     ///         done (like `on_delivery`, on a thread serving callbacks). An
     ///         interceptor that raises is logged (logger "mqlite") and
     ///         skipped; the record goes on.
+    ///     access_mode: How a named producer shares its name with other
+    ///         open producers of it, in this process and in the other
+    ///         processes of a shared-mode directory:
+    ///         "exclusive_with_fencing" (default: the newest fences the
+    ///         older ones), "exclusive" (raise `ProducerBusy` while another
+    ///         exclusive or shared one is open), "wait_for_exclusive" (wait
+    ///         for them to close, at most `max_block_ms`, then `Timeout`)
+    ///         or "shared" (several at once, one id and epoch, sequences
+    ///         deduplicated across them). Needs a `name` unless the default.
+    ///     initial_sequence: Number records sent without `sequence` from
+    ///         this value (or `last_sequence() + 1` when higher), so they
+    ///         are deduplicated on re-send and a restarted producer never
+    ///         reuses a number; an explicit `sequence` moves the counter
+    ///         past it. Needs a `name`, not with "shared"; sends of the
+    ///         producer are serialised.
     ///
     /// Returns:
     ///     Producer: A new producer.
@@ -487,6 +502,9 @@ impl Broker {
     ///         name, a name without idempotence).
     ///     TypeError: An argument has the wrong type, or an interceptor has
     ///         neither method.
+    ///     mqlite.ProducerBusy: `access_mode` excludes an open producer of
+    ///         the name.
+    ///     mqlite.Timeout: "wait_for_exclusive" waited `max_block_ms`.
     ///     mqlite.Closed: The broker is closed.
     #[pyo3(
         signature = (
@@ -502,11 +520,14 @@ impl Broker {
             partitioner = None,
             dedup_window = 5,
             strict_sequences = false,
-            interceptors = None
+            interceptors = None,
+            access_mode = None,
+            initial_sequence = None
         ),
         text_signature = "($self, name=None, *, idempotent=True, acks=1, linger_ms=0, batch_size=16384, \
                           buffer_memory=33554432, max_block_ms=60000, compression='none', \
-                          partitioner='sticky', dedup_window=5, strict_sequences=False, interceptors=None)"
+                          partitioner='sticky', dedup_window=5, strict_sequences=False, interceptors=None, \
+                          access_mode='exclusive_with_fencing', initial_sequence=None)"
     )]
     #[allow(clippy::too_many_arguments)] // one per argument of the Python signature
     fn producer(
@@ -523,6 +544,8 @@ impl Broker {
         dedup_window: i64,
         strict_sequences: bool,
         interceptors: Option<&Bound<'_, PyAny>>,
+        access_mode: Option<&str>,
+        initial_sequence: Option<i64>,
     ) -> PyResult<Producer> {
         let py = slf.py();
         slf.get().check_open(py)?;
@@ -545,6 +568,8 @@ impl Broker {
                 dedup_window,
                 strict_sequences,
                 interceptors,
+                access_mode,
+                initial_sequence,
             },
         )
     }

@@ -164,6 +164,15 @@ impl RecordMetadata {
         &self.topic
     }
 
+    /// str | None: The record's unique id, `"<topic>:<partition>:<offset>"`
+    /// (what `Message.id` of the record reads); None when the offset is
+    /// unknown.
+    #[getter]
+    fn id(&self) -> Option<String> {
+        self.offset
+            .map(|o| mqlite::MessageId::new(&*self.topic, self.partition, o).to_string())
+    }
+
     fn __repr__(&self) -> String {
         let offset = self
             .offset
@@ -295,6 +304,9 @@ pub(crate) struct Options<'a, 'py> {
     pub dedup_window: i64,
     pub strict_sequences: bool,
     pub interceptors: Option<&'a Bound<'py, PyAny>>,
+    // Access modes and automatic numbering of named producers.
+    pub access_mode: Option<&'a str>,
+    pub initial_sequence: Option<i64>,
 }
 
 /// Sends records to the topics of one data directory.
@@ -339,6 +351,10 @@ impl Producer {
             .dedup_window(arg_usize(py, "dedup_window", o.dedup_window)?)
             .strict_sequences(o.strict_sequences);
         config.name = o.name;
+        if let Some(m) = o.access_mode {
+            config.access_mode = m.parse().py_err(py)?;
+        }
+        config.initial_sequence = o.initial_sequence;
         if let Some(p) = o.partitioner.filter(|p| !p.is_none()) {
             config.partitioner = parse_partitioner(py, p)?;
         }
@@ -365,7 +381,10 @@ impl Producer {
         }
         let buffer_memory = config.buffer_memory;
         let buffers = o.acks == mqlite::Acks::All || config.linger_ms > 0;
-        let inner = broker.get().inner.producer(config).py_err(py)?;
+        // Without the GIL: a "wait_for_exclusive" producer may wait for
+        // one that a Python thread closes.
+        let b = broker.get();
+        let inner = py.detach(|| b.inner.producer(config)).py_err(py)?;
         Ok(Producer {
             inner: Local::new(inner),
             acks: o.acks,
@@ -960,6 +979,16 @@ impl Producer {
     fn next_sequence(&self, py: Python<'_>) -> PyResult<i64> {
         self.check_open(py)?;
         py.detach(|| self.inner.next_sequence()).py_err(py)
+    }
+
+    /// The sequence the next record sent without one gets, when the
+    /// producer numbers its records (`initial_sequence`); None otherwise.
+    ///
+    /// Raises:
+    ///     mqlite.Closed: The producer or its broker is closed.
+    fn next_auto_sequence(&self, py: Python<'_>) -> PyResult<Option<i64>> {
+        self.check_open(py)?;
+        Ok(self.inner.next_auto_sequence())
     }
 
     /// Counters of what the producer did so far (also once closed).

@@ -277,6 +277,14 @@ def case_producer_fenced(tmp_path: Path) -> None:
     assert e.current_epoch == new.epoch  # type: ignore[attr-defined]
 
 
+def case_producer_busy(tmp_path: Path) -> None:
+    mq = open_broker(tmp_path / "d")
+    mq.create_topic("t", segment_bytes=SEG)
+    first = mq.producer("only", access_mode="exclusive")
+    raised(mqlite.ProducerBusy, lambda: mq.producer("only", access_mode="exclusive"))
+    first.send("t", b"v")
+
+
 def case_commit_failed(tmp_path: Path) -> None:
     mq = open_broker(tmp_path / "d")
     mq.create_topic("t", partitions=2, segment_bytes=SEG)
@@ -324,6 +332,7 @@ CASES: Dict[str, Callable[[Path], None]] = {
     "BufferFull": case_buffer_full,
     "OutOfOrderSequence": case_out_of_order_sequence,
     "ProducerFenced": case_producer_fenced,
+    "ProducerBusy": case_producer_busy,
     "CommitFailed": case_commit_failed,
 }
 
