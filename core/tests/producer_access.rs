@@ -442,3 +442,38 @@ fn shared_producers_in_two_processes_do_not_fence_each_other() {
     drop(p);
     mq.producer(named("x", Mode::Exclusive)).unwrap();
 }
+
+/// A delivery callback that sends on the same numbering producer, on the
+/// thread that holds the numbering lock: numbered without waiting for the
+/// lock (no deadlock), after the record whose callback it is.
+#[test]
+fn a_callback_sending_on_its_numbering_producer_neither_blocks_nor_reuses() {
+    let dir = tempfile::tempdir().unwrap();
+    let mq = open(dir.path());
+    let p = Arc::new(mq.producer(auto(0)).unwrap());
+    let (tx, rx) = mpsc::channel();
+    for _ in 0..20 {
+        let weak = Arc::downgrade(&p);
+        let tx = tx.clone();
+        p.send_async(
+            Record::new("t").partition(0).value(b"a".to_vec()),
+            move |r| {
+                let outer = r.unwrap();
+                let p = weak.upgrade().unwrap();
+                let inner = p
+                    .send(Record::new("t").partition(0).value(b"b".to_vec()))
+                    .unwrap();
+                tx.send((outer.duplicate, inner.duplicate)).unwrap();
+            },
+        )
+        .unwrap();
+    }
+    p.flush().unwrap();
+    for _ in 0..20 {
+        let (a, b) = rx.recv_timeout(Duration::from_secs(30)).unwrap();
+        assert!(!a && !b);
+    }
+    assert_eq!(p.stats().duplicates, 0);
+    assert_eq!(common::read_partition(&mq, "t", 0).unwrap().len(), 40);
+    assert_eq!(p.last_sequence().unwrap(), Some(39));
+}
