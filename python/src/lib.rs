@@ -25,6 +25,7 @@ mod consumer;
 mod error;
 mod fork;
 mod log;
+mod message_id;
 mod processor;
 mod producer;
 mod util;
@@ -45,6 +46,7 @@ fn _mqlite(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<callback::ProducerRecord>()?;
     m.add_class::<consumer::Consumer>()?;
     m.add_class::<consumer::Message>()?;
+    m.add_class::<message_id::MessageId>()?;
     m.add_class::<consumer::ConsumerStats>()?;
     m.add_class::<broker::GroupInfo>()?;
     m.add_class::<processor::Processor>()?;

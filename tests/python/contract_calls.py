@@ -207,6 +207,8 @@ METHOD_CALLS: List[Call] = [
             "dedup_window": 5,
             "strict_sequences": True,
             "interceptors": [],
+            "access_mode": "exclusive",
+            "initial_sequence": 0,
         },
         {
             "name": "str?",
@@ -221,6 +223,8 @@ METHOD_CALLS: List[Call] = [
             "dedup_window": "uint",
             "strict_sequences": "bool",
             "interceptors": "objects?",
+            "access_mode": "str?",
+            "initial_sequence": "uint?",
         },
     ),
     Call("Broker", "topic", {"name": "t"}, {"name": "str"}),
@@ -235,6 +239,7 @@ METHOD_CALLS: List[Call] = [
     Call("Producer", "__len__"),
     Call("Producer", "last_sequence"),
     Call("Producer", "next_sequence"),
+    Call("Producer", "next_auto_sequence"),
     Call("Producer", "poll", {"timeout": 0.0}, {"timeout": "timeout?"}),
     Call(
         "Producer",
@@ -342,6 +347,7 @@ METHOD_CALLS: List[Call] = [
     Call("Consumer", "resume", {"partitions": [("t", 0)]}, {"partitions": "pairs"}),
     Call("Consumer", "seek_to_beginning", {"topic": "t", "partition": 0}, {"topic": "str", "partition": "u32"}),
     Call("Consumer", "seek_to_end", {"topic": "t", "partition": 0}, {"topic": "str", "partition": "u32"}),
+    Call("Consumer", "seek_to_id", {"id": "t:0:0"}, {"id": "str"}),
     Call("Consumer", "stats"),
     Call(
         "Consumer",

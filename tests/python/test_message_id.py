@@ -52,3 +52,32 @@ def test_an_unknown_offset_has_no_id(mq: mqlite.Broker) -> None:
     p = mq.producer(acks=0)
     md = p.send("t", b"v")
     assert md.offset is None and md.id is None
+
+
+def test_message_id_objects_parse_print_and_compare() -> None:
+    mid = mqlite.MessageId.parse("a.b_c-9:4294967295:18446744073709551615")
+    assert (mid.topic, mid.partition, mid.offset) == ("a.b_c-9", 4294967295, 18446744073709551615)
+    assert str(mid) == "a.b_c-9:4294967295:18446744073709551615"
+    assert mqlite.MessageId("t", 3, 7) == mqlite.MessageId.parse("t:3:7")
+    assert len({mqlite.MessageId("t", 3, 7), mqlite.MessageId.parse("t:3:7")}) == 1
+    assert repr(mqlite.MessageId("t", 0, 0)) == "MessageId('t:0:0')"
+    for bad in ("", "t:0", "t:0:0:0", "t:-1:0", "t:0:01", ":0:0", "t:4294967296:0"):
+        with pytest.raises(mqlite.InvalidArgument):
+            mqlite.MessageId.parse(bad)
+    for topic, partition, offset in (("a b", 0, 0), ("t:x", 0, 0), ("t", -1, 0), ("t", 0, -1), ("", 0, 0)):
+        with pytest.raises(mqlite.InvalidArgument):
+            mqlite.MessageId(topic, partition, offset)
+
+
+def test_a_message_id_object_names_the_message(mq: mqlite.Broker) -> None:
+    mq.create_topic("t")
+    md = mq.producer().send("t", b"v")
+    c = mq.consumer()
+    c.assign([("t", 0)])
+    m = c.poll(1.0)
+    assert m is not None and md.id == m.id
+    mid = mqlite.MessageId.parse(m.id)
+    assert (mid.topic, mid.partition, mid.offset) == (m.topic, m.partition, m.offset)
+    c.seek(str(mid))
+    again = c.poll(1.0)
+    assert again is not None and again.offset == m.offset
