@@ -77,6 +77,12 @@
 #define MQL_OFFSET_UNKNOWN UINT64_MAX
 
 /**
+ * Bytes of the longest message id (`topic:partition:offset`), without the
+ * NUL: a buffer of `MQL_MESSAGE_ID_MAX + 1` bytes holds any id.
+ */
+#define MQL_MESSAGE_ID_MAX 281
+
+/**
  * The result of every fallible function. `MQL_OK` (0) is success; the other
  * values are the engine's stable error codes (allocated in blocks per
  * domain: 1-99 general, 100-199 topics, 200-299 partitions, 300-399 on-disk
@@ -193,6 +199,12 @@ typedef enum mql_status {
      * this one may no longer write. Free it.
      */
     MQL_PRODUCER_FENCED = 403,
+    /**
+     * A producer of the same name is open in an access mode that excludes
+     * the new one (see `mql_access_mode`); nothing changed, the open one
+     * keeps working.
+     */
+    MQL_PRODUCER_BUSY = 404,
     /**
      * A transaction grew past the producer's `max_transaction_bytes` (the
      * record was not added; the transaction stays open), or its part in
@@ -329,6 +341,49 @@ typedef enum mql_isolation_level {
      */
     MQL_READ_UNCOMMITTED = 1,
 } mql_isolation_level;
+
+/**
+ * How a named producer shares its name with the other open producers of
+ * that name, in this process and in the other processes of a shared-mode
+ * directory (Pulsar's access modes). Exclusivity is a lock the kernel
+ * releases when a process ends, so a crashed holder never keeps a name.
+ *
+ * - `MQL_ACCESS_MODE_EXCLUSIVE_WITH_FENCING` (the default): a new producer
+ *   of the name gets a new epoch; older ones fail their next send with
+ *   `MQL_PRODUCER_FENCED`. It claims nothing: any newer producer of the
+ *   name fences it. It cannot open while an exclusive or shared one is
+ *   open (`MQL_PRODUCER_BUSY`).
+ * - `MQL_ACCESS_MODE_EXCLUSIVE`: `mql_producer_new` fails with
+ *   `MQL_PRODUCER_BUSY` while another exclusive, wait-for-exclusive or
+ *   shared producer of the name is open, and changes nothing.
+ * - `MQL_ACCESS_MODE_WAIT_FOR_EXCLUSIVE`: as exclusive, but
+ *   `mql_producer_new` waits for them to close (or their process to end),
+ *   at most `max_block_ms`, then `MQL_TIMEOUT`.
+ * - `MQL_ACCESS_MODE_SHARED`: several producers of the name send at once
+ *   with one producer id and epoch; none fences another. A record's
+ *   sequence written by one is a duplicate when another sends it to the
+ *   same partition. Fails with `MQL_PRODUCER_BUSY` while an exclusive one
+ *   is open.
+ *
+ */
+typedef enum mql_access_mode {
+    /**
+     * The newest producer of the name fences the older ones (the default).
+     */
+    MQL_ACCESS_MODE_EXCLUSIVE_WITH_FENCING = 0,
+    /**
+     * One producer of the name at a time; a second one fails.
+     */
+    MQL_ACCESS_MODE_EXCLUSIVE = 1,
+    /**
+     * One producer of the name at a time; a second one waits.
+     */
+    MQL_ACCESS_MODE_WAIT_FOR_EXCLUSIVE = 2,
+    /**
+     * Any number of producers of the name at once.
+     */
+    MQL_ACCESS_MODE_SHARED = 3,
+} mql_access_mode;
 
 /**
  * An open data directory (the engine's `Broker`). Made by `mql_open`,
@@ -1738,6 +1793,42 @@ enum mql_status mql_producer_config_set_delivery_timeout_ms(struct mql_producer_
                                                             uint64_t delivery_timeout_ms);
 
 /**
+ * Sets the access mode of a named producer: one of the `mql_access_mode`
+ * values (others give `MQL_INVALID_ARGUMENT`). A mode other than
+ * `MQL_ACCESS_MODE_EXCLUSIVE_WITH_FENCING` needs a name
+ * (`mql_producer_new` fails with `MQL_INVALID_ARGUMENT` otherwise).
+ *
+ * Ownership: borrows `config` for the call; the caller still owns it.
+ *
+ * # Safety
+ * `config` is NULL or a live producer config not used by another thread
+ * meanwhile.
+ */
+enum mql_status mql_producer_config_set_access_mode(struct mql_producer_config *config, int mode);
+
+/**
+ * Turns on automatic numbering (Pulsar's `initialSequenceId`): every
+ * record sent without a sequence (`mql_record.sequence` < 0) gets the
+ * producer's next one, the first being `first` or
+ * `mql_producer_last_sequence` + 1 when that is higher, so a restarted
+ * producer never reuses a number and re-sent records are deduplicated. A
+ * record with its own sequence keeps it and moves the counter past it.
+ * Sends of such a producer are serialised (numbers reach each partition in
+ * order). Needs a named producer, not in `MQL_ACCESS_MODE_SHARED`
+ * (`mql_producer_new` fails with `MQL_INVALID_ARGUMENT` otherwise).
+ *
+ * Errors: `MQL_INVALID_ARGUMENT` when `first` < 0.
+ *
+ * Ownership: borrows `config` for the call; the caller still owns it.
+ *
+ * # Safety
+ * `config` is NULL or a live producer config not used by another thread
+ * meanwhile.
+ */
+enum mql_status mql_producer_config_set_initial_sequence(struct mql_producer_config *config,
+                                                         int64_t first);
+
+/**
  * Makes a consumer config with the defaults (`MQL_OFFSET_RESET_EARLIEST`,
  * at most 500 records fetched per internal poll, client id `"consumer"`,
  * strategy `"averagely"`, auto-commit on every 5000 ms, max poll interval
@@ -2569,6 +2660,21 @@ enum mql_status mql_producer_epoch(struct mql_producer *producer, int16_t *out);
 enum mql_status mql_producer_buffered_bytes(struct mql_producer *producer, uint64_t *out);
 
 /**
+ * The sequence the next record sent without one gets, into `*out`, when
+ * the producer numbers its records itself
+ * (`mql_producer_config_set_initial_sequence`); -1 when it does not.
+ *
+ * Errors: `MQL_CLOSED` after `mql_producer_close`.
+ *
+ * Ownership: borrows `producer` for the call; the result is a plain value.
+ *
+ * # Safety
+ * `producer` is NULL or a live producer; `out` is NULL or valid for
+ * writing an `int64_t`.
+ */
+enum mql_status mql_producer_next_auto_sequence(struct mql_producer *producer, int64_t *out);
+
+/**
  * Makes a consumer. `group_id` may be NULL for a standalone consumer (it
  * cannot commit); `config` may be NULL for the defaults (it is copied).
  * It reads nothing until `mql_subscribe` or `mql_assign`.
@@ -2765,6 +2871,23 @@ enum mql_status mql_seek(struct mql_consumer *consumer,
                          const char *topic,
                          uint32_t partition,
                          uint64_t offset);
+
+/**
+ * Sets the next message `mql_poll` returns to the one a message id names
+ * (`<topic>:<partition>:<offset>`, see `mql_message_id`), as `mql_seek`
+ * does. Allowed from a rebalance callback.
+ *
+ * Errors: `MQL_INVALID_ARGUMENT` (a malformed id, or its partition is not
+ * assigned to this consumer: the same error as `mql_seek`),
+ * `MQL_OFFSET_OUT_OF_RANGE`, `MQL_CLOSED`.
+ *
+ * Ownership: borrows every argument for the call; nothing to free.
+ *
+ * # Safety
+ * `consumer` is NULL or a live consumer; `id` is NULL or a NUL-terminated
+ * string.
+ */
+enum mql_status mql_seek_to_id(struct mql_consumer *consumer, const char *id);
 
 /**
  * Moves an assigned partition to its first retained offset, like
@@ -3634,6 +3757,51 @@ void mql_message_batch_free(struct mql_message_batch *batch);
  * (nor any pointer its accessors returned).
  */
 void mql_message_free(struct mql_message *message);
+
+/**
+ * Copies the message's unique id into `buf`, like `snprintf` (as
+ * `mql_last_error_copy` does): at most `buf_len - 1` bytes and a NUL.
+ * Returns the id's length without the NUL (0 when `message` is NULL): the
+ * copy is whole when that is below `buf_len`; `buf` may be NULL to ask
+ * for the length only.
+ *
+ * The id is `<topic>:<partition>:<offset>` in decimal, e.g.
+ * `orders:3:1042`; `mql_message_id_parse` reads it back and
+ * `mql_seek_to_id` moves a consumer to it. The id of a record just sent is
+ * the same string made from its topic and `mql_metadata`'s partition and
+ * offset.
+ *
+ * Ownership: borrows `message` and `buf` for the call; nothing to free.
+ *
+ * # Safety
+ * `message` is NULL or a live message; `buf` is NULL or valid for writing
+ * `buf_len` bytes.
+ */
+size_t mql_message_id(const struct mql_message *message, char *buf, size_t buf_len);
+
+/**
+ * Parses a message id (`<topic>:<partition>:<offset>`, as
+ * `mql_message_id` writes it): the topic into `topic` (NUL-terminated; a
+ * buffer of 250 bytes holds any topic name), the partition into
+ * `*partition` and the offset into `*offset`.
+ *
+ * Errors: `MQL_INVALID_ARGUMENT` when `id` is malformed (not a valid
+ * topic name, two `:` and two decimal numbers without sign or leading
+ * zeros) or the topic does not fit in `topic_len` bytes with its NUL;
+ * nothing is written then. `MQL_NULL_ARGUMENT` for a NULL pointer.
+ *
+ * Ownership: borrows every argument for the call; nothing to free.
+ *
+ * # Safety
+ * `id` is NULL or a NUL-terminated string; `topic` is NULL or valid for
+ * writing `topic_len` bytes; `partition` is NULL or valid for writing a
+ * `uint32_t`; `offset` is NULL or valid for writing a `uint64_t`.
+ */
+enum mql_status mql_message_id_parse(const char *id,
+                                     char *topic,
+                                     size_t topic_len,
+                                     uint32_t *partition,
+                                     uint64_t *offset);
 
 /**
  * The names of all topics, sorted, into `*out`.

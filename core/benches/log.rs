@@ -266,6 +266,9 @@ enum SendMode {
     Batch,
     /// `send_async` with a callback, then `flush`.
     Async,
+    /// `send`, one record at a time, each with the next application
+    /// sequence (0, 1, 2, ...).
+    Sequenced,
 }
 
 /// `n` records through a `Producer` configured by `config`, from `threads`
@@ -295,6 +298,15 @@ fn produce_with(n: u64, size: usize, threads: u64, mode: SendMode, config: Produ
                     match mode {
                         SendMode::One => {
                             for _ in 0..per {
+                                producer.send_borrowed(&rec).expect("send");
+                            }
+                        }
+                        SendMode::Sequenced => {
+                            for seq in 0..per {
+                                let rec = BorrowedRecord {
+                                    sequence: Some(seq as i64),
+                                    ..rec
+                                };
                                 producer.send_borrowed(&rec).expect("send");
                             }
                         }
@@ -741,6 +753,18 @@ fn one_run(h: &mut Harness) {
         });
         bench("Producer::send, 2 threads", n, &|| {
             produce_with(n, size, 2, SendMode::One, cfg())
+        });
+        bench("Producer::send, named, explicit sequences", n, &|| {
+            produce_with(n, size, 1, SendMode::Sequenced, cfg().name("bench"))
+        });
+        bench("Producer::send, named, initial_sequence", n, &|| {
+            produce_with(
+                n,
+                size,
+                1,
+                SendMode::One,
+                cfg().name("bench").initial_sequence(0),
+            )
         });
         bench("Producer::send_batch of 100", n, &|| {
             produce_with(n, size, 1, SendMode::Batch, cfg())

@@ -189,6 +189,15 @@ pub enum Error {
         /// The newest epoch.
         current_epoch: i16,
     },
+    /// A producer of this name is open in a mode that excludes the new one
+    /// (see `ProducerAccessMode`).
+    #[error("producer name {name:?} is busy: {reason}")]
+    ProducerBusy {
+        /// The producer name.
+        name: String,
+        /// Which open producer excludes the new one.
+        reason: String,
+    },
     /// A transaction holds more bytes than the producer's
     /// `max_transaction_bytes`, or its part in one partition more than a
     /// segment can.
@@ -350,6 +359,8 @@ error_kinds! {
     OutOfOrderSequence = 402, MQL_OUT_OF_ORDER_SEQUENCE, OutOfOrderSequence;
     /// A newer producer of the same name exists; this one may no longer write.
     ProducerFenced = 403, MQL_PRODUCER_FENCED, ProducerFenced;
+    /// A producer of this name is open in a mode that excludes the new one.
+    ProducerBusy = 404, MQL_PRODUCER_BUSY, ProducerBusy;
     /// A transaction is larger than max_transaction_bytes, or its part in one partition larger than a segment.
     TransactionTooLarge = 410, MQL_TRANSACTION_TOO_LARGE, TransactionTooLarge;
     /// A commit was refused: a partition is not owned by this group member, because a rebalance gave it to another.
@@ -468,6 +479,10 @@ impl Error {
                 current_epoch: *current_epoch,
             },
             Error::CommitFailed(s) => Error::CommitFailed(s.clone()),
+            Error::ProducerBusy { name, reason } => Error::ProducerBusy {
+                name: name.clone(),
+                reason: reason.clone(),
+            },
             Error::TransactionTooLarge { size, max } => Error::TransactionTooLarge {
                 size: *size,
                 max: *max,

@@ -41,6 +41,7 @@ mod files;
 mod group;
 pub mod log;
 mod message;
+mod message_id;
 mod offsets;
 mod partition_handle;
 mod private_dir;
@@ -73,8 +74,10 @@ pub use log::batch::Header;
 pub use log::compression::Compression;
 pub use log::RecoveryStats;
 pub use message::{Message, MessageBatch, MessageIter, MessageRef};
+pub use message_id::{MessageId, MAX_MESSAGE_ID_LEN};
 pub use offsets::CommittedOffset;
 pub use processor::{ProcessingMode, Processor, ProcessorConfig, ProcessorStats, ProcessorStop};
+pub use producer::ProducerAccessMode;
 pub use producer::{
     murmur2, partition_for_key, Acks, BorrowedRecord, DeliveryCallback, Partitioner, Producer,
     ProducerConfig, ProducerInterceptor, ProducerStats, Record, RecordMetadata, Selector,

@@ -15,6 +15,7 @@ use std::sync::Arc;
 
 use crate::log::batch::{self, Header};
 use crate::log::Segment;
+use crate::message_id::MessageId;
 
 /// What a source's bytes are.
 enum Backing {
@@ -178,6 +179,11 @@ impl<'a> MessageRef<'a> {
         self.rec.offset
     }
 
+    /// The message's unique id: its topic, partition and offset.
+    pub fn id(&self) -> MessageId {
+        MessageId::new(self.topic(), self.partition(), self.offset())
+    }
+
     /// The timestamp (ms since the epoch).
     pub fn timestamp(&self) -> i64 {
         self.rec.timestamp
@@ -257,6 +263,11 @@ impl Message {
     /// The offset.
     pub fn offset(&self) -> u64 {
         self.as_message_ref().offset()
+    }
+
+    /// The message's unique id: its topic, partition and offset.
+    pub fn id(&self) -> MessageId {
+        self.as_message_ref().id()
     }
 
     /// The timestamp (ms since the epoch).

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use mqlite::{
     Acks, AssignmentStrategy, Compression, Config, ConsumerConfig, OffsetReset, Partitioner,
-    ProducerConfig, TopicConfig,
+    ProducerAccessMode, ProducerConfig, TopicConfig,
 };
 
 use crate::callback::{mql_interceptor, mql_partition_selector, selector, CInterceptor, UserData};
@@ -814,6 +814,108 @@ pub unsafe extern "C" fn mql_producer_config_set_delivery_timeout_ms(
     set!(config, delivery_timeout_ms = delivery_timeout_ms)
 }
 
+// Access modes and automatic numbering of named producers.
+
+/// How a named producer shares its name with the other open producers of
+/// that name, in this process and in the other processes of a shared-mode
+/// directory (Pulsar's access modes). Exclusivity is a lock the kernel
+/// releases when a process ends, so a crashed holder never keeps a name.
+///
+/// - `MQL_ACCESS_MODE_EXCLUSIVE_WITH_FENCING` (the default): a new producer
+///   of the name gets a new epoch; older ones fail their next send with
+///   `MQL_PRODUCER_FENCED`. It claims nothing: any newer producer of the
+///   name fences it. It cannot open while an exclusive or shared one is
+///   open (`MQL_PRODUCER_BUSY`).
+/// - `MQL_ACCESS_MODE_EXCLUSIVE`: `mql_producer_new` fails with
+///   `MQL_PRODUCER_BUSY` while another exclusive, wait-for-exclusive or
+///   shared producer of the name is open, and changes nothing.
+/// - `MQL_ACCESS_MODE_WAIT_FOR_EXCLUSIVE`: as exclusive, but
+///   `mql_producer_new` waits for them to close (or their process to end),
+///   at most `max_block_ms`, then `MQL_TIMEOUT`.
+/// - `MQL_ACCESS_MODE_SHARED`: several producers of the name send at once
+///   with one producer id and epoch; none fences another. A record's
+///   sequence written by one is a duplicate when another sends it to the
+///   same partition. Fails with `MQL_PRODUCER_BUSY` while an exclusive one
+///   is open.
+///
+/// cbindgen:prefix-with-name
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum mql_access_mode {
+    /// The newest producer of the name fences the older ones (the default).
+    ExclusiveWithFencing = 0,
+    /// One producer of the name at a time; a second one fails.
+    Exclusive = 1,
+    /// One producer of the name at a time; a second one waits.
+    WaitForExclusive = 2,
+    /// Any number of producers of the name at once.
+    Shared = 3,
+}
+
+/// Sets the access mode of a named producer: one of the `mql_access_mode`
+/// values (others give `MQL_INVALID_ARGUMENT`). A mode other than
+/// `MQL_ACCESS_MODE_EXCLUSIVE_WITH_FENCING` needs a name
+/// (`mql_producer_new` fails with `MQL_INVALID_ARGUMENT` otherwise).
+///
+/// Ownership: borrows `config` for the call; the caller still owns it.
+///
+/// # Safety
+/// `config` is NULL or a live producer config not used by another thread
+/// meanwhile.
+#[no_mangle]
+pub unsafe extern "C" fn mql_producer_config_set_access_mode(
+    config: *mut mql_producer_config,
+    mode: c_int,
+) -> mql_status {
+    set!(
+        config,
+        access_mode = match mode {
+            m if m == mql_access_mode::ExclusiveWithFencing as c_int => {
+                ProducerAccessMode::ExclusiveWithFencing
+            }
+            m if m == mql_access_mode::Exclusive as c_int => ProducerAccessMode::Exclusive,
+            m if m == mql_access_mode::WaitForExclusive as c_int => {
+                ProducerAccessMode::WaitForExclusive
+            }
+            m if m == mql_access_mode::Shared as c_int => ProducerAccessMode::Shared,
+            m => {
+                return Err(Failure::invalid(format!(
+                    "access mode must be one of the mql_access_mode values, got {m}"
+                )));
+            }
+        }
+    )
+}
+
+/// Turns on automatic numbering (Pulsar's `initialSequenceId`): every
+/// record sent without a sequence (`mql_record.sequence` < 0) gets the
+/// producer's next one, the first being `first` or
+/// `mql_producer_last_sequence` + 1 when that is higher, so a restarted
+/// producer never reuses a number and re-sent records are deduplicated. A
+/// record with its own sequence keeps it and moves the counter past it.
+/// Sends of such a producer are serialised (numbers reach each partition in
+/// order). Needs a named producer, not in `MQL_ACCESS_MODE_SHARED`
+/// (`mql_producer_new` fails with `MQL_INVALID_ARGUMENT` otherwise).
+///
+/// Errors: `MQL_INVALID_ARGUMENT` when `first` < 0.
+///
+/// Ownership: borrows `config` for the call; the caller still owns it.
+///
+/// # Safety
+/// `config` is NULL or a live producer config not used by another thread
+/// meanwhile.
+#[no_mangle]
+pub unsafe extern "C" fn mql_producer_config_set_initial_sequence(
+    config: *mut mql_producer_config,
+    first: i64,
+) -> mql_status {
+    set!(
+        config,
+        initial_sequence = Some(valid(first, first >= 0, || {
+            format!("initial_sequence must be at least 0, got {first}")
+        })?)
+    )
+}
 /// Where a consumer starts when it has no valid position (Kafka's
 /// `auto.offset.reset`).
 ///

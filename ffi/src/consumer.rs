@@ -774,6 +774,35 @@ pub unsafe extern "C" fn mql_seek(
     })
 }
 
+/// Sets the next message `mql_poll` returns to the one a message id names
+/// (`<topic>:<partition>:<offset>`, see `mql_message_id`), as `mql_seek`
+/// does. Allowed from a rebalance callback.
+///
+/// Errors: `MQL_INVALID_ARGUMENT` (a malformed id, or its partition is not
+/// assigned to this consumer: the same error as `mql_seek`),
+/// `MQL_OFFSET_OUT_OF_RANGE`, `MQL_CLOSED`.
+///
+/// Ownership: borrows every argument for the call; nothing to free.
+///
+/// # Safety
+/// `consumer` is NULL or a live consumer; `id` is NULL or a NUL-terminated
+/// string.
+#[no_mangle]
+pub unsafe extern "C" fn mql_seek_to_id(
+    consumer: *mut mql_consumer,
+    id: *const c_char,
+) -> mql_status {
+    guard(|| {
+        // SAFETY: forwarded caller contract (for both).
+        let h = unsafe { arg_ref(consumer, "consumer") }?;
+        // SAFETY: as above.
+        let id: mqlite::MessageId = unsafe { arg_str(id, "id") }?.parse()?;
+        h.any("mql_seek_to_id", |mut a| {
+            Ok(a.seek(&id.topic, id.partition, id.offset)?)
+        })
+    })
+}
+
 /// Moves an assigned partition to its first retained offset, like
 /// `mql_seek`.
 ///

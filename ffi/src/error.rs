@@ -82,6 +82,10 @@ pub enum mql_status {
     /// A newer producer with the same name exists (it has a higher epoch);
     /// this one may no longer write. Free it.
     MQL_PRODUCER_FENCED = 403,
+    /// A producer of the same name is open in an access mode that excludes
+    /// the new one (see `mql_access_mode`); nothing changed, the open one
+    /// keeps working.
+    MQL_PRODUCER_BUSY = 404,
     /// A transaction grew past the producer's `max_transaction_bytes` (the
     /// record was not added; the transaction stays open), or its part in
     /// one partition is larger than a segment (at the commit: nothing was
@@ -98,7 +102,7 @@ pub enum mql_status {
 use mql_status::*;
 
 /// Every status, for lookups by number.
-const ALL: [mql_status; 26] = [
+const ALL: [mql_status; 27] = [
     MQL_OK,
     MQL_IO,
     MQL_DISK_FULL,
@@ -123,6 +127,7 @@ const ALL: [mql_status; 26] = [
     MQL_BUFFER_FULL,
     MQL_OUT_OF_ORDER_SEQUENCE,
     MQL_PRODUCER_FENCED,
+    MQL_PRODUCER_BUSY,
     MQL_TRANSACTION_TOO_LARGE,
     MQL_COMMIT_FAILED,
 ];
@@ -361,7 +366,7 @@ pub unsafe extern "C" fn mql_last_error_copy(buf: *mut c_char, buf_len: usize) -
 /// # Safety
 /// `buf` is NULL or valid for writing `buf_len` bytes, not overlapping
 /// `text`.
-unsafe fn copy_text(text: &[u8], buf: *mut c_char, buf_len: usize) -> usize {
+pub(crate) unsafe fn copy_text(text: &[u8], buf: *mut c_char, buf_len: usize) -> usize {
     if !buf.is_null() && buf_len > 0 {
         let n = utf8_floor(text, buf_len - 1);
         // SAFETY: `buf` is valid for `buf_len` bytes by the caller's
@@ -498,6 +503,10 @@ mod tests {
             },
             Error::TransactionTooLarge { size: 9, max: 1 },
             Error::CommitFailed("t/0 is not owned".into()),
+            Error::ProducerBusy {
+                name: "x".into(),
+                reason: "open".into(),
+            },
         ];
         for e in errors {
             let code = e.code();

@@ -5,7 +5,7 @@ use std::sync::OnceLock;
 
 use mqlite::Message;
 
-use crate::error::{guard, guard_value, mql_status, Failure};
+use crate::error::{copy_text, guard, guard_value, mql_status, Failure};
 use crate::util::{arg, free, out, Out};
 
 /// One consumed record. Made by `mql_poll`, released by
@@ -315,4 +315,94 @@ pub unsafe extern "C" fn mql_message_batch_free(batch: *mut mql_message_batch) {
 #[no_mangle]
 pub unsafe extern "C" fn mql_message_free(message: *mut mql_message) {
     free!(message);
+}
+
+// Message ids.
+
+/// Bytes of the longest message id (`topic:partition:offset`), without the
+/// NUL: a buffer of `MQL_MESSAGE_ID_MAX + 1` bytes holds any id.
+pub const MQL_MESSAGE_ID_MAX: usize = 281;
+
+// The C constant is a literal (the header generator reads no other crate).
+const _: () = assert!(MQL_MESSAGE_ID_MAX == mqlite::MAX_MESSAGE_ID_LEN);
+
+/// Copies the message's unique id into `buf`, like `snprintf` (as
+/// `mql_last_error_copy` does): at most `buf_len - 1` bytes and a NUL.
+/// Returns the id's length without the NUL (0 when `message` is NULL): the
+/// copy is whole when that is below `buf_len`; `buf` may be NULL to ask
+/// for the length only.
+///
+/// The id is `<topic>:<partition>:<offset>` in decimal, e.g.
+/// `orders:3:1042`; `mql_message_id_parse` reads it back and
+/// `mql_seek_to_id` moves a consumer to it. The id of a record just sent is
+/// the same string made from its topic and `mql_metadata`'s partition and
+/// offset.
+///
+/// Ownership: borrows `message` and `buf` for the call; nothing to free.
+///
+/// # Safety
+/// `message` is NULL or a live message; `buf` is NULL or valid for writing
+/// `buf_len` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn mql_message_id(
+    message: *const mql_message,
+    buf: *mut c_char,
+    buf_len: usize,
+) -> usize {
+    guard_value(0, || {
+        let m = arg!(ref message else 0);
+        let id = m.inner.id().to_string();
+        // SAFETY: forwarded caller contract.
+        unsafe { copy_text(id.as_bytes(), buf, buf_len) }
+    })
+}
+
+/// Parses a message id (`<topic>:<partition>:<offset>`, as
+/// `mql_message_id` writes it): the topic into `topic` (NUL-terminated; a
+/// buffer of 250 bytes holds any topic name), the partition into
+/// `*partition` and the offset into `*offset`.
+///
+/// Errors: `MQL_INVALID_ARGUMENT` when `id` is malformed (not a valid
+/// topic name, two `:` and two decimal numbers without sign or leading
+/// zeros) or the topic does not fit in `topic_len` bytes with its NUL;
+/// nothing is written then. `MQL_NULL_ARGUMENT` for a NULL pointer.
+///
+/// Ownership: borrows every argument for the call; nothing to free.
+///
+/// # Safety
+/// `id` is NULL or a NUL-terminated string; `topic` is NULL or valid for
+/// writing `topic_len` bytes; `partition` is NULL or valid for writing a
+/// `uint32_t`; `offset` is NULL or valid for writing a `uint64_t`.
+#[no_mangle]
+pub unsafe extern "C" fn mql_message_id_parse(
+    id: *const c_char,
+    topic: *mut c_char,
+    topic_len: usize,
+    partition: *mut u32,
+    offset: *mut u64,
+) -> mql_status {
+    guard(|| {
+        let id = arg!(str id);
+        if topic.is_null() {
+            return Err(Failure::null("topic"));
+        }
+        let partition = out!(partition);
+        let offset = out!(offset);
+        let parsed: mqlite::MessageId = id.parse()?;
+        if parsed.topic.len() >= topic_len {
+            return Err(Failure::invalid(format!(
+                "the topic buffer holds {topic_len} bytes; the topic of {id:?} needs {}",
+                parsed.topic.len() + 1
+            )));
+        }
+        // SAFETY: `topic` is valid for `topic_len` bytes by the caller's
+        // contract, and the name and its NUL fit (checked above).
+        unsafe { copy_text(parsed.topic.as_bytes(), topic, topic_len) };
+        // SAFETY: valid for writes by the caller's contract.
+        unsafe {
+            partition.write(parsed.partition);
+            offset.write(parsed.offset);
+        }
+        Ok(())
+    })
 }

@@ -872,6 +872,35 @@ pub unsafe extern "C" fn mql_producer_buffered_bytes(
     })
 }
 
+// Automatic numbering of named producers.
+
+/// The sequence the next record sent without one gets, into `*out`, when
+/// the producer numbers its records itself
+/// (`mql_producer_config_set_initial_sequence`); -1 when it does not.
+///
+/// Errors: `MQL_CLOSED` after `mql_producer_close`.
+///
+/// Ownership: borrows `producer` for the call; the result is a plain value.
+///
+/// # Safety
+/// `producer` is NULL or a live producer; `out` is NULL or valid for
+/// writing an `int64_t`.
+#[no_mangle]
+pub unsafe extern "C" fn mql_producer_next_auto_sequence(
+    producer: *mut mql_producer,
+    out: *mut i64,
+) -> mql_status {
+    // SAFETY: forwarded caller contract.
+    unsafe {
+        sequence_into(producer, out, |p| {
+            if p.is_closed() {
+                return Err(mqlite::Error::Closed("producer"));
+            }
+            Ok(p.next_auto_sequence().unwrap_or(-1))
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

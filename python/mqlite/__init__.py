@@ -50,6 +50,7 @@ also a ``TimeoutError``)::
     +-- BufferFull (401), also a BufferError
     +-- OutOfOrderSequence (402)
     +-- ProducerFenced (403)
+    +-- ProducerBusy (404)
     +-- TransactionTooLarge (410)
     +-- CommitFailed (500)
 
@@ -122,6 +123,7 @@ from ._mqlite import (
     IoError,
     Locked,
     Message,
+    MessageId,
     MessageTooLarge,
     OffsetOutOfRange,
     OutOfOrderSequence,
@@ -131,6 +133,7 @@ from ._mqlite import (
     ProcessorStats,
     Producer,
     ProducerFenced,
+    ProducerBusy,
     ProducerRecord,
     ProducerStats,
     ReadOnly,
@@ -166,6 +169,7 @@ __all__ = [
     "IoError",
     "Locked",
     "Message",
+    "MessageId",
     "MessageTooLarge",
     "OffsetOutOfRange",
     "OutOfOrderSequence",
@@ -175,6 +179,7 @@ __all__ = [
     "ProcessorStats",
     "Producer",
     "ProducerFenced",
+    "ProducerBusy",
     "ProducerRecord",
     "ProducerStats",
     "ReadOnly",

@@ -524,6 +524,21 @@ impl Broker {
     ///     transaction_timeout_ms: How long a transaction may stay open
     ///         (default 60000; 0: no limit); past it the transaction is
     ///         aborted and its next call raises `Timeout`.
+    ///     access_mode: How a named producer shares its name with other
+    ///         open producers of it, in this process and in the other
+    ///         processes of a shared-mode directory:
+    ///         "exclusive_with_fencing" (default: the newest fences the
+    ///         older ones), "exclusive" (raise `ProducerBusy` while another
+    ///         exclusive or shared one is open), "wait_for_exclusive" (wait
+    ///         for them to close, at most `max_block_ms`, then `Timeout`)
+    ///         or "shared" (several at once, one id and epoch, sequences
+    ///         deduplicated across them). Needs a `name` unless the default.
+    ///     initial_sequence: Number records sent without `sequence` from
+    ///         this value (or `last_sequence() + 1` when higher), so they
+    ///         are deduplicated on re-send and a restarted producer never
+    ///         reuses a number; an explicit `sequence` moves the counter
+    ///         past it. Needs a `name`, not with "shared"; sends of the
+    ///         producer are serialised.
     ///
     /// Returns:
     ///     Producer: A new producer.
@@ -534,6 +549,9 @@ impl Broker {
     ///         name, a name without idempotence).
     ///     TypeError: An argument has the wrong type, or an interceptor has
     ///         neither method.
+    ///     mqlite.ProducerBusy: `access_mode` excludes an open producer of
+    ///         the name.
+    ///     mqlite.Timeout: "wait_for_exclusive" waited `max_block_ms`.
     ///     mqlite.Closed: The broker is closed.
     #[pyo3(
         signature = (
@@ -555,13 +573,16 @@ impl Broker {
             delivery_timeout_ms = 120_000,
             transactional_id = None,
             max_transaction_bytes = 67_108_864,
-            transaction_timeout_ms = 60_000
+            transaction_timeout_ms = 60_000,
+            access_mode = None,
+            initial_sequence = None
         ),
         text_signature = "($self, name=None, *, idempotent=True, acks=1, linger_ms=0, batch_size=16384, \
                           buffer_memory=33554432, max_block_ms=60000, compression='none', \
                           partitioner='sticky', dedup_window=5, strict_sequences=False, interceptors=None, \
                           retries=2, fault_backoff_ms=30000, delivery_timeout_ms=120000, \
-                          transactional_id=None, max_transaction_bytes=67108864, transaction_timeout_ms=60000)"
+                          transactional_id=None, max_transaction_bytes=67108864, transaction_timeout_ms=60000, \
+                          access_mode='exclusive_with_fencing', initial_sequence=None)"
     )]
     #[allow(clippy::too_many_arguments)] // one per argument of the Python signature
     fn producer(
@@ -584,6 +605,8 @@ impl Broker {
         transactional_id: Option<String>,
         max_transaction_bytes: i64,
         transaction_timeout_ms: i64,
+        access_mode: Option<&str>,
+        initial_sequence: Option<i64>,
     ) -> PyResult<Producer> {
         let py = slf.py();
         slf.get().check_open(py)?;
@@ -612,6 +635,8 @@ impl Broker {
                 transactional_id,
                 max_transaction_bytes,
                 transaction_timeout_ms,
+                access_mode,
+                initial_sequence,
             },
         )
     }

@@ -26,6 +26,7 @@ mod data;
 mod error;
 mod fork;
 mod log;
+mod message_id;
 mod processor;
 mod producer;
 // Transactions.
@@ -48,6 +49,7 @@ fn _mqlite(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<callback::ProducerRecord>()?;
     m.add_class::<consumer::Consumer>()?;
     m.add_class::<consumer::Message>()?;
+    m.add_class::<message_id::MessageId>()?;
     m.add_class::<consumer::ConsumerStats>()?;
     m.add_class::<broker::GroupInfo>()?;
     m.add_class::<processor::Processor>()?;

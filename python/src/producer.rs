@@ -73,6 +73,15 @@ impl RecordMetadata {
         &self.topic
     }
 
+    /// str | None: The record's unique id, `"<topic>:<partition>:<offset>"`
+    /// (what `Message.id` of the record reads); None when the offset is
+    /// unknown.
+    #[getter]
+    fn id(&self) -> Option<String> {
+        self.offset
+            .map(|o| mqlite::MessageId::new(&*self.topic, self.partition, o).to_string())
+    }
+
     fn __repr__(&self) -> String {
         let offset = self
             .offset
@@ -225,6 +234,9 @@ pub(crate) struct Options<'a, 'py> {
     pub transactional_id: Option<String>,
     pub max_transaction_bytes: i64,
     pub transaction_timeout_ms: i64,
+    // Access modes and automatic numbering of named producers.
+    pub access_mode: Option<&'a str>,
+    pub initial_sequence: Option<i64>,
 }
 
 /// Sends records to the topics of one data directory.
@@ -289,6 +301,10 @@ impl Producer {
             arg_usize(py, "max_transaction_bytes", o.max_transaction_bytes)?;
         config.transaction_timeout_ms =
             arg_u64(py, "transaction_timeout_ms", o.transaction_timeout_ms)?;
+        if let Some(m) = o.access_mode {
+            config.access_mode = m.parse().py_err(py)?;
+        }
+        config.initial_sequence = o.initial_sequence;
         if let Some(p) = o.partitioner.filter(|p| !p.is_none()) {
             config.partitioner = parse_partitioner(py, p)?;
         }
@@ -315,7 +331,10 @@ impl Producer {
         }
         let buffer_memory = config.buffer_memory;
         let buffers = o.acks == mqlite::Acks::All || config.linger_ms > 0;
-        let inner = broker.get().inner.producer(config).py_err(py)?;
+        // Without the GIL: a "wait_for_exclusive" producer may wait for
+        // one that a Python thread closes.
+        let b = broker.get();
+        let inner = py.detach(|| b.inner.producer(config)).py_err(py)?;
         Ok(Producer {
             inner: Local::new(inner),
             acks: o.acks,
@@ -951,6 +970,16 @@ impl Producer {
     fn next_sequence(&self, py: Python<'_>) -> PyResult<i64> {
         self.check_open(py)?;
         py.detach(|| self.inner.next_sequence()).py_err(py)
+    }
+
+    /// The sequence the next record sent without one gets, when the
+    /// producer numbers its records (`initial_sequence`); None otherwise.
+    ///
+    /// Raises:
+    ///     mqlite.Closed: The producer or its broker is closed.
+    fn next_auto_sequence(&self, py: Python<'_>) -> PyResult<Option<i64>> {
+        self.check_open(py)?;
+        Ok(self.inner.next_auto_sequence())
     }
 
     /// Counters of what the producer did so far (also once closed).

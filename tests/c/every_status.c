@@ -342,6 +342,14 @@ int main(int argc, char **argv) {
     CHECK_OK(mql_send_record(newer, &r, NULL));
     mql_producer_free(newer);
     mql_producer_free(p);
+    mql_producer_config *xc;
+    CHECK_OK(mql_producer_config_new(&xc));
+    CHECK_OK(mql_producer_config_set_name(xc, "only"));
+    CHECK_OK(mql_producer_config_set_access_mode(xc, MQL_ACCESS_MODE_EXCLUSIVE));
+    CHECK_OK(mql_producer_new(mq, xc, &p));
+    PROVOKE(mql_producer_new(mq, xc, &newer), MQL_PRODUCER_BUSY, "busy");
+    mql_producer_free(p);
+    mql_producer_config_free(xc);
 
     /* A transaction past max_transaction_bytes: the record is not added,
      * the transaction stays open and commits what it has. */

@@ -53,6 +53,7 @@ import sys
 # ("call", why NULL is fine) or ("skip", why it is not called here).
 ALLOWED = {
     ("mql_last_error_copy", "buf"): ("call", "NULL asks for the length only"),
+    ("mql_message_id", "buf"): ("call", "NULL asks for the length only"),
     ("mql_open", "config"): ("skip", "NULL: the defaults; a successful open would take a second lock (roundtrip.c opens with NULL)"),
     ("mql_close", "broker"): ("call", "NULL does nothing and returns MQL_OK"),
     ("mql_topic_create", "config"): ("skip", "NULL: one partition, defaults; would create a topic (errors.c, null_args.c)"),
@@ -95,9 +96,10 @@ STRINGS = {
     "codec": '"none"',
     "strategy": '"range"',
     "client_id": '"c"',
-    "id": '"tx"',
+    "id": '"t:0:0"',
 }
 STRINGS_BY_FUNCTION = {
+    ("mql_producer_config_set_transactional_id", "id"): '"tx"',
     ("mql_producer_config_set_name", "name"): '"n"',
     ("mql_producer_config_set_partitioner", "name"): '"sticky"',
 }

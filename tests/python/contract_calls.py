@@ -218,6 +218,8 @@ METHOD_CALLS: List[Call] = [
             "transactional_id": "p2-tx",
             "max_transaction_bytes": 1 << 20,
             "transaction_timeout_ms": 1000,
+            "access_mode": "exclusive",
+            "initial_sequence": 0,
         },
         {
             "name": "str?",
@@ -238,6 +240,8 @@ METHOD_CALLS: List[Call] = [
             "transactional_id": "str?",
             "max_transaction_bytes": "uint",
             "transaction_timeout_ms": "uint",
+            "access_mode": "str?",
+            "initial_sequence": "uint?",
         },
     ),
     Call("Broker", "topic", {"name": "t"}, {"name": "str"}),
@@ -252,6 +256,7 @@ METHOD_CALLS: List[Call] = [
     Call("Producer", "__len__"),
     Call("Producer", "last_sequence"),
     Call("Producer", "next_sequence"),
+    Call("Producer", "next_auto_sequence"),
     Call("Producer", "poll", {"timeout": 0.0}, {"timeout": "timeout?"}),
     Call(
         "Producer",
@@ -384,6 +389,7 @@ METHOD_CALLS: List[Call] = [
     Call("Consumer", "resume", {"partitions": [("t", 0)]}, {"partitions": "pairs"}),
     Call("Consumer", "seek_to_beginning", {"topic": "t", "partition": 0}, {"topic": "str", "partition": "u32"}),
     Call("Consumer", "seek_to_end", {"topic": "t", "partition": 0}, {"topic": "str", "partition": "u32"}),
+    Call("Consumer", "seek_to_id", {"id": "t:0:0"}, {"id": "str"}),
     Call("Consumer", "stats"),
     Call(
         "Consumer",

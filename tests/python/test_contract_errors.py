@@ -288,6 +288,14 @@ def case_transaction_too_large(tmp_path: Path) -> None:
         assert len(tx) == 1
 
 
+def case_producer_busy(tmp_path: Path) -> None:
+    mq = open_broker(tmp_path / "d")
+    mq.create_topic("t", segment_bytes=SEG)
+    first = mq.producer("only", access_mode="exclusive")
+    raised(mqlite.ProducerBusy, lambda: mq.producer("only", access_mode="exclusive"))
+    first.send("t", b"v")
+
+
 def case_commit_failed(tmp_path: Path) -> None:
     mq = open_broker(tmp_path / "d")
     mq.create_topic("t", partitions=2, segment_bytes=SEG)
@@ -336,6 +344,7 @@ CASES: Dict[str, Callable[[Path], None]] = {
     "OutOfOrderSequence": case_out_of_order_sequence,
     "ProducerFenced": case_producer_fenced,
     "TransactionTooLarge": case_transaction_too_large,
+    "ProducerBusy": case_producer_busy,
     "CommitFailed": case_commit_failed,
 }
 

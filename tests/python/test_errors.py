@@ -26,6 +26,7 @@ def test_exception_tree() -> None:
         (mqlite.BufferFull, 401),
         (mqlite.OutOfOrderSequence, 402),
         (mqlite.ProducerFenced, 403),
+        (mqlite.ProducerBusy, 404),
         (mqlite.TransactionTooLarge, 410),
     ]
     for cls, code in kinds:

@@ -792,6 +792,13 @@ impl Consumer {
         Ok(())
     }
 
+    /// Moves to the message `id` names (its topic, partition and offset),
+    /// as [`Consumer::seek`] does. Errors as `seek`: a partition this
+    /// consumer is not assigned fails as it does there.
+    pub fn seek_to_id(&mut self, id: &crate::MessageId) -> Result<()> {
+        self.seek(&id.topic, id.partition, id.offset)
+    }
+
     /// The next offset this consumer will read from a partition.
     pub fn position(&mut self, topic: &str, partition: u32) -> Result<u64> {
         self.check_open()?;

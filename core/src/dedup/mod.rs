@@ -23,6 +23,7 @@ use crate::error::{Error, Result};
 use crate::log::batch::{BatchHeader, ATTR_APP_SEQUENCE, ATTR_NAMED_PRODUCER};
 use crate::seqranges::SeqRanges;
 
+mod claim;
 mod epochs;
 mod registry;
 

@@ -19,13 +19,16 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicI16, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use super::claim::{try_claim, Claimed};
 use super::epochs::EpochPage;
 use super::validate_producer_name;
 use crate::atomic_file::write_atomic;
 use crate::error::{Error, Result};
+use crate::producer::ProducerAccessMode;
 use crate::shared::LiveLock;
 use crate::sync;
 
@@ -203,6 +206,8 @@ struct RegistryState {
 #[derive(Debug)]
 pub(crate) struct Registry {
     path: PathBuf,
+    /// `<dir>/producers`.
+    pdir: PathBuf,
     mode: u32,
     state: Mutex<RegistryState>,
     /// Why the registry file could not be read, when it is damaged: ids
@@ -278,6 +283,7 @@ impl Registry {
     ) -> Registry {
         let next = file.next_id;
         Registry {
+            pdir: path.parent().map(Path::to_path_buf).unwrap_or_default(),
             path,
             mode,
             state: Mutex::new(RegistryState {
@@ -374,10 +380,31 @@ impl Registry {
 
     /// The id of the producer named `name` (allocated on first use) and a new
     /// epoch, which fences every older object of that name (in every
-    /// process, in shared mode).
+    /// process, in shared mode): the `ExclusiveWithFencing` access mode.
+    #[cfg(test)]
     pub(crate) fn acquire_named(&self, name: &str) -> Result<(Arc<NamedIdentity>, i16)> {
+        let (ident, epoch, _) = self.acquire_named_as(
+            name,
+            ProducerAccessMode::ExclusiveWithFencing,
+            Duration::ZERO,
+        )?;
+        Ok((ident, epoch))
+    }
+
+    /// The id and epoch of a producer named `name` opening in access mode
+    /// `mode`, with the claim on the name it holds while open (see
+    /// `claim`). [`Error::ProducerBusy`] when an open producer of the name
+    /// excludes it; in `WaitForExclusive`, waits for them to close for at
+    /// most `max_block`, then [`Error::Timeout`]. A refused producer
+    /// changes nothing.
+    pub(crate) fn acquire_named_as(
+        &self,
+        name: &str,
+        mode: ProducerAccessMode,
+        max_block: Duration,
+    ) -> Result<(Arc<NamedIdentity>, i16, Option<LiveLock>)> {
         validate_producer_name(name)?;
-        self.acquire_key(name)
+        self.acquire_key_as(name, mode, max_block)
     }
 
     /// The id and a new epoch of the transactional producer `txn_id` (the
@@ -390,15 +417,79 @@ impl Registry {
                 "transactional id {txn_id:?}: 1 to 249 characters of ASCII letters, digits, '.', '_' and '-'"
             ))
         })?;
-        self.acquire_key(&format!("txn:{txn_id}"))
+        let (ident, epoch, _) = self.acquire_key_as(
+            &format!("txn:{txn_id}"),
+            ProducerAccessMode::ExclusiveWithFencing,
+            Duration::ZERO,
+        )?;
+        Ok((ident, epoch))
     }
 
-    /// [`Registry::acquire_named`] of the registry key `name`, checked.
-    fn acquire_key(&self, name: &str) -> Result<(Arc<NamedIdentity>, i16)> {
+    /// [`Registry::acquire_named_as`] of the registry key `name`, checked.
+    fn acquire_key_as(
+        &self,
+        name: &str,
+        mode: ProducerAccessMode,
+        max_block: Duration,
+    ) -> Result<(Arc<NamedIdentity>, i16, Option<LiveLock>)> {
         self.check_usable()?;
+        let start = Instant::now();
+        let mut pause = Duration::from_millis(1);
+        loop {
+            let reason = match self.try_acquire_named(name, mode)? {
+                Ok(got) => return Ok(got),
+                Err(reason) => reason,
+            };
+            if mode != ProducerAccessMode::WaitForExclusive {
+                return Err(Error::ProducerBusy {
+                    name: name.to_owned(),
+                    reason,
+                });
+            }
+            let waited = start.elapsed();
+            if waited >= max_block {
+                return Err(Error::Timeout(max_block.as_millis() as u64));
+            }
+            // The holders' locks go with their processes: polled, not a
+            // guess about whether they are alive.
+            std::thread::sleep(pause.min(max_block.saturating_sub(waited)));
+            pause = (pause * 2).min(Duration::from_millis(20));
+        }
+    }
+
+    /// One try of [`Registry::acquire_named_as`]: `Err(reason)` inside
+    /// when the name is busy.
+    #[allow(clippy::type_complexity)]
+    fn try_acquire_named(
+        &self,
+        name: &str,
+        mode: ProducerAccessMode,
+    ) -> Result<std::result::Result<(Arc<NamedIdentity>, i16, Option<LiveLock>), String>> {
         let mut st = self.lock();
         let held = self.begin(&mut st)?;
+        let (claim, new_epoch) = match try_claim(&self.pdir, name, mode, self.mode)? {
+            Claimed::Got { lock, new_epoch } => (lock, new_epoch),
+            Claimed::Busy(reason) => return Ok(Err(reason)),
+        };
         let before = st.file.named.get(name).copied();
+        if let (false, Some(record)) = (new_epoch, before) {
+            // A shared producer joining the open ones: their epoch.
+            let (slot, version) = match &self.shared {
+                Some(sh) => {
+                    sh.page.ensure();
+                    let slot = sh.page.slot_for(record.id, false);
+                    if let Some(s) = slot {
+                        sh.page.write(s, record.id, record.epoch);
+                    }
+                    (slot, sh.page.version())
+                }
+                None => (None, 0),
+            };
+            let ident = self.live_identity(&mut st, name, record);
+            ident.acquired(record.epoch, slot, version);
+            drop(held);
+            return Ok(Ok((ident, record.epoch, claim)));
+        }
         let record = if let Some(r) = before {
             if r.epoch == i16::MAX {
                 return Err(Error::InvalidArgument(format!(
@@ -443,21 +534,31 @@ impl Registry {
             }
             None => (None, 0),
         };
+        let ident = self.live_identity(&mut st, name, record);
+        ident.acquired(record.epoch, slot, version);
+        drop(held);
+        Ok(Ok((ident, record.epoch, claim)))
+    }
+
+    /// This process's live identity of `name`, made for `record` when
+    /// missing or when the name now has another id (the file was
+    /// replaced).
+    fn live_identity(
+        &self,
+        st: &mut RegistryState,
+        name: &str,
+        record: NamedRecord,
+    ) -> Arc<NamedIdentity> {
         let shared = self.shared.as_ref();
-        let ident = st
-            .live
+        st.live
             .entry(name.to_owned())
             .and_modify(|i| {
                 if i.id != record.id {
-                    // The file was replaced: the name has a new id.
                     *i = Arc::new(NamedIdentity::new(record.id, name, record.epoch, shared));
                 }
             })
             .or_insert_with(|| Arc::new(NamedIdentity::new(record.id, name, record.epoch, shared)))
-            .clone();
-        ident.acquired(record.epoch, slot, version);
-        drop(held);
-        Ok((ident, record.epoch))
+            .clone()
     }
 }
 

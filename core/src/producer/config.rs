@@ -128,6 +128,23 @@ pub struct ProducerConfig {
     /// is never undone, Kafka's rule that a batch already sent is not
     /// expired), so it may be read, and is durable once a flush succeeds.
     pub delivery_timeout_ms: u64,
+    // Access modes and automatic numbering of named producers.
+    /// How a named producer shares its name with other open producers of
+    /// that name, in this process and others (default
+    /// [`ProducerAccessMode::ExclusiveWithFencing`]). Only the default is
+    /// allowed without a [`name`](Self::name).
+    pub access_mode: ProducerAccessMode,
+    /// Automatic numbering (Pulsar's `initialSequenceId`): a named producer
+    /// gives every record sent without [`Record::sequence`] an application
+    /// sequence of its own, the first being this value or
+    /// [`Producer::last_sequence`] + 1 when that is higher (so a restarted
+    /// producer never reuses a number). `None` (default): records without a
+    /// sequence get one the partition assigns, which is never checked for
+    /// duplicates. See [`ProducerConfig::initial_sequence`].
+    ///
+    /// [`Record::sequence`]: super::Record::sequence
+    /// [`Producer::last_sequence`]: super::Producer::last_sequence
+    pub initial_sequence: Option<i64>,
 }
 
 impl std::fmt::Debug for ProducerConfig {
@@ -151,6 +168,8 @@ impl std::fmt::Debug for ProducerConfig {
             .field("retries", &self.retries)
             .field("fault_backoff_ms", &self.fault_backoff_ms)
             .field("delivery_timeout_ms", &self.delivery_timeout_ms)
+            .field("access_mode", &self.access_mode)
+            .field("initial_sequence", &self.initial_sequence)
             .finish()
     }
 }
@@ -177,6 +196,8 @@ impl Default for ProducerConfig {
             retries: 2,
             fault_backoff_ms: 30_000,
             delivery_timeout_ms: 120_000,
+            access_mode: ProducerAccessMode::ExclusiveWithFencing,
+            initial_sequence: None,
         }
     }
 }
@@ -318,6 +339,158 @@ impl ProducerConfig {
                 "max_transaction_bytes must be above 0".into(),
             ));
         }
+        self.validate_access()
+    }
+
+    // Access modes and automatic numbering of named producers.
+
+    /// Sets how a named producer shares its name (see
+    /// [`ProducerAccessMode`]).
+    pub fn access_mode(mut self, mode: ProducerAccessMode) -> Self {
+        self.access_mode = mode;
+        self
+    }
+
+    /// Turns on automatic numbering from `first` (at least 0): records sent
+    /// without [`Record::sequence`] get consecutive application sequences
+    /// from `max(first, last_sequence() + 1)`, counted by the producer
+    /// object, so they are deduplicated like the application's own.
+    ///
+    /// A record that carries its own sequence keeps it, and the counter
+    /// moves past it (to `sequence + 1` when that is higher), so an
+    /// automatic number never repeats an explicit one; an explicit
+    /// sequence at or below one already written is a duplicate, as always.
+    /// Numbers are taken in send order under a producer-wide lock, so the
+    /// sends of one such producer are serialised. Only for a named producer
+    /// in a mode other than [`ProducerAccessMode::Shared`] (two producers
+    /// counting alone would hand out one number twice, and the second
+    /// record would be dropped as a duplicate).
+    ///
+    /// [`Record::sequence`]: super::Record::sequence
+    pub fn initial_sequence(mut self, first: i64) -> Self {
+        self.initial_sequence = Some(first);
+        self
+    }
+
+    /// Checks `access_mode` and `initial_sequence`.
+    fn validate_access(&self) -> Result<()> {
+        if self.name.is_none() && self.access_mode != ProducerAccessMode::ExclusiveWithFencing {
+            return Err(Error::InvalidArgument(format!(
+                "access mode {} needs a named producer",
+                self.access_mode
+            )));
+        }
+        if let Some(first) = self.initial_sequence {
+            if self.name.is_none() {
+                return Err(Error::InvalidArgument(
+                    "initial_sequence needs a named producer".into(),
+                ));
+            }
+            if first < 0 {
+                return Err(Error::InvalidArgument(format!(
+                    "initial_sequence must be at least 0, got {first}"
+                )));
+            }
+            if self.access_mode == ProducerAccessMode::Shared {
+                return Err(Error::InvalidArgument(
+                    "initial_sequence cannot be used in the shared access mode: each producer \
+                     would count alone and hand out the same numbers"
+                        .into(),
+                ));
+            }
+        }
         Ok(())
+    }
+}
+
+/// How a named producer shares its name with the other open producers of
+/// that name (Pulsar's `ProducerAccessMode`), in this process and, in
+/// shared mode, in every process of the directory.
+///
+/// Exclusivity is a `flock` on `<dir>/producers/names/<name>.lock`, held
+/// while the producer is open and released by the kernel when its process
+/// ends, so a crashed holder never blocks the name. Producers of the
+/// exclusive modes hold it exclusively, shared producers hold it shared,
+/// and [`ExclusiveWithFencing`](Self::ExclusiveWithFencing) producers hold
+/// nothing. The rules when modes meet:
+///
+/// | open producer(s) | new `ExclusiveWithFencing` | new `Exclusive` | new `WaitForExclusive` | new `Shared` |
+/// |---|---|---|---|---|
+/// | none | new epoch | new epoch | new epoch | new epoch |
+/// | `ExclusiveWithFencing` | fences it | fences it | fences it | fences it |
+/// | `Exclusive` / `WaitForExclusive` | `ProducerBusy` | `ProducerBusy` | waits | `ProducerBusy` |
+/// | `Shared` | `ProducerBusy` | `ProducerBusy` | waits | joins (same epoch) |
+///
+/// A producer that failed with [`Error::ProducerBusy`] changed nothing:
+/// the open ones keep their epoch and keep working.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum ProducerAccessMode {
+    /// The newest producer of the name wins (the default): creating one
+    /// gives the name a new epoch, and the older ones fail their next send
+    /// with [`Error::ProducerFenced`]. It claims nothing, so any newer
+    /// producer of the name fences it, whatever its mode; it cannot be
+    /// created while an `Exclusive`, `WaitForExclusive` or `Shared` one is
+    /// open ([`Error::ProducerBusy`]).
+    #[default]
+    ExclusiveWithFencing,
+    /// Only one producer of the name at a time: creating one while another
+    /// `Exclusive`, `WaitForExclusive` or `Shared` producer of the name is
+    /// open fails with [`Error::ProducerBusy`] and changes nothing.
+    Exclusive,
+    /// As `Exclusive`, but creating one waits until the open producers of
+    /// the name close (or their processes end), for at most the producer's
+    /// `max_block_ms`; then [`Error::Timeout`].
+    WaitForExclusive,
+    /// Several producers of the name send at once and none fences another.
+    /// They share the name's producer id and epoch (the first one open gets
+    /// a new epoch, which fences any `ExclusiveWithFencing` producer; later
+    /// ones join it), so the application's sequences
+    /// ([`Record::sequence`](super::Record::sequence)) are deduplicated
+    /// across all of them: a sequence one of them wrote to a partition is
+    /// a duplicate when another sends it there. Records sent without a
+    /// sequence get the partition's next number, never a duplicate;
+    /// [`ProducerConfig::initial_sequence`] is refused in this mode.
+    Shared,
+}
+
+impl ProducerAccessMode {
+    /// The mode's name: `"exclusive_with_fencing"`, `"exclusive"`,
+    /// `"wait_for_exclusive"` or `"shared"` (as Python takes it).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProducerAccessMode::ExclusiveWithFencing => "exclusive_with_fencing",
+            ProducerAccessMode::Exclusive => "exclusive",
+            ProducerAccessMode::WaitForExclusive => "wait_for_exclusive",
+            ProducerAccessMode::Shared => "shared",
+        }
+    }
+}
+
+impl std::fmt::Display for ProducerAccessMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for ProducerAccessMode {
+    type Err = Error;
+
+    /// Parses a name given by [`ProducerAccessMode::as_str`];
+    /// [`Error::InvalidArgument`] for anything else.
+    fn from_str(s: &str) -> Result<Self> {
+        [
+            ProducerAccessMode::ExclusiveWithFencing,
+            ProducerAccessMode::Exclusive,
+            ProducerAccessMode::WaitForExclusive,
+            ProducerAccessMode::Shared,
+        ]
+        .into_iter()
+        .find(|m| m.as_str() == s)
+        .ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "unknown access mode {s:?}: expected \"shared\", \"exclusive\", \
+                 \"exclusive_with_fencing\" or \"wait_for_exclusive\""
+            ))
+        })
     }
 }

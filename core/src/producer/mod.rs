@@ -16,6 +16,7 @@
 mod accumulator;
 mod config;
 mod interceptor;
+mod numbering;
 mod partitioner;
 mod record;
 mod resume;
@@ -39,7 +40,7 @@ use crate::sync::lock;
 use accumulator::{AccState, Done};
 use stats::Counters;
 
-pub use config::{Acks, ProducerConfig};
+pub use config::{Acks, ProducerAccessMode, ProducerConfig};
 pub use interceptor::ProducerInterceptor;
 pub use partitioner::{murmur2, partition_for_key, Partitioner, Selector};
 pub use record::{BorrowedRecord, Record, RecordMetadata};
@@ -57,6 +58,11 @@ struct Identity {
     id: i64,
     epoch: i16,
     named: Option<(String, Arc<NamedIdentity>)>,
+    /// The claim on the name of a producer in an exclusive or shared
+    /// access mode, released at close.
+    claim: Mutex<Option<crate::shared::LiveLock>>,
+    /// The counter of a producer numbering its records itself.
+    numbering: Option<numbering::Numbering>,
 }
 
 /// Sends records to the topics of one data directory.
@@ -130,17 +136,25 @@ impl Producer {
         let identity = if config.idempotent {
             Some(match &config.name {
                 Some(name) => {
-                    let (ident, epoch) = broker.registry()?.acquire_named(name)?;
+                    let (ident, epoch, claim) = broker.registry()?.acquire_named_as(
+                        name,
+                        config.access_mode,
+                        Duration::from_millis(config.max_block_ms),
+                    )?;
                     Identity {
                         id: ident.id,
                         epoch,
                         named: Some((name.clone(), ident)),
+                        claim: Mutex::new(claim),
+                        numbering: config.initial_sequence.map(numbering::Numbering::new),
                     }
                 }
                 None => Identity {
                     id: broker.registry()?.allocate_anonymous()?,
                     epoch: 0,
                     named: None,
+                    claim: Mutex::new(None),
+                    numbering: None,
                 },
             })
         } else {
@@ -154,7 +168,7 @@ impl Producer {
             }
             None => None,
         };
-        Ok(Producer {
+        let producer = Producer {
             inner: Arc::new_cyclic(|me| Inner {
                 me: me.clone(),
                 broker,
@@ -175,7 +189,26 @@ impl Producer {
                 written: Mutex::new(None),
                 txn,
             }),
-        })
+        };
+        if let Some(n) = producer.numbering() {
+            // Never a number already written, after a restart too.
+            if let Some(last) = producer.last_sequence()? {
+                n.raise(last.saturating_add(1));
+            }
+        }
+        Ok(producer)
+    }
+
+    /// The counter of a producer numbering its records itself.
+    fn numbering(&self) -> Option<&numbering::Numbering> {
+        self.inner.identity.as_ref()?.numbering.as_ref()
+    }
+
+    /// The sequence the next record sent without one gets, when the
+    /// producer numbers its records itself
+    /// ([`ProducerConfig::initial_sequence`]); `None` otherwise.
+    pub fn next_auto_sequence(&self) -> Option<i64> {
+        self.numbering().map(numbering::Numbering::peek)
     }
 
     /// This producer's settings.
@@ -223,6 +256,11 @@ impl Producer {
 
     /// Like [`Producer::send`], without copying the record's data first.
     pub fn send_borrowed(&self, r: &BorrowedRecord<'_>) -> Result<RecordMetadata> {
+        if let Some(n) = self.numbering() {
+            if let numbering::Numbered::Sent(res) = n.one(r, |r| self.send_borrowed(r)) {
+                return res;
+            }
+        }
         let inner = &*self.inner;
         if inner.config.interceptors.is_empty() && inner.config.acks != Acks::Zero {
             // Returned untouched, the metadata is built where the caller
@@ -280,6 +318,23 @@ impl Producer {
         r: &BorrowedRecord<'_>,
         callback: DeliveryCallback,
     ) -> Result<()> {
+        let callback = match self.numbering() {
+            Some(n) => {
+                let mut cb = Some(callback);
+                let sent = n.one(r, |r| {
+                    let cb = cb.take().ok_or(Error::Closed("producer"))?;
+                    self.send_async_borrowed(r, cb)
+                });
+                match sent {
+                    numbering::Numbered::Sent(res) => return res,
+                    numbering::Numbered::AsIs => match cb {
+                        Some(cb) => cb,
+                        None => return Err(Error::Closed("producer")),
+                    },
+                }
+            }
+            None => callback,
+        };
         let inner = &*self.inner;
         let owned;
         let r = if inner.config.interceptors.is_empty() {
@@ -338,6 +393,13 @@ impl Producer {
         records: &[BorrowedRecord<'_>],
         on_each: &mut dyn FnMut(usize, &RecordMetadata),
     ) -> Result<()> {
+        if let Some(n) = self.numbering() {
+            if let numbering::Numbered::Sent(res) =
+                n.many(records, |rs| self.send_batch_with(rs, &mut *on_each))
+            {
+                return res;
+            }
+        }
         let inner = &*self.inner;
         let list = &inner.config.interceptors;
         let mut reported = 0usize;
@@ -441,7 +503,17 @@ impl Producer {
     /// Flushes what is pending, stops the background thread and refuses
     /// further sends with [`Error::Closed`]. Closing twice is fine.
     pub fn close(&self) -> Result<()> {
-        self.inner.close()
+        let res = self.inner.close();
+        self.release_claim();
+        res
+    }
+
+    /// Lets go of the claim on the name (exclusive and shared access
+    /// modes), once closed.
+    fn release_claim(&self) {
+        if let Some(id) = &self.inner.identity {
+            lock(&id.claim).take();
+        }
     }
 
     /// Whether [`Producer::close`] was called.
@@ -455,6 +527,7 @@ impl Drop for Producer {
         if let Err(e) = self.inner.close() {
             ::log::warn!("closing a producer: {e}");
         }
+        self.release_claim();
     }
 }
 
@@ -467,6 +540,7 @@ impl Inner {
             id,
             epoch,
             named: Some((_, ident)),
+            ..
         }) = &self.identity
         {
             let current = ident.current_epoch();

@@ -144,4 +144,11 @@ impl RecordMetadata {
     pub fn known_offset(&self) -> Option<u64> {
         (self.offset != Self::UNKNOWN_OFFSET).then_some(self.offset)
     }
+
+    /// The unique id of the record written (of the original, for a
+    /// duplicate), when its offset is known.
+    pub fn id(&self) -> Option<crate::MessageId> {
+        self.known_offset()
+            .map(|o| crate::MessageId::new(&*self.topic, self.partition, o))
+    }
 }

@@ -13,6 +13,8 @@ use pyo3::types::PyBytes;
 ///     topic (str): The topic.
 ///     partition (int): The partition.
 ///     offset (int): The offset in the partition.
+///     id (str): The message's unique id, `"<topic>:<partition>:<offset>"`
+///         (`Consumer.seek(id)` goes back to it).
 ///     timestamp (int): The record's timestamp, ms since the Unix epoch.
 ///     key (bytes | None): The key.
 ///     value (bytes | None): The value; None for a tombstone.
@@ -40,6 +42,12 @@ impl Message {
     #[getter]
     fn offset(&self) -> u64 {
         self.inner.offset()
+    }
+
+    /// str: The message's unique id, `"<topic>:<partition>:<offset>"`.
+    #[getter]
+    fn id(&self) -> String {
+        self.inner.id().to_string()
     }
 
     /// int: The record's timestamp, ms since the Unix epoch.

@@ -321,25 +321,60 @@ impl Consumer {
         Ok(on_either!(acc, |c| c.assignment()))
     }
 
-    /// Sets the next offset to read from an assigned partition.
+    /// Sets the next offset to read from an assigned partition:
+    /// `seek(topic, partition, offset)`, or `seek(id)` with a message id
+    /// (`Message.id`, `RecordMetadata.id`).
     ///
     /// Args:
-    ///     topic: The topic.
+    ///     topic: The topic, or a message id `"<topic>:<partition>:<offset>"`
+    ///         when `partition` and `offset` are left out.
     ///     partition: The partition; must be assigned.
     ///     offset: From the first retained offset to the end offset,
     ///         inclusive.
     ///
     /// Raises:
     ///     mqlite.OffsetOutOfRange: `offset` is outside the retained range.
-    ///     mqlite.InvalidArgument: The partition is not assigned, or
-    ///         `offset` is negative.
+    ///     mqlite.InvalidArgument: The partition is not assigned, `offset`
+    ///         is negative, or the id is malformed.
+    ///     TypeError: Only one of `partition` and `offset` is given.
     ///     mqlite.Closed: The consumer or its broker is closed.
-    fn seek(&self, py: Python<'_>, topic: &str, partition: i64, offset: i64) -> PyResult<()> {
+    #[pyo3(signature = (topic, partition = None, offset = None))]
+    fn seek(
+        &self,
+        py: Python<'_>,
+        topic: &str,
+        partition: Option<i64>,
+        offset: Option<i64>,
+    ) -> PyResult<()> {
+        let (partition, offset) = match (partition, offset) {
+            (Some(p), Some(o)) => (p, o),
+            (None, None) => return self.seek_to_id(py, topic),
+            _ => {
+                return Err(pyo3::exceptions::PyTypeError::new_err(
+                    "seek() takes a topic, a partition and an offset, or one message id",
+                ));
+            }
+        };
         self.check_forked(py)?;
         let partition = arg_u32(py, "partition", partition)?;
         let offset = arg_u64(py, "offset", offset)?;
         let mut acc = self.access(py)?;
         on_either!(acc, |c| c.seek(topic, partition, offset)).py_err(py)
+    }
+
+    /// Sets the next message to read to the one a message id names
+    /// (`"<topic>:<partition>:<offset>"`, see `Message.id`), as `seek`.
+    ///
+    /// Raises:
+    ///     mqlite.InvalidArgument: The id is malformed, or its partition is
+    ///         not assigned.
+    ///     mqlite.OffsetOutOfRange: The offset is outside the retained range.
+    ///     mqlite.Closed: The consumer or its broker is closed.
+    fn seek_to_id(&self, py: Python<'_>, id: &str) -> PyResult<()> {
+        self.check_forked(py)?;
+        let id: mqlite::MessageId = id.parse().py_err(py)?;
+        let mut acc = self.access(py)?;
+        on_either!(acc, |c| c.seek(&id.topic, id.partition, id.offset)).py_err(py)
     }
 
     /// Moves to the first retained offset of an assigned partition.
