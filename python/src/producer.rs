@@ -7,12 +7,13 @@ use std::time::{Duration, Instant};
 
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
-use pyo3::types::{PyByteArray, PyBytes, PyInt, PyList, PyString, PyTuple};
+use pyo3::types::{PyString, PyTuple};
 
 pub(crate) use crate::data::{data, headers, Data};
 
 use crate::broker::Broker;
 use crate::callback::{self, Delivery, Event, PyInterceptor};
+use crate::data::{items, per_record, Fields};
 use crate::error::{closed, invalid_argument, to_py, IntoPy};
 use crate::fork::Local;
 use crate::transaction::Transaction;
@@ -391,119 +392,6 @@ impl Producer {
         }
         res.py_err(py)
     }
-}
-
-/// The fields of one record, checked and borrowed from Python objects.
-struct Fields<'a> {
-    value: Option<Data<'a>>,
-    key: Option<Data<'a>>,
-    partition: Option<u32>,
-    headers: Vec<mqlite::Header>,
-}
-
-impl<'a> Fields<'a> {
-    fn new(
-        py: Python<'_>,
-        value: &'a Bound<'_, PyAny>,
-        key: Option<&'a Bound<'_, PyAny>>,
-        partition: Option<i64>,
-        headers: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Self> {
-        Ok(Fields {
-            value: data(value, "value")?,
-            key: match key {
-                Some(k) => data(k, "key")?,
-                None => None,
-            },
-            partition: partition.map(|p| arg_u32(py, "partition", p)).transpose()?,
-            headers: self::headers(headers)?,
-        })
-    }
-
-    fn record<'r>(
-        &'r self,
-        topic: &'r str,
-        timestamp: Option<i64>,
-        sequence: Option<i64>,
-    ) -> mqlite::BorrowedRecord<'r> {
-        mqlite::BorrowedRecord {
-            topic,
-            partition: self.partition,
-            key: self.key.as_ref().map(Data::as_slice),
-            value: self.value.as_ref().map(Data::as_slice),
-            headers: &self.headers,
-            timestamp,
-            sequence,
-        }
-    }
-
-    fn size(&self) -> usize {
-        self.value.as_ref().map_or(0, |v| v.as_slice().len())
-            + self.key.as_ref().map_or(0, |k| k.as_slice().len())
-    }
-}
-
-/// The items of a list, tuple or other iterable (not str or bytes).
-fn items<'py>(obj: &Bound<'py, PyAny>, what: &str) -> PyResult<Vec<Bound<'py, PyAny>>> {
-    if let Ok(l) = obj.cast::<PyList>() {
-        return Ok(l.iter().collect());
-    }
-    if let Ok(t) = obj.cast::<PyTuple>() {
-        return Ok(t.iter().collect());
-    }
-    let bad = || {
-        PyTypeError::new_err(format!(
-            "{what} must be a list, not {}",
-            obj.get_type()
-                .name()
-                .map_or_else(|_| "?".to_owned(), |n| n.to_string())
-        ))
-    };
-    if obj.is_instance_of::<PyString>()
-        || obj.is_instance_of::<PyBytes>()
-        || obj.is_instance_of::<PyByteArray>()
-    {
-        return Err(bad());
-    }
-    obj.try_iter().map_err(|_| bad())?.collect()
-}
-
-/// A per-record int argument of `send_batch()`: None, one int for every
-/// record (`consecutive`: the first of consecutive ones), or a list.
-fn per_record(
-    py: Python<'_>,
-    obj: Option<&Bound<'_, PyAny>>,
-    n: usize,
-    what: &str,
-    consecutive: bool,
-) -> PyResult<Option<Vec<Option<i64>>>> {
-    let Some(obj) = obj.filter(|o| !o.is_none()) else {
-        return Ok(None);
-    };
-    if obj.is_instance_of::<PyInt>() {
-        let v: i64 = obj.extract()?;
-        if !consecutive {
-            return Ok(Some(vec![Some(v); n]));
-        }
-        if v.checked_add((n as i64 - 1).max(0)).is_none() {
-            return Err(invalid_argument(
-                py,
-                format!("{what} starting at {v} overflow for {n} values"),
-            ));
-        }
-        return Ok(Some((0..n as i64).map(|i| Some(v + i)).collect()));
-    }
-    let list = items(obj, what)?;
-    if list.len() != n {
-        return Err(invalid_argument(
-            py,
-            format!("{what} has {} items for {n} values", list.len()),
-        ));
-    }
-    list.iter()
-        .map(pyo3::types::PyAnyMethods::extract::<Option<i64>>)
-        .collect::<PyResult<Vec<_>>>()
-        .map(Some)
 }
 
 #[pymethods]

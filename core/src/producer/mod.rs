@@ -15,6 +15,7 @@
 
 mod accumulator;
 mod config;
+mod identity;
 mod interceptor;
 mod numbering;
 mod partitioner;
@@ -30,7 +31,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::broker::BrokerInner;
-use crate::dedup::{Idempotence, NamedIdentity};
+use crate::dedup::Idempotence;
 use crate::error::{Error, Result};
 use crate::log::batch::{self, EncodedRecords, ProducerFields, RecordRef, SectionInfo};
 use crate::log::compression::{compress_records, Compression, MAX_UNCOMPRESSED_LEN};
@@ -41,6 +42,7 @@ use accumulator::{AccState, Done};
 use stats::Counters;
 
 pub use config::{Acks, ProducerAccessMode, ProducerConfig};
+use identity::Identity;
 pub use interceptor::ProducerInterceptor;
 pub use partitioner::{murmur2, partition_for_key, Partitioner, Selector};
 pub use record::{BorrowedRecord, Record, RecordMetadata};
@@ -52,18 +54,6 @@ use transaction::TxnIdentity;
 
 /// A delivery report callback of [`Producer::send_async`].
 pub type DeliveryCallback = Box<dyn FnOnce(Result<RecordMetadata>) + Send + 'static>;
-
-#[derive(Debug)]
-struct Identity {
-    id: i64,
-    epoch: i16,
-    named: Option<(String, Arc<NamedIdentity>)>,
-    /// The claim on the name of a producer in an exclusive or shared
-    /// access mode, released at close.
-    claim: Mutex<Option<crate::shared::LiveLock>>,
-    /// The counter of a producer numbering its records itself.
-    numbering: Option<numbering::Numbering>,
-}
 
 /// Sends records to the topics of one data directory.
 ///
@@ -133,41 +123,8 @@ impl Producer {
     pub(crate) fn new(broker: Arc<BrokerInner>, config: ProducerConfig) -> Result<Producer> {
         config.validate()?;
         broker.ensure_writer("producer")?;
-        let identity = if config.idempotent {
-            Some(match &config.name {
-                Some(name) => {
-                    let (ident, epoch, claim) = broker.registry()?.acquire_named_as(
-                        name,
-                        config.access_mode,
-                        Duration::from_millis(config.max_block_ms),
-                    )?;
-                    Identity {
-                        id: ident.id,
-                        epoch,
-                        named: Some((name.clone(), ident)),
-                        claim: Mutex::new(claim),
-                        numbering: config.initial_sequence.map(numbering::Numbering::new),
-                    }
-                }
-                None => Identity {
-                    id: broker.registry()?.allocate_anonymous()?,
-                    epoch: 0,
-                    named: None,
-                    claim: Mutex::new(None),
-                    numbering: None,
-                },
-            })
-        } else {
-            None
-        };
-        let txn = match &config.transactional_id {
-            Some(id) => {
-                broker.coordinator()?;
-                let (ident, epoch) = broker.registry()?.acquire_transactional(id)?;
-                Some(TxnIdentity::new(id.clone(), ident, epoch))
-            }
-            None => None,
-        };
+        let identity = Identity::acquire(&broker, &config)?;
+        let txn = TxnIdentity::acquire(&broker, &config)?;
         let producer = Producer {
             inner: Arc::new_cyclic(|me| Inner {
                 me: me.clone(),

@@ -42,6 +42,21 @@ impl TxnIdentity {
         }
     }
 
+    /// The transactional identity of a producer made with `config`, if it
+    /// has a transactional id: a new epoch, which fences older producers
+    /// with that id. Transactions need exclusive mode.
+    pub(crate) fn acquire(
+        broker: &crate::broker::BrokerInner,
+        config: &super::ProducerConfig,
+    ) -> Result<Option<Self>> {
+        let Some(id) = &config.transactional_id else {
+            return Ok(None);
+        };
+        broker.coordinator()?;
+        let (ident, epoch) = broker.registry()?.acquire_transactional(id)?;
+        Ok(Some(TxnIdentity::new(id.clone(), ident, epoch)))
+    }
+
     fn check_fenced(&self) -> Result<()> {
         let current = self.ident.current_epoch();
         if current != self.epoch {
