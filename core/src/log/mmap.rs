@@ -650,6 +650,17 @@ impl MappedFile {
         Ok(())
     }
 
+    /// Writes the bytes from the flushed end through `end` (at or past the
+    /// published length: written but not yet published data) to disk and
+    /// waits for them; the published ones count as flushed after it.
+    pub(crate) fn flush_through(&self, end: usize) -> Result<()> {
+        let published = self.published();
+        let start = self.flushed.load(Ordering::Acquire);
+        self.sync_unpublished(start, end.max(published))?;
+        self.flushed.fetch_max(published, Ordering::AcqRel);
+        Ok(())
+    }
+
     /// Writes bytes `[start, end)` above the published length (written but
     /// not yet published: a transaction's data before its commit point)
     /// to disk and waits for them.

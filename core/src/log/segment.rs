@@ -841,6 +841,18 @@ impl Segment {
         Ok(())
     }
 
+    /// Flushes the log from its flushed end through byte `end`, past the
+    /// published end (a transaction's data before its commit point), and
+    /// the segment's directory entry, in one `msync`.
+    pub(crate) fn flush_through(&self, end: usize) -> Result<()> {
+        self.log.flush_through(end)?;
+        if !self.dir_synced.load(Ordering::Acquire) {
+            sync_dir(&self.dir)?;
+            self.dir_synced.store(true, Ordering::Release);
+        }
+        Ok(())
+    }
+
     /// Writes the unpublished bytes `[start, end)` of the log to disk (see
     /// [`MappedFile::sync_unpublished`]).
     pub(crate) fn sync_unpublished(&self, start: usize, end: usize) -> Result<()> {

@@ -157,12 +157,18 @@ impl PreparedPart<'_> {
     /// by a roll may still hold unsynced records and markers: damage there
     /// after a power loss would cut every later segment), the active
     /// segment's directory entry, then the unpublished data.
+    ///
+    /// When every sealed segment is flushed (the common case), one `msync`
+    /// of the active segment covers both its unflushed published bytes and
+    /// the data.
     pub(crate) fn sync(&self) -> Result<()> {
+        let end = self.pos + self.data_len;
+        if self.log.sealed_flushed() {
+            return self.w.active.flush_through(end);
+        }
         self.log.flush_to(self.first)?;
         self.w.active.flush()?;
-        self.w
-            .active
-            .sync_unpublished(self.pos, self.pos + self.data_len)
+        self.w.active.sync_unpublished(self.pos, end)
     }
 
     /// Writes the commit marker of transaction `transaction` and publishes
@@ -214,6 +220,13 @@ impl Drop for PreparedPart<'_> {
 }
 
 impl PartitionLog {
+    /// Whether every sealed segment is flushed (what `flush_segments`
+    /// would find to flush is in the active segment only).
+    fn sealed_flushed(&self) -> bool {
+        let segs = crate::sync::read(&self.segments);
+        segs.len() < 2 || segs[segs.len() - 2].is_flushed()
+    }
+
     /// Appends the commit marker of an earlier transaction whose data ends
     /// the log (recovery of a commit a crash interrupted after its commit
     /// point): only when the log's end is `marker_offset`. Returns whether

@@ -149,7 +149,7 @@ impl Coordinator {
                     );
                 }
             }
-            if !applied.contains(&c.txn) {
+            if !applied.contains(&c.txn) && !c.offsets.is_empty() {
                 apply_offsets(broker, &c.offsets)?;
                 st.journal.append(&Entry::Applied { txn: c.txn }, false)?;
             }
@@ -235,6 +235,11 @@ impl Coordinator {
         commit_step(CommitStep::Published);
         for p in &record.parts {
             st.touched.insert((p.topic.clone(), p.partition));
+        }
+        if record.offsets.is_empty() {
+            // Nothing to note: only offsets are applied again at open.
+            commit_step(CommitStep::OffsetsApplied);
+            return Ok(firsts);
         }
         // Not noted as applied (nor the log emptied) until the offsets
         // are committed: the next open commits them again, to the same
