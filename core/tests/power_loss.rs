@@ -22,9 +22,8 @@
 mod power;
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -33,7 +32,7 @@ use mqlite::{
     Acks, BorrowedRecord, Broker, Config, ConsumerConfig, Error, ProducerConfig, Record,
     TopicConfig,
 };
-use power::{durable_marks, lose_power, mix, Rng};
+use power::{durable_marks, env_or, lose_power, mix, run_and_kill, seed, Rng};
 
 const TOPIC: &str = "power";
 const CHILD_DIR: &str = "MQLITE_POWER_CHILD_DIR";
@@ -225,20 +224,8 @@ fn read_partition(mq: &Broker, p: u32) -> Result<Vec<u64>, String> {
 
 #[test]
 fn acks_all_survives_simulated_power_loss() {
-    let cycles: u64 = std::env::var("MQLITE_POWER_CYCLES")
-        .ok()
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(30);
-    let seed: u64 = std::env::var("MQLITE_POWER_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-        });
-    println!("power-loss seed: {seed} (MQLITE_POWER_SEED={seed} replays it)");
+    let cycles = env_or("MQLITE_POWER_CYCLES", 30);
+    let seed = seed("MQLITE_POWER_SEED", "power-loss");
     let mut rng = Rng(seed);
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("data");
@@ -254,7 +241,6 @@ fn acks_all_survives_simulated_power_loss() {
         .unwrap();
         mq.close().unwrap();
     }
-    let exe = std::env::current_exe().unwrap();
     let mut known: [Vec<u64>; 3] = [Vec::new(), Vec::new(), Vec::new()];
     let (mut acked_all, mut acked_one, mut pages_changed, mut truncations) = (0u64, 0u64, 0, 0u64);
     let mut acked_shared = 0u64;
@@ -262,36 +248,14 @@ fn acks_all_survives_simulated_power_loss() {
     for cycle in 0..cycles {
         let before = data_files(&dir);
         let _ = std::fs::remove_file(tmp.path().join(MARKS));
-        let mut child = Command::new(&exe)
-            .args(["--exact", "power_child", "--nocapture", "--test-threads=1"])
-            .env(CHILD_DIR, &dir)
-            .env(CHILD_CYCLE, cycle.to_string())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        let reader = std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        let mut lines = Vec::new();
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-                Ok(l) if l.ends_with("READY") => break,
-                Ok(l) => lines.push(l),
-                Err(e) => panic!("cycle {cycle}: the child never got ready ({e})"),
-            }
-        }
-        std::thread::sleep(Duration::from_millis(5 + rng.below(60)));
-        let _ = child.kill();
-        child.wait().unwrap();
-        reader.join().unwrap();
-        lines.extend(rx.try_iter());
+        let lines = run_and_kill(
+            "power_child",
+            &[
+                (CHILD_DIR, dir.display().to_string()),
+                (CHILD_CYCLE, cycle.to_string()),
+            ],
+            Duration::from_millis(5 + rng.below(60)),
+        );
 
         // The power goes out.
         let marks = durable_marks(&tmp.path().join(MARKS));

@@ -18,15 +18,14 @@
 mod power;
 
 use std::collections::{HashMap, HashSet};
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use mqlite::faults::{set_sync_hook, SyncKind};
 use mqlite::{Acks, Broker, Config, ConsumerConfig, ProducerConfig, Record, TopicConfig};
-use power::{durable_marks, lose_power, mix, Rng};
+use power::{durable_marks, env_or, lose_power, mix, run_and_kill, seed, Rng};
 
 const CHILD_DIR: &str = "MQLITE_TXN_POWER_DIR";
 const CHILD_CYCLE: &str = "MQLITE_TXN_POWER_CYCLE";
@@ -194,20 +193,8 @@ fn visible(mq: &Broker) -> Result<Seen, String> {
 
 #[test]
 fn transactions_with_acks_all_survive_simulated_power_loss() {
-    let cycles: u64 = std::env::var("MQLITE_TXN_POWER_CYCLES")
-        .ok()
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(20);
-    let seed: u64 = std::env::var("MQLITE_TXN_POWER_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-        });
-    println!("transaction power-loss seed: {seed} (MQLITE_TXN_POWER_SEED={seed} replays it)");
+    let cycles = env_or("MQLITE_TXN_POWER_CYCLES", 20);
+    let seed = seed("MQLITE_TXN_POWER_SEED", "transaction power-loss");
     let mut rng = Rng(seed);
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("data");
@@ -224,48 +211,20 @@ fn transactions_with_acks_all_survive_simulated_power_loss() {
         }
         mq.close().unwrap();
     }
-    let exe = std::env::current_exe().unwrap();
     let mut acked: HashSet<(u64, u64, u64)> = HashSet::new();
     let (mut pages, mut seen_total) = (0usize, 0usize);
     let mut violations = Vec::new();
     for cycle in 0..cycles {
         let before = data_files(&dir);
         let _ = std::fs::remove_file(tmp.path().join(MARKS));
-        let mut child = Command::new(&exe)
-            .args([
-                "--exact",
-                "txn_power_child",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(CHILD_DIR, &dir)
-            .env(CHILD_CYCLE, cycle.to_string())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        let reader = std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        let mut lines = Vec::new();
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-                Ok(l) if l.ends_with("READY") => break,
-                Ok(l) => lines.push(l),
-                Err(e) => panic!("cycle {cycle}: the child never got ready ({e})"),
-            }
-        }
-        std::thread::sleep(Duration::from_millis(10 + rng.below(120)));
-        let _ = child.kill();
-        child.wait().unwrap();
-        reader.join().unwrap();
-        lines.extend(rx.try_iter());
+        let lines = run_and_kill(
+            "txn_power_child",
+            &[
+                (CHILD_DIR, dir.display().to_string()),
+                (CHILD_CYCLE, cycle.to_string()),
+            ],
+            Duration::from_millis(10 + rng.below(120)),
+        );
         for l in lines.iter().filter_map(|l| l.strip_prefix("ACK ")) {
             let f: Vec<u64> = l.split(' ').map(|x| x.parse().unwrap()).collect();
             acked.insert((cycle, f[0], f[1]));

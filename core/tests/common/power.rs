@@ -3,7 +3,10 @@
 #![allow(dead_code)]
 
 use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 const PAGE: usize = 4096;
 const SECTOR: usize = 512;
@@ -101,4 +104,63 @@ pub fn lose_power(path: &Path, before: &[u8], durable: usize, rng: &mut Rng) -> 
     }
     std::fs::write(path, &now).unwrap();
     changed
+}
+
+/// Runs the test `child` of this test binary with `env`, waits (at most a
+/// minute) for it to print a line ending in `READY`, lets it run for
+/// `run_for`, kills it (SIGKILL) and returns every other line it printed.
+pub fn run_and_kill(child: &str, env: &[(&str, String)], run_for: Duration) -> Vec<String> {
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.args(["--exact", child, "--nocapture", "--test-threads=1"])
+        .stdout(Stdio::piped());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut proc = cmd.spawn().unwrap();
+    let stdout = proc.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut lines = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok(l) if l.ends_with("READY") => break,
+            Ok(l) => lines.push(l),
+            Err(e) => panic!("{child} never got ready ({e})"),
+        }
+    }
+    std::thread::sleep(run_for);
+    let _ = proc.kill();
+    proc.wait().unwrap();
+    reader.join().unwrap();
+    lines.extend(rx.try_iter());
+    lines
+}
+
+/// The number in environment variable `var`, else `default`.
+pub fn env_or(var: &str, default: u64) -> u64 {
+    std::env::var(var)
+        .ok()
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(default)
+}
+
+/// A seed for a run: the one in environment variable `var` (to replay a
+/// run), else the clock's; printed with how to replay it.
+pub fn seed(var: &str, what: &str) -> u64 {
+    let seed = env_or(
+        var,
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as u64,
+    );
+    println!("{what} seed: {seed} ({var}={seed} replays it)");
+    seed
 }
