@@ -645,3 +645,59 @@ fn no_transaction_begins_once_the_broker_is_closed() {
     // Closed comes before "no transactional id", as for every call.
     assert!(matches!(plain.begin_transaction(), Err(Error::Closed(_))));
 }
+
+/// Runs the crash child to `step` (`acks=1`) in a fresh directory.
+fn crashed_at(step: &str) -> tempfile::TempDir {
+    let tmp = tempfile::tempdir().unwrap();
+    let status = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "txn_crash_child",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD_DIR, tmp.path())
+        .env(CHILD_STEP, step)
+        .env(CHILD_ACKS, "1")
+        .status()
+        .unwrap();
+    assert!(!status.success());
+    tmp
+}
+
+/// Every value of the three partitions, through a broker opened with `config`.
+fn all_values(dir: &Path, config: mqlite::Config) -> mqlite::Result<Vec<String>> {
+    let mq = Broker::open(dir, config)?;
+    let mut all = Vec::new();
+    for (t, p) in [("a", 0), ("a", 1), ("b", 0)] {
+        all.extend(values(&mq, t, p));
+    }
+    mq.close()?;
+    Ok(all)
+}
+
+#[test]
+fn shared_mode_never_shows_or_overwrites_an_unfinished_transaction() {
+    let seconds = |v: &[String]| v.iter().filter(|v| v.starts_with("second-")).count();
+    for (step, committed) in [("written", false), ("committed", true)] {
+        let tmp = crashed_at(step);
+        // A shared open that could write is refused until an exclusive
+        // open finished what the crash left: after the commit point, the
+        // records are there, not yet readable, and would be written over.
+        let e = Broker::open(tmp.path(), cfg().shared(true)).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Locked, "{step}: {e}");
+        assert!(e.to_string().contains("exclusive mode"), "{e}");
+        // A read-only one reads, without the unfinished transaction.
+        let v = all_values(tmp.path(), cfg().shared(true).readonly(true)).unwrap();
+        assert_eq!(seconds(&v), 0, "{step}: {v:?}");
+        assert_eq!(v.iter().filter(|v| v.starts_with("first-")).count(), 6);
+        let whole = if committed { 6 } else { 0 };
+        assert_eq!(
+            seconds(&all_values(tmp.path(), cfg()).unwrap()),
+            whole,
+            "{step}"
+        );
+        let v = all_values(tmp.path(), cfg().shared(true)).unwrap();
+        assert_eq!(seconds(&v), whole, "{step}");
+    }
+}

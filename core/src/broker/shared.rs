@@ -92,7 +92,21 @@ pub(super) fn open(path: &Path, config: Config) -> Result<Broker> {
 fn open_engine(dir: std::path::PathBuf, config: Config) -> Result<Arc<BrokerInner>> {
     let mode = config.file_mode;
     let readonly = config.readonly;
-    let (share, ()) = DirShare::open(&dir, mode, |_alone| Ok(()))?;
+    let (share, ()) = DirShare::open(&dir, mode, |alone| {
+        // The first process in (no exclusive session runs): a commit an
+        // exclusive session's crash interrupted is finished only by an
+        // exclusive open, and its records would be written over here.
+        if alone && !readonly && crate::txn::has_commits(&dir)? {
+            return Err(Error::Locked {
+                path: dir.clone(),
+                holder:
+                    "transactions an exclusive-mode session left unfinished when it ended \
+                         without closing (open the directory once in exclusive mode to finish them)"
+                        .into(),
+            });
+        }
+        Ok(())
+    })?;
     let share = Arc::new(share);
     let shared = if readonly {
         None

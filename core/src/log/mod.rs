@@ -89,15 +89,15 @@ pub(crate) struct LogConfig {
 
 /// Whether the transaction that wrote data into partition `(topic,
 /// partition)` from an offset on committed (its commit record is in the
-/// data directory's transaction log): recovery's question about
-/// transaction data that a crash left at the end of a log without its
-/// marker (see `recover.rs`).
+/// data directory's transaction log), and if so the `length` field of its
+/// first batch: recovery's question about transaction data that a crash
+/// left at the end of a log without its marker (see `recover.rs`).
 #[derive(Clone)]
 pub(crate) struct CommittedRuns(pub Arc<CommittedFn>);
 
 /// The question [`CommittedRuns`] answers: `(topic, partition, first
 /// offset)`.
-pub(crate) type CommittedFn = dyn Fn(&str, u32, u64) -> bool + Send + Sync;
+pub(crate) type CommittedFn = dyn Fn(&str, u32, u64) -> Option<u32> + Send + Sync;
 
 impl std::fmt::Debug for CommittedRuns {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -188,7 +188,7 @@ impl PartitionLog {
                 let ask = move |first: u64| {
                     committed
                         .as_ref()
-                        .is_none_or(|c| (c.0)(&topic_name, partition, first))
+                        .and_then(|c| (c.0)(&topic_name, partition, first))
                 };
                 let (seg, writer, rec) = Segment::open_active(
                     dir,
@@ -200,7 +200,7 @@ impl PartitionLog {
                     config
                         .committed
                         .is_some()
-                        .then_some(&ask as &dyn Fn(u64) -> bool),
+                        .then_some(&ask as &dyn Fn(u64) -> Option<u32>),
                 )?;
                 if rec.truncated {
                     recovery.truncated_bytes += rec.truncated_bytes;

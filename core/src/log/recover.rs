@@ -46,14 +46,18 @@ pub(crate) struct Recovered {
 /// cut are first copied to a quarantine file (created with `mode`).
 ///
 /// A transaction's data batches (transactional, not control) are written
-/// at its commit, followed by its marker, and published together with it.
-/// Data batches at the end of the log that no marker follows were left by
-/// a crash in the middle of a commit: `committed(first offset)` says
-/// whether the transaction's commit record was written (its marker is then
-/// written again after the open); if not (or without `committed`: kept
-/// then, nothing known), the run is cut like a torn write: no reader saw it
-/// and no sender was told it was written. Data batches of a transaction
-/// get no index entry here, so that a cut never leaves one behind.
+/// at its commit with the first one's `length` left 0, followed by room for
+/// its marker; the length and the marker are written once its commit record
+/// is, and published together. So a crash in the middle of a commit leaves
+/// either data that reads as the end of the log (before the commit point),
+/// or data whose marker may be missing (after it). `committed(first
+/// offset)` says whether the transaction's commit record was written, and
+/// the first batch's length: the length is then put back and the data kept
+/// (its marker is written again after the open); otherwise the data is cut
+/// like a torn write (no reader saw it, no sender was told it was written).
+/// Without `committed` (nothing known) unmarked data with its length is
+/// kept. Data batches of a transaction get no index entry here, so that a
+/// cut never leaves one behind.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn recover(
     base: u64,
@@ -66,7 +70,7 @@ pub(super) fn recover(
     max_batch: usize,
     trust_index: bool,
     mode: u32,
-    committed: Option<&dyn Fn(u64) -> bool>,
+    committed: Option<&dyn Fn(u64) -> Option<u32>>,
 ) -> Recovered {
     let clean = trust_index;
     let log_path = log.path().to_owned();
@@ -99,6 +103,8 @@ pub(super) fn recover(
     // The transaction data seen since the last marker or plain batch:
     // where it starts, its first offset and the max timestamp before it.
     let mut open_run: Option<(usize, u64, i64)> = None;
+    // Where a committed transaction's first length was put back.
+    let mut restored_at = None;
     loop {
         let outcome = batch::check(&bytes[pos..limit]);
         let mut bad = match outcome {
@@ -133,7 +139,24 @@ pub(super) fn recover(
                 continue;
             }
             Check::Valid(_) => Some("batch base offset out of sequence"),
-            Check::End => None,
+            Check::End => {
+                // A transaction's first batch before its commit point has
+                // length 0: when the commit record says it committed, the
+                // length goes back and the scan goes on through it.
+                let length = committed
+                    .filter(|_| restored_at != Some(pos) && pos + batch::LENGTH_PREFIX <= limit)
+                    .and_then(|c| c(expected))
+                    .filter(|&len| pos + batch::LENGTH_PREFIX + len as usize <= limit);
+                if let Some(len) = length {
+                    bytes[pos + 8..pos + 12].copy_from_slice(&len.to_le_bytes());
+                    restored_at = Some(pos);
+                    continue;
+                }
+                if is_unpublished_transaction(&bytes[pos..limit]) {
+                    rec.abandoned_transaction = true;
+                }
+                None
+            }
             Check::Invalid(reason) => Some(reason),
         };
         if bad == Some(batch::UNSUPPORTED_VERSION) {
@@ -142,7 +165,7 @@ pub(super) fn recover(
             break;
         }
         if let (Some((at, first, ts)), Some(committed)) = (open_run, committed) {
-            if !committed(first) {
+            if committed(first).is_none() {
                 // Cut from the run's start: what follows it is the run
                 // itself (valid batches) and whatever damage ended it.
                 (pos, expected, max_ts) = (at, first, ts);
@@ -228,4 +251,19 @@ pub(super) fn recover(
     rec.max_timestamp = max_ts;
     rec.last_index_pos = last_index_pos;
     rec
+}
+
+/// Whether `b` starts with a transaction's first data batch whose `length`
+/// is still 0 (written, its commit point never reached): a full or compact
+/// batch header with the transactional attribute after the zero length.
+fn is_unpublished_transaction(b: &[u8]) -> bool {
+    if b.len() < batch::LENGTH_PREFIX + 6 || b[8..12] != [0; 4] {
+        return false;
+    }
+    match b[16] {
+        batch::MAGIC => u16::from_le_bytes([b[17], b[18]]) & batch::ATTR_TRANSACTIONAL != 0,
+        // Compact flag bit 1: the full layout's attribute bit 4.
+        batch::MAGIC_COMPACT => b[17] & 0x02 != 0,
+        _ => false,
+    }
 }

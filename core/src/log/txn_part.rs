@@ -7,9 +7,15 @@
 //! coordinator then writes its commit record (the commit point) and calls
 //! [`PreparedPart::publish`], which writes the commit marker and publishes
 //! data and marker at once. Dropped unpublished, the part is zeroed again:
-//! the log is as before. A crash between the two leaves data without a
-//! marker at the end of the log, which recovery keeps (and the coordinator
-//! marks) when the commit record exists and cuts otherwise (`recover.rs`).
+//! the log is as before.
+//!
+//! Until the commit point the first data batch's `length` field is 0 (its
+//! value is kept in the commit record and written by `publish`), so that a
+//! crash between the two leaves data that every reader takes for the end of
+//! the log (a reader in shared mode, a build that knows nothing of
+//! transactions, the command-line tools). Recovery puts the length back
+//! when the commit record exists (and the coordinator writes the marker)
+//! and cuts the data otherwise (`recover.rs`).
 
 use std::sync::atomic::Ordering;
 use std::sync::MutexGuard;
@@ -33,6 +39,8 @@ pub(crate) struct PreparedPart<'a> {
     marker_offset: u64,
     max_ts: i64,
     producer: ProducerFields,
+    /// The first batch's length field, written at the commit.
+    first_len: u32,
     published: bool,
 }
 
@@ -106,6 +114,7 @@ impl PartitionLog {
         let pos = w.active.end();
         let mut max_ts = i64::MIN;
         let mut next = first;
+        let first_len;
         {
             let Writer {
                 active,
@@ -121,6 +130,11 @@ impl PartitionLog {
                 next += part.len() as u64;
             }
             debug_assert_eq!(at, data_len);
+            // The first batch's length stays 0 until the commit point: to
+            // every reader (and a recovery that does not know of the
+            // commit) the data ends here.
+            first_len = u32::from_le_bytes([buf[8], buf[9], buf[10], buf[11]]);
+            buf[8..12].fill(0);
         }
         Ok(PreparedPart {
             log: self,
@@ -131,6 +145,7 @@ impl PartitionLog {
             marker_offset: next,
             max_ts,
             producer,
+            first_len,
             published: false,
         })
     }
@@ -140,6 +155,12 @@ impl PreparedPart<'_> {
     /// The offset of the part's first record.
     pub(crate) fn first_offset(&self) -> u64 {
         self.first
+    }
+
+    /// The length field of its first batch (0 in the log until the commit:
+    /// see [`PreparedPart::publish`]).
+    pub(crate) fn first_len(&self) -> u32 {
+        self.first_len
     }
 
     /// The offset its commit marker will take.
@@ -186,6 +207,7 @@ impl PreparedPart<'_> {
         let w = &mut *self.w;
         {
             let buf = w.active.reserve(&mut w.active_writer, total);
+            buf[8..12].copy_from_slice(&self.first_len.to_le_bytes());
             batch::encode_marker(&mut buf[self.data_len..], self.marker_offset, &marker);
         }
         let index = (self.pos > 0 && self.pos - w.last_index_pos >= interval)

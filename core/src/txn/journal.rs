@@ -32,6 +32,9 @@ pub(crate) struct PartRecord {
     pub first: u64,
     /// Offset of its commit marker (one past its last record).
     pub marker: u64,
+    /// The `length` field of its first batch, written in the log only after
+    /// this record (recovery puts it back).
+    pub first_len: u32,
 }
 
 /// A consumer group offset committed by a transaction.
@@ -186,6 +189,24 @@ impl Journal {
         Ok((journal, loaded))
     }
 
+    /// What the log of data directory `dir` holds, read without changing
+    /// anything (a torn last entry is left as it is).
+    pub(crate) fn open_read(dir: &Path) -> Result<Loaded> {
+        let path = dir.join(FILE_NAME);
+        let bytes = match std::fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Loaded::default()),
+            Err(e) => return Err(Error::io(format!("reading {}", path.display()), e)),
+        };
+        let mut loaded = Loaded::default();
+        for e in parse(&bytes).0 {
+            if let Entry::Commit(c) = e {
+                loaded.commits.push(c);
+            }
+        }
+        Ok(loaded)
+    }
+
     /// The open file, created (and its name made durable) on first use.
     fn file(&mut self) -> Result<&mut File> {
         if self.file.is_none() {
@@ -276,6 +297,7 @@ mod tests {
                 partition: 0,
                 first: 10,
                 marker: 12,
+                first_len: 80,
             }],
             offsets: vec![],
         })

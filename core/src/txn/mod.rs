@@ -25,7 +25,7 @@
 
 mod journal;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
@@ -49,8 +49,9 @@ const COMPACT_AT: u64 = 64 << 20;
 pub(crate) struct Coordinator {
     state: Mutex<State>,
     /// `(topic, partition, first offset)` of every transaction in the log
-    /// at open: recovery keeps their unmarked data.
-    committed: Arc<HashSet<(String, u32, u64)>>,
+    /// at open, with its first batch's length: recovery puts the length
+    /// back and keeps their unmarked data.
+    committed: Arc<HashMap<(String, u32, u64), u32>>,
 }
 
 #[derive(Debug)]
@@ -92,11 +93,11 @@ impl Coordinator {
             applied,
             next_txn,
         } = loaded;
-        let mut committed = HashSet::new();
+        let mut committed = HashMap::new();
         let mut touched = HashSet::new();
         for c in &commits {
             for p in &c.parts {
-                committed.insert((p.topic.clone(), p.partition, p.first));
+                committed.insert((p.topic.clone(), p.partition, p.first), p.first_len);
                 touched.insert((p.topic.clone(), p.partition));
             }
         }
@@ -117,7 +118,7 @@ impl Coordinator {
     pub(crate) fn committed_runs(&self) -> CommittedRuns {
         let set = Arc::clone(&self.committed);
         CommittedRuns(Arc::new(move |topic: &str, partition, first| {
-            set.contains(&(topic.to_owned(), partition, first))
+            set.get(&(topic.to_owned(), partition, first)).copied()
         }))
     }
 
@@ -214,6 +215,7 @@ impl Coordinator {
                     partition: p.log().partition(),
                     first: p.first_offset(),
                     marker: p.marker_offset(),
+                    first_len: p.first_len(),
                 })
                 .collect(),
             offsets: c.offsets,
@@ -264,6 +266,14 @@ impl Coordinator {
             }
         }
     }
+}
+
+/// Whether the transaction log of data directory `dir` holds commit
+/// records: an exclusive session is open, or ended without closing (its
+/// last commits may need their markers, and their first batches' lengths,
+/// written back by an exclusive open).
+pub(crate) fn has_commits(dir: &Path) -> Result<bool> {
+    Ok(!Journal::open_read(dir)?.commits.is_empty())
 }
 
 /// The commit marker of `c`.
