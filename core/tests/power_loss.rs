@@ -24,15 +24,15 @@ mod power;
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mqlite::faults::{set_sync_hook, SyncKind};
+use mqlite::faults::set_sync_hook;
 use mqlite::{
     Acks, BorrowedRecord, Broker, Config, ConsumerConfig, Error, ProducerConfig, Record,
     TopicConfig,
 };
-use power::{durable_marks, env_or, lose_power, mix, run_and_kill, seed, Rng};
+use power::{durable_marks, env_or, lose_power, mix, record_syncs, run_and_kill, seed, Rng};
 
 const TOPIC: &str = "power";
 const CHILD_DIR: &str = "MQLITE_POWER_CHILD_DIR";
@@ -89,23 +89,7 @@ fn power_child() {
     };
     let dir = PathBuf::from(dir);
     let cycle: u64 = std::env::var(CHILD_CYCLE).unwrap().parse().unwrap();
-    let marks = Mutex::new(
-        std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(dir.parent().unwrap().join(MARKS))
-            .unwrap(),
-    );
-    let data_dir = dir.clone();
-    set_sync_hook(Some(Arc::new(move |path: &Path, kind, before| {
-        if let (SyncKind::Range { end }, false) = (kind, before) {
-            if path.starts_with(&data_dir) {
-                let mut f = marks.lock().unwrap();
-                writeln!(f, "{}\t{end}", path.display())?;
-            }
-        }
-        Ok(())
-    })));
+    record_syncs(&dir, &dir.parent().unwrap().join(MARKS));
     let mq = Broker::open(&dir, config()).unwrap();
     let all = mq
         .producer(ProducerConfig::default().acks(Acks::All))

@@ -20,12 +20,10 @@ mod power;
 use std::collections::{HashMap, HashSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use mqlite::faults::{set_sync_hook, SyncKind};
 use mqlite::{Acks, Broker, Config, ConsumerConfig, ProducerConfig, Record, TopicConfig};
-use power::{durable_marks, env_or, lose_power, mix, run_and_kill, seed, Rng};
+use power::{durable_marks, env_or, lose_power, mix, record_syncs, run_and_kill, seed, Rng};
 
 const CHILD_DIR: &str = "MQLITE_TXN_POWER_DIR";
 const CHILD_CYCLE: &str = "MQLITE_TXN_POWER_CYCLE";
@@ -60,29 +58,7 @@ fn txn_power_child() {
     };
     let dir = PathBuf::from(dir);
     let cycle: u64 = std::env::var(CHILD_CYCLE).unwrap().parse().unwrap();
-    let marks = Mutex::new(
-        std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(dir.parent().unwrap().join(MARKS))
-            .unwrap(),
-    );
-    let data_dir = dir.clone();
-    set_sync_hook(Some(Arc::new(move |path: &Path, kind, before| {
-        if before || !path.starts_with(&data_dir) {
-            return Ok(());
-        }
-        let end = match kind {
-            SyncKind::Range { end } => end,
-            // The transaction log, appended with write(2): durable up to
-            // its length.
-            SyncKind::File => std::fs::metadata(path).map_or(0, |m| m.len()),
-            _ => return Ok(()),
-        };
-        let mut f = marks.lock().unwrap();
-        writeln!(f, "{}\t{end}", path.display())?;
-        Ok(())
-    })));
+    record_syncs(&dir, &dir.parent().unwrap().join(MARKS));
     let mq = Broker::open(&dir, config()).unwrap();
     {
         let mut out = std::io::stdout().lock();

@@ -14,7 +14,7 @@ use pyo3::types::{PyString, PyTuple};
 
 use crate::callback;
 use crate::consumer::Consumer;
-use crate::data::{data, headers};
+use crate::data::Fields;
 use crate::error::{invalid_argument, IntoPy};
 use crate::fork::Local;
 use crate::producer::{Producer, RecordMetadata};
@@ -162,20 +162,9 @@ impl Transaction {
             }
             c => c.map(|c| c.clone().unbind()),
         };
-        let value = data(value, "value")?;
-        let key = match key {
-            Some(k) => data(k, "key")?,
-            None => None,
-        };
-        let record = mqlite::Record {
-            topic: topic.to_owned(),
-            partition: partition.map(|p| arg_u32(py, "partition", p)).transpose()?,
-            key: key.map(|k| k.as_slice().to_vec()),
-            value: value.map(|v| v.as_slice().to_vec()),
-            headers: headers(hdrs)?,
-            timestamp,
-            sequence: None,
-        };
+        let record = Fields::new(py, value, key, partition, hdrs)?
+            .record(topic, timestamp, None)
+            .to_record();
         if let Some(t) = timestamp.filter(|t| *t < 0) {
             return Err(invalid_argument(
                 py,

@@ -3,9 +3,11 @@
 #![allow(dead_code)]
 
 use std::collections::HashMap;
+use std::io::Write;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 const PAGE: usize = 4096;
@@ -163,4 +165,32 @@ pub fn seed(var: &str, what: &str) -> u64 {
     );
     println!("{what} seed: {seed} ({var}={seed} replays it)");
     seed
+}
+
+/// Installs a sync hook that appends `<path>\t<end>` to the file `marks`
+/// after every completed sync of a file under `data_dir`: how far it is
+/// durable (the end of an `msync`ed range; a file's length after an
+/// `fsync` of it whole, such as the transaction log's, appended with
+/// `write(2)`).
+pub fn record_syncs(data_dir: &Path, marks: &Path) {
+    let marks = Mutex::new(
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(marks)
+            .unwrap(),
+    );
+    let data_dir = data_dir.to_owned();
+    mqlite::faults::set_sync_hook(Some(Arc::new(move |path: &Path, kind, before| {
+        if before || !path.starts_with(&data_dir) {
+            return Ok(());
+        }
+        let end = match kind {
+            mqlite::faults::SyncKind::Range { end } => end,
+            mqlite::faults::SyncKind::File => std::fs::metadata(path).map_or(0, |m| m.len()),
+            _ => return Ok(()),
+        };
+        let mut f = marks.lock().unwrap();
+        writeln!(f, "{}\t{end}", path.display())
+    })));
 }
