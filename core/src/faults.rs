@@ -109,3 +109,20 @@ pub(crate) fn commit_step(step: CommitStep) {
         }
     }
 }
+
+/// The boot id set by [`set_boot_id`], if any.
+static BOOT_ID: RwLock<Option<u128>> = RwLock::new(None);
+
+/// Makes this process take `id` for the machine's boot id (`None`: the
+/// real one again). For tests that model a power loss, which in life comes
+/// with a restart of the machine: a shared-mode open that finds the boot id
+/// changed since the directory was last written checks every log (see
+/// docs/shared-mode.md).
+pub fn set_boot_id(id: Option<u128>) {
+    *sync::write(&BOOT_ID) = id;
+}
+
+/// The boot id set by [`set_boot_id`].
+pub(crate) fn boot_id() -> Option<u128> {
+    *sync::read(&BOOT_ID)
+}

@@ -10,8 +10,10 @@
 //! models the power loss on the partition's files: every 4 KiB page past a
 //! file's durable end that changed is kept, reverted to what it held
 //! before, torn (some 512-byte sectors new, the others old) or filled with
-//! garbage where it changed. Then it reopens the directory in shared mode,
-//! takes the writer role (which repairs the partition), and checks that
+//! garbage where it changed. Then the machine "restarts" (the process
+//! takes a new boot id, see `mqlite::faults::set_boot_id`) and reopens
+//! the directory in shared mode, which checks the partition as an
+//! exclusive open after a crash would, and checks that
 //! every record acknowledged before the power went out is there, that the
 //! partition holds, per writer, an intact prefix of what it sent, that the
 //! records of earlier cycles are unchanged, and that reading never returns
@@ -276,7 +278,9 @@ fn power_loss(writers: u64) {
             pages += lose_power(&path, old, durable, &mut rng);
         }
 
-        // Reopen: taking the writer role repairs the partition.
+        // The machine restarts (a new boot id), and the directory is
+        // opened again: the first process in checks every partition.
+        mqlite::faults::set_boot_id(Some(1 + cycle as u128));
         let mq = Broker::open(&dirs.data, shared())
             .unwrap_or_else(|e| panic!("cycle {cycle}: reopen failed: {e}"));
         let p = mq
@@ -346,4 +350,50 @@ fn acks_all_survives_power_loss_one_writer_process() {
 #[test]
 fn acks_all_survives_power_loss_two_writer_processes() {
     power_loss(2);
+}
+
+/// A power loss can leave a partition's tail page older than its files
+/// (the page's last writes never reached the disk, the synced records
+/// did). After the restart, the first open checks the partition and drops
+/// the page: the next append goes after every record, none is written
+/// over.
+#[test]
+fn a_tail_page_older_than_the_log_after_a_restart_is_not_trusted() {
+    let dirs = Dirs::new();
+    let tail = partition_dir(&dirs.data).join("tail");
+    let send = |mq: &Broker, n: u64| {
+        let p = mq
+            .producer(ProducerConfig::default().acks(Acks::All))
+            .unwrap();
+        let md = p
+            .send(Record::new(TOPIC).partition(0).value(payload("r", n, 100)))
+            .unwrap();
+        p.close().unwrap();
+        md.offset
+    };
+    let stale = {
+        let mq = Broker::open(&dirs.data, shared()).unwrap();
+        mq.create_topic(TOPIC, TopicConfig::new(1)).unwrap();
+        for n in 0..10 {
+            assert_eq!(send(&mq, n), n);
+        }
+        let stale = std::fs::read(&tail).unwrap();
+        for n in 10..20 {
+            assert_eq!(send(&mq, n), n);
+        }
+        mq.close().unwrap();
+        stale
+    };
+    // The power goes out: the tail page's last changes are lost.
+    std::fs::write(&tail, stale).unwrap();
+    mqlite::faults::set_boot_id(Some(0x5eed_0000_0000_0000_0000_0000_0000_0001));
+    let mq = Broker::open(&dirs.data, shared()).unwrap();
+    assert_eq!(send(&mq, 20), 20, "appended after every record");
+    let records = read_all(&mq, TOPIC, 0);
+    assert_eq!(records.len(), 21);
+    for (at, (offset, value)) in records.iter().enumerate() {
+        assert_eq!(*offset, at as u64);
+        assert_eq!(check_payload(value).unwrap(), ("r".to_owned(), at as u64));
+    }
+    mq.close().unwrap();
 }

@@ -8,6 +8,11 @@
 //!   nothing written. An exclusive open removes the partitions' tail
 //!   pages (its appends would make them stale); the next shared-mode use
 //!   rebuilds them from the files.
+//! - The first process that opens the directory after the machine
+//!   restarted, alone and able to write, checks every partition as an
+//!   exclusive open after a crash does (a power loss may have torn what
+//!   was never synced, and left tail pages older than the files), then
+//!   removes the tail pages ([`check_after_restart`]).
 //! - Each partition is appended to by any process under its append lock
 //!   (see `log/shared_writer.rs`); read-only handles only read.
 //! - Topic changes, from any process, hold the directory's DDL lock and
@@ -92,11 +97,14 @@ pub(super) fn open(path: &Path, config: Config) -> Result<Broker> {
 fn open_engine(dir: std::path::PathBuf, config: Config) -> Result<Arc<BrokerInner>> {
     let mode = config.file_mode;
     let readonly = config.readonly;
-    let (share, ()) = DirShare::open(&dir, mode, |alone| {
+    let (share, ()) = DirShare::open(&dir, mode, !readonly, |opening| {
+        if !opening.alone || readonly {
+            return Ok(());
+        }
         // The first process in (no exclusive session runs): a commit an
         // exclusive session's crash interrupted is finished only by an
         // exclusive open, and its records would be written over here.
-        if alone && !readonly && crate::txn::has_commits(&dir)? {
+        if crate::txn::has_commits(&dir)? {
             return Err(Error::Locked {
                 path: dir.clone(),
                 holder:
@@ -104,6 +112,9 @@ fn open_engine(dir: std::path::PathBuf, config: Config) -> Result<Arc<BrokerInne
                          without closing (open the directory once in exclusive mode to finish them)"
                         .into(),
             });
+        }
+        if opening.restarted {
+            check_after_restart(&dir, &config)?;
         }
         Ok(())
     })?;
@@ -169,6 +180,48 @@ fn open_engine(dir: std::path::PathBuf, config: Config) -> Result<Arc<BrokerInne
         BrokerInner::start_janitor(&inner);
     }
     Ok(inner)
+}
+
+/// The first shared open after the machine restarted (no other process
+/// has the directory open, and this one may write): a power loss may have
+/// torn pages that were never synced, in any partition and in the tail
+/// pages, which may also be older than the files they describe (a writer
+/// trusting one would write over acknowledged records). So every
+/// partition is opened as an exclusive open after a crash opens it
+/// (checked from its recovery point, cut at the first damage, indexes
+/// rebuilt) and closed, and the tail pages are removed: the processes
+/// rebuild them from the checked files. A partition that closed cleanly
+/// since its last write is not checked again.
+fn check_after_restart(dir: &Path, config: &Config) -> Result<()> {
+    let tdir = topics_dir(dir);
+    if !tdir.is_dir() {
+        return Ok(());
+    }
+    let options = TopicOptions {
+        prefault: false,
+        file_mode: config.file_mode,
+        unclean: Arc::new(UncleanMark::open(dir, config.file_mode)?),
+        pool: Arc::new(Pool::new(POOL_THREADS)),
+        files: Arc::new(FileCache::new(config.max_open_files)),
+        shared: None,
+        reader: false,
+        committed: None,
+    };
+    // No summaries: every partition is opened (and checked if it must be).
+    let (topics, damaged) = super::open_topics(&tdir, &options, &mut HashMap::new())?;
+    for (name, e) in &damaged {
+        ::log::error!("after a restart of the machine, topic {name:?} could not be checked: {e}");
+    }
+    let mut first = Ok(());
+    for topic in topics.values() {
+        let closed = topic.close();
+        if first.is_ok() {
+            first = closed;
+        }
+    }
+    first?;
+    forget_tail_pages(dir);
+    Ok(())
 }
 
 /// At an exclusive open (no process has the directory open in shared

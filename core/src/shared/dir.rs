@@ -16,7 +16,9 @@
 //! - `mqlite.shm`: a [`SharedPage`] with the doorbell (a futex word bumped
 //!   after appends and group changes, when someone waits), the count of
 //!   waiters, and the topics version (bumped when topics are created,
-//!   deleted or grow). A cache: reset by a process that opens alone.
+//!   deleted or grow), and the boot of the machine in which a process that
+//!   may write last opened the directory. A cache: reset by a process that
+//!   opens alone.
 
 use std::path::Path;
 use std::sync::Mutex;
@@ -37,6 +39,24 @@ const MAGIC: [u8; 8] = *b"MQSHM001";
 const DOORBELL: Word32 = Word32::at(8);
 const WAITERS: Word32 = Word32::at(12);
 const TOPICS_VERSION: Word64 = Word64::at(16);
+/// The boot id (see `boot.rs`) when a process that may write last opened
+/// the directory, low and high halves; 0 when none did.
+const BOOT_LO: Word64 = Word64::at(24);
+const BOOT_HI: Word64 = Word64::at(32);
+
+/// What a shared open learns under `INIT`, before it joins the directory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Opening {
+    /// No other process has the directory open.
+    pub alone: bool,
+    /// The machine restarted since a process that may write last opened
+    /// the directory in shared mode (or that cannot be known, or it was
+    /// never opened so): the shared pages may be stale, and the files may
+    /// have lost pages that were never synced. Only said of a process
+    /// that is alone; one that is not and may write is refused instead
+    /// (see [`DirShare::open`]).
+    pub restarted: bool,
+}
 
 /// One process's share of a data directory opened in shared mode.
 #[derive(Debug)]
@@ -90,18 +110,37 @@ fn exclusive_holder(dir: &Path) -> String {
 impl DirShare {
     /// Opens `dir` (which exists) in shared mode: refuses a network
     /// filesystem, then, under `INIT`, learns whether this process is the
-    /// only one, runs `setup(alone)` (recovery and whatever a lone process
-    /// may rebuild), resets the shared page when alone, and holds `LIVE`
-    /// shared from then on.
+    /// only one and whether the machine restarted since the directory was
+    /// last written (see [`Opening`]), runs `setup` (recovery and whatever
+    /// a lone process may rebuild), resets the shared page when alone, and
+    /// holds `LIVE` shared from then on. A process that opens alone and
+    /// may write (`may_write`) records this boot in the page: `setup` must
+    /// have checked the logs when it was told of a restart. One that may
+    /// only read leaves the record as it was, for the next writer.
     ///
     /// # Errors
     /// [`Error::InvalidConfig`] for a directory on a network filesystem;
-    /// [`Error::Locked`] while a process holds it in exclusive mode;
+    /// [`Error::Locked`] while a process holds it in exclusive mode, and
+    /// for a process that may write when the machine restarted since the
+    /// directory was last written and read-only processes opened it since
+    /// (its logs are checked by the first writer that opens it alone);
     /// what `setup` returns; I/O errors.
     pub(crate) fn open<T>(
         dir: &Path,
         mode: u32,
-        setup: impl FnOnce(bool) -> Result<T>,
+        may_write: bool,
+        setup: impl FnOnce(Opening) -> Result<T>,
+    ) -> Result<(DirShare, T)> {
+        DirShare::open_in_boot(dir, mode, may_write, super::boot::boot_id(), setup)
+    }
+
+    /// [`DirShare::open`] in the boot `now` (`None`: not known).
+    fn open_in_boot<T>(
+        dir: &Path,
+        mode: u32,
+        may_write: bool,
+        now: Option<u128>,
+        setup: impl FnOnce(Opening) -> Result<T>,
     ) -> Result<(DirShare, T)> {
         if let FsKind::Remote(kind) = super::filesystem_kind(dir)? {
             return Err(Error::InvalidConfig(format!(
@@ -115,9 +154,42 @@ impl DirShare {
         let alone = LiveLock::try_hold(&live_path, mode)?;
         let is_alone = alone.is_some();
         let page = SharedPage::open(&dir.join(SHM_FILE), mode)?;
-        let out = setup(is_alone)?;
+        let recorded = if page.has_magic(MAGIC) {
+            u128::from(page.load64(BOOT_LO)) | u128::from(page.load64(BOOT_HI)) << 64
+        } else {
+            0
+        };
+        let restarted = if is_alone {
+            now.is_none_or(|now| now != recorded)
+        } else {
+            // A live process proves no restart since it opened; only a
+            // read-only one can have opened first after a restart (it
+            // leaves the record as it was). No record (a directory last
+            // used in exclusive mode) or no boot id: nothing to tell.
+            now.is_some_and(|now| recorded != 0 && now != recorded)
+        };
+        if restarted && !is_alone && may_write {
+            return Err(Error::Locked {
+                path: dir.to_owned(),
+                holder: "read-only processes that opened it first after the machine restarted \
+                         (its logs are checked by the first process that opens it alone and \
+                         may write: close the read-only handles, then open it again)"
+                    .to_owned(),
+            });
+        }
+        let out = setup(Opening {
+            alone: is_alone,
+            restarted: restarted && is_alone,
+        })?;
         if is_alone || !page.has_magic(MAGIC) {
-            page.reset(MAGIC);
+            let boot = match now {
+                Some(now) if may_write => now,
+                _ => recorded,
+            };
+            page.reset_with(MAGIC, || {
+                page.store64(BOOT_LO, boot as u64);
+                page.store64(BOOT_HI, (boot >> 64) as u64);
+            });
         }
         drop(alone);
         // Cannot block: exclusive holders take `LIVE` without waiting and
@@ -246,20 +318,66 @@ mod tests {
     #[test]
     fn the_first_opener_is_alone_and_the_next_is_not() {
         let dir = tempfile::tempdir().unwrap();
-        let (a, alone) = DirShare::open(dir.path(), 0o600, Ok).unwrap();
-        assert!(alone);
-        let (b, alone) = DirShare::open(dir.path(), 0o600, Ok).unwrap();
-        assert!(!alone);
+        let (a, o) = DirShare::open(dir.path(), 0o600, true, Ok).unwrap();
+        assert!(o.alone);
+        let (b, o) = DirShare::open(dir.path(), 0o600, true, Ok).unwrap();
+        assert!(!o.alone);
         drop(a);
         drop(b);
-        let (_c, alone) = DirShare::open(dir.path(), 0o600, Ok).unwrap();
-        assert!(alone, "everyone left");
+        let (_c, o) = DirShare::open(dir.path(), 0o600, true, Ok).unwrap();
+        assert!(o.alone, "everyone left");
+    }
+
+    #[test]
+    fn a_lone_opener_learns_of_a_restart_since_the_last_writer_opened() {
+        let dir = tempfile::tempdir().unwrap();
+        let open = |may_write, boot| {
+            DirShare::open_in_boot(dir.path(), 0o600, may_write, boot, Ok).map(|(_, o)| o)
+        };
+        let restarted = |o: Opening| o.restarted;
+        // A new directory: nothing recorded, so the logs are checked.
+        assert!(restarted(open(true, Some(1)).unwrap()));
+        assert!(!restarted(open(true, Some(1)).unwrap()), "same boot");
+        assert!(restarted(open(true, Some(2)).unwrap()), "a restart");
+        // No boot id: every lone writer checks.
+        assert!(restarted(open(true, None).unwrap()));
+        assert!(restarted(open(true, None).unwrap()));
+        // A read-only opener leaves the record for the next writer.
+        assert!(restarted(open(true, Some(3)).unwrap()));
+        assert!(restarted(open(false, Some(4)).unwrap()));
+        assert!(restarted(open(false, Some(4)).unwrap()));
+        assert!(restarted(open(true, Some(4)).unwrap()));
+        assert!(!restarted(open(true, Some(4)).unwrap()));
+    }
+
+    #[test]
+    fn a_writer_after_a_reader_that_came_first_after_a_restart_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let open = |may_write, boot| {
+            DirShare::open_in_boot(dir.path(), 0o600, may_write, boot, Ok).map(|(s, _)| s)
+        };
+        drop(open(true, Some(1)).unwrap());
+        let reader = open(false, Some(2)).unwrap();
+        assert!(matches!(open(true, Some(2)), Err(Error::Locked { .. })));
+        let other_reader = open(false, Some(2)).unwrap();
+        drop((reader, other_reader));
+        let writer = open(true, Some(2)).unwrap();
+        // Not alone, same boot as recorded: no check, no refusal.
+        let second = DirShare::open_in_boot(dir.path(), 0o600, true, Some(2), Ok).unwrap();
+        assert_eq!(
+            second.1,
+            Opening {
+                alone: false,
+                restarted: false
+            }
+        );
+        drop((writer, second));
     }
 
     #[test]
     fn shared_and_exclusive_opens_exclude_each_other() {
         let dir = tempfile::tempdir().unwrap();
-        let (a, ()) = DirShare::open(dir.path(), 0o600, |_| Ok(())).unwrap();
+        let (a, ()) = DirShare::open(dir.path(), 0o600, true, |_| Ok(())).unwrap();
         assert!(matches!(
             hold_exclusive(dir.path(), 0o600),
             Err(Error::Locked { .. })
@@ -267,18 +385,18 @@ mod tests {
         drop(a);
         let ex = hold_exclusive(dir.path(), 0o600).unwrap();
         assert!(matches!(
-            DirShare::open(dir.path(), 0o600, |_| Ok(())),
+            DirShare::open(dir.path(), 0o600, true, |_| Ok(())),
             Err(Error::Locked { .. })
         ));
         drop(ex);
-        assert!(DirShare::open(dir.path(), 0o600, |_| Ok(())).is_ok());
+        assert!(DirShare::open(dir.path(), 0o600, true, |_| Ok(())).is_ok());
     }
 
     #[test]
     fn a_ring_in_one_share_wakes_a_waiter_in_another() {
         let dir = tempfile::tempdir().unwrap();
-        let (a, ()) = DirShare::open(dir.path(), 0o600, |_| Ok(())).unwrap();
-        let (b, ()) = DirShare::open(dir.path(), 0o600, |_| Ok(())).unwrap();
+        let (a, ()) = DirShare::open(dir.path(), 0o600, true, |_| Ok(())).unwrap();
+        let (b, ()) = DirShare::open(dir.path(), 0o600, true, |_| Ok(())).unwrap();
         let b = Arc::new(b);
         let (tx, rx) = std::sync::mpsc::channel();
         let waiter = {

@@ -9,6 +9,7 @@
 //! header does not match is reset or ignored, never trusted).
 
 mod append_lock;
+mod boot;
 mod dir;
 mod fs_kind;
 mod futex;
