@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::assign::AssignmentStrategy;
+use crate::producer::Acks;
 use crate::broker::BrokerInner;
 use crate::error::{Error, Result};
 use crate::group::{Group, MemberSpec, Resume};
@@ -98,6 +99,13 @@ pub struct ConsumerConfig {
     /// What of transactions this consumer reads (default read committed;
     /// see [`IsolationLevel`]).
     pub isolation_level: IsolationLevel,
+    /// How durable a commit is when it returns, as a producer's `acks`:
+    /// [`Acks::All`] (default) synced to disk, surviving a crash of the
+    /// machine (commits made at once by several threads share one sync);
+    /// [`Acks::One`] or [`Acks::None`] written to the operating system,
+    /// surviving a crash of the process (`kill -9`) but not of the
+    /// machine, at the cost of a `write(2)`.
+    pub commit_acks: Acks,
 }
 
 impl Default for ConsumerConfig {
@@ -115,6 +123,7 @@ impl Default for ConsumerConfig {
             broadcast: false,
             enable_auto_offset_store: true,
             isolation_level: IsolationLevel::ReadCommitted,
+            commit_acks: Acks::All,
         }
     }
 }
@@ -131,6 +140,12 @@ impl ConsumerConfig {
     /// Sets `auto_offset_reset`.
     pub fn auto_offset_reset(mut self, reset: OffsetReset) -> Self {
         self.auto_offset_reset = reset;
+        self
+    }
+
+    /// Sets `commit_acks`: how durable a commit is when it returns.
+    pub fn commit_acks(mut self, acks: Acks) -> Self {
+        self.commit_acks = acks;
         self
     }
 
