@@ -18,7 +18,10 @@ The send and produce rows build each message in the loop, as a user would,
 like the deque rows. The send_batch rows send lists built before the clock
 starts, in calls of BATCH values: what they measure is the call, not the
 building of the values (which alone runs at about the deque.append rate).
-produce rows include the final flush().
+produce rows include the final flush(). The commit rows commit one
+partition's offset per call, N/5 times with commit_acks=1 and N/200 times
+with commit_acks="all", against the system calls such a commit makes:
+os.pwrite of a commit's journal record (and os.fdatasync).
 
 Then the produce-to-consume latency: a producer thread sends LAT_RATE
 messages/s (acks=1) for LAT_SECS seconds, each value carrying
@@ -44,6 +47,7 @@ import mqlite
 N = int(sys.argv[1]) if len(sys.argv) > 1 else 1_000_000
 N_1K = max(1, N // 4)
 N_ALL = max(1, N // 200)
+N_C = max(1, N // 5)
 RUNS = max(1, int(os.environ.get("MQLITE_BENCH_RUNS", "3")))
 BATCH = 1000
 PAD = b"x" * 92
@@ -90,7 +94,7 @@ def rows_to_run(rows):
     """All rows, or those whose name contains argv[2] (and the baselines)."""
     if len(sys.argv) <= 2:
         return rows
-    return [r for r in rows if sys.argv[2] in r[2] or r[2].startswith(("collections", "plain"))]
+    return [r for r in rows if sys.argv[2] in r[2] or r[2].startswith(("collections", "plain", "os.pwrite"))]
 
 
 def send(n, make, acks):
@@ -201,6 +205,44 @@ def poll_batch_loop(mq):
     secs = time.perf_counter() - t
     c.close()
     return secs
+
+
+def pwrite_commits(n, sync=False):
+    """The system calls of a commit: os.pwrite of a commit's journal
+    record (41 bytes for one partition of topic "t") at the end of a
+    file, one call each, and with `sync` an os.fdatasync after each."""
+    record = b"r" * 41
+    with tempfile.TemporaryDirectory() as d:
+        fd = os.open(os.path.join(d, "f"), os.O_WRONLY | os.O_CREAT, 0o600)
+        try:
+            t = time.perf_counter()
+            for i in range(n):
+                os.pwrite(fd, record, i * 41)
+                if sync:
+                    os.fdatasync(fd)
+            return time.perf_counter() - t
+        finally:
+            os.close(fd)
+
+
+def commits(n, acks):
+    """`n` commits of one partition's offset, one call each, with
+    `commit_acks=acks`."""
+
+    def run(mq):
+        mq.producer(acks=1).send_batch("t", [message(i) for i in range(100)])
+        c = mq.consumer("commits", enable_auto_commit=False, commit_acks=acks)
+        c.assign([("t", 0)])
+        offsets = [[("t", 0, i % 100)] for i in range(n)]
+        c.commit(offsets[0])  # the journal exists before the clock starts
+        t = time.perf_counter()
+        for o in offsets:
+            c.commit(o)
+        secs = time.perf_counter() - t
+        c.close()
+        return secs
+
+    return lambda: with_topic(run)
 
 
 def processor(mq, threads=4):
@@ -326,6 +368,10 @@ def main():
         ("put1k", N_1K, "mqlite Producer.produce + flush, acks=all, 1 KiB", produce(N_1K, message_1k, "all")),
         ("put1k", N_1K, f"mqlite Producer.send_batch, acks=1, 1 KiB, {b}", send_batch(N_1K, message_1k, 1)),
         ("put1k", N_1K, f"mqlite Producer.send_batch, acks=all, 1 KiB, {b}", send_batch(N_1K, message_1k, "all")),
+        ("commit", N_C, "os.pwrite of 41 B (a commit's journal record)", lambda: pwrite_commits(N_C)),
+        ("commit", N_C, "mqlite Consumer.commit of one offset, commit_acks=1", commits(N_C, 1)),
+        ("commit_sync", N_ALL, "os.pwrite + os.fdatasync of 41 B", lambda: pwrite_commits(N_ALL, sync=True)),
+        ("commit_sync", N_ALL, f"mqlite Consumer.commit of one offset, commit_acks=all ({N_ALL:,})", commits(N_ALL, "all")),
         ("get", N, "collections.deque.popleft", deque_get),
         ("get", N, "mqlite: iterate a Consumer, reading .value", lambda: with_topic(iterate)),
         ("get", N, "mqlite: iterate two Consumers of a group, one partition each", lambda: with_topic(iterate_group)),

@@ -1956,6 +1956,23 @@ enum mql_status mql_consumer_config_set_enable_auto_commit(struct mql_consumer_c
                                                            bool on);
 
 /**
+ * How durable a commit is when it returns, as a producer's `acks`: -1
+ * (all, the default: synced to disk, survives a crash of the machine;
+ * commits made at once by several threads share one sync), 1 or 0
+ * (written to the operating system: survives a crash of the process,
+ * not of the machine, at the cost of a `write(2)`). Other values give
+ * `MQL_INVALID_ARGUMENT`.
+ *
+ * Ownership: borrows `config` for the call; the caller still owns it.
+ *
+ * # Safety
+ * `config` is NULL or a live consumer config not used by another thread
+ * meanwhile.
+ */
+enum mql_status mql_consumer_config_set_commit_acks(struct mql_consumer_config *config,
+                                                    int32_t acks);
+
+/**
  * Interval of automatic commits in milliseconds (default 5000; 0 commits
  * at every fetch from the engine).
  *

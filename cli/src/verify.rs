@@ -12,15 +12,12 @@ use mqlite::log::check::{
     check_partition, CheckOptions, Issue, IssueKind, PartitionCheck, Severity,
 };
 use mqlite::log::follow::segment_bases;
-use mqlite::{validate_topic_name, CommittedOffset, Error};
+use mqlite::{read_committed_offsets, validate_topic_name, Error};
 use serde_json::{json, Value};
 
 use crate::progress::{bar, Unit};
 use crate::topicdir::TopicDir;
 use crate::CliResult;
-
-/// The `groups/*.offsets` version this tool reads.
-const OFFSETS_FILE_VERSION: u32 = 1;
 
 /// One partition's check, or why it could not be made.
 pub struct Part {
@@ -294,26 +291,6 @@ fn segment_bytes(dir: &Path) -> u64 {
         .sum()
 }
 
-/// The committed offsets of a group file: topic -> partition -> offset.
-type Offsets = BTreeMap<String, BTreeMap<u32, CommittedOffset>>;
-
-/// Parses a group offsets file (the format of the core's offset store).
-fn parse_offsets(bytes: &[u8]) -> Result<Offsets, String> {
-    let v: Value =
-        serde_json::from_slice(bytes).map_err(|e| format!("not valid committed offsets: {e}"))?;
-    let version = v["version"].as_u64();
-    if version != Some(u64::from(OFFSETS_FILE_VERSION)) {
-        return Err(format!(
-            "unsupported version {version:?} (this tool reads {OFFSETS_FILE_VERSION})"
-        ));
-    }
-    match v.get("offsets") {
-        None => Ok(Offsets::new()),
-        Some(o) => serde_json::from_value(o.clone())
-            .map_err(|e| format!("not valid committed offsets: {e}")),
-    }
-}
-
 /// Reads every `groups/<name>.offsets`; committed offsets past the end of a
 /// checked partition are warnings (a consumer of the group starts from its
 /// reset policy there).
@@ -348,30 +325,27 @@ fn check_groups(data: &Path, parts: &[Part]) -> Vec<GroupReport> {
             severity: Severity::Error,
             reason,
         };
-        match std::fs::read(&file) {
+        match read_committed_offsets(&file) {
             Err(e) => problems.push(error(format!("cannot be read: {e}"))),
-            Ok(bytes) => match parse_offsets(&bytes) {
-                Err(e) => problems.push(error(e)),
-                Ok(f) => {
-                    for (topic, ps) in &f {
-                        for (&p, c) in ps {
-                            offsets += 1;
-                            if let Some(&end) = ends.get(&(topic.as_str(), p)) {
-                                if c.offset > end {
-                                    problems.push(FileProblem {
-                                        severity: Severity::Warning,
-                                        reason: format!(
-                                            "the offset committed for {topic}/{p}, {}, is past \
+            Ok(f) => {
+                for (topic, ps) in &f {
+                    for (&p, c) in ps {
+                        offsets += 1;
+                        if let Some(&end) = ends.get(&(topic.as_str(), p)) {
+                            if c.offset > end {
+                                problems.push(FileProblem {
+                                    severity: Severity::Warning,
+                                    reason: format!(
+                                        "the offset committed for {topic}/{p}, {}, is past \
                                              its end {end}",
-                                            c.offset
-                                        ),
-                                    });
-                                }
+                                        c.offset
+                                    ),
+                                });
                             }
                         }
                     }
                 }
-            },
+            }
         }
         out.push(GroupReport {
             group,

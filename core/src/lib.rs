@@ -75,7 +75,7 @@ pub use log::compression::Compression;
 pub use log::RecoveryStats;
 pub use message::{Message, MessageBatch, MessageIter, MessageRef};
 pub use message_id::{MessageId, MAX_MESSAGE_ID_LEN};
-pub use offsets::CommittedOffset;
+pub use offsets::{read_committed_offsets, CommittedOffset};
 pub use processor::{ProcessingMode, Processor, ProcessorConfig, ProcessorStats, ProcessorStop};
 pub use producer::ProducerAccessMode;
 pub use producer::{

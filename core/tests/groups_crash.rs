@@ -1,6 +1,8 @@
 //! A consuming process killed with `-9`: the next member of its group
 //! resumes at the committed offsets. Every message is consumed at least
-//! once, and only messages after the last commit are delivered again.
+//! once, and only messages after the last commit are delivered again,
+//! with commits synced (`commit_acks=all`) and with commits only written
+//! to the operating system (`commit_acks=1`: a process crash keeps them).
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -12,9 +14,11 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use common::cfg;
-use mqlite::{Broker, ConsumerConfig, ProducerConfig, Record, TopicConfig};
+use mqlite::{Acks, Broker, ConsumerConfig, ProducerConfig, Record, TopicConfig};
 
 const CHILD_DIR: &str = "MQLITE_GROUP_CHILD_DIR";
+/// `1` makes the child commit with `commit_acks=1`.
+const CHILD_ACKS: &str = "MQLITE_GROUP_CHILD_ACKS";
 const PARTITIONS: u32 = 3;
 const PER_PARTITION: u64 = 400;
 
@@ -30,6 +34,10 @@ fn consume_child() {
         .consumer(
             ConsumerConfig::group("g")
                 .enable_auto_commit(false)
+                .commit_acks(match std::env::var(CHILD_ACKS).as_deref() {
+                    Ok("1") => Acks::One,
+                    _ => Acks::All,
+                })
                 .max_poll_records(7),
         )
         .unwrap();
@@ -72,7 +80,7 @@ fn consume_child() {
     }
 }
 
-fn run_child(exe: &Path, dir: &Path, stop_after: usize) -> Vec<String> {
+fn run_child(exe: &Path, dir: &Path, acks: &str, stop_after: usize) -> Vec<String> {
     let mut child = Command::new(exe)
         .args([
             "--exact",
@@ -81,6 +89,7 @@ fn run_child(exe: &Path, dir: &Path, stop_after: usize) -> Vec<String> {
             "--test-threads=1",
         ])
         .env(CHILD_DIR, dir)
+        .env(CHILD_ACKS, acks)
         .stdout(Stdio::piped())
         .stderr(std::fs::File::create(dir.join("child.stderr")).unwrap())
         .stdin(Stdio::null())
@@ -111,6 +120,17 @@ fn run_child(exe: &Path, dir: &Path, stop_after: usize) -> Vec<String> {
 
 #[test]
 fn a_killed_consumer_resumes_at_its_commits() {
+    killed_consumers_resume("all");
+}
+
+#[test]
+fn a_killed_consumer_resumes_at_its_commits_made_with_commit_acks_1() {
+    killed_consumers_resume("1");
+}
+
+/// Children committing with `commit_acks` `acks` killed until every
+/// message was consumed.
+fn killed_consumers_resume(acks: &str) {
     let tmp = tempfile::tempdir().unwrap();
     {
         let mq = Broker::open(tmp.path(), cfg()).unwrap();
@@ -138,7 +158,7 @@ fn a_killed_consumer_resumes_at_its_commits() {
             break;
         }
         let before = committed.clone();
-        let lines = run_child(&exe, tmp.path(), 60 + cycle * 37 % 200);
+        let lines = run_child(&exe, tmp.path(), acks, 60 + cycle * 37 % 200);
         for l in &lines {
             let mut it = l.split(' ');
             match (it.next(), it.next(), it.next()) {

@@ -677,6 +677,12 @@ impl Broker {
     ///         "read_uncommitted" (Kafka's `isolation.level`). Both read
     ///         the same records: a transaction is written only at its
     ///         commit, so nothing uncommitted is ever in a log.
+    ///     commit_acks: How durable a commit is when it returns, as a
+    ///         producer's `acks`: "all" or -1 (default: synced to disk,
+    ///         survives a crash of the machine; commits made at once by
+    ///         several threads share one sync), 1 or 0 (written to the
+    ///         operating system: survives a crash of the process, not of
+    ///         the machine, at the cost of a `write(2)`).
     ///
     /// Returns:
     ///     Consumer: A new consumer with nothing assigned.
@@ -702,13 +708,14 @@ impl Broker {
             wanted_partitions = None,
             on_commit = None,
             enable_auto_offset_store = true,
-            isolation_level = "read_committed"
+            isolation_level = "read_committed",
+            commit_acks = None
         ),
         text_signature = "($self, group_id=None, *, client_id='consumer', assignment_strategy='averagely', \
                           auto_offset_reset='earliest', enable_auto_commit=True, auto_commit_interval_ms=5000, \
                           max_poll_interval_ms=300000, broadcast=False, max_poll_records=500, \
                           wanted_partitions=None, on_commit=None, enable_auto_offset_store=True, \
-                          isolation_level='read_committed')"
+                          isolation_level='read_committed', commit_acks='all')"
     )]
     #[allow(clippy::too_many_arguments)] // one per argument of the Python signature
     fn consumer(
@@ -726,9 +733,14 @@ impl Broker {
         on_commit: Option<Bound<'_, PyAny>>,
         enable_auto_offset_store: bool,
         isolation_level: &str,
+        commit_acks: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Consumer> {
         let py = slf.py();
         slf.get().check_open(py)?;
+        let commit_acks = match commit_acks {
+            Some(a) if !a.is_none() => parse_acks(py, a)?,
+            _ => mqlite::Acks::All,
+        };
         let isolation = mqlite::IsolationLevel::parse(isolation_level).py_err(py)?;
         let reset: mqlite::OffsetReset = auto_offset_reset.parse().py_err(py)?;
         let strategy: mqlite::AssignmentStrategy = assignment_strategy.parse().py_err(py)?;
@@ -789,7 +801,8 @@ impl Broker {
             .auto_commit_interval_ms(interval)
             .max_poll_interval_ms(max_poll_interval)
             .broadcast(broadcast)
-            .isolation_level(isolation);
+            .isolation_level(isolation)
+            .commit_acks(commit_acks);
         config.group_id = group_id;
         let broker = &slf.get().inner;
         let inner = broker.consumer(config).py_err(py)?;

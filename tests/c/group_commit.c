@@ -3,7 +3,9 @@
  * with mql_committed (snprintf-like copying); committed offsets survive
  * reopening the data directory and a new member resumes there; lag and
  * stats; a commit without a group is MQL_INVALID_ARGUMENT, one of a
- * partition another member owns MQL_COMMIT_FAILED. */
+ * partition another member owns MQL_COMMIT_FAILED; commits made with
+ * commit_acks 1 (written to the operating system, not synced) are read
+ * back after a reopen, and a commit_acks out of range is refused. */
 #include "check.h"
 
 static mql_consumer *member(mql_broker *mq, const char *group, bool auto_commit) {
@@ -159,6 +161,30 @@ int main(int argc, char **argv) {
     mql_consumer_free(x);
     mql_consumer_free(y);
     mql_consumer_free(c);
+
+    /* commit_acks: 1 and 0 write the commit to the operating system,
+     * -1 (the default) syncs it; anything else is refused. */
+    mql_consumer_config *cc;
+    CHECK_OK(mql_consumer_config_new(&cc));
+    CHECK_FAIL(mql_consumer_config_set_commit_acks(cc, 2), MQL_INVALID_ARGUMENT, "acks");
+    CHECK_FAIL(mql_consumer_config_set_commit_acks(cc, -2), MQL_INVALID_ARGUMENT, "acks");
+    CHECK_OK(mql_consumer_config_set_commit_acks(cc, 1));
+    CHECK_OK(mql_consumer_config_set_enable_auto_commit(cc, false));
+    mql_consumer *quick;
+    CHECK_OK(mql_consumer_new(mq, "quick", cc, &quick));
+    mql_consumer_config_free(cc);
+    CHECK_OK(mql_assign(quick, "t", 0));
+    for (uint64_t i = 1; i <= 9; i++) {
+        mql_committed_offset q = {"t", 0, i, NULL, 0};
+        CHECK_OK(mql_commit_offsets(quick, &q, 1));
+    }
+    CHECK(committed_of(quick, 0) == 9);
+    mql_consumer_free(quick);
+    CHECK_OK(mql_close(mq));
+    mq = open_data(dir, "data");
+    CHECK_OK(mql_consumer_new(mq, "quick", NULL, &quick));
+    CHECK(committed_of(quick, 0) == 9);
+    mql_consumer_free(quick);
     CHECK_OK(mql_close(mq));
     puts("group_commit: ok");
     return 0;

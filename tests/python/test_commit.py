@@ -232,3 +232,26 @@ def test_group_and_broadcast_offsets_never_collide(mq: mqlite.Broker) -> None:
     assert member.committed() == {("t", 0): (3, "")}
     assert solo.committed() == {("t", 0): (8, "")}
     assert mq.groups() == ["a", "a.b"]
+
+
+@pytest.mark.parametrize("commit_acks", ["all", -1, 1, 0, "1"])
+def test_commits_with_every_commit_acks_read_back_after_a_reopen(data_dir: Path, commit_acks: Any) -> None:
+    with mqlite.open(data_dir, prefault=False) as mq:
+        mq.create_topic("t", partitions=1, segment_bytes=SEG)
+        produce(mq, "t", 20)
+        c = mq.consumer("g", enable_auto_commit=False, commit_acks=commit_acks)
+        c.assign([("t", 0)])
+        for o in range(1, 21):
+            c.commit([("t", 0, o)])
+        c.close()
+    with mqlite.open(data_dir, prefault=False) as mq:
+        assert mq.describe_group("g").committed == {("t", 0): (20, "")}
+
+
+def test_commit_acks_out_of_range_is_refused(mq: mqlite.Broker) -> None:
+    for bad in (2, -2, "most", "2"):
+        with pytest.raises(mqlite.InvalidArgument, match="acks"):
+            mq.consumer("g", commit_acks=bad)
+    for wrong in (1.5, True, b"1"):
+        with pytest.raises(TypeError, match="acks"):
+            mq.consumer("g", commit_acks=wrong)

@@ -1,6 +1,8 @@
 """A group member killed with SIGKILL: a new member resumes at the last
 commit that returned. Every message is read at least once, and only those
-handed out after that commit are read twice."""
+handed out after that commit are read twice: with commits synced
+(`commit_acks="all"`) and with commits only written to the operating
+system (`commit_acks=1`, which a process crash keeps)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from groups_util import SEG
 
 import mqlite
@@ -23,7 +26,8 @@ import sys, time
 import mqlite
 
 mq = mqlite.open(sys.argv[1], prefault=False)
-c = mq.consumer("g", enable_auto_commit=False, max_poll_records=16)
+acks = sys.argv[2] if sys.argv[2] == "all" else int(sys.argv[2])
+c = mq.consumer("g", enable_auto_commit=False, max_poll_records=16, commit_acks=acks)
 c.subscribe(["t"])
 n = 0
 while True:
@@ -39,14 +43,15 @@ while True:
 """
 
 
-def test_new_member_resumes_at_the_last_commit(data_dir: Path) -> None:
+@pytest.mark.parametrize("commit_acks", ["all", "1"])
+def test_new_member_resumes_at_the_last_commit(data_dir: Path, commit_acks: str) -> None:
     with mqlite.open(data_dir, prefault=False) as mq:
         mq.create_topic("t", partitions=PARTITIONS, segment_bytes=SEG)
         p = mq.producer(acks="all")
         for part in range(PARTITIONS):
             p.send_batch("t", [b"v"] * PER_PARTITION, partition=part)
     child = subprocess.Popen(
-        [sys.executable, "-c", CHILD, str(data_dir)],
+        [sys.executable, "-c", CHILD, str(data_dir), commit_acks],
         stdout=subprocess.PIPE,
         text=True,
     )

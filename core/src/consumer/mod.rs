@@ -13,13 +13,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::assign::AssignmentStrategy;
-use crate::producer::Acks;
 use crate::broker::BrokerInner;
 use crate::error::{Error, Result};
 use crate::group::{Group, MemberSpec, Resume};
 use crate::log::{PartitionLog, Waiter};
 use crate::message::{Message, MessageBatch, Sink};
 use crate::offsets::{validate_group_name, CommittedOffset};
+use crate::producer::Acks;
 use crate::sync;
 use crate::topic::Topic;
 pub(crate) use held::Held;
@@ -102,7 +102,7 @@ pub struct ConsumerConfig {
     /// How durable a commit is when it returns, as a producer's `acks`:
     /// [`Acks::All`] (default) synced to disk, surviving a crash of the
     /// machine (commits made at once by several threads share one sync);
-    /// [`Acks::One`] or [`Acks::None`] written to the operating system,
+    /// [`Acks::One`] or [`Acks::Zero`] written to the operating system,
     /// surviving a crash of the process (`kill -9`) but not of the
     /// machine, at the cost of a `write(2)`.
     pub commit_acks: Acks,
@@ -1030,7 +1030,11 @@ impl Consumer {
         if offsets.is_empty() {
             return Ok(());
         }
-        group.commit(self.member.as_ref().map(|m| m.id.as_str()), offsets)?;
+        group.commit_as(
+            self.member.as_ref().map(|m| m.id.as_str()),
+            offsets,
+            self.config.commit_acks == Acks::All,
+        )?;
         self.stats.commits += 1;
         let mut topics: Vec<&str> = offsets.iter().map(|(t, _, _)| t.as_str()).collect();
         topics.dedup();

@@ -412,20 +412,34 @@ impl Group {
         }
     }
 
-    /// Commits offsets (durably). With `member`, only partitions it owns.
+    /// Commits offsets durably (synced). With `member`, only partitions
+    /// it owns.
     pub(crate) fn commit(
         &self,
         member: Option<&str>,
         offsets: &[(String, u32, CommittedOffset)],
     ) -> Result<()> {
+        self.commit_as(member, offsets, true)
+    }
+
+    /// Commits offsets; with `durable`, returns once they are synced
+    /// (commits made meanwhile, by any thread, share the sync), else once
+    /// they are written to the operating system. With `member`, only
+    /// partitions it owns.
+    pub(crate) fn commit_as(
+        &self,
+        member: Option<&str>,
+        offsets: &[(String, u32, CommittedOffset)],
+        durable: bool,
+    ) -> Result<()> {
         let check = |st: &State| -> Result<()> {
             let Some(id) = member else { return Ok(()) };
             self.owned_by(st, id, offsets.iter().map(|(t, p, _)| (t, *p)))
         };
-        match &self.store {
+        let pending = match &self.store {
             Store::Local(st) => {
                 check(&lock(st))?;
-                lock(&self.offsets).commit(offsets)
+                lock(&self.offsets).commit(offsets, durable)?
             }
             // Under the group's lock: no hand-over in another process
             // comes between the check and the write.
@@ -433,8 +447,16 @@ impl Group {
                 check(st)?;
                 let mut o = lock(&self.offsets);
                 o.refresh()?;
-                o.commit(offsets)
-            }),
+                o.commit(offsets, durable)
+            })?,
+        };
+        match pending {
+            // Without the store's lock: commits made meanwhile append,
+            // and one sync covers them all.
+            Some(p) => p
+                .syncer
+                .wait(p.ticket, || lock(&self.offsets).sync_target()),
+            None => Ok(()),
         }
     }
 }
