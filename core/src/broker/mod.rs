@@ -998,6 +998,11 @@ impl BrokerInner {
             // Every marker is on disk now.
             c.close();
         }
+        // Commits made with commit_acks 1 or 0 too.
+        let synced = self.groups.sync_commits();
+        if first.is_ok() {
+            first = synced;
+        }
         // Shared mode: another process may write after this one closes.
         let summaries = summaries.filter(|_| self.share.is_none());
         if let (Ok(()), Some(all)) = (&first, summaries) {

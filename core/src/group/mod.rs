@@ -412,6 +412,18 @@ impl Group {
         }
     }
 
+    /// Syncs the commits this process made with `commit_acks` 1 or 0 (at
+    /// close: a clean close leaves every commit durable).
+    pub(crate) fn sync_commits(&self) -> Result<()> {
+        let pending = lock(&self.offsets).pending();
+        match pending {
+            Some(p) => p
+                .syncer
+                .wait(p.ticket, || lock(&self.offsets).sync_target()),
+            None => Ok(()),
+        }
+    }
+
     /// Commits offsets durably (synced). With `member`, only partitions
     /// it owns.
     pub(crate) fn commit(
@@ -563,6 +575,19 @@ impl Groups {
     /// Every group opened so far.
     pub(crate) fn all(&self) -> Vec<Arc<Group>> {
         lock(&self.map).values().cloned().collect()
+    }
+
+    /// Syncs every group's commits (see [`Group::sync_commits`]); returns
+    /// the first error.
+    pub(crate) fn sync_commits(&self) -> Result<()> {
+        let mut first = Ok(());
+        for g in self.all() {
+            let r = g.sync_commits();
+            if first.is_ok() {
+                first = r;
+            }
+        }
+        first
     }
 
     /// The group `name` (opened on first use), or the offsets of a

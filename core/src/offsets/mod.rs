@@ -398,6 +398,15 @@ impl OffsetStore {
         Ok(f)
     }
 
+    /// What to wait for to have every commit of this store synced (`None`
+    /// when it appended nothing).
+    pub(crate) fn pending(&self) -> Option<Pending> {
+        (self.appended > 0).then(|| Pending {
+            syncer: Arc::clone(&self.syncer),
+            ticket: self.appended,
+        })
+    }
+
     /// The journal to sync and the bytes appended so far (see
     /// [`Syncer::wait`]).
     pub(crate) fn sync_target(&self) -> (Option<Arc<File>>, PathBuf, u64) {
