@@ -51,7 +51,7 @@
  * after 100 ms, forever (max_retries -1).
  * Usage: mql_processor_config pc = MQL_PROCESSOR_CONFIG_INIT; pc.threads = 2;
  */
-#define MQL_PROCESSOR_CONFIG_INIT { 4, MQL_PROCESSING_MODE_ORDERLY, 1000, 10000, 100, -1 }
+#define MQL_PROCESSOR_CONFIG_INIT { 4, MQL_PROCESSING_MODE_ORDERLY, 1000, 10000, 100, -1, NULL }
 
 
 /**
@@ -1099,6 +1099,18 @@ typedef struct mql_processor_config {
      * `UINT32_MAX`.
      */
     int64_t max_retries;
+    /**
+     * Where a message given up on after `max_retries` goes (RocketMQ's
+     * dead-letter queue): a topic name, NUL-terminated, read by
+     * `mql_processor_new` (created with one partition if it does not
+     * exist). The dead letter keeps the message's key, value, headers and
+     * timestamp and gains headers saying where it came from and why
+     * (`mqlite.dlq.topic`, `.partition`, `.offset`, `.deliveries`,
+     * `.reason`); it is written durably and once before the message's
+     * offset is committed past. NULL (the default): such a message is
+     * only counted in `failed`.
+     */
+    const char *dead_letter_topic;
 } mql_processor_config;
 
 /**
@@ -1135,6 +1147,10 @@ typedef struct mql_processor_stats {
      * Commits of processed offsets.
      */
     uint64_t commits;
+    /**
+     * Of the messages given up on, those sent to `dead_letter_topic`.
+     */
+    uint64_t dead_lettered;
 } mql_processor_stats;
 
 /**

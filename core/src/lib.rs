@@ -33,6 +33,7 @@ mod background;
 mod broker;
 mod clock;
 mod consumer;
+mod dead_letter;
 mod dedup;
 mod error;
 #[doc(hidden)]
@@ -77,6 +78,12 @@ pub use message::{Message, MessageBatch, MessageIter, MessageRef};
 pub use message_id::{MessageId, MAX_MESSAGE_ID_LEN};
 pub use offsets::{read_committed_offsets, CommittedOffset};
 pub use processor::{ProcessingMode, Processor, ProcessorConfig, ProcessorStats, ProcessorStop};
+/// The headers a dead letter gains (see [`ProcessorConfig::dead_letter_topic`]).
+pub mod dead_letters {
+    pub use crate::dead_letter::{
+        DELIVERIES_HEADER, OFFSET_HEADER, PARTITION_HEADER, REASON_HEADER, TOPIC_HEADER,
+    };
+}
 pub use producer::ProducerAccessMode;
 pub use producer::{
     murmur2, partition_for_key, Acks, BorrowedRecord, DeliveryCallback, Partitioner, Producer,

@@ -16,7 +16,9 @@
 //! orderly mode its partition waits for it). Per partition, the committed
 //! offset is the first offset not yet processed, committed every
 //! `commit_interval_ms`, before a partition is revoked in a rebalance (after
-//! its messages in flight are done) and when the processor stops.
+//! its messages in flight are done) and when the processor stops. A message
+//! given up on after `max_retries` goes to the `dead_letter_topic`, if one
+//! is set, before it counts as processed (see `dead_letter.rs`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -25,6 +27,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::consumer::{Consumer, ConsumerWaker, RebalanceContext, RebalanceListener};
+use crate::dead_letter::DeadLetters;
 use crate::error::{Error, Result};
 use crate::message::Message;
 use crate::sync;
@@ -71,6 +74,12 @@ pub struct ProcessorConfig {
     /// `failed`, and then treated as processed); `None` (default) retries
     /// forever, so nothing is ever skipped.
     pub max_retries: Option<u32>,
+    /// Where a message given up on goes (RocketMQ's dead-letter queue),
+    /// with headers saying where it came from and why (see
+    /// [`crate::dead_letters`]), durably and once, before its offset is
+    /// committed past; created with one partition if it does not exist.
+    /// `None` (default): such a message is only counted in `failed`.
+    pub dead_letter_topic: Option<String>,
 }
 
 impl Default for ProcessorConfig {
@@ -82,7 +91,28 @@ impl Default for ProcessorConfig {
             max_in_flight: 10_000,
             retry_backoff_ms: 100,
             max_retries: None,
+            dead_letter_topic: None,
         }
+    }
+}
+
+impl ProcessorConfig {
+    /// Sets `max_retries`.
+    pub fn max_retries(mut self, n: u32) -> Self {
+        self.max_retries = Some(n);
+        self
+    }
+
+    /// Sets `retry_backoff_ms`.
+    pub fn retry_backoff_ms(mut self, ms: u64) -> Self {
+        self.retry_backoff_ms = ms;
+        self
+    }
+
+    /// Sets `dead_letter_topic`.
+    pub fn dead_letter_topic(mut self, topic: impl Into<String>) -> Self {
+        self.dead_letter_topic = Some(topic.into());
+        self
     }
 }
 
@@ -95,6 +125,8 @@ pub struct ProcessorStats {
     pub retries: u64,
     /// Messages given up on after `max_retries`.
     pub failed: u64,
+    /// Of those, the messages sent to the dead-letter topic.
+    pub dead_lettered: u64,
     /// Commits of processed offsets.
     pub commits: u64,
 }
@@ -308,6 +340,7 @@ pub struct Processor {
     consumer: Consumer,
     config: ProcessorConfig,
     stop: ProcessorStop,
+    dead_letters: Option<Arc<DeadLetters>>,
 }
 
 impl std::fmt::Debug for Processor {
@@ -333,7 +366,9 @@ impl Processor {
     /// unchanged (boxed: it is large), beside the error.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] without a group or with 0 threads.
+    /// [`Error::InvalidArgument`] without a group or with 0 threads;
+    /// [`Error::InvalidTopicName`] for a bad `dead_letter_topic`, and
+    /// errors creating it.
     pub fn try_new(
         consumer: Consumer,
         config: ProcessorConfig,
@@ -354,6 +389,16 @@ impl Processor {
                 Box::new(consumer),
             ));
         }
+        let dead_letters = match &config.dead_letter_topic {
+            Some(topic) => {
+                let group = consumer.config().group_id.clone().unwrap_or_default();
+                match DeadLetters::open(consumer.broker_inner(), topic, &group) {
+                    Ok(d) => Some(Arc::new(d)),
+                    Err(e) => return Err((e, Box::new(consumer))),
+                }
+            }
+            None => None,
+        };
         let stop = ProcessorStop {
             flag: Arc::new(AtomicBool::new(false)),
             waker: consumer.waker(),
@@ -362,6 +407,7 @@ impl Processor {
             consumer,
             config,
             stop,
+            dead_letters,
         })
     }
 
@@ -434,10 +480,17 @@ impl Processor {
                 senders.push(tx);
                 let done_tx = done_tx.clone();
                 let (handler, counts, config) = (&handler, &counts, &config);
+                let dead_letters = self.dead_letters.clone();
                 let stopping = Arc::clone(&self.stop.flag);
                 s.spawn(move || {
                     for b in rx {
-                        let left_at = work(&b.messages, handler, config, counts, &stopping);
+                        let left_at = work(
+                            &b.messages,
+                            handler,
+                            config,
+                            (counts, dead_letters.as_deref()),
+                            &stopping,
+                        );
                         let first = b.messages.first().map_or(0, Message::offset);
                         let _ = done_tx.send(Done {
                             key: b.key,
@@ -469,6 +522,7 @@ impl Processor {
             processed: counts.processed.load(Ordering::Relaxed),
             retries: counts.retries.load(Ordering::Relaxed),
             failed: counts.failed.load(Ordering::Relaxed),
+            dead_lettered: counts.dead_lettered.load(Ordering::Relaxed),
             commits: shared.commits.load(Ordering::Relaxed),
         })
     }
@@ -544,6 +598,7 @@ struct Counts {
     processed: AtomicU64,
     retries: AtomicU64,
     failed: AtomicU64,
+    dead_lettered: AtomicU64,
 }
 
 /// Splits what one poll returned into runs of one partition's messages in
@@ -577,14 +632,15 @@ fn batches(msgs: Vec<Message>, max_len: usize) -> Vec<Batch> {
 }
 
 /// Runs `handler` over a batch on a worker, retrying a failing message as
-/// configured. Returns the offset of a message left unprocessed because the
-/// processor stopped while it kept failing (the rest of the batch is left
-/// with it).
+/// configured, and sending one given up on to the dead letters, if any.
+/// Returns the offset of a message left unprocessed because the processor
+/// stopped while it kept failing, or while its dead letter could not be
+/// sent (the rest of the batch is left with it).
 fn work<F>(
     batch: &[Message],
     handler: &F,
     config: &ProcessorConfig,
-    counts: &Counts,
+    (counts, dead_letters): (&Counts, Option<&DeadLetters>),
     stopping: &AtomicBool,
 ) -> Option<u64>
 where
@@ -608,15 +664,47 @@ where
         // batch[i] failed.
         let m = &batch[i];
         if config.max_retries.is_some_and(|max| tries >= max) {
-            ::log::warn!(
-                "giving up on {}/{} offset {} after {tries} retries",
-                m.topic(),
-                m.partition(),
-                m.offset()
-            );
-            counts.failed.fetch_add(1, Ordering::Relaxed);
-            i += 1;
-            tries = 0;
+            let given_up = match dead_letters {
+                None => {
+                    ::log::warn!(
+                        "giving up on {}/{} offset {} after {tries} retries",
+                        m.topic(),
+                        m.partition(),
+                        m.offset()
+                    );
+                    true
+                }
+                Some(d) => {
+                    let reason = format!("the handler failed {} times", tries + 1);
+                    match d.send(m, tries + 1, &reason) {
+                        Ok(()) => {
+                            counts.dead_lettered.fetch_add(1, Ordering::Relaxed);
+                            true
+                        }
+                        Err(e) => {
+                            // Not dead-lettered: never committed past; the
+                            // dead letter is tried again after the backoff.
+                            ::log::error!(
+                                "dead-lettering {}/{} offset {}: {e}",
+                                m.topic(),
+                                m.partition(),
+                                m.offset()
+                            );
+                            false
+                        }
+                    }
+                }
+            };
+            if given_up {
+                counts.failed.fetch_add(1, Ordering::Relaxed);
+                i += 1;
+                tries = 0;
+                continue;
+            }
+            if stopping.load(Ordering::SeqCst) {
+                return Some(m.offset());
+            }
+            std::thread::sleep(Duration::from_millis(config.retry_backoff_ms));
             continue;
         }
         if stopping.load(Ordering::SeqCst) {

@@ -50,7 +50,7 @@ fn processor(mq: &Broker, mode: ProcessingMode) -> Processor {
             commit_interval_ms: 5,
             max_in_flight: 100,
             retry_backoff_ms: 5,
-            max_retries: None,
+            ..ProcessorConfig::default()
         },
     )
     .unwrap()
@@ -328,4 +328,115 @@ fn batches_are_runs_of_one_partition_retried_from_the_failing_message() {
             assert_eq!(committed(&mq, p), 300, "{mode:?}");
         }
     }
+}
+
+/// A processor over `t` in group `g` giving up after `retries` retries,
+/// dead-lettering into `dlt`.
+fn dead_lettering(mq: &Broker, retries: u32, dlt: &str) -> Processor {
+    let mut c = mq
+        .consumer(ConsumerConfig::group("g").enable_auto_commit(false))
+        .unwrap();
+    c.assign(&[("t", 0), ("t", 1)]).unwrap();
+    Processor::new(
+        c,
+        ProcessorConfig {
+            threads: 2,
+            commit_interval_ms: 5,
+            retry_backoff_ms: 1,
+            ..ProcessorConfig::default()
+        }
+        .max_retries(retries)
+        .dead_letter_topic(dlt),
+    )
+    .unwrap()
+}
+
+/// Every record of `topic`, partition 0, with its headers.
+fn dead_letters(mq: &Broker, topic: &str) -> Vec<mqlite::Message> {
+    let mut c = mq.consumer(ConsumerConfig::default()).unwrap();
+    c.assign(&[(topic, 0)]).unwrap();
+    let end = mq.topic(topic).unwrap().partitions[0].end_offset;
+    let mut out = Vec::new();
+    while (out.len() as u64) < end {
+        out.extend(c.poll(Duration::from_millis(200)).unwrap());
+    }
+    out
+}
+
+fn header(m: &mqlite::Message, key: &str) -> String {
+    let h = m.headers();
+    let v = h.iter().find(|h| h.key == key).map(|h| h.value.clone());
+    String::from_utf8(v.unwrap_or_default()).unwrap()
+}
+
+#[test]
+fn a_message_that_keeps_failing_goes_to_the_dead_letter_topic_once() {
+    let (_tmp, mq) = setup(2, 20);
+    let fails = |m: &mqlite::Message| m.partition() == 1 && m.offset() == 7;
+    let mut proc = dead_lettering(&mq, 2, "t.dlq");
+    let stop = proc.stopper();
+    let calls = AtomicU64::new(0);
+    let stats = proc
+        .run(|m| {
+            if calls.fetch_add(1, Ordering::SeqCst) + 1 >= 40 + 2 {
+                stop.stop();
+            }
+            !fails(m)
+        })
+        .unwrap();
+    assert_eq!(stats.processed, 39);
+    assert_eq!(
+        (stats.failed, stats.dead_lettered, stats.retries),
+        (1, 1, 2)
+    );
+    // Committed past it: the processor counts it as done.
+    assert_eq!(committed(&mq, 1), 20);
+    let dl = dead_letters(&mq, "t.dlq");
+    assert_eq!(dl.len(), 1);
+    let m = &dl[0];
+    assert_eq!(m.value().unwrap(), 7u64.to_le_bytes());
+    assert_eq!(header(m, mqlite::dead_letters::TOPIC_HEADER), "t");
+    assert_eq!(header(m, mqlite::dead_letters::PARTITION_HEADER), "1");
+    assert_eq!(header(m, mqlite::dead_letters::OFFSET_HEADER), "7");
+    assert_eq!(header(m, mqlite::dead_letters::DELIVERIES_HEADER), "3");
+    assert!(header(m, mqlite::dead_letters::REASON_HEADER).contains("3 times"));
+
+    // The source read again from the start (as after a crash before the
+    // commit): the message fails again and is dead-lettered again, but
+    // the dead-letter topic gets it once.
+    let mut c = mq
+        .consumer(ConsumerConfig::group("g").enable_auto_commit(false))
+        .unwrap();
+    c.assign(&[("t", 1)]).unwrap();
+    c.commit_offsets(&[("t", 1, 0, "")]).unwrap();
+    drop(c);
+    let mut proc = dead_lettering(&mq, 0, "t.dlq");
+    let stop = proc.stopper();
+    let calls = AtomicU64::new(0);
+    let stats = proc
+        .run(|m| {
+            if calls.fetch_add(1, Ordering::SeqCst) + 1 >= 20 {
+                stop.stop();
+            }
+            !fails(m)
+        })
+        .unwrap();
+    assert_eq!(stats.dead_lettered, 1);
+    assert_eq!(dead_letters(&mq, "t.dlq").len(), 1, "no second copy");
+    assert_eq!(committed(&mq, 1), 20);
+}
+
+#[test]
+fn a_bad_dead_letter_topic_is_refused_and_nothing_is_created() {
+    let (_tmp, mq) = setup(1, 1);
+    let c = mq.consumer(ConsumerConfig::group("g")).unwrap();
+    let err = Processor::try_new(
+        c,
+        ProcessorConfig::default()
+            .max_retries(1)
+            .dead_letter_topic("no/such name"),
+    )
+    .unwrap_err();
+    assert!(matches!(err.0, Error::InvalidTopicName { .. }), "{}", err.0);
+    assert_eq!(mq.topics().len(), 1);
 }

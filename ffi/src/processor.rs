@@ -10,7 +10,7 @@
 //! `mql_processor_run` and uses the lent consumer as usual.
 
 use std::cell::{Cell, UnsafeCell};
-use std::ffi::{c_int, c_void};
+use std::ffi::{c_char, c_int, c_void};
 use std::ptr::NonNull;
 use std::sync::{Arc, Mutex};
 
@@ -21,7 +21,7 @@ use crate::callback::{contained, UserData};
 use crate::consumer::{mql_consumer, State, Subscription};
 use crate::error::{guard, guard_value, mql_status, record_failure, Failure, FfiResult};
 use crate::message::mql_message;
-use crate::util::{arg_ref, free_handle, into_handle, opt_ref, Out};
+use crate::util::{arg_ref, free_handle, into_handle, opt_ref, opt_str, Out};
 
 /// How a processor hands messages to its worker threads
 /// (`mql_processor_config.mode`).
@@ -63,6 +63,16 @@ pub struct mql_processor_config {
     /// default) retries forever, so nothing is ever skipped. At most
     /// `UINT32_MAX`.
     pub max_retries: i64,
+    /// Where a message given up on after `max_retries` goes (RocketMQ's
+    /// dead-letter queue): a topic name, NUL-terminated, read by
+    /// `mql_processor_new` (created with one partition if it does not
+    /// exist). The dead letter keeps the message's key, value, headers and
+    /// timestamp and gains headers saying where it came from and why
+    /// (`mqlite.dlq.topic`, `.partition`, `.offset`, `.deliveries`,
+    /// `.reason`); it is written durably and once before the message's
+    /// offset is committed past. NULL (the default): such a message is
+    /// only counted in `failed`.
+    pub dead_letter_topic: *const c_char,
 }
 
 /// The defaults, as `MQL_PROCESSOR_CONFIG_INIT` in the header (written in
@@ -74,6 +84,7 @@ pub(crate) const PROCESSOR_CONFIG_DEFAULT: mql_processor_config = mql_processor_
     max_in_flight: 10_000,
     retry_backoff_ms: 100,
     max_retries: -1,
+    dead_letter_topic: std::ptr::null(),
 };
 
 impl mql_processor_config {
@@ -121,6 +132,9 @@ impl mql_processor_config {
             max_in_flight,
             retry_backoff_ms: self.retry_backoff_ms,
             max_retries,
+            // Read by `mql_processor_new` (a pointer to read under its
+            // caller's contract).
+            dead_letter_topic: None,
         })
     }
 }
@@ -137,6 +151,8 @@ pub struct mql_processor_stats {
     pub failed: u64,
     /// Commits of processed offsets.
     pub commits: u64,
+    /// Of the messages given up on, those sent to `dead_letter_topic`.
+    pub dead_lettered: u64,
 }
 
 /// A message handler: handles `message` and returns true when it is
@@ -278,10 +294,13 @@ pub unsafe extern "C" fn mql_processor_new(
         // SAFETY: as above.
         let config = unsafe { opt_ref(config, "config") }?;
         let out = Out::new(out, "out")?;
-        let config = config
-            .copied()
-            .unwrap_or(PROCESSOR_CONFIG_DEFAULT)
-            .to_core()?;
+        let raw = config.copied().unwrap_or(PROCESSOR_CONFIG_DEFAULT);
+        let mut config = raw.to_core()?;
+        // SAFETY: a NUL-terminated string or NULL, by the caller's
+        // contract on `config`.
+        config.dead_letter_topic =
+            unsafe { opt_str(raw.dead_letter_topic, "config.dead_letter_topic") }?
+                .map(str::to_owned);
         let (inner, sub) = h.slot("mql_processor_new", |slot| {
             let state = slot.as_ref().ok_or_else(|| {
                 Failure::invalid("mql_processor_new: the consumer is already lent to a processor")
@@ -302,9 +321,10 @@ pub unsafe extern "C" fn mql_processor_new(
             let state = slot.take().ok_or_else(|| Failure::invalid("no consumer"))?;
             Ok(state.lend_out())
         })?;
-        // The engine fails only for what was checked above (group id,
-        // threads, max_in_flight); the consumer then goes back to the
-        // handle as it was (its fetched-ahead messages rewound).
+        // The engine fails for what was checked above (group id, threads,
+        // max_in_flight) and for a dead-letter topic it cannot use; the
+        // consumer then goes back to the handle as it was (its
+        // fetched-ahead messages rewound).
         let inner = match Processor::try_new(inner, config) {
             Ok(p) => p,
             Err((e, consumer)) => {
@@ -418,6 +438,7 @@ fn write_stats(out: Option<Out<mql_processor_stats>>, s: mqlite::ProcessorStats)
                 retries: s.retries,
                 failed: s.failed,
                 commits: s.commits,
+                dead_lettered: s.dead_lettered,
             });
         };
     }
@@ -649,7 +670,7 @@ mod tests {
         // The header's MQL_PROCESSOR_CONFIG_INIT spells the same values.
         let toml = include_str!("../cbindgen.toml");
         assert!(toml.contains(
-            "#define MQL_PROCESSOR_CONFIG_INIT { 4, MQL_PROCESSING_MODE_ORDERLY, 1000, 10000, 100, -1 }"
+            "#define MQL_PROCESSOR_CONFIG_INIT { 4, MQL_PROCESSING_MODE_ORDERLY, 1000, 10000, 100, -1, NULL }"
         ));
     }
 

@@ -47,6 +47,8 @@ const TICK: Duration = Duration::from_millis(100);
 ///         were retried.
 ///     failed (int): Messages given up on after `max_retries` (then
 ///         committed past like processed ones).
+///     dead_lettered (int): Of those, the messages sent to the
+///         `dead_letter_topic`.
 ///     commits (int): Commits of processed offsets.
 #[pyclass(frozen, get_all, module = "mqlite")]
 pub struct ProcessorStats {
@@ -58,14 +60,16 @@ pub struct ProcessorStats {
     failed: u64,
     /// int: Commits of processed offsets.
     commits: u64,
+    /// int: Messages sent to the dead-letter topic.
+    dead_lettered: u64,
 }
 
 #[pymethods]
 impl ProcessorStats {
     fn __repr__(&self) -> String {
         format!(
-            "ProcessorStats(processed={}, retries={}, failed={}, commits={})",
-            self.processed, self.retries, self.failed, self.commits
+            "ProcessorStats(processed={}, retries={}, failed={}, dead_lettered={}, commits={})",
+            self.processed, self.retries, self.failed, self.dead_lettered, self.commits
         )
     }
 }
@@ -91,10 +95,19 @@ impl ProcessorStats {
 ///     max_retries: Give up on a message after this many retries (counted
 ///         in `failed`, then committed past); None (default) retries
 ///         forever, so nothing is skipped.
+///     dead_letter_topic: Where a message given up on goes (RocketMQ's
+///         dead-letter queue; created with one partition if it does not
+///         exist when `run()` starts): its key, value, headers and
+///         timestamp, with headers saying where it came from and why
+///         (`mqlite.dlq.topic`, `.partition`, `.offset`, `.deliveries`,
+///         `.reason`), written durably and once before the message is
+///         committed past. None (default): such a message is only counted
+///         in `failed`.
 ///
 /// Raises:
 ///     mqlite.InvalidArgument: No `group_id`, an unknown `mode`, or a
 ///         value out of range.
+///     mqlite.InvalidTopicName: `dead_letter_topic` is not a valid name.
 ///     mqlite.Closed: The consumer or its broker is closed.
 #[pyclass(frozen, module = "mqlite")]
 pub struct Processor {
@@ -205,7 +218,7 @@ fn log_failure(py: Python<'_>, m: &mqlite::Message, e: &PyErr) {
 #[pymethods]
 impl Processor {
     #[new]
-    #[pyo3(signature = (consumer, threads = 4, *, mode = "orderly", commit_interval_ms = 1000, max_in_flight = 10000, retry_backoff_ms = 100, max_retries = None))]
+    #[pyo3(signature = (consumer, threads = 4, *, mode = "orderly", commit_interval_ms = 1000, max_in_flight = 10000, retry_backoff_ms = 100, max_retries = None, dead_letter_topic = None))]
     #[allow(clippy::too_many_arguments)] // one per argument of the Python signature
     fn new(
         py: Python<'_>,
@@ -216,7 +229,11 @@ impl Processor {
         max_in_flight: i64,
         retry_backoff_ms: i64,
         max_retries: Option<i64>,
+        dead_letter_topic: Option<String>,
     ) -> PyResult<Self> {
+        if let Some(t) = &dead_letter_topic {
+            mqlite::validate_topic_name(t).py_err(py)?;
+        }
         consumer.get().check_not_closed(py)?;
         if !consumer.get().has_group() {
             return Err(invalid_argument(
@@ -245,6 +262,7 @@ impl Processor {
             max_retries: max_retries
                 .map(|v| arg_u32(py, "max_retries", v))
                 .transpose()?,
+            dead_letter_topic,
         };
         Ok(Processor {
             consumer,
@@ -439,6 +457,7 @@ impl Processor {
             processed: stats.processed,
             retries: stats.retries,
             failed: stats.failed,
+            dead_lettered: stats.dead_lettered,
             commits: stats.commits,
         })
     }

@@ -1,7 +1,8 @@
 /* Processor arguments: NULL arguments are MQL_NULL_ARGUMENT and _free(NULL)
  * does nothing; a consumer without a group, or with nothing subscribed, is
  * MQL_INVALID_ARGUMENT and stays usable; invalid config fields are
- * MQL_INVALID_ARGUMENT. */
+ * MQL_INVALID_ARGUMENT (a dead-letter topic with an invalid name
+ * MQL_INVALID_TOPIC_NAME, and no topic is created). */
 #include "check.h"
 
 static bool never(void *user_data, const mql_message *m) {
@@ -62,7 +63,14 @@ int main(int argc, char **argv) {
     pc = (mql_processor_config)MQL_PROCESSOR_CONFIG_INIT;
     pc.commit_interval_ms = 0;
     CHECK_FAIL(mql_processor_new(c, &pc, &proc), MQL_INVALID_ARGUMENT, "commit_interval_ms");
+    pc = (mql_processor_config)MQL_PROCESSOR_CONFIG_INIT;
+    pc.dead_letter_topic = "no/such name";
+    CHECK_FAIL(mql_processor_new(c, &pc, &proc), MQL_INVALID_TOPIC_NAME, "no/such name");
     CHECK(proc == NULL);
+    mql_name_list *names = NULL;
+    CHECK_OK(mql_topics(mq, &names));
+    CHECK(mql_name_list_len(names) == 1); /* nothing created */
+    mql_name_list_free(names);
 
     /* Defaults (NULL config); a NULL handler; freed without a run. */
     CHECK_OK(mql_processor_new(c, NULL, &proc));

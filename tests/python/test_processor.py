@@ -116,6 +116,43 @@ def test_max_retries_gives_up(mq: mqlite.Broker) -> None:
     c.close()
 
 
+def test_a_message_given_up_on_goes_to_the_dead_letter_topic(mq: mqlite.Broker) -> None:
+    mq.create_topic("t", segment_bytes=SEG)
+    produce(mq, "t", 5)
+    c = mq.consumer(group_id="g", auto_offset_reset="earliest", enable_auto_commit=False)
+    c.subscribe("t")
+    proc = mqlite.Processor(c, threads=1, retry_backoff_ms=1, max_retries=1, dead_letter_topic="t.dlq")
+
+    def handler(m: mqlite.Message) -> bool:
+        if m.offset == 4:
+            proc.stop()
+        return m.offset != 2
+
+    stats = proc.run(handler)
+    assert (stats.processed, stats.retries, stats.failed, stats.dead_lettered) == (4, 1, 1, 1)
+    assert "dead_lettered=1" in repr(stats)
+    assert committed(mq, "g", "t", 1) == [5]
+    c.close()
+    dl = mq.consumer(auto_offset_reset="earliest")
+    dl.assign([("t.dlq", 0)])
+    m = dl.poll(timeout=5)
+    assert m is not None and m.value == b"0:2"
+    h = dict(m.headers)
+    assert (h["mqlite.dlq.topic"], h["mqlite.dlq.partition"], h["mqlite.dlq.offset"]) == (b"t", b"0", b"2")
+    assert h["mqlite.dlq.deliveries"] == b"2"
+    assert b"2 times" in h["mqlite.dlq.reason"]
+    assert dl.poll(timeout=0) is None
+    dl.close()
+
+
+def test_a_bad_dead_letter_topic_is_refused(mq: mqlite.Broker) -> None:
+    c = mq.consumer(group_id="g")
+    with pytest.raises(mqlite.InvalidTopicName):
+        mqlite.Processor(c, max_retries=1, dead_letter_topic="no/such name")
+    assert mq.topics() == []
+    c.close()
+
+
 def test_stop_from_another_thread_and_consumer_usable_after(mq: mqlite.Broker) -> None:
     mq.create_topic("t", segment_bytes=SEG)
     produce(mq, "t", 10)

@@ -322,6 +322,11 @@ impl std::fmt::Debug for Consumer {
 }
 
 impl Consumer {
+    /// The engine this consumer reads from.
+    pub(crate) fn broker_inner(&self) -> Arc<BrokerInner> {
+        Arc::clone(&self.broker)
+    }
+
     pub(crate) fn new(broker: Arc<BrokerInner>, config: ConsumerConfig) -> Result<Consumer> {
         if config.max_poll_records == 0 {
             return Err(Error::InvalidArgument(
