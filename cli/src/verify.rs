@@ -326,6 +326,10 @@ fn check_groups(data: &Path, parts: &[Part]) -> Vec<GroupReport> {
             reason,
         };
         match read_committed_offsets(&file) {
+            Err(Error::Corrupt { reason, .. }) => {
+                problems.push(error(format!("not valid committed offsets: {reason}")));
+            }
+            Err(e @ Error::UnsupportedVersion { .. }) => problems.push(error(e.to_string())),
             Err(e) => problems.push(error(format!("cannot be read: {e}"))),
             Ok(f) => {
                 for (topic, ps) in &f {
