@@ -71,7 +71,7 @@ int main(int argc, char **argv) {
     CHECK_OK(mql_processor_stopper(proc, &s.stopper));
 
     CHECK_FAIL(mql_processor_run_batches(proc, NULL, &s, NULL), MQL_NULL_ARGUMENT, "handler");
-    mql_processor_stats st = {99, 99, 99, 99};
+    mql_processor_stats st = {99, 99, 99, 99, 99};
     CHECK_OK(mql_processor_run_batches(proc, handle, &s, &st));
     printf("processed %lu, retries %lu, longest batch %zu\n", (unsigned long)st.processed,
            (unsigned long)st.retries, s.longest);

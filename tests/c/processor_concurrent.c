@@ -95,7 +95,7 @@ static mql_processor_stats run(mql_broker *mq, const char *group, state *s, int6
     CHECK(pthread_join(t, NULL) == 0);
 
     /* Runs again: nothing new, stopped from another thread once more. */
-    mql_processor_stats st2 = {9, 9, 9, 9};
+    mql_processor_stats st2 = {9, 9, 9, 9, 9};
     CHECK(pthread_create(&t, NULL, stop_later, &w) == 0);
     CHECK_OK(mql_processor_run(proc, handle, s, &st2));
     CHECK(pthread_join(t, NULL) == 0);

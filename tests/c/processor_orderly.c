@@ -80,7 +80,7 @@ int main(int argc, char **argv) {
     mql_consumer_free(c); /* refused: does nothing */
     CHECK(mql_last_error_code() == MQL_INVALID_ARGUMENT);
 
-    mql_processor_stats st = {99, 99, 99, 99};
+    mql_processor_stats st = {99, 99, 99, 99, 99};
     CHECK_OK(mql_processor_run(proc, handle, &s, &st));
     CHECK(atomic_load(&s.out_of_order) == 0);
     CHECK(atomic_load(&s.handled) == s.want);
