@@ -145,6 +145,7 @@ METHOD_CALLS: List[Call] = [
             "on_commit": callback,
             "enable_auto_offset_store": True,
             "isolation_level": "read_uncommitted",
+            "commit_acks": 1,
         },
         {
             "group_id": "str?",
@@ -160,6 +161,7 @@ METHOD_CALLS: List[Call] = [
             "on_commit": "callable?",
             "enable_auto_offset_store": "bool",
             "isolation_level": "str",
+            "commit_acks": "acks",
         },
     ),
     Call(
@@ -474,6 +476,7 @@ FUNCTION_CALLS: List[Tuple[str, Callable[..., Any], Dict[str, Any], Dict[str, st
             "max_in_flight": 10,
             "retry_backoff_ms": 10,
             "max_retries": 3,
+            "dead_letter_topic": "t.dlq",
         },
         {
             "consumer": "consumer",
@@ -483,6 +486,7 @@ FUNCTION_CALLS: List[Tuple[str, Callable[..., Any], Dict[str, Any], Dict[str, st
             "max_in_flight": "uint",
             "retry_backoff_ms": "uint",
             "max_retries": "u32?",
+            "dead_letter_topic": "str?",
         },
     ),
 ]
