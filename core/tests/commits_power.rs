@@ -28,12 +28,10 @@ use std::collections::HashMap;
 use std::io::Write;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use mqlite::faults::SyncKind;
 use mqlite::{Acks, Broker, Config, ConsumerConfig, TopicConfig};
-use power::{durable_marks, env_or, lose_power, run_and_kill, seed, Rng};
+use power::{durable_marks, env_or, power_out, record_syncs, run_and_kill, seed, Rng};
 
 const CHILD_DIR: &str = "MQLITE_COMMITS_POWER_DIR";
 const CHILD_CYCLE: &str = "MQLITE_COMMITS_POWER_CYCLE";
@@ -65,30 +63,6 @@ fn parse(metadata: &str) -> Option<(u64, u32, u64)> {
     ))
 }
 
-/// Records, after every completed sync of a file under `groups/`, how
-/// far it is durable (its length), under the name it has once renamed
-/// (a temporary file is synced, then renamed over the file).
-fn record_group_syncs(groups: &Path, marks: &Path) {
-    let marks = Mutex::new(
-        std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(marks)
-            .unwrap(),
-    );
-    let groups = groups.to_owned();
-    mqlite::faults::set_sync_hook(Some(Arc::new(move |path: &Path, kind, before| {
-        if before || !path.starts_with(&groups) || kind != SyncKind::File {
-            return Ok(());
-        }
-        let end = std::fs::metadata(path).map_or(0, |m| m.len());
-        let name = path.to_string_lossy();
-        let name = name.strip_suffix(".tmp").unwrap_or(&name);
-        let mut f = marks.lock().unwrap();
-        writeln!(f, "{name}\t{end}")
-    })));
-}
-
 /// The child; a no-op in a normal test run.
 #[test]
 fn commits_power_child() {
@@ -97,7 +71,7 @@ fn commits_power_child() {
     };
     let dir = PathBuf::from(dir);
     let cycle: u64 = std::env::var(CHILD_CYCLE).unwrap().parse().unwrap();
-    record_group_syncs(&dir.join("groups"), &dir.parent().unwrap().join(MARKS));
+    record_syncs(&dir, &dir.parent().unwrap().join(MARKS));
     let mq = Broker::open(&dir, config()).unwrap();
     {
         let mut out = std::io::stdout().lock();
@@ -147,6 +121,20 @@ fn group_files(dir: &Path) -> HashMap<PathBuf, (u64, Vec<u8>)> {
     out
 }
 
+/// The contents of `before`'s files that are still the same files (inode)
+/// in `now`: a file replaced since (a fold renamed a new one over it) is
+/// another inode, whose pages never held the old file's bytes.
+fn same_files(
+    before: &HashMap<PathBuf, (u64, Vec<u8>)>,
+    now: &HashMap<PathBuf, (u64, Vec<u8>)>,
+) -> HashMap<PathBuf, Vec<u8>> {
+    before
+        .iter()
+        .filter(|(path, (ino, _))| now.get(*path).is_some_and(|(i, _)| i == ino))
+        .map(|(path, (_, bytes))| (path.clone(), bytes.clone()))
+        .collect()
+}
+
 #[test]
 fn durable_commits_survive_simulated_power_loss() {
     let cycles = env_or("MQLITE_COMMITS_POWER_CYCLES", 12);
@@ -193,17 +181,8 @@ fn durable_commits_survive_simulated_power_loss() {
 
         // The power goes out.
         let marks = durable_marks(&tmp.path().join(MARKS));
-        for (path, (ino, _)) in group_files(&dir) {
-            // A file replaced during the cycle is another inode: its pages
-            // never held the old file's bytes.
-            let old = match before.get(&path) {
-                Some((old_ino, bytes)) if *old_ino == ino => bytes.as_slice(),
-                _ => &[],
-            };
-            let durable_before = old.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
-            let durable = (marks.get(&path).copied().unwrap_or(0) as usize).max(durable_before);
-            pages += lose_power(&path, old, durable, &mut rng);
-        }
+        let now = group_files(&dir);
+        pages += power_out(now.keys(), &same_files(&before, &now), &marks, &mut rng);
 
         let mq = Broker::open(&dir, config())
             .unwrap_or_else(|e| panic!("cycle {cycle}: reopen failed: {e} (seed {seed})"));

@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use mqlite::{Acks, Broker, Config, ConsumerConfig, ProducerConfig, Record, TopicConfig};
-use power::{durable_marks, env_or, lose_power, mix, record_syncs, run_and_kill, seed, Rng};
+use power::{durable_marks, env_or, mix, power_out, record_syncs, run_and_kill, seed, Rng};
 
 const CHILD_DIR: &str = "MQLITE_TXN_POWER_DIR";
 const CHILD_CYCLE: &str = "MQLITE_TXN_POWER_CYCLE";
@@ -208,12 +208,7 @@ fn transactions_with_acks_all_survive_simulated_power_loss() {
 
         // The power goes out.
         let marks = durable_marks(&tmp.path().join(MARKS));
-        for path in data_files(&dir).keys() {
-            let old = before.get(path).map(Vec::as_slice).unwrap_or_default();
-            let durable_before = old.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
-            let durable = (marks.get(path).copied().unwrap_or(0) as usize).max(durable_before);
-            pages += lose_power(path, old, durable, &mut rng);
-        }
+        pages += power_out(data_files(&dir).keys(), &before, &marks, &mut rng);
 
         let mq = match Broker::open(&dir, config()) {
             Ok(mq) => mq,

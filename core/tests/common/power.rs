@@ -108,6 +108,28 @@ pub fn lose_power(path: &Path, before: &[u8], durable: usize, rng: &mut Rng) -> 
     changed
 }
 
+/// The power goes out for `files`: each is damaged by [`lose_power`] past
+/// its durable end, the larger of what `marks` (see [`durable_marks`])
+/// says and its last nonzero byte in `before` (what it held when the cycle
+/// began, durable since: the checks of the last cycle closed it). A file
+/// `before` lacks has nothing older to revert to. Returns the pages
+/// changed.
+pub fn power_out<'a>(
+    files: impl IntoIterator<Item = &'a PathBuf>,
+    before: &HashMap<PathBuf, Vec<u8>>,
+    marks: &HashMap<PathBuf, u64>,
+    rng: &mut Rng,
+) -> usize {
+    let mut pages = 0;
+    for path in files {
+        let old = before.get(path).map(Vec::as_slice).unwrap_or_default();
+        let durable_before = old.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
+        let durable = (marks.get(path).copied().unwrap_or(0) as usize).max(durable_before);
+        pages += lose_power(path, old, durable, rng);
+    }
+    pages
+}
+
 /// Runs the test `child` of this test binary with `env`, waits (at most a
 /// minute) for it to print a line ending in `READY`, lets it run for
 /// `run_for`, kills it (SIGKILL) and returns every other line it printed.
@@ -171,7 +193,9 @@ pub fn seed(var: &str, what: &str) -> u64 {
 /// after every completed sync of a file under `data_dir`: how far it is
 /// durable (the end of an `msync`ed range; a file's length after an
 /// `fsync` of it whole, such as the transaction log's, appended with
-/// `write(2)`).
+/// `write(2)`: its length when the sync began, since what another thread
+/// appends meanwhile may miss it). A `<path>.tmp` counts for `<path>`:
+/// files replaced atomically are synced under that name, then renamed.
 pub fn record_syncs(data_dir: &Path, marks: &Path) {
     let marks = Mutex::new(
         std::fs::OpenOptions::new()
@@ -180,17 +204,29 @@ pub fn record_syncs(data_dir: &Path, marks: &Path) {
             .open(marks)
             .unwrap(),
     );
+    // Per thread, the length of the file whose sync it began.
+    let started: Mutex<HashMap<(std::thread::ThreadId, PathBuf), u64>> = Mutex::new(HashMap::new());
     let data_dir = data_dir.to_owned();
     mqlite::faults::set_sync_hook(Some(Arc::new(move |path: &Path, kind, before| {
-        if before || !path.starts_with(&data_dir) {
+        if !path.starts_with(&data_dir) {
+            return Ok(());
+        }
+        let key = (std::thread::current().id(), path.to_owned());
+        if before {
+            if kind == mqlite::faults::SyncKind::File {
+                let len = std::fs::metadata(path).map_or(0, |m| m.len());
+                started.lock().unwrap().insert(key, len);
+            }
             return Ok(());
         }
         let end = match kind {
             mqlite::faults::SyncKind::Range { end } => end,
-            mqlite::faults::SyncKind::File => std::fs::metadata(path).map_or(0, |m| m.len()),
+            mqlite::faults::SyncKind::File => started.lock().unwrap().remove(&key).unwrap_or(0),
             _ => return Ok(()),
         };
+        let name = path.to_string_lossy();
+        let name = name.strip_suffix(".tmp").unwrap_or(&name);
         let mut f = marks.lock().unwrap();
-        writeln!(f, "{}\t{end}", path.display())
+        writeln!(f, "{name}\t{end}")
     })));
 }
