@@ -6,10 +6,13 @@
 //! must have consumed every record (broadcast: each one every record).
 //!
 //! The members are this test binary, re-run with `--exact strategy_member`
-//! and `MQLITE_STRATEGY_DIR` set.
+//! and `MQLITE_STRATEGY_DIR` set. Each member writes the engine's warnings
+//! to `<case>-<member>.log`, shown when a check fails; members stop when
+//! told to, when the parent's test fails, or after two minutes.
 #![allow(clippy::unwrap_used)]
 
 use std::collections::BTreeSet;
+use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
@@ -44,6 +47,50 @@ const CASES: [&str; 6] = [
     "broadcast",
 ];
 
+/// Writes the engine's log records at `warn` and above to a file.
+struct FileLog(std::sync::Mutex<std::fs::File>);
+
+impl log::Log for FileLog {
+    fn enabled(&self, m: &log::Metadata<'_>) -> bool {
+        m.level() <= log::Level::Warn
+    }
+    fn log(&self, r: &log::Record<'_>) {
+        if self.enabled(r.metadata()) {
+            use std::io::Write;
+            let _ = writeln!(self.0.lock().unwrap(), "{} {}", r.level(), r.args());
+        }
+    }
+    fn flush(&self) {}
+}
+
+/// Every member's log, for a failure's message.
+fn member_logs(work: &Path) -> String {
+    let mut out = String::new();
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(work)
+        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    paths.sort();
+    for p in paths
+        .iter()
+        .filter(|p| p.extension().is_some_and(|x| x == "log"))
+    {
+        let text = std::fs::read_to_string(p).unwrap_or_default();
+        if !text.is_empty() {
+            let _ = write!(out, "{}:\n{text}", p.display());
+        }
+    }
+    out
+}
+
+/// Tells the members to stop when dropped (the test's end, or its panic).
+struct StopMembers<'a>(&'a Path);
+
+impl Drop for StopMembers<'_> {
+    fn drop(&mut self) {
+        let _ = std::fs::write(self.0.join("stop"), b"");
+    }
+}
+
 fn mark(dir: &Path, name: &str) {
     std::fs::write(dir.join(name), b"").unwrap();
 }
@@ -73,6 +120,10 @@ fn strategy_member() {
     };
     let dir = PathBuf::from(dir);
     let work = dir.join("work");
+    let file = std::fs::File::create(work.join(format!("{case}-{me}.log"))).unwrap();
+    if log::set_boxed_logger(Box::new(FileLog(std::sync::Mutex::new(file)))).is_ok() {
+        log::set_max_level(log::LevelFilter::Warn);
+    }
     let mq = Broker::open(dir.join("data"), Config::default().shared(true)).unwrap();
     let mut config = ConsumerConfig::group(format!("g-{case}")).client_id(format!("m{me}"));
     match strategy(&case) {
@@ -114,7 +165,8 @@ fn strategy_member() {
     )
     .unwrap();
     let stop = work.join("stop");
-    while !stop.exists() {
+    let waiting = Instant::now();
+    while !stop.exists() && waiting.elapsed() < Duration::from_secs(120) {
         c.poll(Duration::from_millis(50)).unwrap();
     }
 }
@@ -142,6 +194,7 @@ fn every_strategy_and_broadcast_split_a_topic_between_processes() {
     let dir = tmp.path();
     let work = dir.join("work");
     std::fs::create_dir_all(&work).unwrap();
+    let stop_members = StopMembers(&work);
     let mq = Broker::open(dir.join("data"), Config::default().shared(true)).unwrap();
     mq.create_topic("t", TopicConfig::new(PARTITIONS)).unwrap();
     let mut children = Vec::new();
@@ -189,11 +242,16 @@ fn every_strategy_and_broadcast_split_a_topic_between_processes() {
         }
         let mut both: Vec<String> = owned.concat();
         both.sort_by_key(|p| p.parse::<u32>().unwrap());
-        assert_eq!(both, every, "{case}: owners {owned:?}");
+        assert_eq!(
+            both,
+            every,
+            "{case}: owners {owned:?}; the members' logs:\n{}",
+            member_logs(&work)
+        );
         let union: BTreeSet<String> = consumed.concat().into_iter().collect();
         assert_eq!(union, all, "{case}");
     }
-    mark(&work, "stop");
+    drop(stop_members);
     for mut c in children {
         assert!(c.wait().unwrap().success());
     }
