@@ -40,6 +40,7 @@ mod error;
 pub mod faults;
 mod files;
 mod group;
+mod le_reader;
 pub mod log;
 mod message;
 mod message_id;

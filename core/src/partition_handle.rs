@@ -27,6 +27,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use crc_fast::CrcAlgorithm;
 
 use crate::error::{Error, IoContext, Result};
+use crate::le_reader::LeReader;
 use crate::log::PartitionLog;
 use crate::sync;
 
@@ -105,32 +106,6 @@ pub(crate) fn encode(session: u32, topics: &[(String, Vec<Summary>)]) -> Vec<u8>
     b
 }
 
-/// Reads little-endian numbers off the front of a byte slice.
-struct Reader<'a>(&'a [u8]);
-
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
-        if self.0.len() < n {
-            return None;
-        }
-        let (head, rest) = self.0.split_at(n);
-        self.0 = rest;
-        Some(head)
-    }
-
-    fn u16(&mut self) -> Option<u16> {
-        Some(u16::from_le_bytes(self.take(2)?.try_into().ok()?))
-    }
-
-    fn u32(&mut self) -> Option<u32> {
-        Some(u32::from_le_bytes(self.take(4)?.try_into().ok()?))
-    }
-
-    fn u64(&mut self) -> Option<u64> {
-        Some(u64::from_le_bytes(self.take(8)?.try_into().ok()?))
-    }
-}
-
 /// The session and the topics' summaries held in the file's bytes; `None`
 /// unless they check out (magic, version, CRC, lengths).
 pub(crate) fn decode(b: &[u8]) -> Option<(u32, HashMap<String, Vec<Summary>>)> {
@@ -138,7 +113,7 @@ pub(crate) fn decode(b: &[u8]) -> Option<(u32, HashMap<String, Vec<Summary>>)> {
     if crc32c(body) != u32::from_le_bytes(crc.try_into().ok()?) {
         return None;
     }
-    let mut r = Reader(body);
+    let mut r = LeReader::new(body);
     if r.take(4)? != MAGIC || r.take(4)? != [VERSION, 0, 0, 0] {
         return None;
     }
@@ -147,9 +122,9 @@ pub(crate) fn decode(b: &[u8]) -> Option<(u32, HashMap<String, Vec<Summary>>)> {
     let mut topics = HashMap::new();
     for _ in 0..count {
         let len = r.u16()? as usize;
-        let name = std::str::from_utf8(r.take(len)?).ok()?.to_owned();
+        let name = r.text(len)?.to_owned();
         let parts = r.u32()? as usize;
-        if r.0.len() < parts.checked_mul(PER_PARTITION)? {
+        if r.rest().len() < parts.checked_mul(PER_PARTITION)? {
             return None;
         }
         let mut summaries = Vec::with_capacity(parts);
@@ -168,7 +143,7 @@ pub(crate) fn decode(b: &[u8]) -> Option<(u32, HashMap<String, Vec<Summary>>)> {
         }
         topics.insert(name, summaries);
     }
-    r.0.is_empty().then_some((session, topics))
+    r.rest().is_empty().then_some((session, topics))
 }
 
 /// Reads the summary file of data directory `dir` and removes it, synced,

@@ -664,47 +664,11 @@ where
         // batch[i] failed.
         let m = &batch[i];
         if config.max_retries.is_some_and(|max| tries >= max) {
-            let given_up = match dead_letters {
-                None => {
-                    ::log::warn!(
-                        "giving up on {}/{} offset {} after {tries} retries",
-                        m.topic(),
-                        m.partition(),
-                        m.offset()
-                    );
-                    true
-                }
-                Some(d) => {
-                    let reason = format!("the handler failed {} times", tries + 1);
-                    match d.send(m, tries + 1, &reason) {
-                        Ok(()) => {
-                            counts.dead_lettered.fetch_add(1, Ordering::Relaxed);
-                            true
-                        }
-                        Err(e) => {
-                            // Not dead-lettered: never committed past; the
-                            // dead letter is tried again after the backoff.
-                            ::log::error!(
-                                "dead-lettering {}/{} offset {}: {e}",
-                                m.topic(),
-                                m.partition(),
-                                m.offset()
-                            );
-                            false
-                        }
-                    }
-                }
-            };
-            if given_up {
-                counts.failed.fetch_add(1, Ordering::Relaxed);
-                i += 1;
-                tries = 0;
-                continue;
-            }
-            if stopping.load(Ordering::SeqCst) {
+            if !give_up(m, tries + 1, config, (counts, dead_letters), stopping) {
                 return Some(m.offset());
             }
-            std::thread::sleep(Duration::from_millis(config.retry_backoff_ms));
+            i += 1;
+            tries = 0;
             continue;
         }
         if stopping.load(Ordering::SeqCst) {
@@ -717,4 +681,45 @@ where
         std::thread::sleep(Duration::from_millis(config.retry_backoff_ms));
     }
     None
+}
+
+/// Gives up on `m`, which the handler got `deliveries` times: sends it to
+/// the dead letters, if any, trying again after `retry_backoff_ms` until
+/// it is sent (it is never skipped unsent), and counts it. Returns `false`
+/// when the processor stops before it is sent: `m` is then left
+/// unprocessed (never committed past).
+fn give_up(
+    m: &Message,
+    deliveries: u32,
+    config: &ProcessorConfig,
+    (counts, dead_letters): (&Counts, Option<&DeadLetters>),
+    stopping: &AtomicBool,
+) -> bool {
+    match dead_letters {
+        None => ::log::warn!(
+            "giving up on {}/{} offset {} after {} retries",
+            m.topic(),
+            m.partition(),
+            m.offset(),
+            deliveries - 1
+        ),
+        Some(d) => {
+            let reason = format!("the handler failed {deliveries} times");
+            while let Err(e) = d.send(m, deliveries, &reason) {
+                ::log::error!(
+                    "dead-lettering {}/{} offset {}: {e}",
+                    m.topic(),
+                    m.partition(),
+                    m.offset()
+                );
+                if stopping.load(Ordering::SeqCst) {
+                    return false;
+                }
+                std::thread::sleep(Duration::from_millis(config.retry_backoff_ms));
+            }
+            counts.dead_lettered.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    counts.failed.fetch_add(1, Ordering::Relaxed);
+    true
 }

@@ -31,7 +31,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use mqlite::{Acks, Broker, Config, ConsumerConfig, TopicConfig};
-use power::{durable_marks, env_or, power_out, record_syncs, run_and_kill, seed, Rng};
+use power::{child_setup, durable_marks, env_or, power_out, run_and_kill, say_ready, seed, Rng};
 
 const CHILD_DIR: &str = "MQLITE_COMMITS_POWER_DIR";
 const CHILD_CYCLE: &str = "MQLITE_COMMITS_POWER_CYCLE";
@@ -66,18 +66,11 @@ fn parse(metadata: &str) -> Option<(u64, u32, u64)> {
 /// The child; a no-op in a normal test run.
 #[test]
 fn commits_power_child() {
-    let Ok(dir) = std::env::var(CHILD_DIR) else {
+    let Some((dir, cycle)) = child_setup(CHILD_DIR, CHILD_CYCLE, MARKS) else {
         return;
     };
-    let dir = PathBuf::from(dir);
-    let cycle: u64 = std::env::var(CHILD_CYCLE).unwrap().parse().unwrap();
-    record_syncs(&dir, &dir.parent().unwrap().join(MARKS));
     let mq = Broker::open(&dir, config()).unwrap();
-    {
-        let mut out = std::io::stdout().lock();
-        writeln!(out, "READY").unwrap();
-        out.flush().unwrap();
-    }
+    say_ready();
     let started = Instant::now();
     std::thread::scope(|s| {
         for w in 0..THREADS {

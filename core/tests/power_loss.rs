@@ -32,7 +32,9 @@ use mqlite::{
     Acks, BorrowedRecord, Broker, Config, ConsumerConfig, Error, ProducerConfig, Record,
     TopicConfig,
 };
-use power::{durable_marks, env_or, lose_power, mix, record_syncs, run_and_kill, seed, Rng};
+use power::{
+    child_setup, durable_marks, env_or, mix, power_out, run_and_kill, say_ready, seed, Rng,
+};
 
 const TOPIC: &str = "power";
 const CHILD_DIR: &str = "MQLITE_POWER_CHILD_DIR";
@@ -84,12 +86,9 @@ fn schedule() -> impl Iterator<Item = (u32, std::ops::Range<u64>)> {
 /// line `<path>\t<end>` to the marks file after each completed msync.
 #[test]
 fn power_child() {
-    let Ok(dir) = std::env::var(CHILD_DIR) else {
+    let Some((dir, cycle)) = child_setup(CHILD_DIR, CHILD_CYCLE, MARKS) else {
         return;
     };
-    let dir = PathBuf::from(dir);
-    let cycle: u64 = std::env::var(CHILD_CYCLE).unwrap().parse().unwrap();
-    record_syncs(&dir, &dir.parent().unwrap().join(MARKS));
     let mq = Broker::open(&dir, config()).unwrap();
     let all = mq
         .producer(ProducerConfig::default().acks(Acks::All))
@@ -97,11 +96,7 @@ fn power_child() {
     let one = mq
         .producer(ProducerConfig::default().acks(Acks::One))
         .unwrap();
-    {
-        let mut out = std::io::stdout().lock();
-        writeln!(out, "READY").unwrap();
-        out.flush().unwrap();
-    }
+    say_ready();
     let started = Instant::now();
     let ack = |p: u32, offset: u64, seq: u64| {
         let mut out = std::io::stdout().lock();
@@ -244,14 +239,7 @@ fn acks_all_survives_simulated_power_loss() {
         // The power goes out.
         let marks = durable_marks(&tmp.path().join(MARKS));
         let after = data_files(&dir);
-        for path in after.keys() {
-            let old = before.get(path).map(Vec::as_slice).unwrap_or_default();
-            // What was durable before the child ran: everything the last
-            // verification's close flushed (every non-zero byte then).
-            let durable_before = old.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
-            let durable = (marks.get(path).copied().unwrap_or(0) as usize).max(durable_before);
-            pages_changed += lose_power(path, old, durable, &mut rng);
-        }
+        pages_changed += power_out(after.keys(), &before, &marks, &mut rng);
 
         let acks: Vec<(u32, u64, u64)> = lines
             .iter()

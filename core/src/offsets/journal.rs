@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 use super::CommittedOffset;
 use crate::error::{Error, IoContext, Result};
 use crate::faults::{self, SyncKind};
+use crate::le_reader::LeReader;
 use crate::log::crc::crc32c;
 use crate::sync::lock;
 
@@ -74,35 +75,9 @@ pub(super) fn encode(entries: &[Entry]) -> Result<Vec<u8>> {
     Ok(out)
 }
 
-/// Bounds-checked reading of a payload.
-struct Cursor<'a>(&'a [u8]);
-
-impl<'a> Cursor<'a> {
-    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
-        if self.0.len() < n {
-            return None;
-        }
-        let (head, rest) = self.0.split_at(n);
-        self.0 = rest;
-        Some(head)
-    }
-    fn u16(&mut self) -> Option<u16> {
-        Some(u16::from_le_bytes(self.take(2)?.try_into().ok()?))
-    }
-    fn u32(&mut self) -> Option<u32> {
-        Some(u32::from_le_bytes(self.take(4)?.try_into().ok()?))
-    }
-    fn u64(&mut self) -> Option<u64> {
-        Some(u64::from_le_bytes(self.take(8)?.try_into().ok()?))
-    }
-    fn text(&mut self, n: usize) -> Option<String> {
-        String::from_utf8(self.take(n)?.to_vec()).ok()
-    }
-}
-
 /// The entries of a payload that checked out; `None` if they do not parse.
 fn decode(payload: &[u8]) -> Option<Vec<Entry>> {
-    let mut c = Cursor(payload);
+    let mut c = LeReader::new(payload);
     let count = c.u32()? as usize;
     // Each entry takes ENTRY_FIXED bytes at least: a count the payload
     // cannot hold is not believed (nor allocated for).
@@ -116,8 +91,8 @@ fn decode(payload: &[u8]) -> Option<Vec<Entry>> {
         let timestamp = c.u64()? as i64;
         let tlen = c.u16()? as usize;
         let mlen = c.u32()? as usize;
-        let topic = c.text(tlen)?;
-        let metadata = c.text(mlen)?;
+        let topic = c.text(tlen)?.to_owned();
+        let metadata = c.text(mlen)?.to_owned();
         out.push((
             topic,
             partition,
@@ -128,7 +103,7 @@ fn decode(payload: &[u8]) -> Option<Vec<Entry>> {
             },
         ));
     }
-    c.0.is_empty().then_some(out)
+    c.rest().is_empty().then_some(out)
 }
 
 /// What a read of a journal found.

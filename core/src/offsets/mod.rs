@@ -248,11 +248,12 @@ impl OffsetStore {
         self.snapshot_len = seen.map_or(0, |id| id.len);
         self.writer = None;
         self.journal = JournalView::default();
+        self.approx_len = self.measure();
         if self.file.journal != 0 {
             if let Some(r) = journal::read(&self.journal_path, HEADER_LEN)? {
                 if r.generation == self.file.journal {
                     for c in &r.commits {
-                        self.apply(c);
+                        self.apply(c, self.grown_by(c));
                     }
                     self.journal = JournalView {
                         ino: Some(r.ino),
@@ -262,7 +263,6 @@ impl OffsetStore {
                 }
             }
         }
-        self.approx_len = self.measure();
         Ok(())
     }
 
@@ -288,10 +288,7 @@ impl OffsetStore {
         match journal::read(&self.journal_path, self.journal.end)? {
             Some(r) if r.ino == ino && r.generation == self.file.journal => {
                 for c in &r.commits {
-                    self.apply(c);
-                }
-                if !r.commits.is_empty() {
-                    self.approx_len = self.measure();
+                    self.apply(c, self.grown_by(c));
                 }
                 self.journal.end = r.end;
                 self.journal.len = r.len;
@@ -316,8 +313,10 @@ impl OffsetStore {
         Ok(())
     }
 
-    /// Sets the offsets of one commit in the state.
-    fn apply(&mut self, entries: &[Entry]) {
+    /// Sets the offsets of one commit in the state, which then takes
+    /// about `approx_len` bytes (see [`OffsetStore::grown_by`]).
+    fn apply(&mut self, entries: &[Entry], approx_len: u64) {
+        self.approx_len = approx_len;
         for (t, p, c) in entries {
             self.file
                 .offsets
@@ -332,6 +331,19 @@ impl OffsetStore {
                 }
             }
         }
+    }
+
+    /// About how many bytes a snapshot of the state would take with
+    /// `entries` applied.
+    fn grown_by(&self, entries: &[Entry]) -> u64 {
+        let mut len = self.approx_len;
+        for (t, p, c) in entries {
+            if let Some(old) = self.get(t, *p) {
+                len = len.saturating_sub(entry_len(t, old));
+            }
+            len += entry_len(t, c);
+        }
+        len
     }
 
     /// About how many bytes a snapshot of the state takes.
@@ -517,13 +529,7 @@ impl OffsetStore {
         if offsets.is_empty() {
             return Ok(None);
         }
-        let mut grown = self.approx_len;
-        for (t, p, c) in offsets {
-            if let Some(old) = self.get(t, *p) {
-                grown = grown.saturating_sub(entry_len(t, old));
-            }
-            grown += entry_len(t, c);
-        }
+        let grown = self.grown_by(offsets);
         if grown > MAX_METADATA_LEN {
             return Err(Error::InvalidArgument(format!(
                 "the committed offsets of {} would take about {grown} bytes, more than the \
@@ -534,8 +540,7 @@ impl OffsetStore {
         let record = journal::encode(offsets)?;
         let f = self.writer()?;
         journal::append(&f, &self.journal_path, self.journal.end, &record)?;
-        self.apply(offsets);
-        self.approx_len = grown;
+        self.apply(offsets, grown);
         self.journal.end += record.len() as u64;
         self.journal.len = self.journal.end;
         self.appended += record.len() as u64;

@@ -130,6 +130,24 @@ pub fn power_out<'a>(
     pages
 }
 
+/// In a child process of a power test: its data directory and cycle,
+/// from the environment variables `dir_var` and `cycle_var`, with every
+/// sync under the directory recorded in `marks_name` beside it (see
+/// [`record_syncs`]). `None` in a normal test run (not a child).
+pub fn child_setup(dir_var: &str, cycle_var: &str, marks_name: &str) -> Option<(PathBuf, u64)> {
+    let dir = PathBuf::from(std::env::var(dir_var).ok()?);
+    let cycle: u64 = std::env::var(cycle_var).unwrap().parse().unwrap();
+    record_syncs(&dir, &dir.parent().unwrap().join(marks_name));
+    Some((dir, cycle))
+}
+
+/// In a child process: tells [`run_and_kill`] that it is ready.
+pub fn say_ready() {
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "READY").unwrap();
+    out.flush().unwrap();
+}
+
 /// Runs the test `child` of this test binary with `env`, waits (at most a
 /// minute) for it to print a line ending in `READY`, lets it run for
 /// `run_for`, kills it (SIGKILL) and returns every other line it printed.
