@@ -16,7 +16,8 @@ SECS=${1:-60}
 shift || true
 TARGETS=("$@")
 [ ${#TARGETS[@]} -gt 0 ] || TARGETS=(batch_decode segment_recovery index_load)
-if ! rustup toolchain list | grep -q nightly; then
+toolchains=$(rustup toolchain list)
+if ! grep -q nightly <<<"$toolchains"; then
     echo "error: make fuzz needs a nightly toolchain (rustup toolchain install nightly)" >&2
     exit 1
 fi

@@ -23,7 +23,7 @@ WORK=$(mktemp -d "${TMPDIR:-/tmp}/mqlite-install.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
 PREFIX=$WORK/prefix
 STAGE=$WORK/stage
-VERSION=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)
+VERSION=$(sed -n '/^version = "/{s/^version = "\(.*\)"/\1/p;q}' Cargo.toml)
 MAJOR=${VERSION%%.*}
 
 fail() {
@@ -117,12 +117,16 @@ C
 # Shared: the program records the SONAME and loads the installed library.
 # shellcheck disable=SC2086 # the flags are words
 "$CC" -std=c11 -Wall -Werror $CFLAGS_PC "$WORK/app.c" -o "$WORK/app-shared" $LIBS_SHARED
-readelf -d "$WORK/app-shared" | grep -q "(NEEDED).*\[libmqlite.so.$MAJOR\]" ||
+# Outputs are captured before grep: `grep -q` stops reading at the first
+# match, and under pipefail the writer's SIGPIPE would fail the check.
+needed=$(readelf -d "$WORK/app-shared")
+grep -q "(NEEDED).*\[libmqlite.so.$MAJOR\]" <<<"$needed" ||
     fail "the shared program does not need libmqlite.so.$MAJOR"
 out=$(LD_LIBRARY_PATH=$LIB "$WORK/app-shared" "$WORK/data-shared") || fail "the shared program failed"
 [ "$out" = "$VERSION ok" ] || fail "the shared program printed '$out'"
 # The library it loaded is the installed one.
-LD_LIBRARY_PATH=$LIB ldd "$WORK/app-shared" | grep -q "$LIB/libmqlite.so.$MAJOR" ||
+loaded=$(LD_LIBRARY_PATH=$LIB ldd "$WORK/app-shared")
+grep -q "$LIB/libmqlite.so.$MAJOR" <<<"$loaded" ||
     fail "the shared program does not load $LIB/libmqlite.so.$MAJOR"
 echo "ok: shared link with $HOW_SHARED ($LIBS_SHARED)"
 
@@ -130,7 +134,8 @@ echo "ok: shared link with $HOW_SHARED ($LIBS_SHARED)"
 LIBS_ARCHIVE=${LIBS_STATIC//-lmqlite/-l:libmqlite.a}
 # shellcheck disable=SC2086
 "$CC" -std=c11 -Wall -Werror $CFLAGS_PC "$WORK/app.c" -o "$WORK/app-static" $LIBS_ARCHIVE
-if readelf -d "$WORK/app-static" | grep -q "(NEEDED).*libmqlite"; then
+needed=$(readelf -d "$WORK/app-static")
+if grep -q "(NEEDED).*libmqlite" <<<"$needed"; then
     fail "the static program still needs libmqlite at run time"
 fi
 out=$(env -u LD_LIBRARY_PATH "$WORK/app-static" "$WORK/data-static") || fail "the static program failed"
