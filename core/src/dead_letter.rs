@@ -1,18 +1,19 @@
 //! Dead letters: a message a [`Processor`](crate::Processor) gave up on
 //! (its handler failed `max_retries` retries) is sent to the processor's
 //! dead-letter topic before its offset is committed past, rather than
-//! dropped.
+//! dropped; a share group's message delivered `max_deliveries` times, or
+//! rejected, is sent to its dead-letter topic before it is archived.
 //!
 //! A dead letter keeps the message's key, value, headers and timestamp and
 //! gains headers saying where it came from and why: `mqlite.dlq.topic`,
 //! `mqlite.dlq.partition`, `mqlite.dlq.offset`, `mqlite.dlq.deliveries`
 //! (how many times the handler got it) and `mqlite.dlq.reason`. It is sent
 //! with `acks=all` (durable before the source is committed past) by a
-//! named producer of its source partition (`dlq.<group>.<topic>.<p>`, or a
-//! hash of that when longer than a producer name may be) with the source
-//! offset as its sequence: sent again after a crash (the source was not
-//! committed past yet, so the message comes back and fails again), it is
-//! recognised as a duplicate and not written twice. The dead letter goes
+//! named producer of its source partition (`dlq.<group>.<topic>.<p>`, for
+//! a share group `share-dlq.<group>.<topic>.<p>`, or a hash of that when
+//! longer than a producer name may be) with the source offset as its
+//! sequence: sent again after a crash (the source was not committed past or
+//! archived yet), it is recognised as a duplicate and not written twice. The dead letter goes
 //! to the partition of the dead-letter topic with the source partition's
 //! number, modulo its partition count.
 
@@ -42,6 +43,8 @@ pub(crate) struct DeadLetters {
     broker: Arc<BrokerInner>,
     topic: String,
     group: String,
+    /// First part of its producers' names.
+    prefix: &'static str,
     /// Partitions of the dead-letter topic.
     partitions: u32,
     /// One named producer per source partition.
@@ -59,11 +62,19 @@ impl std::fmt::Debug for DeadLetters {
 
 impl DeadLetters {
     /// The dead letters of group `group` into `topic`, created (one
-    /// partition) if it does not exist.
+    /// partition) if it does not exist, sent by producers named
+    /// `<prefix>.<group>.<source topic>.<partition>` (`prefix` tells the
+    /// kinds of group apart: a processor's `dlq`, a share group's
+    /// `share-dlq`).
     ///
     /// # Errors
     /// An invalid topic name; errors creating it.
-    pub(crate) fn open(broker: Arc<BrokerInner>, topic: &str, group: &str) -> Result<DeadLetters> {
+    pub(crate) fn open(
+        broker: Arc<BrokerInner>,
+        topic: &str,
+        group: &str,
+        prefix: &'static str,
+    ) -> Result<DeadLetters> {
         crate::topic::validate_topic_name(topic)?;
         let partitions = match broker.topic(topic) {
             Ok(t) => t.partition_count(),
@@ -80,6 +91,7 @@ impl DeadLetters {
             broker,
             topic: topic.to_owned(),
             group: group.to_owned(),
+            prefix,
             partitions: partitions.max(1),
             producers: Mutex::new(HashMap::new()),
         })
@@ -129,7 +141,7 @@ impl DeadLetters {
         if let Some(p) = lock(&self.producers).get(&key) {
             return Ok(Arc::clone(p));
         }
-        let name = producer_name(&self.group, topic, partition);
+        let name = producer_name(self.prefix, &self.group, topic, partition);
         let p = Arc::new(Producer::new(
             Arc::clone(&self.broker),
             ProducerConfig::default().name(name).acks(Acks::All),
@@ -142,15 +154,15 @@ impl DeadLetters {
 /// The producer name of the dead letters of `topic`/`partition` in
 /// `group`: readable when it fits the rules of a producer name, else
 /// derived from a hash of the three.
-fn producer_name(group: &str, topic: &str, partition: u32) -> String {
-    let name = format!("dlq.{group}.{topic}.{partition}");
+fn producer_name(prefix: &str, group: &str, topic: &str, partition: u32) -> String {
+    let name = format!("{prefix}.{group}.{topic}.{partition}");
     if crate::dedup::validate_producer_name(&name).is_ok() {
         return name;
     }
     let id = format!("{group}\0{topic}\0{partition}");
     let h = crate::log::crc::crc32c(id.as_bytes());
     let h2 = crate::log::crc::crc32c(&[id.as_bytes(), b"\x01"].concat());
-    format!("dlq.{h:08x}{h2:08x}.{partition}")
+    format!("{prefix}.{h:08x}{h2:08x}.{partition}")
 }
 
 #[cfg(test)]
@@ -161,12 +173,14 @@ mod tests {
     fn producer_names_are_valid_and_distinct() {
         let long = "g".repeat(249);
         let names = [
-            producer_name("g", "t", 0),
-            producer_name("g", "t", 1),
-            producer_name("g", "u", 0),
-            producer_name(&long, "t", 0),
-            producer_name(&long, "t", 1),
-            producer_name(&long, "u", 0),
+            producer_name("dlq", "g", "t", 0),
+            producer_name("dlq", "g", "t", 1),
+            producer_name("dlq", "g", "u", 0),
+            producer_name("dlq", &long, "t", 0),
+            producer_name("dlq", &long, "t", 1),
+            producer_name("dlq", &long, "u", 0),
+            producer_name("share-dlq", "g", "t", 0),
+            producer_name("share-dlq", &long, "t", 0),
         ];
         for n in &names {
             assert!(crate::dedup::validate_producer_name(n).is_ok(), "{n}");

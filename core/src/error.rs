@@ -178,6 +178,11 @@ pub enum Error {
     /// commits (a rebalance gave it to another member).
     #[error("commit failed: {0}")]
     CommitFailed(String),
+    /// An acknowledgement of a share consumer's message was refused: the
+    /// message's acquisition lock expired (it may have been delivered
+    /// again), or it was acknowledged already.
+    #[error("invalid record state: {0}")]
+    InvalidRecordState(String),
     /// A newer producer with the same name (a higher epoch) exists; this one
     /// may no longer write.
     #[error("producer {producer_id} with epoch {epoch} is fenced by epoch {current_epoch}")]
@@ -365,6 +370,8 @@ error_kinds! {
     TransactionTooLarge = 410, MQL_TRANSACTION_TOO_LARGE, TransactionTooLarge;
     /// A commit was refused: a partition is not owned by this group member, because a rebalance gave it to another.
     CommitFailed = 500, MQL_COMMIT_FAILED, CommitFailed;
+    /// A share consumer's acknowledgement was refused: the message's lock expired, or it was acknowledged already.
+    InvalidRecordState = 501, MQL_INVALID_RECORD_STATE, InvalidRecordState;
 }
 
 impl Error {
@@ -479,6 +486,7 @@ impl Error {
                 current_epoch: *current_epoch,
             },
             Error::CommitFailed(s) => Error::CommitFailed(s.clone()),
+            Error::InvalidRecordState(s) => Error::InvalidRecordState(s.clone()),
             Error::ProducerBusy { name, reason } => Error::ProducerBusy {
                 name: name.clone(),
                 reason: reason.clone(),

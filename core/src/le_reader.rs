@@ -31,6 +31,10 @@ impl<'a> LeReader<'a> {
         std::str::from_utf8(self.take(n)?).ok()
     }
 
+    pub(crate) fn u8(&mut self) -> Option<u8> {
+        Some(self.take(1)?[0])
+    }
+
     pub(crate) fn u16(&mut self) -> Option<u16> {
         Some(u16::from_le_bytes(self.take(2)?.try_into().ok()?))
     }

@@ -52,6 +52,7 @@ mod producer;
 #[doc(hidden)]
 pub mod raw;
 mod seqranges;
+mod share_group;
 mod shared;
 #[doc(hidden)]
 pub mod sync;
@@ -90,5 +91,8 @@ pub use producer::{
     murmur2, partition_for_key, Acks, BorrowedRecord, DeliveryCallback, Partitioner, Producer,
     ProducerConfig, ProducerInterceptor, ProducerStats, Record, RecordMetadata, Selector,
     Transaction,
+};
+pub use share_group::{
+    default_dead_letter_topic, ShareConsumer, ShareConsumerConfig, ShareConsumerStats, ShareMessage,
 };
 pub use topic::{validate_topic_name, PartitionInfo, TopicConfig, TopicInfo, MAX_TOPIC_NAME_LEN};

@@ -392,7 +392,7 @@ impl Processor {
         let dead_letters = match &config.dead_letter_topic {
             Some(topic) => {
                 let group = consumer.config().group_id.clone().unwrap_or_default();
-                match DeadLetters::open(consumer.broker_inner(), topic, &group) {
+                match DeadLetters::open(consumer.broker_inner(), topic, &group, "dlq") {
                     Ok(d) => Some(Arc::new(d)),
                     Err(e) => return Err((e, Box::new(consumer))),
                 }

@@ -20,6 +20,7 @@ use crate::group::{Group, Groups, Resume};
 use crate::log::{now_ms, PartitionLog, UncleanMark};
 use crate::offsets::CommittedOffset;
 use crate::producer::{Producer, ProducerConfig};
+use crate::share_group::{ShareConsumer, ShareConsumerConfig};
 use crate::shared::{DirShare, ExclusiveHold};
 use crate::sync;
 use crate::topic::{validate_topic_name, Topic, TopicConfig, TopicInfo, TopicOptions};
@@ -226,6 +227,8 @@ pub(crate) struct BrokerInner {
     /// know to look again.
     topics_version: AtomicU64,
     groups: Groups,
+    /// Share groups with members in this process.
+    share_groups: crate::share_group::Registry,
     /// Topics whose metadata or logs could not be opened (damaged): the
     /// error every use of them gets. Listed by `topics()`; only
     /// `delete_topic` changes them.
@@ -433,6 +436,7 @@ impl Broker {
             registry,
             topics_version: AtomicU64::new(0),
             groups: Groups::default(),
+            share_groups: crate::share_group::Registry::default(),
             exclusive: Mutex::new(Some(exclusive)),
             share: None,
             topics_seen: AtomicU64::new(0),
@@ -623,6 +627,19 @@ impl Broker {
         Consumer::new(Arc::clone(&self.inner), config)
     }
 
+    /// A new share consumer (a member of a share group: any member takes
+    /// any message, acknowledges each; see [`ShareConsumer`]).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for invalid settings, or settings that
+    /// differ from those of the group's members open in this process;
+    /// [`Error::Locked`] if another process uses the group;
+    /// [`Error::ReadOnly`] on a read-only handle.
+    pub fn share_consumer(&self, config: ShareConsumerConfig) -> Result<ShareConsumer> {
+        self.check_open()?;
+        ShareConsumer::new(Arc::clone(&self.inner), config)
+    }
+
     /// Names of the consumer groups, sorted (Kafka's `listConsumerGroups`):
     /// those with committed offsets in the data directory (the offsets of
     /// broadcast consumers count for their `group_id`) and those with
@@ -742,6 +759,21 @@ impl BrokerInner {
         self.coordinator.as_ref().ok_or_else(|| {
             Error::InvalidArgument("transactions are not available in shared mode".into())
         })
+    }
+
+    /// The data directory.
+    pub(crate) fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Permission bits of the files the engine creates.
+    pub(crate) fn file_mode(&self) -> u32 {
+        self.config.file_mode
+    }
+
+    /// The share groups of this process.
+    pub(crate) fn share_groups(&self) -> &crate::share_group::Registry {
+        &self.share_groups
     }
 
     pub(crate) fn group(&self, name: &str) -> Result<Arc<Group>> {

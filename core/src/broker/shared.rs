@@ -156,6 +156,7 @@ fn open_engine(dir: std::path::PathBuf, config: Config) -> Result<Arc<BrokerInne
         } else {
             Groups::new(true)
         },
+        share_groups: crate::share_group::Registry::default(),
         damaged: RwLock::new(HashMap::new()),
         held: Mutex::new(Vec::new()),
         exclusive: Mutex::new(None),

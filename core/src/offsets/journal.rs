@@ -30,9 +30,9 @@ use crate::sync::lock;
 
 const MAGIC: [u8; 8] = *b"MQCOMJ01";
 /// Bytes before the first record.
-pub(super) const HEADER_LEN: u64 = 16;
+pub(crate) const HEADER_LEN: u64 = 16;
 /// Bytes before a record's payload.
-const RECORD_HEADER: usize = 8;
+pub(crate) const RECORD_HEADER: usize = 8;
 /// Bytes of an entry besides its topic and metadata.
 const ENTRY_FIXED: usize = 4 + 8 + 8 + 2 + 4;
 
@@ -75,6 +75,15 @@ pub(super) fn encode(entries: &[Entry]) -> Result<Vec<u8>> {
     Ok(out)
 }
 
+/// `payload` framed as a record: its length, its CRC32C, itself.
+pub(crate) fn frame(payload: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(RECORD_HEADER + payload.len());
+    out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    out.extend_from_slice(&crc32c(payload).to_le_bytes());
+    out.extend_from_slice(payload);
+    out
+}
+
 /// The entries of a payload that checked out; `None` if they do not parse.
 fn decode(payload: &[u8]) -> Option<Vec<Entry>> {
     let mut c = LeReader::new(payload);
@@ -108,11 +117,12 @@ fn decode(payload: &[u8]) -> Option<Vec<Entry>> {
 
 /// What a read of a journal found.
 #[derive(Debug)]
-pub(super) struct Contents {
+pub(crate) struct Contents<T = Vec<Entry>> {
     /// The journal's generation.
     pub generation: u64,
-    /// The commits of the whole, valid records read, in order.
-    pub commits: Vec<Vec<Entry>>,
+    /// The payloads of the whole, valid records read, decoded, in order
+    /// (for the commits journal: the commits).
+    pub commits: Vec<T>,
     /// Where the last of them ends (the next record's position).
     pub end: u64,
     /// The file's length when read.
@@ -128,6 +138,22 @@ pub(super) struct Contents {
 /// # Errors
 /// I/O errors other than a missing file.
 pub(super) fn read(path: &Path, from: u64) -> Result<Option<Contents>> {
+    read_records(path, from, &MAGIC, decode)
+}
+
+/// Reads a file of the journal's layout (a 16-byte header of `magic` and
+/// generation, then length- and CRC32C-framed records) at `path` from byte
+/// `from` to its last whole record that checks out and that `decode`
+/// accepts. `None` when there is no file, or its header is not `magic`.
+///
+/// # Errors
+/// I/O errors other than a missing file.
+pub(crate) fn read_records<T>(
+    path: &Path,
+    from: u64,
+    magic: &[u8; 8],
+    decode: impl Fn(&[u8]) -> Option<T>,
+) -> Result<Option<Contents<T>>> {
     use std::os::unix::fs::MetadataExt;
     let mut f = match OpenOptions::new()
         .read(true)
@@ -143,7 +169,7 @@ pub(super) fn read(path: &Path, from: u64) -> Result<Option<Contents>> {
         return Ok(None);
     }
     let mut header = [0u8; HEADER_LEN as usize];
-    if f.read_exact(&mut header).is_err() || header[..8] != MAGIC {
+    if f.read_exact(&mut header).is_err() || header[..8] != magic[..] {
         return Ok(None);
     }
     let generation = u64::from_le_bytes(header[8..16].try_into().unwrap_or_default());
@@ -190,15 +216,30 @@ pub(super) fn read(path: &Path, from: u64) -> Result<Option<Contents>> {
 /// any, durably: written to a temporary file, synced, renamed, and the
 /// directory synced. Returns it opened for appending.
 pub(super) fn create(path: &Path, generation: u64, mode: u32) -> Result<File> {
-    let mut header = [0u8; HEADER_LEN as usize];
-    header[..8].copy_from_slice(&MAGIC);
-    header[8..].copy_from_slice(&generation.to_le_bytes());
+    create_with(path, &MAGIC, generation, &[], mode)
+}
+
+/// Creates a file of the journal's layout at `path`: the header (`magic`,
+/// `generation`) and then `records` (already framed), replacing any file
+/// there, durably (temporary file, sync, rename, directory sync). Returns
+/// it opened for appending.
+pub(crate) fn create_with(
+    path: &Path,
+    magic: &[u8; 8],
+    generation: u64,
+    records: &[u8],
+    mode: u32,
+) -> Result<File> {
+    let mut header = Vec::with_capacity(HEADER_LEN as usize + records.len());
+    header.extend_from_slice(magic);
+    header.extend_from_slice(&generation.to_le_bytes());
+    header.extend_from_slice(records);
     crate::atomic_file::write_atomic(path, &header, mode, true)?;
     open_append(path)
 }
 
 /// Opens the journal at `path` for appending (positioned writes).
-pub(super) fn open_append(path: &Path) -> Result<File> {
+pub(crate) fn open_append(path: &Path) -> Result<File> {
     OpenOptions::new()
         .read(true)
         .write(true)
@@ -209,7 +250,7 @@ pub(super) fn open_append(path: &Path) -> Result<File> {
 
 /// Writes `record` at `at`; on failure, cuts the file back to `at` (best
 /// effort: a record cut short is not read back anyway).
-pub(super) fn append(file: &File, path: &Path, at: u64, record: &[u8]) -> Result<()> {
+pub(crate) fn append(file: &File, path: &Path, at: u64, record: &[u8]) -> Result<()> {
     file.write_all_at(record, at).map_err(|e| {
         let _ = file.set_len(at);
         Error::io(format!("writing {}", path.display()), e)

@@ -18,7 +18,7 @@
 //! group `g.c` are read on first use: the new file starts as a copy of
 //! `g.c.offsets` (which stays, as group `g.c`'s).
 
-mod journal;
+pub(crate) mod journal;
 
 use std::collections::BTreeMap;
 use std::fs::File;
