@@ -53,6 +53,16 @@
  */
 #define MQL_PROCESSOR_CONFIG_INIT { 4, MQL_PROCESSING_MODE_ORDERLY, 1000, 10000, 100, -1, NULL }
 
+/**
+ * Initialiser for an mql_share_consumer_config with the defaults: client id
+ * "consumer" (NULL), locks of 30000 ms, dead-lettered after 5 deliveries,
+ * at most 2000 offsets in flight per partition, dead letters to
+ * "<topic>.<group>.dlq" (NULL), 500 messages per fetch, new partitions
+ * read from the earliest offset, acknowledgements synced (commit_acks -1).
+ * Usage: mql_share_consumer_config sc = MQL_SHARE_CONSUMER_CONFIG_INIT; sc.lock_duration_ms = 60000;
+ */
+#define MQL_SHARE_CONSUMER_CONFIG_INIT { NULL, 30000, 5, 2000, NULL, 500, MQL_OFFSET_RESET_EARLIEST, -1 }
+
 
 /**
  * `mql_record.partition` value: let the producer choose. A record with a
@@ -218,6 +228,13 @@ typedef enum mql_status {
      * committed.
      */
     MQL_COMMIT_FAILED = 500,
+    /**
+     * A share consumer's settlement (`mql_share_ack` and the like) was
+     * refused: this delivery of the message is no longer held by the
+     * consumer (its lock ran out and it may have been delivered again, or
+     * it was settled already). Nothing changed.
+     */
+    MQL_INVALID_RECORD_STATE = 501,
 } mql_status;
 
 /**
@@ -386,6 +403,34 @@ typedef enum mql_access_mode {
 } mql_access_mode;
 
 /**
+ * How `mql_share_ack` and `mql_share_ack_many` settle messages (passed as
+ * `int`, so that any value is safe to pass; others give
+ * `MQL_INVALID_ARGUMENT`).
+ *
+ */
+typedef enum mql_ack_type {
+    /**
+     * Done with: the message is never delivered again.
+     */
+    MQL_ACK_ACCEPT = 0,
+    /**
+     * Given back at once: delivered again (to any member), without holding
+     * back the messages behind it (`mql_share_release` with a delay).
+     */
+    MQL_ACK_RELEASE = 1,
+    /**
+     * Sent to the dead-letter topic now, with the reason `"rejected"`
+     * (`mql_share_reject` gives a reason of your own); never delivered
+     * again.
+     */
+    MQL_ACK_REJECT = 2,
+    /**
+     * The lock extended by `lock_duration_ms` from now.
+     */
+    MQL_ACK_RENEW = 3,
+} mql_ack_type;
+
+/**
  * An open data directory (the engine's `Broker`). Made by `mql_open`,
  * closed and released by `mql_close`. Safe to use from several threads at
  * once.
@@ -463,6 +508,21 @@ typedef struct mql_producer mql_producer;
  * Settings of a producer, for `mql_producer_new`.
  */
 typedef struct mql_producer_config mql_producer_config;
+
+/**
+ * A member of a share group. Made by `mql_share_consumer_new`, released
+ * by `mql_share_consumer_free`. Use it from one thread at a time (it may
+ * move between threads).
+ */
+typedef struct mql_share_consumer mql_share_consumer;
+
+/**
+ * A message delivered to a share consumer. Made by `mql_share_poll`,
+ * released by `mql_share_message_free`; it may outlive its consumer
+ * (settling it then fails). Immutable: safe to read from several threads
+ * at once.
+ */
+typedef struct mql_share_message mql_share_message;
 
 /**
  * Stops a processor's run from any thread, also from inside its handler.
@@ -1167,6 +1227,124 @@ typedef struct mql_processor_stats {
 typedef size_t (*mql_batch_handler)(void *user_data,
                                     const struct mql_message *const *messages,
                                     size_t n);
+
+/**
+ * Settings of a share consumer, for `mql_share_consumer_new`. A plain
+ * value: initialise it with `MQL_SHARE_CONSUMER_CONFIG_INIT` (the
+ * defaults) and change fields. The strings are read (copied) by
+ * `mql_share_consumer_new`.
+ *
+ * The members of one share group in a process must agree on
+ * `max_deliveries`, `max_in_flight` and `dead_letter_topic`
+ * (`mql_share_consumer_new` fails with `MQL_INVALID_ARGUMENT` otherwise);
+ * the other settings are each member's own.
+ */
+typedef struct mql_share_consumer_config {
+    /**
+     * This consumer's name, NUL-terminated: 1 to 249 characters of
+     * `[A-Za-z0-9._-]`, not `.` or `..`. NULL (the default): `"consumer"`.
+     */
+    const char *client_id;
+    /**
+     * How long a message handed out stays locked to this consumer, in
+     * milliseconds (default 30000; at least 1). A message not settled by
+     * then is delivered again (to any member); `mql_share_ack` with
+     * `MQL_ACK_RENEW` extends the lock.
+     */
+    uint64_t lock_duration_ms;
+    /**
+     * Deliveries after which a message that was not acknowledged goes to
+     * the dead-letter topic (default 5; 0: no limit).
+     */
+    uint32_t max_deliveries;
+    /**
+     * Most offsets per partition read ahead of the first one not settled
+     * (default 2000; at least 1): past that, a partition is not read until
+     * messages are settled.
+     */
+    uint32_t max_in_flight;
+    /**
+     * Where dead letters go, NUL-terminated (created with one partition
+     * when missing). NULL (the default): `<topic>.<group>.dlq` for each
+     * source topic. A dead letter keeps the message's key, value, headers
+     * and timestamp and gains headers saying where it came from and why
+     * (`mqlite.dlq.topic`, `.partition`, `.offset`, `.deliveries`,
+     * `.reason`).
+     */
+    const char *dead_letter_topic;
+    /**
+     * Most messages one fetch from the engine delivers (default 500; at
+     * least 1). `mql_share_poll` hands them out one per call; they are all
+     * locked to this consumer from the fetch on, so a small value leaves
+     * more messages to the other members.
+     */
+    size_t max_poll_records;
+    /**
+     * Where a partition the group never read starts: an `mql_offset_reset`
+     * value, `MQL_OFFSET_RESET_EARLIEST` (the default: messages produced
+     * before the first member are delivered) or `MQL_OFFSET_RESET_LATEST`.
+     */
+    int auto_offset_reset;
+    /**
+     * How durable acknowledgements are when they return, as a producer's
+     * `acks`: -1 (all, the default: synced to disk; calls made at once
+     * share a sync), 1 or 0 (written to the operating system: they survive
+     * a crash of the process, not of the machine).
+     */
+    int commit_acks;
+} mql_share_consumer_config;
+
+/**
+ * What a share consumer did so far (`mql_share_consumer_stats_get`).
+ */
+typedef struct mql_share_consumer_stats {
+    /**
+     * Messages delivered to this consumer (deliveries again included):
+     * those `mql_share_poll` handed out and those it fetched and holds
+     * for its next calls.
+     */
+    uint64_t records;
+    /**
+     * Of those, deliveries of a message delivered before.
+     */
+    uint64_t redelivered;
+    /**
+     * Fetches from the engine (`mql_share_poll` fetches when it has
+     * handed out every message of the previous fetch).
+     */
+    uint64_t polls;
+    /**
+     * Messages acknowledged.
+     */
+    uint64_t acked;
+    /**
+     * Messages released.
+     */
+    uint64_t released;
+    /**
+     * Messages rejected.
+     */
+    uint64_t rejected;
+    /**
+     * Messages this consumer sent to the dead-letter topic (rejected, or
+     * delivered `max_deliveries` times).
+     */
+    uint64_t dead_lettered;
+    /**
+     * Locks found run out by this consumer's fetches.
+     */
+    uint64_t expired;
+    /**
+     * Fetches that found a partition's window full (`max_in_flight`
+     * offsets read ahead of the first not settled) and did not read it.
+     */
+    uint64_t window_full;
+    /**
+     * Messages skipped because retention deleted them before they were
+     * delivered.
+     */
+    uint64_t skipped;
+} mql_share_consumer_stats;
 
 /**
  * A log callback: receives each record at or above the level set with
@@ -3640,6 +3818,270 @@ void mql_stopper_free(struct mql_stopper *stopper);
  * used again, whose consumer was not freed.
  */
 void mql_processor_free(struct mql_processor *processor);
+
+/**
+ * Makes a member of share group `group` (1 to 249 characters of
+ * `[A-Za-z0-9._-]`, not `.` or `..`; its state is kept in the data
+ * directory's `groups/<group>.share`, apart from consumer groups of the
+ * same name). `config` may be NULL for the defaults (it is copied). It
+ * reads nothing until `mql_share_subscribe`.
+ *
+ * A share group is used by one process at a time; in it, by any number of
+ * members, which share its messages: each message goes to one member at a
+ * time, until it is settled or its lock runs out.
+ *
+ * Errors: `MQL_INVALID_ARGUMENT` (a group or client id breaking the naming
+ * rules, a setting out of range, settings other than those of the group's
+ * members open in this process), `MQL_INVALID_TOPIC_NAME` (the
+ * dead-letter topic), `MQL_LOCKED` (another process uses the group),
+ * `MQL_READ_ONLY`, `MQL_CLOSED`, I/O errors (reading the group's state).
+ *
+ * Ownership: on `MQL_OK`, `*out` is a new share consumer owned by the
+ * caller; release it with `mql_share_consumer_free` (before or after
+ * `mql_close` of its broker).
+ *
+ * # Safety
+ * `broker` is NULL or a live broker; `group` is NULL or a NUL-terminated
+ * string; `config` is NULL or valid for reading an
+ * `mql_share_consumer_config` whose strings are NULL or NUL-terminated;
+ * `out` is NULL or valid for writing a pointer.
+ */
+enum mql_status mql_share_consumer_new(struct mql_broker *broker,
+                                       const char *group,
+                                       const struct mql_share_consumer_config *config,
+                                       struct mql_share_consumer **out);
+
+/**
+ * Adds `topic` to the share consumer's subscription: it takes messages
+ * from every partition of the subscribed topics, including partitions
+ * added later. A topic that does not exist yet is read once it is
+ * created. Subscribing to a topic twice is harmless. Messages already
+ * fetched are still handed out.
+ *
+ * Errors: `MQL_INVALID_TOPIC_NAME` (nothing changes then), `MQL_CLOSED`.
+ *
+ * Ownership: borrows every argument for the call (the consumer copies the
+ * names it keeps); nothing to free.
+ *
+ * # Safety
+ * `consumer` is NULL or a live share consumer; `topic` is NULL or a
+ * NUL-terminated string.
+ */
+enum mql_status mql_share_subscribe(struct mql_share_consumer *consumer, const char *topic);
+
+/**
+ * Adds the `n` topics of the array `topics` to the subscription, all or
+ * none, like `mql_share_subscribe`. With `n` 0 nothing changes (`topics`
+ * may then be NULL).
+ *
+ * Errors: `MQL_INVALID_TOPIC_NAME` (nothing changes then), `MQL_CLOSED`,
+ * `MQL_NULL_ARGUMENT` (also for a NULL element).
+ *
+ * Ownership: borrows every argument for the call (the consumer copies the
+ * names it keeps); nothing to free.
+ *
+ * # Safety
+ * `consumer` is NULL or a live share consumer; `topics` is NULL or points
+ * to `n` pointers, each NULL or a NUL-terminated string.
+ */
+enum mql_status mql_share_subscribe_many(struct mql_share_consumer *consumer,
+                                         const char *const *topics,
+                                         size_t n);
+
+/**
+ * Returns the next message in `*out`, locked to this consumer for
+ * `lock_duration_ms` from now, waiting up to `timeout_ms` milliseconds for
+ * one (0: do not wait; negative: wait as long as it takes). Messages due
+ * again (released, or whose lock ran out) come first, then new ones.
+ * Settle each with `mql_share_ack` (or `mql_share_release`,
+ * `mql_share_reject`) before its lock runs out; `mql_share_message_delivery_count`
+ * says how often it was delivered.
+ *
+ * The consumer fetches up to `max_poll_records` messages at once and
+ * hands them out one per call. The fetched messages are locked to it from
+ * the fetch on; each one's lock is renewed when it is handed out, and one
+ * whose lock ran out meanwhile is skipped (the group delivers it again).
+ *
+ * Returns `MQL_TIMEOUT`, with `*out` untouched, when nothing arrived in
+ * time.
+ *
+ * Errors: `MQL_INVALID_ARGUMENT` (nothing subscribed), `MQL_CLOSED` (the
+ * share consumer or its broker was closed), `MQL_CORRUPT`, I/O errors (reading the log, writing the group's state:
+ * nothing is delivered then).
+ *
+ * Ownership: on `MQL_OK`, `*out` is a new message owned by the caller;
+ * release it with `mql_share_message_free` (settling it does not).
+ *
+ * # Safety
+ * `consumer` is NULL or a live share consumer; `out` is NULL or valid for
+ * writing a pointer.
+ */
+enum mql_status mql_share_poll(struct mql_share_consumer *consumer,
+                               int32_t timeout_ms,
+                               struct mql_share_message **out);
+
+/**
+ * Settles message `message` of this consumer as `type` says (an
+ * `mql_ack_type`): `MQL_ACK_ACCEPT` (done with), `MQL_ACK_RELEASE`
+ * (delivered again now), `MQL_ACK_REJECT` (to the dead-letter topic, with
+ * the reason `"rejected"`) or `MQL_ACK_RENEW` (its lock extended). An
+ * acknowledgement is durable as `commit_acks` says when this returns.
+ *
+ * Errors: `MQL_INVALID_RECORD_STATE` (this delivery of the message is not
+ * held by this consumer: its lock ran out, it was settled already, or it
+ * came from another consumer; nothing changes), `MQL_INVALID_ARGUMENT`
+ * (an unknown `type`), `MQL_CLOSED` (the share consumer or its broker was
+ * closed), I/O errors; for a rejection, errors
+ * of the send to the dead-letter topic (the message is then still to be
+ * dead-lettered: the next fetch tries again).
+ *
+ * Ownership: borrows every argument for the call; the message stays the
+ * caller's (free it with `mql_share_message_free`).
+ *
+ * # Safety
+ * `consumer` is NULL or a live share consumer; `message` is NULL or a live
+ * share message.
+ */
+enum mql_status mql_share_ack(struct mql_share_consumer *consumer,
+                              const struct mql_share_message *message,
+                              int type);
+
+/**
+ * Gives message `message` back: it is delivered again (to any member)
+ * once `delay_ms` milliseconds have passed (0: now). The messages behind
+ * it are delivered meanwhile.
+ *
+ * Errors: as `mql_share_ack`.
+ *
+ * Ownership: borrows every argument for the call; the message stays the
+ * caller's.
+ *
+ * # Safety
+ * `consumer` is NULL or a live share consumer; `message` is NULL or a live
+ * share message.
+ */
+enum mql_status mql_share_release(struct mql_share_consumer *consumer,
+                                  const struct mql_share_message *message,
+                                  uint64_t delay_ms);
+
+/**
+ * Sends message `message` to the dead-letter topic now, with `reason`
+ * (UTF-8) in its `mqlite.dlq.reason` header; it is never delivered again.
+ *
+ * Errors: as `mql_share_ack`.
+ *
+ * Ownership: borrows every argument for the call; the message stays the
+ * caller's.
+ *
+ * # Safety
+ * `consumer` is NULL or a live share consumer; `message` is NULL or a live
+ * share message; `reason` is NULL or a NUL-terminated string.
+ */
+enum mql_status mql_share_reject(struct mql_share_consumer *consumer,
+                                 const struct mql_share_message *message,
+                                 const char *reason);
+
+/**
+ * Settles the `n` messages of the array `messages` at once, as `type`
+ * says (see `mql_share_ack`): one write and one sync for all of them,
+ * all or nothing. With `n` 0 nothing changes (`messages` may then be
+ * NULL).
+ *
+ * Errors: as `mql_share_ack`; `MQL_INVALID_RECORD_STATE` if any of them is
+ * not held by this consumer (none is settled then); `MQL_NULL_ARGUMENT`
+ * (also for a NULL element).
+ *
+ * Ownership: borrows every argument for the call; the messages stay the
+ * caller's.
+ *
+ * # Safety
+ * `consumer` is NULL or a live share consumer; `messages` is NULL or
+ * points to `n` pointers, each NULL or a live share message.
+ */
+enum mql_status mql_share_ack_many(struct mql_share_consumer *consumer,
+                                   const struct mql_share_message *const *messages,
+                                   size_t n,
+                                   int type);
+
+/**
+ * What the share consumer did so far, into `*out`. Allowed on a closed
+ * share consumer, and after its broker was closed.
+ *
+ * Ownership: borrows `consumer` for the call; the results are plain
+ * values; nothing to free.
+ *
+ * # Safety
+ * `consumer` is NULL or a live share consumer; `out` is NULL or valid for
+ * writing an `mql_share_consumer_stats`.
+ */
+enum mql_status mql_share_consumer_stats_get(struct mql_share_consumer *consumer,
+                                             struct mql_share_consumer_stats *out);
+
+/**
+ * Closes a share consumer: it leaves its group, and the messages it holds
+ * (handed out and not settled, or fetched and not handed out yet) are
+ * delivered again to the other members. Later calls fail with
+ * `MQL_CLOSED` (settling included); closing again does nothing. The handle
+ * must still be released with `mql_share_consumer_free`.
+ *
+ * Ownership: borrows `consumer` for the call; nothing to free.
+ *
+ * # Safety
+ * `consumer` is NULL or a live share consumer.
+ */
+enum mql_status mql_share_consumer_close(struct mql_share_consumer *consumer);
+
+/**
+ * Closes (like `mql_share_consumer_close`) and releases a share consumer.
+ * NULL does nothing. Messages it returned stay valid until they are
+ * freed (settling them fails).
+ *
+ * Ownership: takes back the share consumer the caller owned; do not use
+ * it afterwards.
+ *
+ * # Safety
+ * `consumer` is NULL or a live share consumer from
+ * `mql_share_consumer_new`, not used again.
+ */
+void mql_share_consumer_free(struct mql_share_consumer *consumer);
+
+/**
+ * The message itself, for the `mql_message_*` accessors (topic,
+ * partition, offset, timestamp, key, value, headers, id); NULL if
+ * `message` is NULL.
+ *
+ * Ownership: borrowed from the share message, valid (as is every pointer
+ * its accessors return) until `mql_share_message_free`; do not pass it to
+ * `mql_message_free`.
+ *
+ * # Safety
+ * `message` is NULL or a live share message.
+ */
+const struct mql_message *mql_share_message_message(const struct mql_share_message *message);
+
+/**
+ * How many times the message was delivered, this delivery included (1
+ * the first time); 0 if `message` is NULL.
+ *
+ * Ownership: returns a plain value; nothing to free.
+ *
+ * # Safety
+ * `message` is NULL or a live share message.
+ */
+uint32_t mql_share_message_delivery_count(const struct mql_share_message *message);
+
+/**
+ * Releases a share message (settled or not: freeing settles nothing). NULL
+ * does nothing.
+ *
+ * Ownership: takes back the message the caller owned; every pointer its
+ * accessors returned dies with it.
+ *
+ * # Safety
+ * `message` is NULL or a live share message from `mql_share_poll`, not
+ * used again (nor any pointer its accessors returned).
+ */
+void mql_share_message_free(struct mql_share_message *message);
 
 /**
  * The message's topic, NUL-terminated; NULL if `message` is NULL.

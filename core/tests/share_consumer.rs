@@ -158,14 +158,21 @@ fn a_released_message_comes_back_after_its_delay_without_holding_back_the_rest()
     let tmp = tempfile::tempdir().unwrap();
     let mq = Broker::open(tmp.path(), cfg()).unwrap();
     produce(&mq, "t", 1, 3);
-    let mut c = share(&mq, ShareConsumerConfig::group("g").max_poll_records(1), "t");
+    let mut c = share(
+        &mq,
+        ShareConsumerConfig::group("g").max_poll_records(1),
+        "t",
+    );
     let m0 = poll_n(&mut c, 1, Duration::from_secs(5)).remove(0);
     assert_eq!(m0.offset(), 0);
     let released_at = Instant::now();
     m0.release(Duration::from_millis(500)).unwrap();
     // The messages behind it come meanwhile.
     let next = poll_n(&mut c, 2, Duration::from_secs(5));
-    assert_eq!(next.iter().map(|m| m.offset()).collect::<Vec<_>>(), vec![1, 2]);
+    assert_eq!(
+        next.iter().map(|m| m.offset()).collect::<Vec<_>>(),
+        vec![1, 2]
+    );
     c.ack(&next).unwrap();
     let back = poll_n(&mut c, 1, Duration::from_secs(5));
     assert!(released_at.elapsed() >= Duration::from_millis(500));
@@ -248,11 +255,19 @@ fn state_survives_reopening_and_a_delivery_before_a_crash_counts() {
     {
         let mq = Broker::open(tmp.path(), cfg()).unwrap();
         produce(&mq, "t", 2, 20);
-        let mut c = share(&mq, ShareConsumerConfig::group("g").commit_acks(Acks::One), "t");
+        let mut c = share(
+            &mq,
+            ShareConsumerConfig::group("g").commit_acks(Acks::One),
+            "t",
+        );
         let got = poll_n(&mut c, 20, Duration::from_secs(5));
         assert_eq!(got.len(), 20);
         // Acknowledged out of order: every third.
-        let acked: Vec<_> = got.iter().filter(|m| value(m) % 3 == 0).cloned().collect();
+        let acked: Vec<_> = got
+            .iter()
+            .filter(|m| value(m).is_multiple_of(3))
+            .cloned()
+            .collect();
         c.ack(&acked).unwrap();
         // The rest was delivered once: closing writes nothing more, so the
         // store says what a crash here would leave.
@@ -426,4 +441,25 @@ fn many_members_on_many_threads_deliver_each_message_once() {
     let counts = counts.into_inner().unwrap();
     assert_eq!(counts.len(), 4000);
     assert!(counts.values().all(|c| *c == 1));
+}
+
+#[test]
+fn a_closed_broker_refuses_share_calls_and_held_messages_do_not_keep_the_group() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mq = Broker::open(tmp.path(), cfg()).unwrap();
+    produce(&mq, "t", 1, 2);
+    let mut c = share(&mq, ShareConsumerConfig::group("g"), "t");
+    let got = poll_n(&mut c, 2, Duration::from_secs(5));
+    mq.close().unwrap();
+    assert!(matches!(c.poll(Duration::ZERO), Err(Error::Closed(_))));
+    assert!(matches!(got[0].ack(), Err(Error::Closed(_))));
+    drop(c);
+    // The messages are still referenced; the group is not.
+    let mq = Broker::open(tmp.path(), cfg()).unwrap();
+    let mut c = share(&mq, ShareConsumerConfig::group("g"), "t");
+    let again = poll_n(&mut c, 2, Duration::from_secs(5));
+    assert_eq!(again.len(), 2);
+    assert!(again.iter().all(|m| m.delivery_count() == 2));
+    assert!(matches!(got[1].ack(), Err(Error::Closed(_))));
+    c.ack(&again).unwrap();
 }

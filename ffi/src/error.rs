@@ -95,6 +95,11 @@ pub enum mql_status {
     /// it commits (a rebalance gave it to another member). Nothing was
     /// committed.
     MQL_COMMIT_FAILED = 500,
+    /// A share consumer's settlement (`mql_share_ack` and the like) was
+    /// refused: this delivery of the message is no longer held by the
+    /// consumer (its lock ran out and it may have been delivered again, or
+    /// it was settled already). Nothing changed.
+    MQL_INVALID_RECORD_STATE = 501,
 }
 
 // The statuses by name in the table and matches below.
@@ -102,7 +107,7 @@ pub enum mql_status {
 use mql_status::*;
 
 /// Every status, for lookups by number.
-const ALL: [mql_status; 27] = [
+const ALL: [mql_status; 28] = [
     MQL_OK,
     MQL_IO,
     MQL_DISK_FULL,
@@ -130,6 +135,7 @@ const ALL: [mql_status; 27] = [
     MQL_PRODUCER_BUSY,
     MQL_TRANSACTION_TOO_LARGE,
     MQL_COMMIT_FAILED,
+    MQL_INVALID_RECORD_STATE,
 ];
 
 impl mql_status {
@@ -503,6 +509,7 @@ mod tests {
             },
             Error::TransactionTooLarge { size: 9, max: 1 },
             Error::CommitFailed("t/0 is not owned".into()),
+            Error::InvalidRecordState("t/0 offset 3 is not held".into()),
             Error::ProducerBusy {
                 name: "x".into(),
                 reason: "open".into(),

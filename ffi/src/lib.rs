@@ -38,11 +38,11 @@
 //!   it means). Strings are NUL-terminated UTF-8 (`MQL_INVALID_UTF8`
 //!   otherwise); data buffers are a pointer followed by a `size_t` length.
 //! - **Threads.** A broker and a producer may be used from several threads
-//!   at once, and so may a message or a group info (they are immutable) and
-//!   a consumer's waker (`mql_waker_wakeup` is how another thread ends a
-//!   blocked `mql_poll`) and a processor's stopper (`mql_stopper_stop`). A
-//!   consumer, and a processor, may be used from one thread at a time (they
-//!   may move between threads); a consumer lent to a processor
+//!   at once, and so may a message, a share message or a group info (they
+//!   are immutable) and a consumer's waker (`mql_waker_wakeup` is how
+//!   another thread ends a blocked `mql_poll`) and a processor's stopper
+//!   (`mql_stopper_stop`). A consumer, a share consumer and a processor may
+//!   be used from one thread at a time (they may move between threads); a consumer lent to a processor
 //!   (`mql_processor_new` to `mql_processor_free`) refuses calls. Config objects are plain values: do not
 //!   change one while another thread uses it.
 //! - **Callbacks** (delivery reports of `mql_produce`, partition selectors,
@@ -97,6 +97,8 @@ mod flow;
 
 mod processor;
 
+mod share_consumer;
+
 mod message;
 
 mod names;
@@ -120,6 +122,7 @@ pub use message::*;
 pub use names::*;
 pub use processor::*;
 pub use producer::*;
+pub use share_consumer::*;
 pub use topic::*;
 pub use transaction::*;
 
@@ -195,5 +198,9 @@ const _: () = {
     movable::<mqlite::Processor>();
     movable::<mql_processor>();
     shared::<mqlite::ProcessorStop>();
+    movable::<mqlite::ShareConsumer>();
+    shared::<mqlite::ShareMessage>();
+    movable::<mql_share_consumer>();
+    shared::<mql_share_message>();
     shared::<mql_stopper>();
 };

@@ -22,6 +22,18 @@ members come and go, with optional ``on_assign`` / ``on_revoke`` callbacks.
 Committed offsets are durable; ``Broker.describe_group()`` shows who owns
 what.
 
+Share consumers (``Broker.share_consumer()``) consume topics as a job
+queue: the members of a share group take any message, each to one member
+at a time, and acknowledge each (``ack()``), give it back (``release()``,
+now or after a delay), reject it to a dead-letter topic (``reject()``) or
+extend its lock (``renew()``); a message whose lock runs out is delivered
+again::
+
+    with mq.share_consumer("workers", "orders") as jobs:
+        for msg in jobs:
+            handle(msg.value)
+            msg.ack()
+
 Errors are subclasses of :class:`mqlite.Error`, whose ``code`` attribute is
 the engine's stable numeric error code (shared with the C API); each class
 also has its code as a class attribute. One class per error kind; three
@@ -53,6 +65,7 @@ also a ``TimeoutError``)::
     +-- ProducerBusy (404)
     +-- TransactionTooLarge (410)
     +-- CommitFailed (500)
+    +-- InvalidRecordState (501)
 
 A re-sent ``sequence`` is not an error: ``send()`` returns metadata with
 ``duplicate=True`` (and the original offset), and ``on_delivery`` gets it
@@ -77,9 +90,10 @@ Calls that wait release the GIL; a consumer serialises its calls.
 
 Closing: after ``close()`` (of the object, or of the broker it came from)
 every method raises ``mqlite.Closed``, except ``close()`` itself (closing
-twice is fine), ``stats()`` (a final snapshot), ``Consumer.wakeup()`` and
-``Processor.stop()`` (which do nothing then); iterating over a closed
-consumer ends the loop, and ``with`` on a closed object raises.
+twice is fine), ``stats()`` (a final snapshot), ``Consumer.wakeup()``,
+``ShareConsumer.wakeup()`` and ``Processor.stop()`` (which do nothing
+then); iterating over a closed consumer ends the loop, and ``with`` on a
+closed object raises. Closing a broker closes its share consumers.
 
 ``os.fork()``: a broker belongs to the process that opened it, and so do
 the producers, consumers and processors made from it. Only the forking
@@ -119,6 +133,7 @@ from ._mqlite import (
     GroupInfo,
     InvalidArgument,
     InvalidConfig,
+    InvalidRecordState,
     InvalidTopicName,
     IoError,
     Locked,
@@ -138,6 +153,9 @@ from ._mqlite import (
     ProducerStats,
     ReadOnly,
     RecordMetadata,
+    ShareConsumer,
+    ShareConsumerStats,
+    ShareMessage,
     Timeout,
     TopicExists,
     TopicInfo,
@@ -165,6 +183,7 @@ __all__ = [
     "GroupInfo",
     "InvalidArgument",
     "InvalidConfig",
+    "InvalidRecordState",
     "InvalidTopicName",
     "IoError",
     "Locked",
@@ -184,6 +203,9 @@ __all__ = [
     "ProducerStats",
     "ReadOnly",
     "RecordMetadata",
+    "ShareConsumer",
+    "ShareConsumerStats",
+    "ShareMessage",
     "Timeout",
     "TopicExists",
     "TopicInfo",

@@ -11,7 +11,8 @@ use crate::consumer::{topic_partitions, Consumer, NewConsumer};
 use crate::error::{closed, forked, invalid_argument, invalid_config, IntoPy};
 use crate::fork::{self, Local};
 use crate::producer::{Options, Producer};
-use crate::util::{arg_u32, config_u32, config_u64};
+use crate::share_consumer::{topic_names, NewShareConsumer, ShareConsumer};
+use crate::util::{arg_u32, arg_u64, config_u32, config_u64};
 
 /// An open data directory: the entry point of the engine.
 ///
@@ -89,6 +90,8 @@ pub struct Broker {
     path: String,
     /// The directory lock's entry in `fork::LOCKS`.
     lock_token: Option<u64>,
+    /// Closed by `close()`: they hold their share groups open.
+    pub(crate) share_consumers: crate::share_consumer::Registry,
 }
 
 impl Broker {
@@ -240,6 +243,7 @@ impl Broker {
             lock_token: fork::register_lock(&path),
             path: path.to_string_lossy().into_owned(),
             inner: Local::new(inner),
+            share_consumers: crate::share_consumer::Registry::default(),
         })
     }
 
@@ -812,6 +816,126 @@ impl Broker {
         ))
     }
 
+    /// Makes a share consumer: a member of share group `group`, which takes
+    /// any message of the topics it subscribes to and acknowledges each
+    /// (job-queue consumption; see `ShareConsumer`).
+    ///
+    /// Args:
+    ///     group: The share group (the topic-name rules). Its state is kept
+    ///         in the data directory; one process at a time uses it.
+    ///     topics: A topic name or a list of them, subscribed at once
+    ///         (see `ShareConsumer.subscribe()`); None subscribes nothing.
+    ///     lock_duration_ms: How long a delivered message stays locked to
+    ///         its consumer before it is delivered again (default 30000, as
+    ///         Kafka's `group.share.record.lock.duration.ms`); at least 1.
+    ///     max_deliveries: Deliveries after which a message not
+    ///         acknowledged goes to the dead-letter topic (default 5, as
+    ///         Kafka's `group.share.delivery.count.limit`); None or 0: no
+    ///         limit.
+    ///     dead_letter_topic: Where dead letters go; None (default):
+    ///         `<topic>.<group>.dlq` for each source topic. Created with one
+    ///         partition when missing.
+    ///     max_in_flight: Most offsets per partition read ahead of the
+    ///         first one not done (default 2000): past that the partition is
+    ///         not read until messages are settled.
+    ///     max_poll_records: Most messages one engine poll delivers (and
+    ///         locks) at once (default 500), 1 to 1,000,000.
+    ///     auto_offset_reset: Where a partition the group never read starts:
+    ///         "earliest" (default: messages produced before the first
+    ///         consumer are delivered) or "latest".
+    ///     commit_acks: How durable acknowledgements are when they return,
+    ///         as a producer's `acks`: "all" or -1 (default: synced to disk;
+    ///         calls made at once share a sync), 1 or 0 (written to the
+    ///         operating system: survives a crash of the process, not of the
+    ///         machine).
+    ///     client_id: This consumer's name (default "consumer").
+    ///
+    /// Every member of a group in one process must use the same
+    /// `max_deliveries`, `max_in_flight` and `dead_letter_topic`.
+    ///
+    /// Returns:
+    ///     ShareConsumer: A new member of the group.
+    ///
+    /// Raises:
+    ///     mqlite.InvalidArgument: A bad group or client name, a value out
+    ///         of range, an unknown `auto_offset_reset` (or "error"), or
+    ///         settings that differ from those of the group's members open
+    ///         in this process.
+    ///     mqlite.InvalidTopicName: A topic or `dead_letter_topic` is not a
+    ///         valid name.
+    ///     mqlite.Locked: Another process uses the share group.
+    ///     mqlite.ReadOnly: The broker is read-only.
+    ///     mqlite.Closed: The broker is closed.
+    ///     TypeError: An argument has the wrong type.
+    #[pyo3(
+        signature = (
+            group,
+            topics = None,
+            *,
+            lock_duration_ms = 30_000,
+            max_deliveries = Some(5),
+            dead_letter_topic = None,
+            max_in_flight = 2000,
+            max_poll_records = 500,
+            auto_offset_reset = "earliest",
+            commit_acks = None,
+            client_id = None
+        ),
+        text_signature = "($self, group, topics=None, *, lock_duration_ms=30000, max_deliveries=5, \
+                          dead_letter_topic=None, max_in_flight=2000, max_poll_records=500, \
+                          auto_offset_reset='earliest', commit_acks='all', client_id=None)"
+    )]
+    #[allow(clippy::too_many_arguments)] // one per argument of the Python signature
+    fn share_consumer(
+        slf: &Bound<'_, Self>,
+        group: &str,
+        topics: Option<&Bound<'_, PyAny>>,
+        lock_duration_ms: i64,
+        max_deliveries: Option<i64>,
+        dead_letter_topic: Option<String>,
+        max_in_flight: i64,
+        max_poll_records: i64,
+        auto_offset_reset: &str,
+        commit_acks: Option<&Bound<'_, PyAny>>,
+        client_id: Option<String>,
+    ) -> PyResult<ShareConsumer> {
+        let py = slf.py();
+        slf.get().check_open(py)?;
+        let topics = match topics {
+            Some(t) if !t.is_none() => Some(topic_names(t)?),
+            _ => None,
+        };
+        let commit_acks = match commit_acks {
+            Some(a) if !a.is_none() => parse_acks(py, a)?,
+            _ => mqlite::Acks::All,
+        };
+        let reset: mqlite::OffsetReset = auto_offset_reset.parse().py_err(py)?;
+        if !(1..=1_000_000).contains(&max_poll_records) {
+            return Err(invalid_argument(
+                py,
+                format!("max_poll_records must be 1 to 1000000, got {max_poll_records}"),
+            ));
+        }
+        let max_deliveries = match max_deliveries {
+            Some(n) => arg_u32(py, "max_deliveries", n)?,
+            None => 0,
+        };
+        let mut config = mqlite::ShareConsumerConfig::group(group)
+            .lock_duration_ms(arg_u64(py, "lock_duration_ms", lock_duration_ms)?)
+            .max_deliveries(max_deliveries)
+            .max_in_flight(arg_u32(py, "max_in_flight", max_in_flight)?)
+            .max_poll_records(max_poll_records as usize)
+            .auto_offset_reset(reset)
+            .commit_acks(commit_acks);
+        if let Some(t) = dead_letter_topic {
+            config = config.dead_letter_topic(t);
+        }
+        if let Some(c) = client_id {
+            config = config.client_id(c);
+        }
+        ShareConsumer::new(py, slf, NewShareConsumer { config, topics })
+    }
+
     /// Describes a consumer group: its members in this process, with the
     /// partitions each owns now, and its committed offsets.
     ///
@@ -869,7 +993,8 @@ impl Broker {
     /// Flushes everything, stops background work and releases the lock.
     ///
     /// Producers and consumers made from this broker raise `mqlite.Closed`
-    /// afterwards. Closing twice is fine. Every file descriptor and memory
+    /// afterwards; its share consumers are closed first (the messages they
+    /// hold are given back). Closing twice is fine. Every file descriptor and memory
     /// mapping of the data directory is released at once, whatever
     /// producers and consumers are still referenced; a `Message` still
     /// referenced (or fetched by a consumer and not yet returned by its
@@ -884,7 +1009,10 @@ impl Broker {
         if self.inner.forked() {
             return Ok(());
         }
-        let res = py.detach(|| self.inner.close());
+        let res = py.detach(|| {
+            self.share_consumers.shut_down_all();
+            self.inner.close()
+        });
         crate::log::flush(py);
         if let Some(t) = self.lock_token {
             fork::unregister_lock(t);

@@ -29,6 +29,7 @@ mod log;
 mod message_id;
 mod processor;
 mod producer;
+mod share_consumer;
 // Transactions.
 mod transaction;
 mod util;
@@ -51,6 +52,9 @@ fn _mqlite(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<consumer::Message>()?;
     m.add_class::<message_id::MessageId>()?;
     m.add_class::<consumer::ConsumerStats>()?;
+    m.add_class::<share_consumer::ShareConsumer>()?;
+    m.add_class::<share_consumer::ShareMessage>()?;
+    m.add_class::<share_consumer::ShareConsumerStats>()?;
     m.add_class::<broker::GroupInfo>()?;
     m.add_class::<processor::Processor>()?;
     m.add_class::<processor::ProcessorStats>()?;

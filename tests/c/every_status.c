@@ -385,6 +385,18 @@ int main(int argc, char **argv) {
     PROVOKE(mql_commit_offsets(x, &other_members, 1), MQL_COMMIT_FAILED, "two/1");
     mql_consumer_free(x);
     mql_consumer_free(y);
+
+    /* --- share consumers --- */
+    mql_share_consumer *sc;
+    CHECK_OK(mql_share_consumer_new(mq, "s", NULL, &sc));
+    CHECK_OK(mql_share_subscribe(sc, "two"));
+    fill(mq, "two", 2, 1);
+    mql_share_message *sm;
+    CHECK_OK(mql_share_poll(sc, 5000, &sm));
+    CHECK_OK(mql_share_ack(sc, sm, MQL_ACK_ACCEPT));
+    PROVOKE(mql_share_ack(sc, sm, MQL_ACK_ACCEPT), MQL_INVALID_RECORD_STATE, "not held");
+    mql_share_message_free(sm);
+    mql_share_consumer_free(sc);
     mql_consumer_free(c);
     CHECK_OK(mql_close(mq));
 

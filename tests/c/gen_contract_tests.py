@@ -32,10 +32,11 @@ one at a time, with valid values for all the others:
   a pointer followed by a `size_t` length or count gets length 1, so that
   NULL is never the "empty" case.
 
-closed_every_call.c calls every function taking a producer, consumer or
-processor (all other arguments valid) on handles that were closed: a
-producer after mql_producer_close, a consumer after mql_consumer_close, and
-all three after mql_close of their broker. Each call must fail with
+closed_every_call.c calls every function taking a producer, consumer, share
+consumer or processor (all other arguments valid) on handles that were
+closed: a producer after mql_producer_close, a consumer after
+mql_consumer_close, a share consumer after mql_share_consumer_close, and all
+four after mql_close of their broker. Each call must fail with
 MQL_CLOSED (error text and mql_last_error_code() included) unless AFTER_CLOSE
 lists what it returns instead and why (the calls the header documents as
 still working on a closed handle).
@@ -79,6 +80,8 @@ ALLOWED = {
     ("mql_set_log_callback", "callback"): ("call", "NULL turns logging off (the default)"),
     # Transactions.
     ("mql_producer_config_set_transactional_id", "id"): ("call", "NULL: no transactional id"),
+    # Share consumers.
+    ("mql_share_consumer_new", "config"): ("call", "NULL: the defaults"),
     ("mql_txn_commit", "out"): ("skip", "the metadata is optional; a commit would end the transaction (transactions.c)"),
 }
 
@@ -97,6 +100,7 @@ STRINGS = {
     "strategy": '"range"',
     "client_id": '"c"',
     "id": '"t:0:0"',
+    "reason": '"r"',
 }
 STRINGS_BY_FUNCTION = {
     ("mql_producer_config_set_transactional_id", "id"): '"tx"',
@@ -126,6 +130,8 @@ HANDLES = {
     "mql_processor": "proc",
     "mql_stopper": "stp",
     "mql_txn": "txn",
+    "mql_share_consumer": "ssc",
+    "mql_share_message": "smsg",
 }
 
 # Valid input structs (arrays of one, made by the C prelude).
@@ -138,6 +144,7 @@ STRUCTS = {
     "mql_processor_config": "pcfg_ok",
     "mql_topic_partition": "tp_ok",
     "mql_partition_offset": "po_ok",
+    "mql_share_consumer_config": "sccfg_ok",
 }
 
 PRELUDE = r"""
@@ -158,6 +165,8 @@ static mql_processor *proc;
 static mql_stopper *stp;
 static mql_producer *txn_prod;
 static mql_txn *txn;
+static mql_share_consumer *ssc;
+static mql_share_message *smsg;
 static char other_path[4200];
 
 static mql_header hdr_ok[1] = {{"h", 1, "v", 1}};
@@ -168,6 +177,7 @@ static mql_committed_offset co_ok[1] = {{"t", 0, 0, "m", 0}};
 static mql_processor_config pcfg_ok[1] = {MQL_PROCESSOR_CONFIG_INIT};
 static mql_topic_partition tp_ok[1] = {{"t", 0}};
 static mql_partition_offset po_ok[1] = {{"t", 0, 1}};
+static mql_share_consumer_config sccfg_ok[1] = {MQL_SHARE_CONSUMER_CONFIG_INIT};
 static const char *topics_ok[1] = {"t"};
 
 /* An out-parameter's storage, pre-filled with 0x5A, must be untouched. */
@@ -221,9 +231,15 @@ static void setup(const char *dir) {
     CHECK_OK(mql_producer_new(mq, pc, &txn_prod));
     CHECK_OK(mql_producer_config_set_transactional_id(pc, NULL));
     CHECK_OK(mql_txn_begin(txn_prod, &txn));
+    /* A share consumer holding a message of its own (share group "g"). */
+    CHECK_OK(mql_share_consumer_new(mq, "g", sccfg_ok, &ssc));
+    CHECK_OK(mql_share_subscribe(ssc, "t"));
+    CHECK_OK(mql_share_poll(ssc, 5000, &smsg));
 }
 
 static void teardown(void) {
+    mql_share_message_free(smsg);
+    mql_share_consumer_free(ssc);
     mql_txn_free(txn);
     mql_producer_free(txn_prod);
     mql_stopper_free(stp);
@@ -303,6 +319,9 @@ static void reopen_handles(void) {
     CHECK_OK(mql_consumer_new(mq, "g", NULL, &cons));
     CHECK_OK(mql_assign(cons, "t", 0));
     CHECK_OK(mql_consumer_waker(cons, &wk));
+    mql_share_consumer_free(ssc);
+    CHECK_OK(mql_share_consumer_new(mq, "g", sccfg_ok, &ssc));
+    CHECK_OK(mql_share_subscribe(ssc, "t"));
 }
 """
 
@@ -336,6 +355,10 @@ AFTER_CLOSE = {
     ("broker_closed", "mql_consumer_set_rebalance_callback"): ("MQL_OK", "as for a closed consumer"),
     ("broker_closed", "mql_consumer_member_id"): ("MQL_OK", "as for a closed consumer (empty)"),
     ("broker_closed", "mql_processor_stopper"): ("MQL_OK", "a stopper may be made at any time"),
+    ("share_consumer_closed", "mql_share_consumer_close"): ("MQL_OK", "closing again does nothing"),
+    ("share_consumer_closed", "mql_share_consumer_stats_get"): ("MQL_OK", "what the consumer did stays readable"),
+    ("broker_closed", "mql_share_consumer_close"): ("MQL_OK", "closing is always allowed"),
+    ("broker_closed", "mql_share_consumer_stats_get"): ("MQL_OK", "as for a closed share consumer"),
 }
 
 # ---------------------------------------------------------------- parsing
@@ -415,6 +438,9 @@ def classify(t, handles, structs, callbacks):
         return "string", None
     if t == "const char *const *":
         return "strings", None
+    s = struct_of(t, r"^const struct (mql_\w+) \*const \*$")
+    if s in handles:
+        return "handles", s
     if t == "const void *":
         return "bytes", None
     if t == "char *":
@@ -433,7 +459,7 @@ def classify(t, handles, structs, callbacks):
 
 
 # Kinds whose following size_t is their length or count.
-SIZED = {"bytes", "text_out", "strings", "struct_in", "out"}
+SIZED = {"bytes", "text_out", "strings", "handles", "struct_in", "out"}
 
 
 class Call:
@@ -462,6 +488,10 @@ class Call:
             return v
         if kind == "strings":
             return "topics_ok"
+        if kind == "handles":
+            if extra not in HANDLES:
+                die(f"{self.fn}: no live handle of type {extra}: add it to HANDLES and the prelude")
+            return f"(const {extra} *const[]){{{HANDLES[extra]}}}"
         if kind == "bytes":
             return '"v"'
         if kind == "struct_in":
@@ -613,9 +643,10 @@ class NullGen(Gen):
             # The fields of a struct argument, one at a time.
             if c.kinds[i][0] == "struct_in":
                 self.struct_fields(c, i, ret)
-            if c.kinds[i][0] == "strings":
+            if c.kinds[i][0] in ("strings", "handles"):
                 body = c.out_decls()
-                body.append('const char *one_null[1] = {NULL};')
+                elem = "const char" if c.kinds[i][0] == "strings" else f"const {c.kinds[i][1]}"
+                body.append(f"{elem} *one_null[1] = {{NULL}};")
                 args = [c.value(j) for j in range(len(params))]
                 args[i] = "one_null"
                 call = f"{fn}({', '.join(args)})"
@@ -758,8 +789,9 @@ class ClosedGen(Gen):
     def generate(self):
         self.head(
             [
-                "Every call on a producer, consumer or processor after it (or its",
-                "broker) was closed: MQL_CLOSED, or what the header documents.",
+                "Every call on a producer, consumer, share consumer or processor after",
+                "it (or its broker) was closed: MQL_CLOSED, or what the header",
+                "documents.",
             ],
             CLOSED_HELPERS,
         )
@@ -775,11 +807,15 @@ class ClosedGen(Gen):
         self.emit("    CHECK_OK(mql_consumer_close(cons));")
         self.scenario("consumer_closed", {"mql_consumer"})
         self.emit()
+        self.emit("    /* A share consumer closed by mql_share_consumer_close. */")
+        self.emit("    CHECK_OK(mql_share_consumer_close(ssc));")
+        self.scenario("share_consumer_closed", {"mql_share_consumer"})
+        self.emit()
         self.emit("    /* Handles whose broker was closed (mql_close), themselves open. */")
         self.emit("    reopen_handles();")
         self.emit("    CHECK_OK(mql_close(mq));")
         self.emit("    mq = NULL;")
-        self.scenario("broker_closed", {"mql_producer", "mql_consumer", "mql_processor"})
+        self.scenario("broker_closed", {"mql_producer", "mql_consumer", "mql_share_consumer", "mql_processor"})
         self.emit()
         self.emit("    teardown();")
         self.emit(f'    printf("closed_every_call: %d calls on closed handles checked\\n", calls_checked);')

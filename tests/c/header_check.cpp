@@ -42,6 +42,8 @@ int main(int argc, char **argv) {
     static_assert(MQL_PRODUCER_FENCED == 403, "codes are stable");
     static_assert(MQL_OFFSET_UNKNOWN == UINT64_MAX, "unknown offset");
     static_assert(MQL_COMMIT_FAILED == 500, "codes are stable");
+    static_assert(MQL_INVALID_RECORD_STATE == 501, "codes are stable");
+    static_assert(MQL_ACK_ACCEPT == 0 && MQL_ACK_RENEW == 3, "ack types are stable");
 
     Broker mq(std::string(argv[1]) + "/data");
     mql_topic_config *tc = nullptr;
@@ -56,6 +58,9 @@ int main(int argc, char **argv) {
     mql_record rec = MQL_RECORD_INIT;
     mql_processor_config pc = MQL_PROCESSOR_CONFIG_INIT;
     CHECK(pc.threads == 4 && pc.mode == MQL_PROCESSING_MODE_ORDERLY && pc.max_retries == -1);
+    mql_share_consumer_config sc = MQL_SHARE_CONSUMER_CONFIG_INIT;
+    CHECK(sc.client_id == nullptr && sc.lock_duration_ms == 30000 && sc.commit_acks == -1);
+    CHECK(sc.auto_offset_reset == MQL_OFFSET_RESET_EARLIEST && sc.max_poll_records == 500);
     rec.topic = "cpp";
     rec.key = "k";
     rec.key_len = 1;

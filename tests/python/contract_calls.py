@@ -23,7 +23,13 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, Type, Union
 import mqlite
 
 #: The resource classes, whose methods follow the open/closed contract.
-CLASSES: Tuple[type, ...] = (mqlite.Broker, mqlite.Producer, mqlite.Consumer, mqlite.Processor)
+CLASSES: Tuple[type, ...] = (
+    mqlite.Broker,
+    mqlite.Producer,
+    mqlite.Consumer,
+    mqlite.Processor,
+    mqlite.ShareConsumer,
+)
 
 #: Dunder methods that are part of the public protocol of those classes.
 PROTOCOL = ("__enter__", "__exit__", "__iter__", "__next__", "__len__")
@@ -68,6 +74,10 @@ class Env:
     processor: mqlite.Processor
     #: The processor's consumer.
     processor_consumer: mqlite.Consumer
+    #: A share consumer of group ``sg`` subscribed to ``t``.
+    share_consumer: mqlite.ShareConsumer
+    #: The record of partition 0, delivered to ``share_consumer``.
+    share_message: mqlite.ShareMessage
 
     def target(self, cls: str) -> Any:
         return {
@@ -75,13 +85,23 @@ class Env:
             "Producer": self.producer,
             "Consumer": self.consumer,
             "Processor": self.processor,
+            "ShareConsumer": self.share_consumer,
+            "ShareMessage": self.share_message,
         }[cls]
 
     def close_all(self) -> None:
-        for c in (self.consumer, self.processor_consumer):
+        for c in (self.consumer, self.processor_consumer, self.share_consumer):
             c.close()
         self.producer.close()
         self.broker.close()
+
+
+@dataclass(frozen=True)
+class FromEnv:
+    """An argument that is an object of the environment (its attribute
+    ``attr``), put in when the call is made."""
+
+    attr: str
 
 
 SEGMENT = 1 << 20
@@ -98,7 +118,10 @@ def make_env(path: Path) -> Env:
     processor_consumer = broker.consumer("g2")
     processor_consumer.subscribe("t")
     processor = mqlite.Processor(processor_consumer, 1)
-    return Env(broker, producer, consumer, processor, processor_consumer)
+    share_consumer = broker.share_consumer("sg", "t")
+    share_message = share_consumer.poll(timeout=5)
+    assert share_message is not None
+    return Env(broker, producer, consumer, processor, processor_consumer, share_consumer, share_message)
 
 
 @dataclass
@@ -118,6 +141,10 @@ class Call:
     @property
     def id(self) -> str:
         return f"{self.owner}.{self.name}"
+
+    def kwargs_for(self, env: Env) -> Dict[str, Any]:
+        """The keyword arguments, with the environment's objects put in."""
+        return {k: getattr(env, v.attr) if isinstance(v, FromEnv) else v for k, v in self.kwargs.items()}
 
 
 # The valid calls. Every keyword is an argument of the method; `kinds` says
@@ -162,6 +189,34 @@ METHOD_CALLS: List[Call] = [
             "enable_auto_offset_store": "bool",
             "isolation_level": "str",
             "commit_acks": "acks",
+        },
+    ),
+    Call(
+        "Broker",
+        "share_consumer",
+        {
+            "group": "sg2",
+            "topics": "t",
+            "lock_duration_ms": 1000,
+            "max_deliveries": 3,
+            "dead_letter_topic": "t.dead",
+            "max_in_flight": 100,
+            "max_poll_records": 10,
+            "auto_offset_reset": "latest",
+            "commit_acks": 1,
+            "client_id": "c",
+        },
+        {
+            "group": "str",
+            "topics": "topics?",
+            "lock_duration_ms": "uint",
+            "max_deliveries": "u32?",
+            "dead_letter_topic": "str?",
+            "max_in_flight": "u32",
+            "max_poll_records": "uint",
+            "auto_offset_reset": "str",
+            "commit_acks": "acks",
+            "client_id": "str?",
         },
     ),
     Call(
@@ -408,6 +463,42 @@ METHOD_CALLS: List[Call] = [
     Call("Consumer", "unsubscribe"),
     Call("Consumer", "wakeup"),
     Call("Consumer", "consumer_group_metadata"),
+    # ShareConsumer (the environment's holds one message: share_message)
+    Call("ShareConsumer", "__enter__"),
+    Call("ShareConsumer", "__exit__", args=(None, None, None)),
+    Call("ShareConsumer", "__iter__"),
+    Call("ShareConsumer", "__next__", before=lambda env: env.share_consumer.release(env.share_message)),
+    Call("ShareConsumer", "ack", {"messages": FromEnv("share_message")}, {"messages": "share_messages"}),
+    Call("ShareConsumer", "close"),
+    Call(
+        "ShareConsumer",
+        "consume",
+        {"num_messages": 5, "timeout": 0.0},
+        {"num_messages": "uint", "timeout": "timeout?"},
+    ),
+    Call("ShareConsumer", "poll", {"timeout": 0.0}, {"timeout": "timeout?"}),
+    Call("ShareConsumer", "poll_batch", {"timeout": 0.0}, {"timeout": "timeout?"}),
+    Call(
+        "ShareConsumer",
+        "reject",
+        {"messages": FromEnv("share_message"), "reason": "bad"},
+        {"messages": "share_messages", "reason": "str"},
+    ),
+    Call(
+        "ShareConsumer",
+        "release",
+        {"messages": FromEnv("share_message"), "delay_ms": 10},
+        {"messages": "share_messages", "delay_ms": "uint"},
+    ),
+    Call("ShareConsumer", "renew", {"messages": FromEnv("share_message")}, {"messages": "share_messages"}),
+    Call("ShareConsumer", "stats"),
+    Call("ShareConsumer", "subscribe", {"topics": ["t"]}, {"topics": "topics"}),
+    Call("ShareConsumer", "wakeup"),
+    # ShareMessage: its settling calls follow its consumer's open/closed contract
+    Call("ShareMessage", "ack"),
+    Call("ShareMessage", "reject", {"reason": "bad"}, {"reason": "str"}),
+    Call("ShareMessage", "release", {"delay_ms": 10}, {"delay_ms": "uint"}),
+    Call("ShareMessage", "renew"),
     # Processor (run() is preceded by stop(), so that it returns at once)
     Call("Processor", "run", {"handler": callback}, {"handler": "callable"}),
     Call("Processor", "run_batches", {"handler": callback}, {"handler": "callable"}),
@@ -631,6 +722,16 @@ BAD: Dict[str, List[Tuple[Any, Expected]]] = {
         ([("t", -1, 0)], mqlite.InvalidArgument),
     ],
     "topics": [(None, TypeError), (5, TypeError), ([5], TypeError), (b"t", TypeError), ([b"t"], TypeError)],
+    "topics?": [(5, TypeError), ([5], TypeError), (b"t", TypeError), ([b"t"], TypeError)],
+    "share_messages": [
+        (None, TypeError),
+        (5, TypeError),
+        ("m", TypeError),
+        (b"m", TypeError),
+        ([5], TypeError),
+        ([None], TypeError),
+        (("t", 0, 0), TypeError),
+    ],
     "acks": [
         (1.5, TypeError),
         (b"all", TypeError),
@@ -715,15 +816,16 @@ def run_type_cases(root: Path) -> Tuple[int, List[str]]:
             c.before(env)
         target = env.target(c.owner)
         method = getattr(target, c.name)
+        valid = c.kwargs_for(env)
         for arg, kind in c.kinds.items():
             for value, expected in BAD[kind]:
-                kwargs = dict(c.kwargs, **{arg: value})
+                kwargs = dict(valid, **{arg: value})
                 calls += 1
                 _check(f"{c.id}({arg}={value!r})", lambda: method(*c.args, **kwargs), expected, failures)
         if c.owner == "Processor" and c.name in ("run", "run_batches"):
             env.processor.stop()  # so that the valid run() returns at once
         calls += 1
-        _valid(f"{c.id} (valid)", lambda: method(*c.args, **c.kwargs), failures)
+        _valid(f"{c.id} (valid)", lambda: method(*c.args, **valid), failures)
         env.close_all()
 
     for fid, fn, valid, kinds in FUNCTION_CALLS:

@@ -31,6 +31,11 @@ WORKS_AFTER_CLOSE: Dict[str, Any] = {
     "Consumer.stats": mqlite.ConsumerStats,
     "Consumer.wakeup": None,
     "Processor.stop": None,
+    "ShareConsumer.close": None,
+    "ShareConsumer.__exit__": False,
+    "ShareConsumer.__iter__": mqlite.ShareConsumer,
+    "ShareConsumer.stats": mqlite.ShareConsumerStats,
+    "ShareConsumer.wakeup": None,
 }
 
 
@@ -57,7 +62,7 @@ def test_table_covers_every_argument() -> None:
 
 
 def call(env: Any, c: Call) -> Any:
-    return getattr(env.target(c.owner), c.name)(*c.args, **c.kwargs)
+    return getattr(env.target(c.owner), c.name)(*c.args, **c.kwargs_for(env))
 
 
 def check_closed_contract(env: Any, c: Call) -> None:
@@ -68,7 +73,7 @@ def check_closed_contract(env: Any, c: Call) -> None:
             assert isinstance(result, want), c.id
         elif want is not None:
             assert result == want, c.id
-    elif c.id == "Consumer.__next__":
+    elif c.id in ("Consumer.__next__", "ShareConsumer.__next__"):
         with pytest.raises(StopIteration):  # iteration over a closed consumer ends
             call(env, c)
     else:
@@ -85,12 +90,13 @@ def test_every_method_after_close(tmp_path: Path, how: str) -> None:
         # Each object closed by its own close(); the broker last.
         env.consumer.close()
         env.processor_consumer.close()
+        env.share_consumer.close()
         env.producer.close()
         env.broker.close()
     else:
         env.broker.close()
     assert env.broker.closed and env.producer.closed
-    assert env.consumer.closed and env.processor_consumer.closed
+    assert env.consumer.closed and env.processor_consumer.closed and env.share_consumer.closed
     assert env.consumer.member_id is None and env.processor_consumer.member_id is None
     for c in METHOD_CALLS:
         check_closed_contract(env, c)

@@ -312,6 +312,19 @@ def case_commit_failed(tmp_path: Path) -> None:
     raised(mqlite.CommitFailed, lambda: a.commit([(theirs[0], theirs[1], 0)]))
 
 
+def case_invalid_record_state(tmp_path: Path) -> None:
+    mq = open_broker(tmp_path / "d")
+    mq.create_topic("t", segment_bytes=SEG)
+    mq.producer().send("t", b"v")
+    sc = mq.share_consumer("sg", "t")
+    m = sc.poll(timeout=5)
+    assert m is not None
+    m.ack()
+    e = raised(mqlite.InvalidRecordState, m.ack)  # acknowledged already
+    assert "offset 0" in str(e)
+    sc.close()
+
+
 def case_read_only(tmp_path: Path) -> None:
     open_broker(tmp_path / "d").close()
     with mqlite.open(tmp_path / "d", readonly=True) as ro:
@@ -346,6 +359,7 @@ CASES: Dict[str, Callable[[Path], None]] = {
     "TransactionTooLarge": case_transaction_too_large,
     "ProducerBusy": case_producer_busy,
     "CommitFailed": case_commit_failed,
+    "InvalidRecordState": case_invalid_record_state,
 }
 
 

@@ -57,7 +57,7 @@ def child(env: Any, polling: Any, message: Any, data: Path, own: Path, from_pare
     from contract_calls import METHOD_CALLS
 
     parent = os.getppid()
-    objects = [env.broker, env.producer, env.consumer, env.processor_consumer, polling]
+    objects = [env.broker, env.producer, env.consumer, env.processor_consumer, env.share_consumer, polling]
     assert all(o.closed for o in objects), [o.closed for o in objects]
     assert env.consumer.member_id is None and polling.member_id is None
     assert env.producer.name == "p"  # plain attributes still read
@@ -72,17 +72,20 @@ def child(env: Any, polling: Any, message: Any, data: Path, own: Path, from_pare
         "Consumer.__exit__": False,
         "Consumer.wakeup": None,
         "Processor.stop": None,
+        "ShareConsumer.close": None,
+        "ShareConsumer.__exit__": False,
+        "ShareConsumer.wakeup": None,
     }
     for c in METHOD_CALLS:
         target = env.target(c.owner)
         call = getattr(target, c.name)
         if c.id in does_nothing:
-            assert call(*c.args, **c.kwargs) == does_nothing[c.id], c.id
-        elif c.id == "Consumer.__iter__":
+            assert call(*c.args, **c.kwargs_for(env)) == does_nothing[c.id], c.id
+        elif c.id in ("Consumer.__iter__", "ShareConsumer.__iter__"):
             assert call() is target
         else:
             try:
-                call(*c.args, **c.kwargs)
+                call(*c.args, **c.kwargs_for(env))
             except mqlite.Closed as e:
                 text = str(e)
                 assert e.code == 5 and "fork" in text, (c.id, text)
@@ -201,7 +204,7 @@ def scenario(root: Path) -> None:
         md = env.producer.send("t", b"parent after the fork", partition=1)
         assert reader.poll(timeout=5) is not None  # the next record of partition 1
         lingering.close()
-        for c in (reader, polling, env.consumer):
+        for c in (reader, polling, env.consumer, env.share_consumer):
             c.close()
         env.producer.close()
         env.broker.close()

@@ -264,6 +264,7 @@ def test_classes_follow_the_core_list_of_kinds() -> None:
     }
     assert exported == set(classes) | {"Error"}
     assert issubclass(mqlite.CommitFailed, mqlite.Error) and mqlite.CommitFailed.code == 500
+    assert issubclass(mqlite.InvalidRecordState, mqlite.Error) and mqlite.InvalidRecordState.code == 501
     assert issubclass(mqlite.BufferFull, BufferError)
     assert issubclass(mqlite.Timeout, TimeoutError)
     assert issubclass(mqlite.InvalidConfig, ValueError)

@@ -138,7 +138,7 @@ pub(crate) struct Contents<T = Vec<Entry>> {
 /// # Errors
 /// I/O errors other than a missing file.
 pub(super) fn read(path: &Path, from: u64) -> Result<Option<Contents>> {
-    read_records(path, from, &MAGIC, decode)
+    read_records(path, from, MAGIC, decode)
 }
 
 /// Reads a file of the journal's layout (a 16-byte header of `magic` and
@@ -151,7 +151,7 @@ pub(super) fn read(path: &Path, from: u64) -> Result<Option<Contents>> {
 pub(crate) fn read_records<T>(
     path: &Path,
     from: u64,
-    magic: &[u8; 8],
+    magic: [u8; 8],
     decode: impl Fn(&[u8]) -> Option<T>,
 ) -> Result<Option<Contents<T>>> {
     use std::os::unix::fs::MetadataExt;
@@ -216,7 +216,7 @@ pub(crate) fn read_records<T>(
 /// any, durably: written to a temporary file, synced, renamed, and the
 /// directory synced. Returns it opened for appending.
 pub(super) fn create(path: &Path, generation: u64, mode: u32) -> Result<File> {
-    create_with(path, &MAGIC, generation, &[], mode)
+    create_with(path, MAGIC, generation, &[], mode)
 }
 
 /// Creates a file of the journal's layout at `path`: the header (`magic`,
@@ -225,13 +225,13 @@ pub(super) fn create(path: &Path, generation: u64, mode: u32) -> Result<File> {
 /// it opened for appending.
 pub(crate) fn create_with(
     path: &Path,
-    magic: &[u8; 8],
+    magic: [u8; 8],
     generation: u64,
     records: &[u8],
     mode: u32,
 ) -> Result<File> {
     let mut header = Vec::with_capacity(HEADER_LEN as usize + records.len());
-    header.extend_from_slice(magic);
+    header.extend_from_slice(&magic);
     header.extend_from_slice(&generation.to_le_bytes());
     header.extend_from_slice(records);
     crate::atomic_file::write_atomic(path, &header, mode, true)?;

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use super::state::{Change, Entry, Limits, Part, State};
+use super::state::{Change, Delivery, Entry, Limits, Part, State};
 use super::store::{Ops, Parts, Store};
 use crate::broker::BrokerInner;
 use crate::consumer::ConsumerWaker;
@@ -42,6 +42,10 @@ pub(crate) enum Action {
     Renew { lock: Duration },
 }
 
+/// A read of one partition: the partition, the offset the read started
+/// at (if known), the messages it returned.
+pub(crate) type PartRead = ((String, u32), Option<u64>, Vec<Message>);
+
 /// A message a member was given, and how often it was delivered.
 pub(crate) type Delivered = (Message, u32);
 
@@ -72,7 +76,9 @@ pub(crate) struct Settled {
 #[derive(Debug)]
 struct Inner {
     parts: Parts,
-    store: Store,
+    /// `None` once the last member left: the group is closed (its file
+    /// lock let go), and a new member opens it again.
+    store: Option<Store>,
     members: HashMap<u64, ConsumerWaker>,
     next_member: u64,
     /// Dead-letter topics by source topic.
@@ -110,7 +116,11 @@ impl Registry {
         settings: Settings,
     ) -> Result<Arc<ShareGroup>> {
         let mut groups = lock(&self.groups);
-        if let Some(g) = groups.get(name).and_then(Weak::upgrade) {
+        if let Some(g) = groups
+            .get(name)
+            .and_then(Weak::upgrade)
+            .filter(|g| lock(&g.inner).store.is_some())
+        {
             if g.settings != settings {
                 return Err(Error::InvalidArgument(format!(
                     "share group {name:?} is open in this process with max_deliveries {}, \
@@ -129,7 +139,7 @@ impl Registry {
             settings,
             inner: Mutex::new(Inner {
                 parts,
-                store,
+                store: Some(store),
                 members: HashMap::new(),
                 next_member: 1,
                 dead: HashMap::new(),
@@ -169,6 +179,21 @@ impl ShareGroup {
         if released > 0 {
             wake_others(&inner, id);
         }
+        if inner.members.is_empty() {
+            // Nothing is held (acquisitions are stored as available): the
+            // file and its lock go, whatever messages are still referenced.
+            inner.store = None;
+            inner.parts.clear();
+        }
+    }
+
+    /// The store, unless the group or the broker was closed.
+    fn store(&self, inner: &mut Inner) -> Result<()> {
+        self.broker.check_open()?;
+        if inner.store.is_none() {
+            return Err(Error::Closed("share group"));
+        }
+        Ok(())
     }
 
     /// Waits until what was written up to `ticket` is durable.
@@ -176,8 +201,10 @@ impl ShareGroup {
     /// # Errors
     /// I/O errors of the sync.
     pub(crate) fn sync(&self, ticket: u64) -> Result<()> {
-        self.syncer
-            .wait(ticket, || lock(&self.inner).store.sync_target())
+        self.syncer.wait(ticket, || match &lock(&self.inner).store {
+            Some(s) => s.sync_target(),
+            None => (None, std::path::PathBuf::new(), ticket),
+        })
     }
 
     /// What member `id` may take before reading the log: locks that ran out
@@ -194,6 +221,7 @@ impl ShareGroup {
         lock_for: Duration,
     ) -> Result<Prepared> {
         let mut inner = lock(&self.inner);
+        self.store(&mut inner)?;
         let now = Instant::now();
         let now_ms = crate::clock::now_ms();
         let deadline = now + lock_for;
@@ -209,15 +237,25 @@ impl ShareGroup {
             let expired = part.expired(now, limits);
             out.expired += expired.len() as u64;
             part.apply(expired);
-            let left = max.saturating_sub(decided.iter().map(|(_, c): &(_, Vec<Change>)| c.len()).sum());
-            let changes = part.redeliverable(id, deadline, now_ms, left, limits);
+            let left = max.saturating_sub(
+                decided
+                    .iter()
+                    .map(|(_, c): &(_, Vec<Change>)| c.len())
+                    .sum(),
+            );
+            let to = Delivery {
+                member: id,
+                deadline,
+                now_ms,
+            };
+            let changes = part.redeliverable(to, left, limits);
             if !changes.is_empty() {
                 ops.changes(&key.0, key.1, &changes);
                 decided.push((key.clone(), changes));
             }
         }
         start_ops(&mut inner.parts, &mut ops);
-        inner.store.append(&ops)?;
+        append(inner.store.as_mut(), &ops)?;
         mark_starts_stored(&mut inner.parts);
         for (key, changes) in decided {
             for c in &changes {
@@ -233,12 +271,15 @@ impl ShareGroup {
         let mut lock_due: Option<Instant> = None;
         let mut wall_due: Option<i64> = None;
         for key in assigned {
-            let Some(p) = inner.parts.get_mut(key) else { continue };
+            let Some(p) = inner.parts.get_mut(key) else {
+                continue;
+            };
             p.advance();
             let (l, w) = p.next_due();
             lock_due = min_opt(lock_due, l);
             wall_due = min_opt(wall_due, w);
-            out.positions.push((key.clone(), Some(p.next), p.window_full(limits)));
+            out.positions
+                .push((key.clone(), Some(p.next), p.window_full(limits)));
         }
         let wall = wall_due.map(|d| {
             now + Duration::from_millis(u64::try_from(d.saturating_sub(now_ms)).unwrap_or(0))
@@ -257,11 +298,12 @@ impl ShareGroup {
     pub(crate) fn take_read(
         &self,
         id: u64,
-        reads: Vec<((String, u32), Option<u64>, Vec<Message>)>,
+        reads: Vec<PartRead>,
         max: usize,
         lock_for: Duration,
     ) -> Result<(Vec<Delivered>, u64)> {
         let mut inner = lock(&self.inner);
+        self.store(&mut inner)?;
         let now = Instant::now();
         let now_ms = crate::clock::now_ms();
         let deadline = now + lock_for;
@@ -277,8 +319,12 @@ impl ShareGroup {
                 .parts
                 .entry(key.clone())
                 .or_insert_with(|| Part::at(start.unwrap_or(first)));
-            let (changes, next) =
-                part.read(id, deadline, now_ms, start, &messages, max - taken, limits);
+            let to = Delivery {
+                member: id,
+                deadline,
+                now_ms,
+            };
+            let (changes, next) = part.read(to, start, &messages, max - taken, limits);
             taken += changes
                 .iter()
                 .filter(|c| matches!(c.entry.state, State::Acquired { .. }))
@@ -287,7 +333,7 @@ impl ShareGroup {
             decided.push((key, changes, next));
         }
         start_ops(&mut inner.parts, &mut ops);
-        inner.store.append(&ops)?;
+        append(inner.store.as_mut(), &ops)?;
         mark_starts_stored(&mut inner.parts);
         let mut delivered = Vec::new();
         let mut dead_lettered = 0;
@@ -327,6 +373,7 @@ impl ShareGroup {
         sync_first: bool,
     ) -> Result<Settled> {
         let mut inner = lock(&self.inner);
+        self.store(&mut inner)?;
         let now = Instant::now();
         for &(t, p, o, count) in records {
             let held = inner
@@ -362,8 +409,11 @@ impl ShareGroup {
                         not_before_ms: if *delay_ms == 0 {
                             0
                         } else {
+                            // The clock reads whole milliseconds: one more
+                            // so that the delay is never cut short.
                             crate::clock::now_ms()
                                 .saturating_add(i64::try_from(*delay_ms).unwrap_or(i64::MAX))
+                                .saturating_add(1)
                         },
                     },
                     ..e.clone()
@@ -380,7 +430,10 @@ impl ShareGroup {
                     ..e.clone()
                 },
             };
-            by_part.entry(key).or_default().push(Change { offset: o, entry });
+            by_part
+                .entry(key)
+                .or_default()
+                .push(Change { offset: o, entry });
         }
         let mut ops = Ops::default();
         for (key, changes) in &mut by_part {
@@ -396,7 +449,7 @@ impl ShareGroup {
             }
         }
         start_ops(&mut inner.parts, &mut ops);
-        let ticket = inner.store.append(&ops)?;
+        let ticket = append(inner.store.as_mut(), &ops)?;
         mark_starts_stored(&mut inner.parts);
         let mut settled = Settled {
             dead_lettered: 0,
@@ -440,7 +493,12 @@ impl ShareGroup {
     /// Dead-letters the records of `changes` that are to be (stored and
     /// applied as such already), archiving each that was sent. Returns how
     /// many were.
-    fn settle_dead_letters(&self, inner: &mut Inner, key: &(String, u32), changes: &[Change]) -> u64 {
+    fn settle_dead_letters(
+        &self,
+        inner: &mut Inner,
+        key: &(String, u32),
+        changes: &[Change],
+    ) -> u64 {
         let dead: Vec<Change> = changes
             .iter()
             .filter(|c| c.entry.state == State::DeadLettering)
@@ -503,7 +561,7 @@ impl ShareGroup {
             ops.changes(&key.0, key.1, &archived);
             // Not stored, the records are sent again (a duplicate the dead
             // letters' producer drops) when read back.
-            inner.store.append(&ops)?;
+            append(inner.store.as_mut(), &ops)?;
             if let Some(p) = inner.parts.get_mut(key) {
                 p.apply(archived);
             }
@@ -540,7 +598,10 @@ impl ShareGroup {
             .iter()
             .map(|((t, _), p)| 40 + t.len() as u64 + 40 * p.entries.len() as u64)
             .sum();
-        if !inner.store.wants_compaction(estimate) {
+        let Some(store) = inner.store.as_mut() else {
+            return;
+        };
+        if !store.wants_compaction(estimate) {
             return;
         }
         let mut ops = Ops::default();
@@ -556,8 +617,11 @@ impl ShareGroup {
                 .collect();
             ops.changes(t, *p, &changes);
         }
-        match inner.store.rewrite(&ops) {
-            Ok(()) => self.syncer.covered(inner.store.appended()),
+        let Some(store) = inner.store.as_mut() else {
+            return;
+        };
+        match store.rewrite(&ops) {
+            Ok(()) => self.syncer.covered(store.appended()),
             Err(e) => ::log::warn!("share group {:?}: rewriting its state: {e}", self.name),
         }
     }
@@ -607,6 +671,11 @@ fn mark_starts_stored(parts: &mut Parts) {
     for part in parts.values_mut() {
         part.start_stored = part.start;
     }
+}
+
+/// Appends `ops` to the store (an error if it was closed meanwhile).
+fn append(store: Option<&mut Store>, ops: &Ops) -> Result<u64> {
+    store.ok_or(Error::Closed("share group"))?.append(ops)
 }
 
 fn wake_others(inner: &Inner, id: u64) {

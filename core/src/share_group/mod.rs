@@ -33,12 +33,13 @@ mod group;
 mod state;
 mod store;
 
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub(crate) use group::Registry;
-use group::{Action, Delivered, Settings, ShareGroup};
+use group::{Action, Delivered, PartRead, Settings, ShareGroup};
 
 use crate::broker::BrokerInner;
 use crate::consumer::{Consumer, ConsumerConfig, ConsumerWaker, OffsetReset};
@@ -320,8 +321,12 @@ impl ShareMessage {
     /// # Errors
     /// As [`ack`](Self::ack).
     pub fn renew(&self) -> Result<()> {
-        self.member
-            .settle(&[self.record()], Action::Renew { lock: self.member.lock })
+        self.member.settle(
+            &[self.record()],
+            Action::Renew {
+                lock: self.member.lock,
+            },
+        )
     }
 }
 
@@ -333,8 +338,8 @@ pub struct ShareConsumer {
     /// subscribed topics, positioned where the group reads on.
     reader: Consumer,
     /// Where the reader is, per partition, as far as this member knows.
-    positions: std::collections::HashMap<(String, u32), u64>,
-    paused: std::collections::HashSet<(String, u32)>,
+    positions: HashMap<(String, u32), u64>,
+    paused: HashSet<(String, u32)>,
     stats: ShareConsumerStats,
     closed: bool,
 }
@@ -350,7 +355,10 @@ impl std::fmt::Debug for ShareConsumer {
 }
 
 impl ShareConsumer {
-    pub(crate) fn new(broker: Arc<BrokerInner>, config: ShareConsumerConfig) -> Result<ShareConsumer> {
+    pub(crate) fn new(
+        broker: Arc<BrokerInner>,
+        config: ShareConsumerConfig,
+    ) -> Result<ShareConsumer> {
         config.validate()?;
         broker.check_writable("share consumer")?;
         let reader = Consumer::new(
@@ -382,8 +390,8 @@ impl ShareConsumer {
             }),
             config,
             reader,
-            positions: Default::default(),
-            paused: Default::default(),
+            positions: HashMap::default(),
+            paused: HashSet::default(),
             stats: ShareConsumerStats::default(),
             closed: false,
         })
@@ -434,10 +442,10 @@ impl ShareConsumer {
         let max = self.config.max_poll_records;
         loop {
             let assigned = self.reader.assignment();
-            let prepared = self
-                .member
-                .group
-                .prepare(self.member.id, &assigned, max, self.member.lock)?;
+            let prepared =
+                self.member
+                    .group
+                    .prepare(self.member.id, &assigned, max, self.member.lock)?;
             self.stats.expired += prepared.expired;
             self.stats.dead_lettered += prepared.dead_lettered;
             let mut got = prepared.delivered;
@@ -452,10 +460,12 @@ impl ShareConsumer {
                 let read = self.reader.poll(wait)?;
                 if !read.is_empty() {
                     let reads = self.split_read(read);
-                    let (more, dead) =
-                        self.member
-                            .group
-                            .take_read(self.member.id, reads, max - got.len(), self.member.lock)?;
+                    let (more, dead) = self.member.group.take_read(
+                        self.member.id,
+                        reads,
+                        max - got.len(),
+                        self.member.lock,
+                    )?;
                     self.stats.dead_lettered += dead;
                     got.extend(more);
                 }
@@ -501,16 +511,15 @@ impl ShareConsumer {
 
     /// A read's messages by partition, with where each partition's read
     /// started (as far as known); the positions move past them.
-    fn split_read(&mut self, read: Vec<Message>) -> Vec<((String, u32), Option<u64>, Vec<Message>)> {
-        let mut by: Vec<((String, u32), Option<u64>, Vec<Message>)> = Vec::new();
+    fn split_read(&mut self, read: Vec<Message>) -> Vec<PartRead> {
+        let mut by: Vec<PartRead> = Vec::new();
         for m in read {
             let key = (m.topic().to_owned(), m.partition());
-            match by.iter_mut().find(|(k, _, _)| *k == key) {
-                Some((_, _, v)) => v.push(m),
-                None => {
-                    let start = self.positions.get(&key).copied();
-                    by.push((key, start, vec![m]));
-                }
+            if let Some((_, _, v)) = by.iter_mut().find(|(k, _, _)| *k == key) {
+                v.push(m);
+            } else {
+                let start = self.positions.get(&key).copied();
+                by.push((key, start, vec![m]));
             }
         }
         for (key, _, v) in &by {

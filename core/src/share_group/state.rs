@@ -126,6 +126,17 @@ impl Limits {
     }
 }
 
+/// To whom, and when, records are delivered.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Delivery {
+    /// The member they go to.
+    pub member: u64,
+    /// When its lock runs out.
+    pub deadline: Instant,
+    /// Now, on the wall clock (ms since the epoch).
+    pub now_ms: i64,
+}
+
 /// One share partition's state.
 #[derive(Debug, Default)]
 pub(crate) struct Part {
@@ -186,10 +197,7 @@ impl Part {
                     };
                     out.push(Change {
                         offset: *o,
-                        entry: Entry {
-                            state,
-                            ..e.clone()
-                        },
+                        entry: Entry { state, ..e.clone() },
                     });
                 }
             }
@@ -217,16 +225,14 @@ impl Part {
         (lock, due)
     }
 
-    /// Records read before that are deliverable again by `now_ms`, up to
-    /// `max`: acquired by `member` until `deadline` (count + 1), or, when
+    /// Records read before that are deliverable again by `to.now_ms`, up to
+    /// `max`: acquired by `to.member` until `to.deadline` (count + 1), or, when
     /// delivered as often as allowed, to be dead-lettered. A record whose
     /// message is not held any more is read again: `next` moves back to
     /// it.
     pub(crate) fn redeliverable(
         &mut self,
-        member: u64,
-        deadline: Instant,
-        now_ms: i64,
+        to: Delivery,
         max: usize,
         limits: Limits,
     ) -> Vec<Change> {
@@ -237,14 +243,14 @@ impl Part {
                 break;
             }
             match e.state {
-                State::Available { not_before_ms } if not_before_ms <= now_ms => {
+                State::Available { not_before_ms } if not_before_ms <= to.now_ms => {
                     if e.message.is_none() {
                         reread = Some(*o);
                         break;
                     }
                     out.push(Change {
                         offset: *o,
-                        entry: acquire_or_give_up(e, member, deadline, limits),
+                        entry: acquire_or_give_up(e, to, limits),
                     });
                 }
                 State::DeadLettering if e.message.is_some() => out.push(Change {
@@ -263,14 +269,12 @@ impl Part {
     /// Decides what a read from the log that started at `read_start` (the
     /// offset the reader was at, when known) and returned `messages` (this
     /// partition's, in offset order) gives `member`, up to `max` records,
-    /// within the window. Records another member took meanwhile, and any
+    /// within the window, delivered `to`. Records another member took meanwhile, and any
     /// that do not follow on from `next`, are left. Returns the changes and
     /// where the read leaves `next`.
     pub(crate) fn read(
         &self,
-        member: u64,
-        deadline: Instant,
-        now_ms: i64,
+        to: Delivery,
         read_start: Option<u64>,
         messages: &[Message],
         max: usize,
@@ -309,10 +313,10 @@ impl Part {
                 ..entry
             };
             let entry = match entry.state {
-                State::Available { not_before_ms } if not_before_ms > now_ms => entry,
+                State::Available { not_before_ms } if not_before_ms > to.now_ms => entry,
                 State::Available { .. } => {
                     acquired += 1;
-                    acquire_or_give_up(&entry, member, deadline, limits)
+                    acquire_or_give_up(&entry, to, limits)
                 }
                 // Stored as dead-lettering: sent again (idempotent), then
                 // archived. (An acquired state is never read back.)
@@ -343,9 +347,9 @@ impl Part {
     }
 }
 
-/// The entry of `e` delivered once more to `member`, or, if it was
-/// delivered as often as allowed, to be dead-lettered.
-fn acquire_or_give_up(e: &Entry, member: u64, deadline: Instant, limits: Limits) -> Entry {
+/// The entry of `e` delivered once more (`to`), or, if it was delivered as
+/// often as allowed, to be dead-lettered.
+fn acquire_or_give_up(e: &Entry, to: Delivery, limits: Limits) -> Entry {
     if limits.exhausted(e.count) {
         Entry {
             state: State::DeadLettering,
@@ -353,7 +357,10 @@ fn acquire_or_give_up(e: &Entry, member: u64, deadline: Instant, limits: Limits)
         }
     } else {
         Entry {
-            state: State::Acquired { member, deadline },
+            state: State::Acquired {
+                member: to.member,
+                deadline: to.deadline,
+            },
             count: e.count.saturating_add(1),
             message: e.message.clone(),
         }

@@ -87,7 +87,15 @@ impl Ops {
     }
 
     /// Offsets `first..=last` are in `state`.
-    pub(crate) fn run(&mut self, topic: &str, partition: u32, first: u64, last: u64, s: State, count: u32) {
+    pub(crate) fn run(
+        &mut self,
+        topic: &str,
+        partition: u32,
+        first: u64,
+        last: u64,
+        s: State,
+        count: u32,
+    ) {
         let (stored, not_before) = s.stored();
         self.bytes.push(OP_RUN);
         self.topic(topic, partition);
@@ -112,7 +120,14 @@ impl Ops {
                 j += 1;
             }
             let last = changes[j - 1].offset;
-            self.run(topic, partition, c.offset, last, c.entry.state, c.entry.count);
+            self.run(
+                topic,
+                partition,
+                c.offset,
+                last,
+                c.entry.state,
+                c.entry.count,
+            );
             i = j;
         }
     }
@@ -235,31 +250,32 @@ impl Store {
         };
         let path = gdir.join(format!("{group}.share"));
         let mut parts = Parts::new();
-        let (file, generation, end) =
-            match journal::read_records(&path, HEADER_LEN, &MAGIC, decode)? {
-                Some(c) => {
-                    for ops in c.commits {
-                        apply(&mut parts, ops);
-                    }
-                    let file = journal::open_append(&path)?;
-                    if c.len > c.end {
-                        // A record a crash cut short: removed before appending.
-                        file.set_len(c.end)
-                            .ctx(|| format!("truncating {}", path.display()))?;
-                    }
-                    (file, c.generation, c.end)
-                }
-                None => {
-                    if path.exists() {
-                        return Err(Error::Corrupt {
-                            path,
-                            position: 0,
-                            reason: "not a share group state file".into(),
-                        });
-                    }
-                    (journal::create_with(&path, &MAGIC, 1, &[], mode)?, 1, HEADER_LEN)
-                }
-            };
+        let contents = journal::read_records(&path, HEADER_LEN, MAGIC, decode)?;
+        let (file, generation, end) = if let Some(c) = contents {
+            for ops in c.commits {
+                apply(&mut parts, ops);
+            }
+            let file = journal::open_append(&path)?;
+            if c.len > c.end {
+                // A record a crash cut short: removed before appending.
+                file.set_len(c.end)
+                    .ctx(|| format!("truncating {}", path.display()))?;
+            }
+            (file, c.generation, c.end)
+        } else {
+            if path.exists() {
+                return Err(Error::Corrupt {
+                    path,
+                    position: 0,
+                    reason: "not a share group state file".into(),
+                });
+            }
+            (
+                journal::create_with(&path, MAGIC, 1, &[], mode)?,
+                1,
+                HEADER_LEN,
+            )
+        };
         Ok((
             Store {
                 path,
@@ -302,7 +318,8 @@ impl Store {
     /// I/O errors (the old file stays in use then).
     pub(crate) fn rewrite(&mut self, ops: &Ops) -> Result<()> {
         let record = journal::frame(&ops.bytes);
-        let file = journal::create_with(&self.path, &MAGIC, self.generation + 1, &record, self.mode)?;
+        let file =
+            journal::create_with(&self.path, MAGIC, self.generation + 1, &record, self.mode)?;
         self.generation += 1;
         self.file = Arc::new(file);
         self.end = HEADER_LEN + record.len() as u64;
@@ -311,7 +328,11 @@ impl Store {
 
     /// The file to sync, its path, and the bytes appended so far.
     pub(crate) fn sync_target(&self) -> (Option<Arc<File>>, PathBuf, u64) {
-        (Some(Arc::clone(&self.file)), self.path.clone(), self.appended)
+        (
+            Some(Arc::clone(&self.file)),
+            self.path.clone(),
+            self.appended,
+        )
     }
 
     /// Bytes appended so far.
@@ -319,7 +340,6 @@ impl Store {
         self.appended
     }
 }
-
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]

@@ -3,7 +3,7 @@
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
-/// A consumed record.
+/// A consumed record (a share consumer's `ShareMessage` is one too).
 ///
 /// Attributes are read-only. `key`, `value` and `headers` are copied out of
 /// the log each time they are read: keep the result in a variable if you use
@@ -19,9 +19,16 @@ use pyo3::types::PyBytes;
 ///     key (bytes | None): The key.
 ///     value (bytes | None): The value; None for a tombstone.
 ///     headers (list[tuple[str, bytes]]): The headers, in order.
-#[pyclass(frozen, module = "mqlite")]
+#[pyclass(frozen, subclass, module = "mqlite")]
 pub struct Message {
     pub(super) inner: mqlite::Message,
+}
+
+impl Message {
+    /// The engine's message.
+    pub(crate) fn engine(&self) -> &mqlite::Message {
+        &self.inner
+    }
 }
 
 #[pymethods]
