@@ -93,6 +93,7 @@ pub use producer::{
     Transaction,
 };
 pub use share_group::{
-    default_dead_letter_topic, ShareConsumer, ShareConsumerConfig, ShareConsumerStats, ShareMessage,
+    default_dead_letter_topic, ShareBacklog, ShareConsumer, ShareConsumerConfig,
+    ShareConsumerStats, ShareMessage,
 };
 pub use topic::{validate_topic_name, PartitionInfo, TopicConfig, TopicInfo, MAX_TOPIC_NAME_LEN};

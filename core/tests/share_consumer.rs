@@ -463,3 +463,22 @@ fn a_closed_broker_refuses_share_calls_and_held_messages_do_not_keep_the_group()
     assert!(matches!(got[1].ack(), Err(Error::Closed(_))));
     c.ack(&again).unwrap();
 }
+
+#[test]
+fn the_backlog_counts_waiting_locked_and_delayed_messages() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mq = Broker::open(tmp.path(), cfg()).unwrap();
+    produce(&mq, "t", 2, 10);
+    let mut c = share(&mq, ShareConsumerConfig::group("g").max_poll_records(4), "t");
+    let b = c.backlog().unwrap();
+    assert_eq!((b.available, b.in_flight, b.delayed), (10, 0, 0));
+    let got = poll_n(&mut c, 4, Duration::from_secs(5));
+    assert_eq!(got.len(), 4);
+    let b = c.backlog().unwrap();
+    assert_eq!((b.available, b.in_flight, b.delayed), (6, 4, 0));
+    got[0].release(Duration::from_secs(60)).unwrap();
+    got[1].release(Duration::ZERO).unwrap();
+    c.ack(&got[2..]).unwrap();
+    let b = c.backlog().unwrap();
+    assert_eq!((b.available, b.in_flight, b.delayed), (7, 0, 1));
+}

@@ -65,6 +65,17 @@ pub(crate) struct Prepared {
     pub dead_lettered: u64,
 }
 
+/// Messages of a share group not done yet.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ShareBacklog {
+    /// Deliverable now (never delivered, released, or whose lock ran out).
+    pub available: u64,
+    /// Locked to a consumer.
+    pub in_flight: u64,
+    /// Released with a delay that has not passed yet.
+    pub delayed: u64,
+}
+
 /// Counts of one call that changed records.
 #[derive(Debug, Default, Clone, Copy)]
 pub(crate) struct Settled {
@@ -624,6 +635,48 @@ impl ShareGroup {
             Ok(()) => self.syncer.covered(store.appended()),
             Err(e) => ::log::warn!("share group {:?}: rewriting its state: {e}", self.name),
         }
+    }
+
+    /// How many messages of `partitions` wait for the group (see
+    /// [`ShareBacklog`]), as the group knows them now. Offsets the group
+    /// never read count as waiting (from the log's start, or none with
+    /// `latest`); a transaction's markers among them count too.
+    ///
+    /// # Errors
+    /// Unknown topics or partitions; a closed group.
+    pub(crate) fn backlog(
+        &self,
+        partitions: &[(String, u32)],
+        latest: bool,
+    ) -> Result<ShareBacklog> {
+        let inner = lock(&self.inner);
+        let now_ms = crate::clock::now_ms();
+        let mut b = ShareBacklog::default();
+        for key in partitions {
+            let log = self.broker.topic(&key.0)?.partition(key.1)?;
+            let end = log.end_offset();
+            let Some(part) = inner.parts.get(key) else {
+                if !latest {
+                    b.available += end.saturating_sub(log.start_offset());
+                }
+                continue;
+            };
+            let next = part.next.min(end);
+            let mut unread_known = 0;
+            for (o, e) in part.entries.range(part.start..end) {
+                if *o >= next {
+                    unread_known += 1;
+                }
+                match e.state {
+                    State::Acquired { .. } => b.in_flight += 1,
+                    State::Available { not_before_ms } if not_before_ms > now_ms => b.delayed += 1,
+                    State::Available { .. } | State::DeadLettering => b.available += 1,
+                    State::Acked | State::Archived => {}
+                }
+            }
+            b.available += (end.saturating_sub(next)).saturating_sub(unread_known);
+        }
+        Ok(b)
     }
 
     /// Counts of the group's state: records in flight (acquired) and

@@ -48,7 +48,7 @@ use crate::message::Message;
 use crate::offsets::validate_group_name;
 use crate::producer::Acks;
 
-pub use group::default_dead_letter_topic;
+pub use group::{default_dead_letter_topic, ShareBacklog};
 
 /// Settings of a share consumer.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -610,6 +610,22 @@ impl ShareConsumer {
             dead_lettered: self.stats.dead_lettered + c.dead_lettered.load(Ordering::Relaxed),
             ..self.stats
         }
+    }
+
+    /// Messages of the subscribed topics not done with by the group:
+    /// deliverable, locked to a consumer, or released with a delay (what a
+    /// job queue's size is).
+    ///
+    /// # Errors
+    /// [`Error::Closed`]; a topic deleted meanwhile.
+    pub fn backlog(&mut self) -> Result<ShareBacklog> {
+        self.check_open()?;
+        // Partitions are taken in as a poll would.
+        let assigned = self.reader.assignment();
+        self.member.group.backlog(
+            &assigned,
+            self.config.auto_offset_reset == OffsetReset::Latest,
+        )
     }
 
     /// Messages of the group now locked to a consumer in this process, and
