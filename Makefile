@@ -89,6 +89,7 @@ c-test: ffi
 PYTEST_ARGS ?=
 py-test: ext venv-test
 	$(VPY) -m pytest -q tests/python $(PYTEST_ARGS)
+	$(VPY) tests/python/persistqueue_compat/run.py -q
 
 # The README's quick-start blocks (Python, Rust, C), each run twice on the
 # same data directory (tests/readme/run_readme.py).

@@ -75,7 +75,7 @@ impl DeadLetters {
         group: &str,
         prefix: &'static str,
     ) -> Result<DeadLetters> {
-        crate::topic::validate_topic_name(topic)?;
+        crate::topic::validate_name_or_internal(topic)?;
         let partitions = match broker.topic(topic) {
             Ok(t) => t.partition_count(),
             Err(Error::UnknownTopic(_)) => {
@@ -142,7 +142,7 @@ impl DeadLetters {
             return Ok(Arc::clone(p));
         }
         let name = producer_name(self.prefix, &self.group, topic, partition);
-        let p = Arc::new(Producer::new(
+        let p = Arc::new(Producer::sparse(
             Arc::clone(&self.broker),
             ProducerConfig::default().name(name).acks(Acks::All),
         )?);

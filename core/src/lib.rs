@@ -35,6 +35,7 @@ mod clock;
 mod consumer;
 mod dead_letter;
 mod dedup;
+pub mod delayed;
 mod error;
 #[doc(hidden)]
 pub mod faults;

@@ -35,6 +35,16 @@ impl SeqRanges {
         }
     }
 
+    /// Whether `seq` is known to be written: below the floor, or in a range
+    /// kept.
+    pub(crate) fn contains(&self, seq: i64) -> bool {
+        if seq < self.floor {
+            return true;
+        }
+        let i = self.ranges.partition_point(|&(_, e)| e <= seq);
+        self.ranges.get(i).is_some_and(|&(s, _)| s <= seq)
+    }
+
     /// Adds `[start, end)`.
     pub(crate) fn insert(&mut self, start: i64, end: i64) {
         let start = start.max(self.floor);
@@ -121,6 +131,15 @@ impl SeqRanges {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn contains_says_what_was_written() {
+        let mut r = SeqRanges::with_floor(3);
+        r.insert(5, 7);
+        r.insert(9, 10);
+        let written: Vec<i64> = (0..12).filter(|s| r.contains(*s)).collect();
+        assert_eq!(written, vec![0, 1, 2, 5, 6, 9]);
+    }
 
     #[test]
     fn ranges_merge_and_fold_into_the_floor() {

@@ -155,6 +155,22 @@ impl TopicConfig {
     }
 }
 
+/// The names of internal topics (and of the delayed records' mover
+/// group), which [`validate_topic_name`] reserves for the engine.
+pub(crate) const INTERNAL_NAMES: [&str; 3] = [
+    crate::delayed::TOPIC,
+    crate::delayed::DEAD_LETTER_TOPIC,
+    crate::delayed::MOVER_GROUP,
+];
+
+/// [`validate_topic_name`], letting the engine's internal names through.
+pub(crate) fn validate_name_or_internal(name: &str) -> Result<()> {
+    if INTERNAL_NAMES.contains(&name) {
+        return Ok(());
+    }
+    validate_topic_name(name)
+}
+
 /// Checks a topic name: 1 to 249 characters of `[A-Za-z0-9._-]`, not `.` or
 /// `..`, not starting with `__` (reserved for internal topics).
 pub fn validate_topic_name(name: &str) -> Result<()> {

@@ -469,7 +469,11 @@ fn the_backlog_counts_waiting_locked_and_delayed_messages() {
     let tmp = tempfile::tempdir().unwrap();
     let mq = Broker::open(tmp.path(), cfg()).unwrap();
     produce(&mq, "t", 2, 10);
-    let mut c = share(&mq, ShareConsumerConfig::group("g").max_poll_records(4), "t");
+    let mut c = share(
+        &mq,
+        ShareConsumerConfig::group("g").max_poll_records(4),
+        "t",
+    );
     let b = c.backlog().unwrap();
     assert_eq!((b.available, b.in_flight, b.delayed), (10, 0, 0));
     let got = poll_n(&mut c, 4, Duration::from_secs(5));
@@ -481,4 +485,30 @@ fn the_backlog_counts_waiting_locked_and_delayed_messages() {
     c.ack(&got[2..]).unwrap();
     let b = c.backlog().unwrap();
     assert_eq!((b.available, b.in_flight, b.delayed), (7, 0, 1));
+}
+
+#[test]
+fn dead_letters_made_out_of_offset_order_are_all_written() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mq = Broker::open(tmp.path(), cfg()).unwrap();
+    produce(&mq, "t", 1, 6);
+    let mut c = share(&mq, ShareConsumerConfig::group("g"), "t");
+    let got = poll_n(&mut c, 6, Duration::from_secs(5));
+    // Rejected from the last to the first: each dead letter's sequence
+    // (its source offset) is lower than the one before.
+    for m in got.iter().rev() {
+        m.reject("no").unwrap();
+    }
+    let dead = read_all(&mq, &mqlite::default_dead_letter_topic("t", "g"));
+    let mut values: Vec<u64> = dead
+        .iter()
+        .map(|m| {
+            std::str::from_utf8(m.value().unwrap())
+                .unwrap()
+                .parse()
+                .unwrap()
+        })
+        .collect();
+    values.sort_unstable();
+    assert_eq!(values, (0..6).collect::<Vec<_>>());
 }

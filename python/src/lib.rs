@@ -55,6 +55,7 @@ fn _mqlite(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<share_consumer::ShareConsumer>()?;
     m.add_class::<share_consumer::ShareMessage>()?;
     m.add_class::<share_consumer::ShareConsumerStats>()?;
+    m.add_class::<share_consumer::ShareBacklog>()?;
     m.add_class::<broker::GroupInfo>()?;
     m.add_class::<processor::Processor>()?;
     m.add_class::<processor::ProcessorStats>()?;

@@ -1,5 +1,5 @@
-//! `mqlite.ShareConsumer`, `mqlite.ShareMessage` and
-//! `mqlite.ShareConsumerStats`: the engine's share consumers (job-queue
+//! `mqlite.ShareConsumer`, `mqlite.ShareMessage`,
+//! `mqlite.ShareConsumerStats` and `mqlite.ShareBacklog`: the engine's share consumers (job-queue
 //! consumption: the members of a share group take any message and
 //! acknowledge each).
 //!
@@ -718,6 +718,36 @@ impl ShareConsumer {
         })
     }
 
+    /// Messages of the subscribed topics the group is not done with: the
+    /// size of the job queue. Counts the whole group (every member in this
+    /// process), as the group knows it now; messages never read yet count
+    /// as available.
+    ///
+    /// Returns:
+    ///     ShareBacklog: `available` (deliverable now), `in_flight` (locked
+    ///     to a consumer, including those an engine poll delivered that
+    ///     `poll()` has not handed out yet) and `delayed` (released with a
+    ///     delay that has not passed).
+    ///
+    /// Raises:
+    ///     mqlite.Closed: The consumer or its broker is closed.
+    ///     mqlite.UnknownTopic: A subscribed topic was deleted meanwhile.
+    fn backlog(&self, py: Python<'_>) -> PyResult<ShareBacklog> {
+        self.check_forked(py)?;
+        let mut st = self.open_state(py)?;
+        let Some(c) = st.consumer.as_mut() else {
+            return Err(closed(py, "share consumer"));
+        };
+        let b = py.detach(|| c.backlog());
+        drop(st);
+        let b = b.py_err(py)?;
+        Ok(ShareBacklog {
+            available: b.available,
+            in_flight: b.in_flight,
+            delayed: b.delayed,
+        })
+    }
+
     /// Makes a `poll()` (or `consume()`, `poll_batch()`, or iteration)
     /// blocked in another thread return at once: None (an empty list;
     /// iteration stops). If no poll is waiting, the next one that would
@@ -950,6 +980,35 @@ impl ShareConsumerStats {
             self.expired,
             self.window_full,
             self.skipped
+        )
+    }
+}
+
+/// Messages of a share group not done yet, as returned by
+/// `ShareConsumer.backlog()`.
+///
+/// Attributes:
+///     available (int): Deliverable now: never delivered, released, or
+///         whose lock ran out.
+///     in_flight (int): Locked to a consumer.
+///     delayed (int): Released with a delay that has not passed yet.
+#[pyclass(frozen, get_all, module = "mqlite")]
+pub struct ShareBacklog {
+    /// int: Deliverable now: never delivered, released, or whose lock ran
+    /// out.
+    available: u64,
+    /// int: Locked to a consumer.
+    in_flight: u64,
+    /// int: Released with a delay that has not passed yet.
+    delayed: u64,
+}
+
+#[pymethods]
+impl ShareBacklog {
+    fn __repr__(&self) -> String {
+        format!(
+            "ShareBacklog(available={}, in_flight={}, delayed={})",
+            self.available, self.in_flight, self.delayed
         )
     }
 }

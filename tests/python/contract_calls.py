@@ -469,6 +469,7 @@ METHOD_CALLS: List[Call] = [
     Call("ShareConsumer", "__iter__"),
     Call("ShareConsumer", "__next__", before=lambda env: env.share_consumer.release(env.share_message)),
     Call("ShareConsumer", "ack", {"messages": FromEnv("share_message")}, {"messages": "share_messages"}),
+    Call("ShareConsumer", "backlog"),
     Call("ShareConsumer", "close"),
     Call(
         "ShareConsumer",

@@ -211,6 +211,29 @@ def test_state_survives_reopening(data_dir: Path) -> None:
     assert ms and back  # referenced until here
 
 
+def test_backlog_counts_available_in_flight_and_delayed(mq: mqlite.Broker) -> None:
+    fill(mq, partitions=2, per_partition=5)
+    sc = mq.share_consumer("sg", "t", max_poll_records=1)
+    b = sc.backlog()
+    assert isinstance(b, mqlite.ShareBacklog)
+    assert (b.available, b.in_flight, b.delayed) == (10, 0, 0)  # never read: all available
+    first, second, third = (sc.poll(timeout=5) for _ in range(3))
+    assert first is not None and second is not None and third is not None
+    assert (sc.backlog().available, sc.backlog().in_flight) == (7, 3)
+    first.ack()
+    second.release(delay_ms=60_000)
+    third.release()
+    b = sc.backlog()
+    assert (b.available, b.in_flight, b.delayed) == (8, 0, 1)
+    assert repr(b) == "ShareBacklog(available=8, in_flight=0, delayed=1)"
+    # The whole group: another member's view is the same.
+    other = mq.share_consumer("sg", "t")
+    assert (other.backlog().available, other.backlog().delayed) == (8, 1)
+    sc.close()
+    with pytest.raises(mqlite.Closed):
+        sc.backlog()
+
+
 def test_invalid_arguments(mq: mqlite.Broker) -> None:
     fill(mq)
     for group in ("", "a b", "__x"):

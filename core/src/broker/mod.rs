@@ -229,6 +229,8 @@ pub(crate) struct BrokerInner {
     groups: Groups,
     /// Share groups with members in this process.
     share_groups: crate::share_group::Registry,
+    /// The mover of delayed records, once started.
+    mover: crate::delayed::MoverSlot,
     /// Topics whose metadata or logs could not be opened (damaged): the
     /// error every use of them gets. Listed by `topics()`; only
     /// `delete_topic` changes them.
@@ -362,7 +364,7 @@ fn open_topics(
     for entry in std::fs::read_dir(tdir).ctx(|| format!("listing {}", tdir.display()))? {
         let entry = entry.ctx(|| format!("listing {}", tdir.display()))?;
         let name = entry.file_name().to_string_lossy().into_owned();
-        if validate_topic_name(&name).is_err() || !entry.path().is_dir() {
+        if crate::topic::validate_name_or_internal(&name).is_err() || !entry.path().is_dir() {
             continue;
         }
         let summary = summaries.remove(&name);
@@ -437,6 +439,7 @@ impl Broker {
             topics_version: AtomicU64::new(0),
             groups: Groups::default(),
             share_groups: crate::share_group::Registry::default(),
+            mover: crate::delayed::MoverSlot::default(),
             exclusive: Mutex::new(Some(exclusive)),
             share: None,
             topics_seen: AtomicU64::new(0),
@@ -468,6 +471,7 @@ impl Broker {
             inner.refresh_retention_floors(&t);
         }
         BrokerInner::start_janitor(&inner);
+        BrokerInner::start_delayed(&inner);
         Ok(Broker::on(inner))
     }
 
@@ -776,15 +780,29 @@ impl BrokerInner {
         &self.share_groups
     }
 
+    /// The mover of delayed records.
+    pub(crate) fn mover(&self) -> &crate::delayed::MoverSlot {
+        &self.mover
+    }
+
+    /// Starts the mover of delayed records if some may wait.
+    pub(crate) fn start_delayed(this: &Arc<BrokerInner>) {
+        if this.partition_count(crate::delayed::TOPIC).is_some() {
+            crate::delayed::start_mover(this);
+        }
+    }
+
     pub(crate) fn group(&self, name: &str) -> Result<Arc<Group>> {
         self.check_open()?;
         self.groups.get(&self.dir, name, self.config.file_mode)
     }
 
     /// Recomputes, for each partition of `topic` (if it respects groups),
-    /// the lowest offset any group committed: time retention keeps what
-    /// lies past it. Groups that never committed for a partition do not
-    /// hold it back.
+    /// the lowest offset any group committed, or any share group open in
+    /// this process has not done with: time retention keeps what lies past
+    /// it. Groups that never committed for a partition do not hold it back.
+    /// The delayed records' topic is kept whole while its mover does not
+    /// run in this process.
     pub(crate) fn refresh_retention_floors(&self, topic: &str) {
         let Ok(t) = self.topic(topic) else { return };
         if !t.respects_groups() {
@@ -796,6 +814,10 @@ impl BrokerInner {
                 .iter()
                 .filter_map(|g| g.resume(topic, p))
                 .map(Resume::offset)
+                .chain(
+                    self.share_groups
+                        .floor(topic, p, topic == crate::delayed::TOPIC),
+                )
                 .min()
                 .unwrap_or(u64::MAX);
             t.set_retention_floor(p, floor);
@@ -880,7 +902,7 @@ impl BrokerInner {
     /// [`Broker::create_topic`].
     pub(crate) fn create_topic(self: &Arc<Self>, name: &str, config: TopicConfig) -> Result<()> {
         self.check_open()?;
-        validate_topic_name(name)?;
+        crate::topic::validate_name_or_internal(name)?;
         config.validate()?;
         self.ensure_writer("create_topic")?;
         let shared_ddl = self.hold_ddl()?;
@@ -960,7 +982,14 @@ impl BrokerInner {
         let now = now_ms();
         self.all_topics()
             .iter()
-            .map(|t| t.enforce_retention(now))
+            .map(|t| {
+                if t.respects_groups() {
+                    // Floors as they are now (share groups move theirs
+                    // without telling).
+                    self.refresh_retention_floors(t.name());
+                }
+                t.enforce_retention(now)
+            })
             .sum()
     }
 
@@ -1009,6 +1038,7 @@ impl BrokerInner {
                 let _ = h.join();
             }
         }
+        self.mover.stop();
         // Queued background jobs are dropped (they hold segments), running
         // ones waited for: no thread of the broker outlives the close.
         self.options.pool.shutdown();

@@ -40,7 +40,7 @@ use crate::shared::{DirShare, LiveLock, ProcessSlot};
 /// The directory's DDL lock file (shared mode): topic changes hold it.
 const DDL_FILE: &str = "DDL";
 use crate::sync;
-use crate::topic::{validate_topic_name, Topic, TopicOptions};
+use crate::topic::{Topic, TopicOptions};
 
 /// An engine open in shared mode in this process.
 struct Engine {
@@ -83,6 +83,7 @@ pub(super) fn open(path: &Path, config: Config) -> Result<Broker> {
         }
     }
     let inner = open_engine(dir, config)?;
+    BrokerInner::start_delayed(&inner);
     engines.push(Engine {
         dev,
         ino,
@@ -157,6 +158,7 @@ fn open_engine(dir: std::path::PathBuf, config: Config) -> Result<Arc<BrokerInne
             Groups::new(true)
         },
         share_groups: crate::share_group::Registry::default(),
+        mover: crate::delayed::MoverSlot::default(),
         damaged: RwLock::new(HashMap::new()),
         held: Mutex::new(Vec::new()),
         exclusive: Mutex::new(None),
@@ -362,7 +364,7 @@ impl BrokerInner {
         let mut present = HashSet::new();
         for entry in listing.flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
-            if validate_topic_name(&name).is_err() || !entry.path().is_dir() {
+            if crate::topic::validate_name_or_internal(&name).is_err() || !entry.path().is_dir() {
                 continue;
             }
             let ino = entry.metadata().map_or(0, |m| m.ino());

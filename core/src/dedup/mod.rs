@@ -193,6 +193,9 @@ pub(crate) struct Idempotence {
     /// Reject a sequence that skips ahead (Kafka's rule) instead of allowing
     /// gaps (Pulsar's).
     pub strict: bool,
+    /// Sequences come in any order: a duplicate is a sequence written
+    /// before (as far as the ranges kept say), not one at or below the last.
+    pub sparse: bool,
     /// Batches remembered for dedup.
     pub window: usize,
     /// Every application sequence below this one is known to be written
@@ -276,6 +279,14 @@ impl ProducerTable {
                 "sequence numbers start at 0, got {seq}"
             )));
         }
+        if idem.sparse {
+            return Ok(match state {
+                Some(s) if s.app_written.contains(seq) => {
+                    SequenceCheck::Duplicate(s.offset_of(seq))
+                }
+                _ => SequenceCheck::Write(seq),
+            });
+        }
         if seq <= last {
             let last_in_batch = seq.saturating_add(i64::from(count) - 1);
             if last_in_batch > last {
@@ -345,6 +356,7 @@ impl ProducerTable {
             named: true,
             sequence: (h.attributes & ATTR_APP_SEQUENCE != 0).then_some(p.base_sequence),
             strict: false,
+            sparse: false,
             window: DEFAULT_DEDUP_WINDOW,
             floor: 0,
         };
@@ -451,6 +463,7 @@ mod tests {
             named: true,
             sequence: seq,
             strict,
+            sparse: false,
             window: 5,
             floor: 0,
         }

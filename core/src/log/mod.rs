@@ -481,6 +481,16 @@ impl PartitionLog {
             .map_or(-1, |s| s.last_app_seq))
     }
 
+    /// Whether producer `id` wrote application sequence `seq` here, as far
+    /// as the ranges it keeps say.
+    pub(crate) fn producer_has_written(&self, id: i64, named: bool, seq: i64) -> Result<bool> {
+        let mut w = lock(&self.writer);
+        Ok(self
+            .producer_table(&mut w, named, true)?
+            .get(id)
+            .is_some_and(|s| s.app_written.contains(seq)))
+    }
+
     /// The application sequences producer `id` wrote here (see
     /// [`crate::Producer::next_sequence`]), after raising its floor to
     /// `floor`; `None` if it never wrote here.

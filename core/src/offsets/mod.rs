@@ -192,7 +192,7 @@ fn read_file(path: &Path) -> Result<OffsetsFile> {
 /// `[A-Za-z0-9._-]`, not `.` or `..`), so it can never name a path outside
 /// the data directory.
 pub(crate) fn validate_group_name(what: &str, name: &str) -> Result<()> {
-    crate::topic::validate_topic_name(name).map_err(|e| match e {
+    crate::topic::validate_name_or_internal(name).map_err(|e| match e {
         Error::InvalidTopicName { reason, .. } => {
             Error::InvalidArgument(format!("{what} {name:?}: {reason}"))
         }

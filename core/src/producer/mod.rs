@@ -102,6 +102,11 @@ pub(crate) struct Inner {
     written: Mutex<Option<crate::seqranges::SeqRanges>>,
     /// With a transactional id: its identity.
     txn: Option<TxnIdentity>,
+    /// Application sequences may come in any order: a record is a
+    /// duplicate when its sequence was written, not when it is at or below
+    /// the last one (the engine's own producers of dead letters and delayed
+    /// records, whose sequences are source offsets taken out of order).
+    sparse: bool,
 }
 
 thread_local! {
@@ -121,6 +126,20 @@ impl Drop for CountsFailure<'_> {
 
 impl Producer {
     pub(crate) fn new(broker: Arc<BrokerInner>, config: ProducerConfig) -> Result<Producer> {
+        Producer::with_sequences(broker, config, false)
+    }
+
+    /// A named producer whose application sequences may come in any order
+    /// (see `Inner::sparse`): the engine's own re-publishers.
+    pub(crate) fn sparse(broker: Arc<BrokerInner>, config: ProducerConfig) -> Result<Producer> {
+        Producer::with_sequences(broker, config, true)
+    }
+
+    fn with_sequences(
+        broker: Arc<BrokerInner>,
+        config: ProducerConfig,
+        sparse: bool,
+    ) -> Result<Producer> {
         config.validate()?;
         broker.ensure_writer("producer")?;
         let identity = Identity::acquire(&broker, &config)?;
@@ -145,6 +164,7 @@ impl Producer {
                 sender: Mutex::new(None),
                 written: Mutex::new(None),
                 txn,
+                sparse,
             }),
         };
         if let Some(n) = producer.numbering() {
@@ -213,6 +233,11 @@ impl Producer {
 
     /// Like [`Producer::send`], without copying the record's data first.
     pub fn send_borrowed(&self, r: &BorrowedRecord<'_>) -> Result<RecordMetadata> {
+        if !r.headers.is_empty() {
+            if let Some(d) = crate::delayed::redirect(&self.inner.broker, r)? {
+                return self.send_borrowed(&d.as_borrowed());
+            }
+        }
         if let Some(n) = self.numbering() {
             if let numbering::Numbered::Sent(res) = n.one(r, |r| self.send_borrowed(r)) {
                 return res;
@@ -275,6 +300,11 @@ impl Producer {
         r: &BorrowedRecord<'_>,
         callback: DeliveryCallback,
     ) -> Result<()> {
+        if !r.headers.is_empty() {
+            if let Some(d) = crate::delayed::redirect(&self.inner.broker, r)? {
+                return self.send_async_borrowed(&d.as_borrowed(), callback);
+            }
+        }
         let callback = match self.numbering() {
             Some(n) => {
                 let mut cb = Some(callback);
@@ -350,6 +380,21 @@ impl Producer {
         records: &[BorrowedRecord<'_>],
         on_each: &mut dyn FnMut(usize, &RecordMetadata),
     ) -> Result<()> {
+        if records.iter().any(|r| !r.headers.is_empty()) {
+            let mut redirected = Vec::new();
+            for (i, r) in records.iter().enumerate() {
+                if let Some(d) = crate::delayed::redirect(&self.inner.broker, r)? {
+                    redirected.push((i, d));
+                }
+            }
+            if !redirected.is_empty() {
+                let mut all: Vec<BorrowedRecord<'_>> = records.to_vec();
+                for (i, d) in &redirected {
+                    all[*i] = d.as_borrowed();
+                }
+                return self.send_batch_with(&all, on_each);
+            }
+        }
         if let Some(n) = self.numbering() {
             if let numbering::Numbered::Sent(res) =
                 n.many(records, |rs| self.send_batch_with(rs, &mut *on_each))
@@ -523,6 +568,7 @@ impl Inner {
             named: id.named.is_some(),
             sequence,
             strict: self.config.strict_sequences,
+            sparse: self.sparse,
             window: self.config.dedup_window,
             floor: sequence.map_or(0, |_| self.written_floor()),
         })
@@ -750,6 +796,17 @@ impl Inner {
         Err(err)
     }
 
+    /// Whether application sequence `seq` is a duplicate in `log`, where
+    /// this producer's last sequence is `last`: at or below it, or, for a
+    /// producer whose sequences come in any order, written before.
+    fn written_before(&self, log: &PartitionLog, id: i64, seq: i64, last: i64) -> Result<bool> {
+        if self.sparse {
+            log.producer_has_written(id, self.is_named(), seq)
+        } else {
+            Ok(seq <= last)
+        }
+    }
+
     /// Appends records carrying the application's consecutive sequences
     /// `seq..`, unless they are duplicates. Called under the accumulator
     /// lock, which orders every write of this producer's sequences.
@@ -762,7 +819,7 @@ impl Inner {
     ) -> Result<(Appended, usize)> {
         let id = self.identity.as_ref().map_or(-1, |i| i.id);
         let last = log.producer_last_seq(id, self.is_named())?;
-        if seq <= last {
+        if self.written_before(log, id, seq, last)? {
             self.note_written(seq, records.len());
             let original = log.producer_offset_of(id, self.is_named(), seq)?;
             return Ok((
@@ -918,7 +975,7 @@ impl Inner {
                 let first_ts = first.timestamp.unwrap_or(now);
                 let first_seq = first.sequence;
                 if let Some(s) = first_seq {
-                    if s <= last_seq {
+                    if self.written_before(log, id, s, last_seq)? {
                         // Already written: report as a duplicate.
                         self.note_written(s, 1);
                         let original = log.producer_offset_of(id, self.is_named(), s)?;

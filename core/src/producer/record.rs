@@ -34,6 +34,24 @@ impl Record {
         }
     }
 
+    /// Delivers the record at `ms_since_epoch` (wall clock): until then it
+    /// waits in the internal topic `__delayed` (see [`crate::delayed`]).
+    /// Sets the header [`crate::delayed::DELIVER_AT_HEADER`].
+    pub fn deliver_at(self, ms_since_epoch: i64) -> Self {
+        self.header(
+            crate::delayed::DELIVER_AT_HEADER,
+            ms_since_epoch.to_string().into_bytes(),
+        )
+    }
+
+    /// Delivers the record once `delay` has passed (see
+    /// [`deliver_at`](Self::deliver_at)).
+    pub fn delay(self, delay: std::time::Duration) -> Self {
+        let ms = i64::try_from(delay.as_millis()).unwrap_or(i64::MAX);
+        // One more: the clock reads whole milliseconds.
+        self.deliver_at(crate::clock::now_ms().saturating_add(ms).saturating_add(1))
+    }
+
     /// Sets the key.
     pub fn key(mut self, key: impl Into<Vec<u8>>) -> Self {
         self.key = Some(key.into());

@@ -200,6 +200,12 @@ impl Transaction {
     /// `transaction_timeout_ms` (the transaction is aborted);
     /// [`Error::ProducerFenced`].
     pub fn send(&self, record: Record) -> Result<()> {
+        // A delayed record waits in `__delayed` as part of the transaction:
+        // moved only if it commits (the mover reads committed records).
+        let record = match crate::delayed::redirect(&self.inner.broker, &record.as_borrowed())? {
+            Some(d) => d,
+            None => record,
+        };
         let mut b = self.open_buffer()?;
         if record.sequence.is_some() {
             return Err(Error::InvalidArgument(

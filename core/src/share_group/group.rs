@@ -114,6 +114,32 @@ pub(crate) struct Registry {
 }
 
 impl Registry {
+    /// The lowest first offset not done of `topic`/`partition` among the
+    /// share groups open here (`None`: none holds it back). With
+    /// `mover_only`, only the delayed records' mover counts, and it holds
+    /// everything back (offset 0) while it is not open.
+    pub(crate) fn floor(&self, topic: &str, partition: u32, mover_only: bool) -> Option<u64> {
+        let groups: Vec<Arc<ShareGroup>> = lock(&self.groups)
+            .iter()
+            .filter(|(n, _)| !mover_only || n.as_str() == crate::delayed::MOVER_GROUP)
+            .filter_map(|(_, w)| w.upgrade())
+            .collect();
+        let key = (topic.to_owned(), partition);
+        let floor = groups
+            .iter()
+            .filter_map(|g| {
+                let inner = lock(&g.inner);
+                inner.store.as_ref()?;
+                Some(inner.parts.get(&key).map_or(0, |p| p.start))
+            })
+            .min();
+        if mover_only {
+            Some(floor.unwrap_or(0))
+        } else {
+            floor
+        }
+    }
+
     /// Share group `name`, opened (its state read back) if no member has it
     /// open.
     ///

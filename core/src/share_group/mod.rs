@@ -166,7 +166,7 @@ impl ShareConsumerConfig {
             return bad("a share consumer's auto_offset_reset is earliest or latest");
         }
         if let Some(t) = &self.dead_letter_topic {
-            crate::topic::validate_topic_name(t)?;
+            crate::topic::validate_name_or_internal(t)?;
         }
         Ok(())
     }
@@ -440,7 +440,12 @@ impl ShareConsumer {
         self.stats.polls += 1;
         let deadline = Instant::now() + timeout;
         let max = self.config.max_poll_records;
+        // A pass that moved the reader (a seek, a partition resumed, the
+        // subscription taken in) may read nothing yet: a poll makes two
+        // passes at least, even with no time to wait.
+        let mut passes = 0;
         loop {
+            passes += 1;
             let assigned = self.reader.assignment();
             let prepared =
                 self.member
@@ -470,7 +475,7 @@ impl ShareConsumer {
                     got.extend(more);
                 }
             }
-            if !got.is_empty() || Instant::now() >= deadline {
+            if !got.is_empty() || (Instant::now() >= deadline && passes >= 2) {
                 self.stats.skipped = self.reader.stats().skipped;
                 return Ok(self.hand_out(got));
             }
