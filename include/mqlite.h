@@ -62,6 +62,13 @@
  * Usage: mql_share_consumer_config sc = MQL_SHARE_CONSUMER_CONFIG_INIT; sc.lock_duration_ms = 60000;
  */
 #define MQL_SHARE_CONSUMER_CONFIG_INIT { NULL, 30000, 5, 2000, NULL, 500, MQL_OFFSET_RESET_EARLIEST, -1 }
+/**
+ * Name of the header that delays a record: its value is the delivery time,
+ * in milliseconds since the Unix epoch, in decimal. A record sent with it,
+ * time still to come, waits in the internal topic `__delayed` and reaches
+ * its topic when due (see docs/delayed-delivery.md).
+ */
+#define MQL_DELIVER_AT_HEADER "mqlite.deliver_at"
 
 
 /**

@@ -62,6 +62,18 @@ pub const MAX_WAITING: u32 = 1_000_000;
 /// Time retention of moved records in [`TOPIC`].
 const RETENTION_MS: u64 = 3_600_000;
 
+/// The header that asks for delivery at `ms_since_epoch`.
+pub fn deliver_at_header(ms_since_epoch: i64) -> Header {
+    Header::new(DELIVER_AT_HEADER, ms_since_epoch.to_string().into_bytes())
+}
+
+/// The delivery time of a record to be delivered once `delay` has passed
+/// (ms since the epoch, rounded up: the clock reads whole milliseconds).
+pub fn due_in(delay: Duration) -> i64 {
+    let ms = i64::try_from(delay.as_millis()).unwrap_or(i64::MAX);
+    crate::clock::now_ms().saturating_add(ms).saturating_add(1)
+}
+
 /// The delivery time a record's header asks for, if it has one.
 ///
 /// # Errors

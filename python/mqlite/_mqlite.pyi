@@ -306,6 +306,8 @@ class Producer:
         headers: Optional[_Headers] = None,
         timestamp: Optional[int] = None,
         sequence: Optional[int] = None,
+        delay_ms: Optional[int] = None,
+        deliver_at: Optional[int] = None,
     ) -> Optional[RecordMetadata]: ...
     def produce(
         self,
@@ -317,6 +319,8 @@ class Producer:
         timestamp: Optional[int] = None,
         sequence: Optional[int] = None,
         on_delivery: Optional[_DeliveryCallback] = None,
+        delay_ms: Optional[int] = None,
+        deliver_at: Optional[int] = None,
     ) -> None: ...
     def send_batch(
         self,
@@ -327,6 +331,8 @@ class Producer:
         headers: Optional[_Headers] = None,
         timestamps: Union[int, Sequence[Optional[int]], None] = None,
         sequences: Union[int, Sequence[Optional[int]], None] = None,
+        delay_ms: Optional[int] = None,
+        deliver_at: Optional[int] = None,
     ) -> int: ...
     def poll(self, timeout: Optional[float] = 0.0) -> int: ...
     def flush(self, timeout: Optional[float] = None) -> int: ...
@@ -387,6 +393,8 @@ class Transaction:
         partition: Optional[int] = None,
         headers: Optional[_Headers] = None,
         timestamp: Optional[int] = None,
+        delay_ms: Optional[int] = None,
+        deliver_at: Optional[int] = None,
     ) -> None: ...
     def send_offsets(self, consumer: Consumer) -> None: ...
     def send_offsets_to(

@@ -150,6 +150,37 @@ pub fn partition_for_key(py: Python<'_>, key: &Bound<'_, PyAny>, partitions: i64
     ))
 }
 
+/// The delivery time `delay_ms` or `deliver_at` asks for (at most one of
+/// them), as the header that asks for it, added to `headers`.
+pub(crate) fn add_delivery_time(
+    py: Python<'_>,
+    headers: &mut Vec<mqlite::Header>,
+    delay_ms: Option<i64>,
+    deliver_at: Option<i64>,
+) -> PyResult<()> {
+    let at = match (delay_ms, deliver_at) {
+        (None, None) => return Ok(()),
+        (Some(_), Some(_)) => {
+            return Err(crate::error::invalid_argument(
+                py,
+                "give delay_ms or deliver_at, not both",
+            ))
+        }
+        (Some(d), None) => {
+            let d = u64::try_from(d).map_err(|_| {
+                crate::error::invalid_argument(
+                    py,
+                    format!("delay_ms must not be negative, got {d}"),
+                )
+            })?;
+            mqlite::delayed::due_in(std::time::Duration::from_millis(d))
+        }
+        (None, Some(at)) => at,
+    };
+    headers.push(mqlite::delayed::deliver_at_header(at));
+    Ok(())
+}
+
 /// The fields of one record, checked and borrowed from Python objects.
 pub(crate) struct Fields<'a> {
     pub(crate) value: Option<Data<'a>>,

@@ -9,6 +9,7 @@ use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyString, PyTuple};
 
+use crate::data::add_delivery_time;
 pub(crate) use crate::data::{data, headers, Data};
 
 use crate::broker::Broker;
@@ -424,6 +425,10 @@ impl Producer {
     ///         deduplication of re-sends; needs an idempotent producer. A
     ///         record with a sequence and without key or partition goes to
     ///         partition `sequence % partitions`, where a re-send goes too.
+    ///     delay_ms: Deliver the record once this many milliseconds have
+    ///         passed: it waits in the internal topic `__delayed` until
+    ///         then, and the metadata returned is that of its copy there.
+    ///     deliver_at: Or deliver it at this time (ms since the Unix epoch).
     ///
     /// Returns:
     ///     RecordMetadata: Where the record was written.
@@ -443,7 +448,7 @@ impl Producer {
     ///     mqlite.Closed: The producer or its broker is closed.
     ///     TypeError: An argument has the wrong type.
     ///     Exception: Whatever a custom partitioner raised.
-    #[pyo3(signature = (topic, value, key = None, partition = None, headers = None, timestamp = None, sequence = None))]
+    #[pyo3(signature = (topic, value, key = None, partition = None, headers = None, timestamp = None, sequence = None, delay_ms = None, deliver_at = None))]
     #[allow(clippy::too_many_arguments)] // one per argument of the Python signature
     fn send(
         &self,
@@ -455,6 +460,8 @@ impl Producer {
         headers: Option<&Bound<'_, PyAny>>,
         timestamp: Option<i64>,
         sequence: Option<i64>,
+        delay_ms: Option<i64>,
+        deliver_at: Option<i64>,
     ) -> PyResult<Option<RecordMetadata>> {
         self.check_open(py)?;
         self.delivery.serve(py, false)?;
@@ -467,11 +474,14 @@ impl Producer {
                 ));
             }
             let args = (topic, value, key, partition, headers, timestamp);
-            tx.get()
-                .add(py, args.0, args.1, args.2, args.3, args.4, args.5, None)?;
+            let when = (delay_ms, deliver_at);
+            tx.get().add(
+                py, args.0, args.1, args.2, args.3, args.4, args.5, None, when,
+            )?;
             return Ok(None);
         }
-        let f = Fields::new(py, value, key, partition, headers)?;
+        let mut f = Fields::new(py, value, key, partition, headers)?;
+        add_delivery_time(py, &mut f.headers, delay_ms, deliver_at)?;
         let record = f.record(topic, timestamp, sequence);
         let res = if self.acks == mqlite::Acks::All
             || (self.acks == mqlite::Acks::Zero && self.may_wait(f.size()))
@@ -500,6 +510,8 @@ impl Producer {
     ///     headers: As for `send()`.
     ///     timestamp: As for `send()`.
     ///     sequence: As for `send()`.
+    ///     delay_ms: As for `send()`.
+    ///     deliver_at: As for `send()`.
     ///     on_delivery: Called as `on_delivery(err, msg)` (confluent-kafka's
     ///         order) once the record is as durable as `acks` asks: `err`
     ///         None and `msg` its `RecordMetadata`, or `err` an
@@ -519,7 +531,7 @@ impl Producer {
     ///     Exception: What a custom partitioner raised, or what an earlier
     ///         record's `on_delivery` raised when served here (this record
     ///         is then not queued).
-    #[pyo3(signature = (topic, value, key = None, partition = None, headers = None, timestamp = None, sequence = None, on_delivery = None))]
+    #[pyo3(signature = (topic, value, key = None, partition = None, headers = None, timestamp = None, sequence = None, on_delivery = None, delay_ms = None, deliver_at = None))]
     #[allow(clippy::too_many_arguments)] // one per argument of the Python signature
     fn produce(
         &self,
@@ -532,6 +544,8 @@ impl Producer {
         timestamp: Option<i64>,
         sequence: Option<i64>,
         on_delivery: Option<&Bound<'_, PyAny>>,
+        delay_ms: Option<i64>,
+        deliver_at: Option<i64>,
     ) -> PyResult<()> {
         self.check_open(py)?;
         self.delivery.serve(py, false)?;
@@ -552,9 +566,11 @@ impl Producer {
                 headers,
                 timestamp,
                 on_delivery,
+                (delay_ms, deliver_at),
             );
         }
-        let f = Fields::new(py, value, key, partition, headers)?;
+        let mut f = Fields::new(py, value, key, partition, headers)?;
+        add_delivery_time(py, &mut f.headers, delay_ms, deliver_at)?;
         let callback: mqlite::DeliveryCallback = match on_delivery.filter(|c| !c.is_none()) {
             Some(c) => {
                 if !c.is_callable() {
@@ -600,6 +616,9 @@ impl Producer {
     ///     sequences: None, the int sequence of the first record (the others
     ///         get the next ones), or a list as long as `values`. Records
     ///         whose sequence was already written are skipped as duplicates.
+    ///     delay_ms: Deliver every record once this many milliseconds have
+    ///         passed (as for `send()`).
+    ///     deliver_at: Or at this time (ms since the Unix epoch).
     ///
     /// Returns:
     ///     int: The number of records written, duplicates not counted.
@@ -613,7 +632,7 @@ impl Producer {
     ///         leaves the batches before it written: the exception's
     ///         `written` attribute says how many records.
     ///     TypeError: An argument has the wrong type.
-    #[pyo3(signature = (topic, values, keys = None, partition = None, headers = None, timestamps = None, sequences = None))]
+    #[pyo3(signature = (topic, values, keys = None, partition = None, headers = None, timestamps = None, sequences = None, delay_ms = None, deliver_at = None))]
     #[allow(clippy::too_many_arguments)] // one per argument of the Python signature
     fn send_batch(
         &self,
@@ -625,6 +644,8 @@ impl Producer {
         headers: Option<&Bound<'_, PyAny>>,
         timestamps: Option<&Bound<'_, PyAny>>,
         sequences: Option<&Bound<'_, PyAny>>,
+        delay_ms: Option<i64>,
+        deliver_at: Option<i64>,
     ) -> PyResult<usize> {
         self.check_open(py)?;
         self.delivery.serve(py, false)?;
@@ -661,7 +682,8 @@ impl Producer {
             .map(|ks| ks.iter().map(|k| data(k, "key")).collect())
             .transpose()?;
         let partition = partition.map(|p| arg_u32(py, "partition", p)).transpose()?;
-        let headers = self::headers(headers)?;
+        let mut headers = self::headers(headers)?;
+        add_delivery_time(py, &mut headers, delay_ms, deliver_at)?;
         let timestamps = per_record(py, timestamps, n, "timestamps", false)?;
         let sequences = per_record(py, sequences, n, "sequences", true)?;
         let mut records = Vec::with_capacity(n);

@@ -151,6 +151,7 @@ impl Transaction {
         hdrs: Option<&Bound<'_, PyAny>>,
         timestamp: Option<i64>,
         on_delivery: Option<&Bound<'_, PyAny>>,
+        (delay_ms, deliver_at): (Option<i64>, Option<i64>),
     ) -> PyResult<()> {
         self.check_forked(py)?;
         let on_delivery = match on_delivery.filter(|c| !c.is_none()) {
@@ -162,9 +163,9 @@ impl Transaction {
             }
             c => c.map(|c| c.clone().unbind()),
         };
-        let record = Fields::new(py, value, key, partition, hdrs)?
-            .record(topic, timestamp, None)
-            .to_record();
+        let mut fields = Fields::new(py, value, key, partition, hdrs)?;
+        crate::data::add_delivery_time(py, &mut fields.headers, delay_ms, deliver_at)?;
+        let record = fields.record(topic, timestamp, None).to_record();
         if let Some(t) = timestamp.filter(|t| *t < 0) {
             return Err(invalid_argument(
                 py,
@@ -317,6 +318,10 @@ impl Transaction {
     ///     partition: As for `Producer.send()`.
     ///     headers: As for `Producer.send()`.
     ///     timestamp: As for `Producer.send()`.
+    ///     delay_ms: As for `Producer.send()`: the record waits in
+    ///         `__delayed` as part of the transaction, delivered only if it
+    ///         commits.
+    ///     deliver_at: As for `Producer.send()`.
     ///
     /// Raises:
     ///     mqlite.TransactionTooLarge: Past the producer's
@@ -329,7 +334,7 @@ impl Transaction {
     ///     mqlite.UnknownTopic, mqlite.UnknownPartition,
     ///         mqlite.MessageTooLarge, mqlite.ProducerFenced, mqlite.Closed,
     ///         TypeError: As for `Producer.send()`.
-    #[pyo3(signature = (topic, value, key = None, partition = None, headers = None, timestamp = None))]
+    #[pyo3(signature = (topic, value, key = None, partition = None, headers = None, timestamp = None, delay_ms = None, deliver_at = None))]
     #[allow(clippy::too_many_arguments)] // one per argument of the Python signature
     fn send(
         &self,
@@ -340,8 +345,13 @@ impl Transaction {
         partition: Option<i64>,
         headers: Option<&Bound<'_, PyAny>>,
         timestamp: Option<i64>,
+        delay_ms: Option<i64>,
+        deliver_at: Option<i64>,
     ) -> PyResult<()> {
-        self.add(py, topic, value, key, partition, headers, timestamp, None)
+        let when = (delay_ms, deliver_at);
+        self.add(
+            py, topic, value, key, partition, headers, timestamp, None, when,
+        )
     }
 
     /// Adds the positions of `consumer` (what its `commit()` would commit

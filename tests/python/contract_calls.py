@@ -327,6 +327,8 @@ METHOD_CALLS: List[Call] = [
             "timestamp": 1,
             "sequence": 7,
             "on_delivery": callback,
+            "delay_ms": None,
+            "deliver_at": None,
         },
         {
             "topic": "str",
@@ -337,6 +339,8 @@ METHOD_CALLS: List[Call] = [
             "timestamp": "int?",
             "sequence": "uint?",
             "on_delivery": "callable?",
+            "delay_ms": "uint?",
+            "deliver_at": "int?",
         },
     ),
     Call(
@@ -350,6 +354,8 @@ METHOD_CALLS: List[Call] = [
             "headers": {"h": b"v"},
             "timestamp": 1,
             "sequence": 8,
+            "delay_ms": None,
+            "deliver_at": None,
         },
         {
             "topic": "str",
@@ -359,6 +365,8 @@ METHOD_CALLS: List[Call] = [
             "headers": "headers?",
             "timestamp": "int?",
             "sequence": "uint?",
+            "delay_ms": "uint?",
+            "deliver_at": "int?",
         },
     ),
     Call(
@@ -372,6 +380,8 @@ METHOD_CALLS: List[Call] = [
             "headers": [("h", b"v")],
             "timestamps": [1, 2],
             "sequences": 10,
+            "delay_ms": None,
+            "deliver_at": None,
         },
         {
             "topic": "str",
@@ -381,6 +391,8 @@ METHOD_CALLS: List[Call] = [
             "headers": "headers?",
             "timestamps": "ints?",
             "sequences": "uints?",
+            "delay_ms": "uint?",
+            "deliver_at": "int?",
         },
     ),
     Call("Producer", "stats"),

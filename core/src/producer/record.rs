@@ -37,19 +37,16 @@ impl Record {
     /// Delivers the record at `ms_since_epoch` (wall clock): until then it
     /// waits in the internal topic `__delayed` (see [`crate::delayed`]).
     /// Sets the header [`crate::delayed::DELIVER_AT_HEADER`].
-    pub fn deliver_at(self, ms_since_epoch: i64) -> Self {
-        self.header(
-            crate::delayed::DELIVER_AT_HEADER,
-            ms_since_epoch.to_string().into_bytes(),
-        )
+    pub fn deliver_at(mut self, ms_since_epoch: i64) -> Self {
+        self.headers
+            .push(crate::delayed::deliver_at_header(ms_since_epoch));
+        self
     }
 
     /// Delivers the record once `delay` has passed (see
     /// [`deliver_at`](Self::deliver_at)).
     pub fn delay(self, delay: std::time::Duration) -> Self {
-        let ms = i64::try_from(delay.as_millis()).unwrap_or(i64::MAX);
-        // One more: the clock reads whole milliseconds.
-        self.deliver_at(crate::clock::now_ms().saturating_add(ms).saturating_add(1))
+        self.deliver_at(crate::delayed::due_in(delay))
     }
 
     /// Sets the key.
