@@ -29,7 +29,12 @@ size S:
 - ``consume S B``: reading back messages written before the clock starts;
 - ``consume S B, one-record batches``: the same read of a log written by one
   ``send`` per message, beside queuelib (one record per entry) and a
-  buffered read of a file of the same bytes (the floor).
+  buffered read of a file of the same bytes (the floor);
+- ``job queue S B, get + ack per item`` and ``..., ack synced``: taking
+  items put before the clock starts and acknowledging each, with
+  persist-queue's ``SQLiteAckQueue``, its drop-in
+  ``mqlite.compat.persistqueue``, and mqlite's share consumers
+  (bench/peers_jobqueue.py).
 
 The durable batched groups have a floor too: one ``os.write`` of each batch
 then ``os.fdatasync``.
@@ -74,6 +79,9 @@ from pathlib import Path
 from typing import Any, Optional
 
 import mqlite
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import peers_jobqueue  # noqa: E402  (beside this script)
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = ROOT / "target" / "bench" / "python-peers.json"
@@ -880,6 +888,7 @@ def plan(sizes: list[int], scratch: Scratch, redis_server: Optional[RedisServer]
                 baseline=True,
             ),
         ]
+        cases += peers_jobqueue.cases(size, scratch, Case, BATCH, pad_for, check)
         for c in cases[first:]:
             c.size = size
             if c.scalable is None:

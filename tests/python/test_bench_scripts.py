@@ -31,6 +31,8 @@ GROUPS = [
     "produce 64 B, acks=all, batches of 1000",
     "consume 64 B",
     "consume 64 B, one-record batches",
+    "job queue 64 B, get + ack per item",
+    "job queue 64 B, get + ack per item, ack synced",
 ]
 PEERS_EXPECTED = ["persist-queue SQLiteQueue", "persist-queue Queue", "litequeue", "diskcache", "queuelib"]
 
@@ -138,7 +140,7 @@ def test_peers_and_report(tmp_path: Path) -> None:
 
 def test_without_redis_server(tmp_path: Path) -> None:
     # A PATH without redis-server: the Redis rows go, with one clear line.
-    doc, stdout = run_peers(tmp_path, "--only", "consume", path_env=str(tmp_path))
+    doc, stdout = run_peers(tmp_path, "--only", "consume 64", path_env=str(tmp_path))
     check_rows(doc)
     skips = [line for line in stdout.splitlines() if line.startswith("SKIP Redis")]
     assert len(skips) == 1 and "redis-server is not installed" in skips[0], stdout
