@@ -407,6 +407,15 @@ impl PartitionLog {
         sync::read(&self.segments).len()
     }
 
+    /// Fails with [`Error::Poisoned`] once a write or sync failed (until
+    /// the partition is reopened).
+    pub(crate) fn check_not_poisoned(&self) -> Result<()> {
+        if self.poisoned.load(Ordering::Acquire) {
+            return Err(self.poisoned_error());
+        }
+        Ok(())
+    }
+
     fn poisoned_error(&self) -> Error {
         Error::Poisoned {
             topic: self.topic.to_string(),

@@ -820,6 +820,10 @@ impl Inner {
         let id = self.identity.as_ref().map_or(-1, |i| i.id);
         let last = log.producer_last_seq(id, self.is_named())?;
         if self.written_before(log, id, seq, last)? {
+            // The original may be what a failed sync left unsynced: no
+            // duplicate is reported as written until the partition is
+            // reopened (and its log checked).
+            log.check_not_poisoned()?;
             self.note_written(seq, records.len());
             let original = log.producer_offset_of(id, self.is_named(), seq)?;
             return Ok((
@@ -976,7 +980,9 @@ impl Inner {
                 let first_seq = first.sequence;
                 if let Some(s) = first_seq {
                     if self.written_before(log, id, s, last_seq)? {
-                        // Already written: report as a duplicate.
+                        // Already written: report as a duplicate (not on a
+                        // poisoned partition, see `append_sequenced`).
+                        log.check_not_poisoned()?;
                         self.note_written(s, 1);
                         let original = log.producer_offset_of(id, self.is_named(), s)?;
                         self.stats.duplicates(1);
