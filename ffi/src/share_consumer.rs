@@ -14,9 +14,7 @@ use std::collections::VecDeque;
 use std::ffi::{c_char, c_int};
 use std::time::Duration;
 
-use mqlite::{
-    Acks, Consumer, ConsumerConfig, OffsetReset, ShareConsumer, ShareConsumerConfig, ShareMessage,
-};
+use mqlite::{Acks, OffsetReset, ShareConsumer, ShareConsumerConfig, ShareMessage};
 
 use crate::broker::mql_broker;
 use crate::config::mql_offset_reset;
@@ -210,11 +208,6 @@ pub struct mql_share_consumer {
     topics: Vec<String>,
     /// Messages fetched and not handed out yet, in the order fetched.
     queue: VecDeque<ShareMessage>,
-    /// Tells whether the broker was closed (`mql_close`), which the
-    /// engine's share consumer does not check before polling or settling:
-    /// a standalone engine consumer that reads nothing (it costs no I/O)
-    /// and reports its broker's close through `is_closed`.
-    broker_probe: Consumer,
 }
 
 /// A message delivered to a share consumer. Made by `mql_share_poll`,
@@ -229,11 +222,9 @@ pub struct mql_share_message {
 
 impl mql_share_consumer {
     fn check_open(&self) -> FfiResult {
+        // Closed by `mql_share_consumer_close` or with its broker.
         if self.inner.is_closed() {
             return Err(mqlite::Error::Closed("share consumer").into());
-        }
-        if self.broker_probe.is_closed() {
-            return Err(mqlite::Error::Closed("broker").into());
         }
         Ok(())
     }
@@ -353,13 +344,11 @@ pub unsafe extern "C" fn mql_share_consumer_new(
         let dead_letter_topic =
             arg!(@call opt_str(dead_letter_topic, "config->dead_letter_topic"))?;
         let config = raw.to_core(group, client_id, dead_letter_topic)?;
-        let broker_probe = b.inner.consumer(ConsumerConfig::default())?;
         let inner = b.inner.share_consumer(config)?;
         let handle = mql_share_consumer {
             inner,
             topics: Vec::new(),
             queue: VecDeque::new(),
-            broker_probe,
         };
         // SAFETY: `out` is valid for writes by the caller's contract.
         unsafe { out.write(into_handle(handle)) };

@@ -195,6 +195,11 @@ impl ShareGroup {
         &self.name
     }
 
+    /// Whether the broker the group was opened on is closed.
+    pub(crate) fn broker_closed(&self) -> bool {
+        self.broker.is_closed()
+    }
+
     /// A new member, woken through `waker` when records it may want come
     /// back. Returns its id.
     pub(crate) fn join(&self, waker: ConsumerWaker) -> u64 {

@@ -411,6 +411,9 @@ impl ShareConsumer {
         if self.closed {
             return Err(Error::Closed("share consumer"));
         }
+        if self.member.group.broker_closed() {
+            return Err(Error::Closed("broker"));
+        }
         Ok(())
     }
 
@@ -649,9 +652,9 @@ impl ShareConsumer {
         }
     }
 
-    /// Whether [`close`](Self::close) was called.
+    /// Whether [`close`](Self::close) was called, or the broker closed.
     pub fn is_closed(&self) -> bool {
-        self.closed
+        self.closed || self.member.group.broker_closed()
     }
 }
 
