@@ -65,6 +65,21 @@ def share_case(scratch: "Scratch", size: int, acks: Any, batch: int, pad_for: An
     return measure
 
 
+def _put_then_get_ack(q: Any, n: int, pad: bytes, check: Any, name: str) -> float:
+    """Seconds for n get + ack on an ack queue, after n untimed puts."""
+    for i in range(n):
+        q.put(pad + i.to_bytes(8, "little"))
+    total = 0
+    t0 = perf_counter()
+    for _ in range(n):
+        item = q.get(block=False)
+        total += len(item)
+        q.ack(item)
+    secs = perf_counter() - t0
+    check(total, n * (len(pad) + 8), f"{name} bytes")
+    return secs
+
+
 def compat_case(scratch: "Scratch", size: int, acks: Any, pad_for: Any, check: Any) -> "Measure":
     """``mqlite.compat.persistqueue.SQLiteAckQueue``: get + ack per item."""
     from mqlite.compat import persistqueue as pq
@@ -75,17 +90,7 @@ def compat_case(scratch: "Scratch", size: int, acks: Any, pad_for: Any, check: A
         with scratch.dir() as d:
             q = pq.SQLiteAckQueue(str(d / "q"), acks=acks)
             try:
-                for i in range(n):
-                    q.put(pad + i.to_bytes(8, "little"))
-                total = 0
-                t0 = perf_counter()
-                for _ in range(n):
-                    item = q.get(block=False)
-                    total += len(item)
-                    q.ack(item)
-                secs = perf_counter() - t0
-                check(total, n * size, "compat SQLiteAckQueue bytes")
-                return secs
+                return _put_then_get_ack(q, n, pad, check, "compat SQLiteAckQueue")
             finally:
                 q.close()
 
@@ -104,17 +109,7 @@ def pq_ack_case(scratch: "Scratch", size: int, synchronous: str, pad_for: Any, c
             # One connection when multithreading=False; the library offers no setting for this.
             q._putter.execute(f"PRAGMA synchronous={synchronous}")  # type: ignore[attr-defined]
             try:
-                for i in range(n):
-                    q.put(pad + i.to_bytes(8, "little"))
-                total = 0
-                t0 = perf_counter()
-                for _ in range(n):
-                    item = q.get(block=False)
-                    total += len(item)
-                    q.ack(item)
-                secs = perf_counter() - t0
-                check(total, n * size, "persist-queue SQLiteAckQueue bytes")
-                return secs
+                return _put_then_get_ack(q, n, pad, check, "persist-queue SQLiteAckQueue")
             finally:
                 q.close()
 

@@ -5,12 +5,13 @@
 //! to the operating system (`commit_acks=1`: a process crash keeps them).
 #![allow(clippy::unwrap_used)]
 
+#[path = "common/child.rs"]
+mod child;
 mod common;
 
 use std::collections::{HashMap, HashSet};
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use common::cfg;
@@ -80,42 +81,20 @@ fn consume_child() {
     }
 }
 
-fn run_child(exe: &Path, dir: &Path, acks: &str, stop_after: usize) -> Vec<String> {
-    let mut child = Command::new(exe)
-        .args([
-            "--exact",
-            "consume_child",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(CHILD_DIR, dir)
-        .env(CHILD_ACKS, acks)
-        .stdout(Stdio::piped())
-        .stderr(std::fs::File::create(dir.join("child.stderr")).unwrap())
-        .stdin(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut lines = Vec::new();
+fn run_child(dir: &Path, acks: &str, stop_after: usize) -> Vec<String> {
+    let dir_s = dir.to_str().unwrap();
     let mut got = 0;
-    let mut reader = BufReader::new(child.stdout.take().unwrap()).lines();
-    for line in reader.by_ref() {
-        let line = line.unwrap();
-        if line.starts_with("GOT ") {
-            got += 1;
-        }
-        lines.push(line);
-        if got >= stop_after {
-            break;
-        }
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-    // What the child printed before the kill and we had not read yet: it
-    // may have processed and committed more than `stop_after` messages, and
-    // skipping those lines would count its committed messages as never
-    // consumed (the next child resumes after them).
-    lines.extend(reader.map_while(std::result::Result::ok));
-    lines
+    child::run_child_until(
+        dir,
+        "consume_child",
+        &[(CHILD_DIR, dir_s), (CHILD_ACKS, acks)],
+        |l| {
+            if l.starts_with("GOT ") {
+                got += 1;
+            }
+            got >= stop_after
+        },
+    )
 }
 
 #[test]
@@ -147,7 +126,6 @@ fn killed_consumers_resume(acks: &str) {
             }
         }
     }
-    let exe = std::env::current_exe().unwrap();
     let mut seen: HashSet<(u32, u64)> = HashSet::new();
     let mut committed: HashMap<u32, u64> = HashMap::new();
     let total = (u64::from(PARTITIONS) * PER_PARTITION) as usize;
@@ -158,7 +136,7 @@ fn killed_consumers_resume(acks: &str) {
             break;
         }
         let before = committed.clone();
-        let lines = run_child(&exe, tmp.path(), acks, 60 + cycle * 37 % 200);
+        let lines = run_child(tmp.path(), acks, 60 + cycle * 37 % 200);
         for l in &lines {
             let mut it = l.split(' ');
             match (it.next(), it.next(), it.next()) {

@@ -4,12 +4,13 @@
 //! counts in the next delivery's `delivery_count`.
 #![allow(clippy::unwrap_used)]
 
+#[path = "common/child.rs"]
+mod child;
 mod common;
 
 use std::collections::{HashMap, HashSet};
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use common::cfg;
@@ -121,34 +122,20 @@ fn lines_idle(lines: &[String], acked: &mut HashSet<(u32, u64)>) -> bool {
     lines.last().is_some_and(|l| l == "IDLE")
 }
 
-fn run_child(exe: &Path, dir: &Path, acks: &str, stop_after: usize) -> Vec<String> {
-    let mut child = Command::new(exe)
-        .args(["--exact", "share_child", "--nocapture", "--test-threads=1"])
-        .env(CHILD_DIR, dir)
-        .env(CHILD_ACKS, acks)
-        .stdout(Stdio::piped())
-        .stderr(std::fs::File::create(dir.join("child.stderr")).unwrap())
-        .stdin(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut lines = Vec::new();
+fn run_child(dir: &Path, acks: &str, stop_after: usize) -> Vec<String> {
+    let dir_s = dir.to_str().unwrap();
     let mut acked = 0;
-    let mut reader = BufReader::new(child.stdout.take().unwrap()).lines();
-    for line in reader.by_ref() {
-        let line = line.unwrap();
-        if line.starts_with("ACKED ") {
-            acked += 1;
-        }
-        let idle = line == "IDLE";
-        lines.push(line);
-        if acked >= stop_after || idle {
-            break;
-        }
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-    lines.extend(reader.map_while(std::result::Result::ok));
-    lines
+    child::run_child_until(
+        dir,
+        "share_child",
+        &[(CHILD_DIR, dir_s), (CHILD_ACKS, acks)],
+        |l| {
+            if l.starts_with("ACKED ") {
+                acked += 1;
+            }
+            acked >= stop_after || l == "IDLE"
+        },
+    )
 }
 
 #[test]
@@ -176,7 +163,6 @@ fn killed_share_consumers(acks: &str) {
             .unwrap();
         }
     }
-    let exe = std::env::current_exe().unwrap();
     let mut acked: HashSet<(u32, u64)> = HashSet::new();
     // Acknowledgements made, maybe cut short by the kill.
     let mut acking: HashSet<(u32, u64)> = HashSet::new();
@@ -188,11 +174,11 @@ fn killed_share_consumers(acks: &str) {
             // Those of the last acknowledgements the kill may have cut
             // short are delivered again if they were not made: one more
             // child sees to it (it ends when nothing comes).
-            if lines_idle(&run_child(&exe, tmp.path(), acks, usize::MAX), &mut acked) {
+            if lines_idle(&run_child(tmp.path(), acks, usize::MAX), &mut acked) {
                 break;
             }
         }
-        let lines = run_child(&exe, tmp.path(), acks, 40 + cycle * 37 % 150);
+        let lines = run_child(tmp.path(), acks, 40 + cycle * 37 % 150);
         for l in &lines {
             let f: Vec<&str> = l.split(' ').collect();
             match f.as_slice() {
