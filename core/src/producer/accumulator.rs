@@ -185,10 +185,17 @@ impl Inner {
                         cb: p.cb,
                     })
                     .collect();
-                if self.config.acks == Acks::All && !a.duplicate {
+                if self.config.acks == Acks::All {
+                    // A duplicate too: its original may have been written
+                    // with a lower `acks`.
+                    let target = if a.base_offset == UNKNOWN_OFFSET {
+                        log.end_offset()
+                    } else {
+                        a.base_offset + n as u64
+                    };
                     st.durable.push(Durable {
                         log,
-                        target: a.base_offset + n as u64,
+                        target,
                         done,
                         bytes: b.bytes,
                         created: b.created,
@@ -304,6 +311,27 @@ impl Inner {
                 None => sync::wait(&self.work, st),
             };
         }
+    }
+
+    /// Completes `done`, the report of a duplicate under `acks=all`, once
+    /// `log` is durable up to `target` (its original may have been written
+    /// with a lower `acks`), by the sender like any durable batch.
+    pub(crate) fn complete_when_durable(
+        &self,
+        st: &mut AccState,
+        log: Arc<PartitionLog>,
+        target: u64,
+        done: Done,
+    ) {
+        st.durable.push(Durable {
+            log,
+            target,
+            done: vec![done],
+            bytes: 0,
+            created: Instant::now(),
+        });
+        self.ensure_sender(st);
+        self.work.notify_one();
     }
 
     /// One flush per partition covers every item of it.

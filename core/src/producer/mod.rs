@@ -725,6 +725,16 @@ impl Inner {
         let log = &parts.parts()[partition as usize];
         if appended.duplicate {
             self.stats.duplicates(1);
+            if self.config.acks == Acks::All {
+                // The original may have been written with a lower `acks`:
+                // durable before this returns.
+                let end = if appended.base_offset == UNKNOWN_OFFSET {
+                    log.end_offset()
+                } else {
+                    appended.base_offset + 1
+                };
+                log.flush_to(end)?;
+            }
         } else {
             if self.config.acks == Acks::All {
                 // Timed from the append: a blocking send does not queue.
@@ -986,6 +996,15 @@ impl Inner {
                         self.note_written(s, 1);
                         let original = log.producer_offset_of(id, self.is_named(), s)?;
                         self.stats.duplicates(1);
+                        if self.config.acks == Acks::All {
+                            // The original may have been written with a
+                            // lower `acks`: durable before this returns.
+                            let end = original.map_or_else(|| log.end_offset(), |o| o + 1);
+                            match flush_targets.iter_mut().find(|(l, _)| Arc::ptr_eq(l, log)) {
+                                Some((_, t)) => *t = (*t).max(end),
+                                None => flush_targets.push((Arc::clone(log), end)),
+                            }
+                        }
                         on_each(
                             idx[k],
                             &RecordMetadata {
@@ -1072,8 +1091,14 @@ impl Inner {
                     md.timestamp = appended.log_append_time.unwrap_or(rec.timestamp);
                     on_each(idx[start + j], &md);
                 }
-                if !appended.duplicate && self.config.acks == Acks::All {
-                    let end = appended.base_offset + refs.len() as u64;
+                if self.config.acks == Acks::All {
+                    // A duplicate's original too (it may have been written
+                    // with a lower `acks`).
+                    let end = if appended.base_offset == UNKNOWN_OFFSET {
+                        log.end_offset()
+                    } else {
+                        appended.base_offset + refs.len() as u64
+                    };
                     match flush_targets.iter_mut().find(|(l, _)| Arc::ptr_eq(l, log)) {
                         Some((_, t)) => *t = (*t).max(end),
                         None => flush_targets.push((Arc::clone(log), end)),
@@ -1147,7 +1172,12 @@ impl Inner {
                 Some(l) => l,
                 None => log.producer_last_seq(id, self.is_named())?,
             };
-            if seq <= last {
+            let written = match pending_last {
+                Some(_) => seq <= last,
+                None => self.written_before(log, id, seq, last)?,
+            };
+            if written {
+                log.check_not_poisoned()?;
                 let original = if pending_last.is_some() {
                     None
                 } else {
@@ -1163,10 +1193,22 @@ impl Inner {
                     ..md.clone()
                 };
                 self.queued.fetch_add(1, Ordering::AcqRel);
-                lock(&self.completions).push_back(Done {
+                let done = Done {
                     cb,
                     result: Ok(dup),
-                });
+                };
+                if self.config.acks == Acks::All {
+                    // Durable before it is reported: the original may have
+                    // been written with a lower `acks` (or still be in the
+                    // open batch, appended first).
+                    if pending_last.is_some() {
+                        self.append_pending(&mut st, key);
+                    }
+                    let target = original.map_or_else(|| log.end_offset(), |o| o + 1);
+                    self.complete_when_durable(&mut st, Arc::clone(log), target, done);
+                } else {
+                    lock(&self.completions).push_back(done);
+                }
                 drop(st);
                 self.fire();
                 return Ok(md);
