@@ -115,9 +115,10 @@ pub(crate) struct Registry {
 
 impl Registry {
     /// The lowest first offset not done of `topic`/`partition` among the
-    /// share groups open here (`None`: none holds it back). With
-    /// `mover_only`, only the delayed records' mover counts, and it holds
-    /// everything back (offset 0) while it is not open.
+    /// share groups open here that read it (`None`: none holds it back).
+    /// With `mover_only`, only the delayed records' mover counts, and it
+    /// holds everything back (offset 0) while it is not open or has not
+    /// read the partition yet.
     pub(crate) fn floor(&self, topic: &str, partition: u32, mover_only: bool) -> Option<u64> {
         let groups: Vec<Arc<ShareGroup>> = lock(&self.groups)
             .iter()
@@ -130,7 +131,11 @@ impl Registry {
             .filter_map(|g| {
                 let inner = lock(&g.inner);
                 inner.store.as_ref()?;
-                Some(inner.parts.get(&key).map_or(0, |p| p.start))
+                match inner.parts.get(&key) {
+                    Some(p) => Some(p.start),
+                    // A group of other topics holds nothing back here.
+                    None => mover_only.then_some(0),
+                }
             })
             .min();
         if mover_only {
@@ -249,6 +254,27 @@ impl ShareGroup {
         })
     }
 
+    /// The group locked for a delivery to member `id`, locks taken now
+    /// running for `lock_for`; and now.
+    ///
+    /// # Errors
+    /// A closed group or broker.
+    fn begin(
+        &self,
+        id: u64,
+        lock_for: Duration,
+    ) -> Result<(std::sync::MutexGuard<'_, Inner>, Delivery, Instant)> {
+        let mut inner = lock(&self.inner);
+        self.store(&mut inner)?;
+        let now = Instant::now();
+        let to = Delivery {
+            member: id,
+            deadline: now + lock_for,
+            now_ms: crate::clock::now_ms(),
+        };
+        Ok((inner, to, now))
+    }
+
     /// What member `id` may take before reading the log: locks that ran out
     /// are settled, records due again are delivered to it (at most `max`),
     /// and the partitions' positions and windows are reported.
@@ -262,15 +288,12 @@ impl ShareGroup {
         max: usize,
         lock_for: Duration,
     ) -> Result<Prepared> {
-        let mut inner = lock(&self.inner);
-        self.store(&mut inner)?;
-        let now = Instant::now();
-        let now_ms = crate::clock::now_ms();
-        let deadline = now + lock_for;
+        let (mut inner, to, now) = self.begin(id, lock_for)?;
         let limits = self.settings.limits();
         let mut out = Prepared::default();
         let mut ops = Ops::default();
-        let mut decided = Vec::new();
+        let mut decided: Vec<((String, u32), Vec<Change>)> = Vec::new();
+        let mut taken = 0usize;
         for key in assigned {
             let Some(part) = inner.parts.get_mut(key) else {
                 out.positions.push((key.clone(), None, false));
@@ -279,19 +302,9 @@ impl ShareGroup {
             let expired = part.expired(now, limits);
             out.expired += expired.len() as u64;
             part.apply(expired);
-            let left = max.saturating_sub(
-                decided
-                    .iter()
-                    .map(|(_, c): &(_, Vec<Change>)| c.len())
-                    .sum(),
-            );
-            let to = Delivery {
-                member: id,
-                deadline,
-                now_ms,
-            };
-            let changes = part.redeliverable(to, left, limits);
+            let changes = part.redeliverable(to, max.saturating_sub(taken), limits);
             if !changes.is_empty() {
+                taken += changes.len();
                 ops.changes(&key.0, key.1, &changes);
                 decided.push((key.clone(), changes));
             }
@@ -324,7 +337,7 @@ impl ShareGroup {
                 .push((key.clone(), Some(p.next), p.window_full(limits)));
         }
         let wall = wall_due.map(|d| {
-            now + Duration::from_millis(u64::try_from(d.saturating_sub(now_ms)).unwrap_or(0))
+            now + Duration::from_millis(u64::try_from(d.saturating_sub(to.now_ms)).unwrap_or(0))
         });
         out.next_due = min_opt(lock_due, wall);
         self.maybe_compact(&mut inner);
@@ -344,11 +357,7 @@ impl ShareGroup {
         max: usize,
         lock_for: Duration,
     ) -> Result<(Vec<Delivered>, u64)> {
-        let mut inner = lock(&self.inner);
-        self.store(&mut inner)?;
-        let now = Instant::now();
-        let now_ms = crate::clock::now_ms();
-        let deadline = now + lock_for;
+        let (mut inner, to, _) = self.begin(id, lock_for)?;
         let limits = self.settings.limits();
         let mut ops = Ops::default();
         let mut decided = Vec::new();
@@ -361,11 +370,6 @@ impl ShareGroup {
                 .parts
                 .entry(key.clone())
                 .or_insert_with(|| Part::at(start.unwrap_or(first)));
-            let to = Delivery {
-                member: id,
-                deadline,
-                now_ms,
-            };
             let (changes, next) = part.read(to, start, &messages, max - taken, limits);
             taken += changes
                 .iter()
