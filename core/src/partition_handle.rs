@@ -212,8 +212,9 @@ pub(crate) fn write(
 #[derive(Debug)]
 struct Closed {
     summary: Summary,
-    /// The retention floor to give the log when it opens.
-    retention_floor: u64,
+    /// The retention floor to give the log when it opens (`None`: the one
+    /// it starts with).
+    retention_floor: Option<u64>,
 }
 
 /// One partition of a topic: its log once opened, its summary before.
@@ -249,7 +250,7 @@ impl PartitionHandle {
             log: OnceLock::new(),
             closed: Mutex::new(Some(Closed {
                 summary,
-                retention_floor: u64::MAX,
+                retention_floor: None,
             })),
             opens: AtomicU64::new(0),
             start_at_open: AtomicU64::new(0),
@@ -276,10 +277,12 @@ impl PartitionHandle {
         if let Some(log) = self.log.get() {
             return Ok(Arc::clone(log));
         }
-        let floor = closed.as_ref().map_or(u64::MAX, |c| c.retention_floor);
+        let floor = closed.as_ref().and_then(|c| c.retention_floor);
         self.opens.fetch_add(1, Ordering::Relaxed);
         let log = open()?;
-        log.set_retention_floor(floor);
+        if let Some(floor) = floor {
+            log.set_retention_floor(floor);
+        }
         self.start_at_open
             .store(log.start_offset(), Ordering::Relaxed);
         let _ = self.log.set(Arc::clone(&log));
@@ -318,7 +321,7 @@ impl PartitionHandle {
         let mut closed = sync::lock(&self.closed);
         match (closed.as_mut(), self.log.get()) {
             (_, Some(log)) => log.set_retention_floor(floor),
-            (Some(c), None) => c.retention_floor = floor,
+            (Some(c), None) => c.retention_floor = Some(floor),
             (None, None) => {}
         }
     }

@@ -367,6 +367,7 @@ impl Topic {
             prefault: options.prefault,
             file_mode: options.file_mode,
             log_append_time: config.log_append_time,
+            respects_groups: config.retention_respects_groups,
             unclean: Arc::clone(&options.unclean),
             pool: Arc::clone(&options.pool),
             files: Arc::clone(&options.files),

@@ -537,3 +537,62 @@ fn a_share_group_of_one_topic_does_not_hold_back_retention_of_another() {
     let info = mq.topic("b").unwrap();
     assert!(info.partitions[0].start_offset > 0, "{info:?}");
 }
+
+#[test]
+fn a_share_group_holds_back_the_retention_of_rolls_from_its_first_read() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mq = Broker::open(tmp.path(), cfg()).unwrap();
+    mq.create_topic(
+        "jobs",
+        TopicConfig::new(1)
+            .segment_bytes(4096)
+            .retention_ms(1)
+            .retention_respects_groups(true),
+    )
+    .unwrap();
+    produce(&mq, "jobs", 1, 1);
+    let mut c = share(&mq, ShareConsumerConfig::group("g"), "jobs");
+    let first = poll_n(&mut c, 1, Duration::from_secs(5));
+    assert_eq!(first.len(), 1);
+    // No retention pass in between: only the rolls' own retention runs,
+    // with the floor the group's first read set.
+    std::thread::sleep(Duration::from_millis(5));
+    produce(&mq, "jobs", 1, 500);
+    assert_eq!(mq.topic("jobs").unwrap().partitions[0].start_offset, 0);
+    let rest = poll_n(&mut c, 500, Duration::from_secs(10));
+    let mut values: Vec<u64> = rest.iter().map(value).collect();
+    values.sort_unstable();
+    assert_eq!(values, (0..500).collect::<Vec<_>>());
+    c.ack(&first).unwrap();
+    c.ack(&rest).unwrap();
+}
+
+#[test]
+fn a_share_group_opened_again_holds_back_what_it_had_not_done_with() {
+    let tmp = tempfile::tempdir().unwrap();
+    {
+        let mq = Broker::open(tmp.path(), cfg()).unwrap();
+        mq.create_topic(
+            "jobs",
+            TopicConfig::new(1)
+                .segment_bytes(4096)
+                .retention_ms(1)
+                .retention_respects_groups(true),
+        )
+        .unwrap();
+        produce(&mq, "jobs", 1, 3);
+        let mut c = share(&mq, ShareConsumerConfig::group("g"), "jobs");
+        let got = poll_n(&mut c, 3, Duration::from_secs(5));
+        assert_eq!(got.len(), 3);
+        c.ack(&got[..1]).unwrap();
+    }
+    // Reopened: the group is not open when the broker starts; opening it
+    // brings its floor back before the rolls that follow.
+    let mq = Broker::open(tmp.path(), cfg()).unwrap();
+    let mut c = share(&mq, ShareConsumerConfig::group("g"), "jobs");
+    std::thread::sleep(Duration::from_millis(5));
+    produce(&mq, "jobs", 1, 500);
+    assert!(mq.topic("jobs").unwrap().partitions[0].start_offset <= 1);
+    let got = poll_n(&mut c, 502, Duration::from_secs(10));
+    assert_eq!(got.len(), 502);
+}

@@ -602,6 +602,7 @@ impl Broker {
         let res = self.inner.topic(name)?.add_partitions(partitions);
         self.inner.topics_changed();
         self.inner.announce_topics();
+        self.inner.refresh_retention_floors(name);
         res
     }
 
@@ -933,6 +934,8 @@ impl BrokerInner {
         sync::write(&self.topics).insert(name.to_owned(), Arc::new(topic));
         self.topics_changed();
         self.announce_topics();
+        // Its logs keep everything until the floors are known.
+        self.refresh_retention_floors(name);
         Ok(())
     }
 

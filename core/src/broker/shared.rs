@@ -177,6 +177,9 @@ fn open_engine(dir: std::path::PathBuf, config: Config) -> Result<Arc<BrokerInne
     });
     inner.read_topics();
     inner.groups.load_all(&inner.dir, mode)?;
+    for t in inner.topic_names() {
+        inner.refresh_retention_floors(&t);
+    }
     if !readonly {
         // Retention runs in every process that writes, under each
         // partition's append lock.
@@ -301,10 +304,14 @@ impl BrokerInner {
         let held = LiveLock::hold(&self.dir.join(DDL_FILE), self.config.file_mode)?;
         let version = share.topics_version();
         if version != self.topics_seen.load(Ordering::Acquire) {
-            let _ddl = sync::lock(&self.ddl);
-            self.read_topics();
-            self.topics_seen.store(version, Ordering::Release);
-            self.topics_changed();
+            let opened = {
+                let _ddl = sync::lock(&self.ddl);
+                let opened = self.read_topics();
+                self.topics_seen.store(version, Ordering::Release);
+                self.topics_changed();
+                opened
+            };
+            self.refresh_floors_of(&opened);
         }
         Ok(Some(held))
     }
@@ -343,23 +350,37 @@ impl BrokerInner {
 
     #[cold]
     fn follow_topics_slow(&self, share: &DirShare) {
-        let _ddl = sync::lock(&self.ddl);
-        let version = share.topics_version();
-        if version == self.topics_seen.load(Ordering::Acquire) {
-            return;
+        let opened = {
+            let _ddl = sync::lock(&self.ddl);
+            let version = share.topics_version();
+            if version == self.topics_seen.load(Ordering::Acquire) {
+                return;
+            }
+            let opened = self.read_topics();
+            self.topics_seen.store(version, Ordering::Release);
+            self.topics_changed();
+            opened
+        };
+        self.refresh_floors_of(&opened);
+    }
+
+    /// Sets the retention floors of topics just opened (their logs keep
+    /// everything until then).
+    fn refresh_floors_of(&self, topics: &[String]) {
+        for t in topics {
+            self.refresh_retention_floors(t);
         }
-        self.read_topics();
-        self.topics_seen.store(version, Ordering::Release);
-        self.topics_changed();
     }
 
     /// Brings the reader topics in line with the topics directory: opens
     /// new ones, grows those with more partitions, drops deleted ones (and
     /// one deleted and created again under its name, opened anew).
-    fn read_topics(&self) {
+    /// Returns the names of the topics opened.
+    fn read_topics(&self) -> Vec<String> {
+        let mut opened = Vec::new();
         let tdir = topics_dir(&self.dir);
         let Ok(listing) = std::fs::read_dir(&tdir) else {
-            return; // nothing created yet
+            return opened; // nothing created yet
         };
         let mut present = HashSet::new();
         for entry in listing.flatten() {
@@ -379,6 +400,7 @@ impl BrokerInner {
             match Topic::open_reader(entry.path(), self.topic_options()) {
                 Ok(Some(t)) => {
                     present.insert(name.clone());
+                    opened.push(name.clone());
                     sync::write(&self.damaged).remove(&name);
                     if let Some(old) = sync::write(&self.topics).insert(name, Arc::new(t)) {
                         old.mark_deleted();
@@ -403,5 +425,6 @@ impl BrokerInner {
             keep
         });
         sync::write(&self.damaged).retain(|name, _| present.contains(name));
+        opened
     }
 }

@@ -72,6 +72,10 @@ pub(crate) struct LogConfig {
     pub file_mode: u32,
     /// Stamp batches with their append time.
     pub log_append_time: bool,
+    /// Time retention keeps what groups have not committed
+    /// (`retention_respects_groups`): until the broker first sets the
+    /// floor, the log keeps everything.
+    pub respects_groups: bool,
     /// The data directory's unclean mark, set before the first append.
     pub unclean: Arc<UncleanMark>,
     /// The broker's background threads (page faulting, writing ahead,
@@ -144,6 +148,17 @@ impl std::fmt::Debug for Doorbell {
 }
 
 impl LogConfig {
+    /// The retention floor a log starts with: keep all when its topic
+    /// respects groups (the broker lowers it once it knows the groups'
+    /// offsets), no limit otherwise.
+    fn initial_retention_floor(&self) -> u64 {
+        if self.respects_groups {
+            0
+        } else {
+            u64::MAX
+        }
+    }
+
     fn sizes(&self) -> SegmentSizes {
         SegmentSizes {
             log_bytes: self.segment_bytes,
@@ -324,7 +339,8 @@ pub(crate) struct PartitionLog {
     poisoned: AtomicBool,
     flushes: AtomicU64,
     /// The lowest offset committed by any group (`u64::MAX`: no limit):
-    /// time retention does not delete past it.
+    /// time retention does not delete past it. A log whose topic respects
+    /// groups starts at 0 (keep all) until the broker computes it.
     retention_floor: AtomicU64,
     /// The next segment, being prepared by the broker's pool.
     prepare: Mutex<Option<Pending<Result<PreparedSegment>>>>,

@@ -166,7 +166,7 @@ impl PartitionLog {
             flushed_fast: AtomicU64::new(if appends { durable } else { u64::MAX }),
             poisoned: AtomicBool::new(false),
             flushes: AtomicU64::new(0),
-            retention_floor: AtomicU64::new(u64::MAX),
+            retention_floor: AtomicU64::new(config.initial_retention_floor()),
             prepare: Mutex::new(None),
             populating: Arc::new(AtomicBool::new(false)),
             recovery: RecoveryStats::default(),

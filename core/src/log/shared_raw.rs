@@ -56,6 +56,7 @@ impl Options {
             prefault: false,
             file_mode: 0o600,
             log_append_time: false,
+            respects_groups: false,
             unclean,
             pool: Arc::new(Pool::new(1)),
             files: Arc::new(FileCache::new(64)),

@@ -175,6 +175,9 @@ impl Registry {
             return Ok(g);
         }
         let (store, parts) = Store::open(broker.dir(), name, broker.file_mode())?;
+        let mut topics: Vec<String> = parts.keys().map(|(t, _)| t.clone()).collect();
+        topics.sort();
+        topics.dedup();
         let g = Arc::new(ShareGroup {
             name: name.to_owned(),
             broker: Arc::clone(broker),
@@ -190,6 +193,11 @@ impl Registry {
         });
         groups.retain(|_, w| w.strong_count() > 0);
         groups.insert(name.to_owned(), Arc::downgrade(&g));
+        drop(groups);
+        // Retention keeps what the group has not done with from now on.
+        for t in &topics {
+            broker.refresh_retention_floors(t);
+        }
         Ok(g)
     }
 }
@@ -362,10 +370,14 @@ impl ShareGroup {
         let mut ops = Ops::default();
         let mut decided = Vec::new();
         let mut taken = 0usize;
+        let mut new_parts: Vec<(String, u32)> = Vec::new();
         for (key, start, messages) in reads {
             let Some(first) = messages.first().map(Message::offset) else {
                 continue;
             };
+            if !inner.parts.contains_key(&key) {
+                new_parts.push(key.clone());
+            }
             let part = inner
                 .parts
                 .entry(key.clone())
@@ -379,7 +391,13 @@ impl ShareGroup {
             decided.push((key, changes, next));
         }
         start_ops(&mut inner.parts, &mut ops);
-        append(inner.store.as_mut(), &ops)?;
+        if let Err(e) = append(inner.store.as_mut(), &ops) {
+            // Nothing changes: not even the partitions first read here.
+            for key in &new_parts {
+                inner.parts.remove(key);
+            }
+            return Err(e);
+        }
         mark_starts_stored(&mut inner.parts);
         let mut delivered = Vec::new();
         let mut dead_lettered = 0;
@@ -399,6 +417,14 @@ impl ShareGroup {
             }
         }
         self.maybe_compact(&mut inner);
+        drop(inner);
+        // A partition read for the first time holds retention back from
+        // now on (the floor is not lowered elsewhere).
+        let mut topics: Vec<&str> = new_parts.iter().map(|(t, _)| t.as_str()).collect();
+        topics.dedup();
+        for t in topics {
+            self.broker.refresh_retention_floors(t);
+        }
         Ok((delivered, dead_lettered))
     }
 
