@@ -3904,10 +3904,13 @@ enum mql_status mql_share_subscribe_many(struct mql_share_consumer *consumer,
  * `mql_share_reject`) before its lock runs out; `mql_share_message_delivery_count`
  * says how often it was delivered.
  *
- * The consumer fetches up to `max_poll_records` messages at once and
- * hands them out one per call. The fetched messages are locked to it from
- * the fetch on; each one's lock is renewed when it is handed out, and one
- * whose lock ran out meanwhile is skipped (the group delivers it again).
+ * The consumer takes up to `max_poll_records` messages at once and hands
+ * them out one per call. They are locked to it from the moment it took
+ * them; one is handed out only while at least half of its lock is left:
+ * after that the consumer gives the rest back to the group (delivered
+ * again, to any member, their delivery not counted) and takes anew. A
+ * consumer that needs more than half a lock per message should lower
+ * `max_poll_records`.
  *
  * Returns `MQL_TIMEOUT`, with `*out` untouched, when nothing arrived in
  * time.

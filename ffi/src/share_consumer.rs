@@ -3,14 +3,10 @@
 //! topics they subscribe to, each message to one member at a time, and
 //! settle each one: acknowledge, release, reject or renew.
 //!
-//! `mql_share_poll` hands out one message per call from what one engine
-//! poll delivered (up to `max_poll_records` messages, all locked to the
-//! consumer at once); the handle keeps the rest in a queue. A queued
-//! message's lock is renewed when it is handed out, so that every message
-//! is held for `lock_duration_ms` from the moment C receives it; one whose
-//! lock ran out meanwhile is dropped (the group delivers it again).
+//! `mql_share_poll` is the engine's `ShareConsumer::poll_one`: one message
+//! per call from what one engine poll took (up to `max_poll_records`
+//! messages, all locked to the consumer at once).
 
-use std::collections::VecDeque;
 use std::ffi::{c_char, c_int};
 use std::time::Duration;
 
@@ -206,8 +202,6 @@ pub struct mql_share_consumer {
     inner: ShareConsumer,
     /// The subscribed topics (the engine's subscribe takes the whole list).
     topics: Vec<String>,
-    /// Messages fetched and not handed out yet, in the order fetched.
-    queue: VecDeque<ShareMessage>,
 }
 
 /// A message delivered to a share consumer. Made by `mql_share_poll`,
@@ -247,8 +241,7 @@ impl mql_share_consumer {
         Ok(())
     }
 
-    /// The next message: from the queue (its lock renewed), else from a
-    /// fetch, waiting up to `timeout_ms` (negative: no limit).
+    /// The next message, waiting up to `timeout_ms` (negative: no limit).
     fn next(&mut self, timeout_ms: i32) -> FfiResult<ShareMessage> {
         self.check_open()?;
         if self.topics.is_empty() {
@@ -256,29 +249,14 @@ impl mql_share_consumer {
                 "the share consumer has no subscription (call mql_share_subscribe first)",
             ));
         }
-        while let Some(m) = self.queue.pop_front() {
-            match self.inner.renew(std::slice::from_ref(&m)) {
-                Ok(()) => return Ok(m),
-                // Its lock ran out while it waited here: the group
-                // delivers it again.
-                Err(mqlite::Error::InvalidRecordState(_)) => {}
-                Err(e) => {
-                    self.queue.push_front(m);
-                    return Err(e.into());
-                }
-            }
-        }
         let wait = if timeout_ms < 0 {
             Duration::from_secs(3600)
         } else {
             Duration::from_millis(timeout_ms.unsigned_abs().into())
         };
         loop {
-            let got = self.inner.poll(wait)?;
-            let mut got = got.into_iter();
-            if let Some(first) = got.next() {
-                self.queue.extend(got);
-                return Ok(first);
+            if let Some(m) = self.inner.poll_one(wait)? {
+                return Ok(m);
             }
             if timeout_ms >= 0 {
                 return Err(mqlite::Error::Timeout(wait.as_millis() as u64).into());
@@ -348,7 +326,6 @@ pub unsafe extern "C" fn mql_share_consumer_new(
         let handle = mql_share_consumer {
             inner,
             topics: Vec::new(),
-            queue: VecDeque::new(),
         };
         // SAFETY: `out` is valid for writes by the caller's contract.
         unsafe { out.write(into_handle(handle)) };
@@ -420,10 +397,13 @@ pub unsafe extern "C" fn mql_share_subscribe_many(
 /// `mql_share_reject`) before its lock runs out; `mql_share_message_delivery_count`
 /// says how often it was delivered.
 ///
-/// The consumer fetches up to `max_poll_records` messages at once and
-/// hands them out one per call. The fetched messages are locked to it from
-/// the fetch on; each one's lock is renewed when it is handed out, and one
-/// whose lock ran out meanwhile is skipped (the group delivers it again).
+/// The consumer takes up to `max_poll_records` messages at once and hands
+/// them out one per call. They are locked to it from the moment it took
+/// them; one is handed out only while at least half of its lock is left:
+/// after that the consumer gives the rest back to the group (delivered
+/// again, to any member, their delivery not counted) and takes anew. A
+/// consumer that needs more than half a lock per message should lower
+/// `max_poll_records`.
 ///
 /// Returns `MQL_TIMEOUT`, with `*out` untouched, when nothing arrived in
 /// time.
@@ -626,7 +606,6 @@ pub unsafe extern "C" fn mql_share_consumer_close(consumer: *mut mql_share_consu
     guard(|| {
         let sc = arg!(mut consumer);
         sc.inner.close();
-        sc.queue.clear();
         Ok(())
     })
 }

@@ -5,9 +5,9 @@
 //!
 //! One engine poll delivers up to `max_poll_records` messages, each locked
 //! to this consumer from then on; `poll()` and iteration hand them out one
-//! at a time (the rest are held here), `poll_batch()` and `consume()` hand
-//! out several. Held messages whose lock ran out are dropped: the group
-//! delivers them again.
+//! at a time (the engine's `poll_one`, which holds the rest and gives them
+//! back to the group once half their lock has run), `poll_batch()` and
+//! `consume()` hand out several.
 //!
 //! # The GIL
 //!
@@ -27,7 +27,6 @@
 //! empty the [`Slot`] of every message handed out, whatever Python objects
 //! still refer to them.
 
-use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError, Weak};
 use std::time::{Duration, Instant};
@@ -56,9 +55,6 @@ type Slot = Mutex<Option<mqlite::ShareMessage>>;
 struct State {
     /// None once closed (dropped: see the module documentation).
     consumer: Option<mqlite::ShareConsumer>,
-    held: VecDeque<mqlite::ShareMessage>,
-    /// When the held messages were delivered (their locks started).
-    held_at: Instant,
     /// The messages handed out, emptied at close.
     handed: Vec<Weak<Slot>>,
     /// Length of `handed` after its last pruning.
@@ -68,20 +64,16 @@ struct State {
 }
 
 impl State {
-    /// The next held message, unless their locks ran out (then they are
-    /// dropped: the group delivers them again).
-    fn next_held(&mut self, lock_for: Duration) -> Option<mqlite::ShareMessage> {
-        if !self.held.is_empty() && self.held_at.elapsed() >= lock_for {
-            self.held.clear();
-        }
-        self.held.pop_front()
+    /// The next message the engine consumer holds, if it can hand one out
+    /// at once (see `mqlite::ShareConsumer::next_held`).
+    fn next_held(&mut self) -> Option<mqlite::ShareMessage> {
+        self.consumer.as_mut()?.next_held()
     }
 
     /// Leaves the group (once): the messages this consumer holds, handed
     /// out or not, are delivered again; the engine consumer and messages
     /// are dropped.
     fn shut_down(&mut self) {
-        self.held.clear();
         if let Some(mut c) = self.consumer.take() {
             c.close();
             self.final_stats = c.stats();
@@ -174,7 +166,6 @@ pub struct ShareConsumer {
     polls: AtomicU64,
     broker: Py<Broker>,
     group_id: String,
-    lock_for: Duration,
     /// Acknowledgements are synced (`commit_acks="all"`).
     syncs: bool,
 }
@@ -238,7 +229,6 @@ impl ShareConsumer {
         n: NewShareConsumer,
     ) -> PyResult<Self> {
         let syncs = n.config.commit_acks == mqlite::Acks::All;
-        let lock_for = Duration::from_millis(n.config.lock_duration_ms);
         let engine = &broker.get().inner;
         let config = n.config;
         let mut inner = py.detach(|| engine.share_consumer(config)).py_err(py)?;
@@ -251,8 +241,6 @@ impl ShareConsumer {
         let group_id = inner.group_id().to_owned();
         let state = Arc::new(Mutex::new(State {
             consumer: Some(inner),
-            held: VecDeque::new(),
-            held_at: Instant::now(),
             handed: Vec::new(),
             pruned_len: 0,
             final_stats: mqlite::ShareConsumerStats::default(),
@@ -266,7 +254,6 @@ impl ShareConsumer {
             woken: AtomicBool::new(false),
             polls: AtomicU64::new(0),
             broker: broker.clone().unbind(),
-            lock_for,
             syncs,
         })
     }
@@ -335,7 +322,7 @@ impl ShareConsumer {
     ) -> PyResult<Option<mqlite::ShareMessage>> {
         {
             let mut st = self.open_state(py)?;
-            if let Some(m) = st.next_held(self.lock_for) {
+            if let Some(m) = st.next_held() {
                 return Ok(Some(m));
             }
         }
@@ -357,14 +344,7 @@ impl ShareConsumer {
                 let Some(c) = st.consumer.as_mut() else {
                     return Ok(None);
                 };
-                let mut polled = c.poll(slice)?;
-                if polled.is_empty() {
-                    return Ok(None);
-                }
-                let first = polled.remove(0);
-                st.held = polled.into();
-                st.held_at = Instant::now();
-                Ok(Some(first))
+                c.poll_one(slice)
             });
             match got {
                 Ok(Some(m)) => return Ok(Some(m)),
@@ -389,7 +369,7 @@ impl ShareConsumer {
         // Closed meanwhile: return what was taken; the next call raises.
         if let Ok(mut st) = self.open_state(py) {
             while out.len() < max {
-                let Some(m) = st.next_held(self.lock_for) else {
+                let Some(m) = st.next_held() else {
                     break;
                 };
                 out.push(m);
@@ -476,9 +456,11 @@ impl ShareConsumer {
     /// One engine poll delivers up to `max_poll_records` messages, each
     /// locked to this consumer from then on: messages due again (released,
     /// or whose lock ran out) first, then new ones. `poll()` hands them out
-    /// one at a time (a held message whose lock ran out meanwhile is
-    /// dropped and delivered again); with slow processing, lower
-    /// `max_poll_records` or use `poll_batch()`.
+    /// one at a time while at least half of their lock is left; after
+    /// that the consumer gives the rest back to the group (delivered
+    /// again, to any member, their delivery not counted) and polls anew.
+    /// If handling a message takes more than half a lock, lower
+    /// `max_poll_records`.
     ///
     /// Args:
     ///     timeout: Seconds to wait (float); None waits until a message

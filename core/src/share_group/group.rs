@@ -37,9 +37,18 @@ impl Settings {
 #[derive(Debug, Clone)]
 pub(crate) enum Action {
     Ack,
-    Release { delay_ms: u64 },
-    Reject { reason: String },
-    Renew { lock: Duration },
+    Release {
+        delay_ms: u64,
+    },
+    Reject {
+        reason: String,
+    },
+    Renew {
+        lock: Duration,
+    },
+    /// Gives back records the consumer fetched but never handed to the
+    /// application: available now, their delivery not counted.
+    Return,
 }
 
 /// A read of one partition: the partition, the offset the read started
@@ -501,6 +510,11 @@ impl ShareGroup {
                     },
                     ..e.clone()
                 },
+                Action::Return => Entry {
+                    state: State::Available { not_before_ms: 0 },
+                    count: e.count.saturating_sub(1),
+                    ..e.clone()
+                },
             };
             by_part
                 .entry(key)
@@ -512,7 +526,7 @@ impl ShareGroup {
             changes.sort_by_key(|c| c.offset);
             // A release without a delay and a renewal change nothing stored.
             let stored = match action {
-                Action::Ack | Action::Reject { .. } => true,
+                Action::Ack | Action::Reject { .. } | Action::Return => true,
                 Action::Release { delay_ms } => *delay_ms > 0,
                 Action::Renew { .. } => false,
             };
@@ -738,24 +752,6 @@ impl ShareGroup {
             b.available += (end.saturating_sub(next)).saturating_sub(unread_known);
         }
         Ok(b)
-    }
-
-    /// Counts of the group's state: records in flight (acquired) and
-    /// partitions whose window is full.
-    pub(crate) fn in_flight(&self) -> (u64, u64) {
-        let inner = lock(&self.inner);
-        let limits = self.settings.limits();
-        let mut acquired = 0;
-        let mut full = 0;
-        for p in inner.parts.values() {
-            acquired += p
-                .entries
-                .values()
-                .filter(|e| matches!(e.state, State::Acquired { .. }))
-                .count() as u64;
-            full += u64::from(p.window_full(limits));
-        }
-        (acquired, full)
     }
 }
 

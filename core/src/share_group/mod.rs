@@ -30,10 +30,11 @@
 //! [`renew`]: ShareMessage::renew
 
 mod group;
+mod held;
 mod state;
 mod store;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -175,11 +176,12 @@ impl ShareConsumerConfig {
 /// What a share consumer did so far.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ShareConsumerStats {
-    /// Messages delivered by `poll` (deliveries again included).
+    /// Messages handed out by `poll` and `poll_one` (deliveries again
+    /// included; not those given back before they were handed out).
     pub records: u64,
     /// Of those, deliveries of a message delivered before.
     pub redelivered: u64,
-    /// Calls to `poll`.
+    /// Calls to `poll` and `poll_one`.
     pub polls: u64,
     /// Messages acknowledged.
     pub acked: u64,
@@ -231,11 +233,15 @@ impl Member {
             Action::Ack => c.acked.fetch_add(n, Ordering::Relaxed),
             Action::Release { .. } => c.released.fetch_add(n, Ordering::Relaxed),
             Action::Reject { .. } => c.rejected.fetch_add(n, Ordering::Relaxed),
-            Action::Renew { .. } => 0,
+            Action::Renew { .. } | Action::Return => 0,
         };
         c.dead_lettered
             .fetch_add(settled.dead_lettered, Ordering::Relaxed);
-        if durable && !matches!(action, Action::Renew { .. } | Action::Reject { .. }) {
+        let synced = !matches!(
+            action,
+            Action::Renew { .. } | Action::Reject { .. } | Action::Return
+        );
+        if durable && synced {
             self.group.sync(settled.ticket)?;
         }
         Ok(())
@@ -340,6 +346,10 @@ pub struct ShareConsumer {
     /// Where the reader is, per partition, as far as this member knows.
     positions: HashMap<(String, u32), u64>,
     paused: HashSet<(String, u32)>,
+    /// Messages taken from the group and not handed out yet (see
+    /// [`held`]), handed out until `held_until`.
+    held: VecDeque<ShareMessage>,
+    held_until: Instant,
     stats: ShareConsumerStats,
     closed: bool,
 }
@@ -392,6 +402,8 @@ impl ShareConsumer {
             reader,
             positions: HashMap::default(),
             paused: HashSet::default(),
+            held: VecDeque::new(),
+            held_until: Instant::now(),
             stats: ShareConsumerStats::default(),
             closed: false,
         })
@@ -426,6 +438,7 @@ impl ShareConsumer {
     pub fn subscribe(&mut self, topics: &[&str]) -> Result<()> {
         self.check_open()?;
         self.reader.subscribe(topics)?;
+        self.give_back_held();
         self.positions.clear();
         self.paused.clear();
         Ok(())
@@ -434,6 +447,8 @@ impl ShareConsumer {
     /// Up to `max_poll_records` messages, each locked to this consumer for
     /// `lock_duration_ms`, waiting up to `timeout` for the first: messages
     /// due again (released, or whose lock ran out) first, then new ones.
+    /// Messages [`poll_one`](Self::poll_one) holds are returned first
+    /// (without taking more).
     ///
     /// # Errors
     /// [`Error::Closed`]; I/O errors reading the log or writing the
@@ -441,6 +456,19 @@ impl ShareConsumer {
     pub fn poll(&mut self, timeout: Duration) -> Result<Vec<ShareMessage>> {
         self.check_open()?;
         self.stats.polls += 1;
+        let held = self.take_held();
+        if !held.is_empty() {
+            return Ok(held);
+        }
+        let got = self.fetch(timeout)?;
+        self.stats.records += got.len() as u64;
+        self.stats.redelivered += got.iter().filter(|m| m.delivery_count > 1).count() as u64;
+        Ok(got)
+    }
+
+    /// Takes up to `max_poll_records` messages from the group (see
+    /// [`poll`](Self::poll)), not counted in the stats yet.
+    fn fetch(&mut self, timeout: Duration) -> Result<Vec<ShareMessage>> {
         let deadline = Instant::now() + timeout;
         let max = self.config.max_poll_records;
         // A pass that moved the reader (a seek, a partition resumed, the
@@ -449,6 +477,8 @@ impl ShareConsumer {
         let mut passes = 0;
         loop {
             passes += 1;
+            // The locks of what this pass takes start after this.
+            let pass_start = Instant::now();
             let assigned = self.reader.assignment();
             let prepared =
                 self.member
@@ -480,6 +510,7 @@ impl ShareConsumer {
             }
             if !got.is_empty() || (Instant::now() >= deadline && passes >= 2) {
                 self.stats.skipped = self.reader.stats().skipped;
+                self.hold_from(pass_start);
                 return Ok(self.hand_out(got));
             }
             self.check_open()?;
@@ -538,9 +569,7 @@ impl ShareConsumer {
         by
     }
 
-    fn hand_out(&mut self, got: Vec<Delivered>) -> Vec<ShareMessage> {
-        self.stats.records += got.len() as u64;
-        self.stats.redelivered += got.iter().filter(|(_, c)| *c > 1).count() as u64;
+    fn hand_out(&self, got: Vec<Delivered>) -> Vec<ShareMessage> {
         got.into_iter()
             .map(|(message, delivery_count)| ShareMessage {
                 message,
@@ -636,16 +665,14 @@ impl ShareConsumer {
         )
     }
 
-    /// Messages of the group now locked to a consumer in this process, and
-    /// partitions whose window is full.
-    pub fn in_flight(&self) -> (u64, u64) {
-        self.member.group.in_flight()
-    }
-
     /// Leaves the group: the messages this consumer holds are delivered
     /// again (to other members). Later calls fail with [`Error::Closed`].
     pub fn close(&mut self) {
         if !self.closed {
+            if !self.member.group.broker_closed() {
+                self.give_back_held();
+            }
+            self.held.clear();
             self.closed = true;
             self.member.group.leave(self.member.id);
             self.reader.close();
