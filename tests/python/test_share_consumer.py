@@ -363,3 +363,26 @@ def test_kill_9_acked_never_again_every_message_at_least_once(data_dir: Path) ->
         # A delivery the killed child got counts.
         if k in delivered_to_child:
             assert count >= 2, (k, count)
+
+
+def test_a_slow_consumer_gives_back_what_it_did_not_hand_out(mq: mqlite.Broker) -> None:
+    """`poll()` hands a poll's messages out while half their lock is left;
+    the rest go back to the group uncounted, so `max_deliveries=1` does not
+    dead-letter messages the application never saw."""
+    fill(mq, per_partition=5)
+    sc = mq.share_consumer("sg", "t", lock_duration_ms=200, max_deliveries=1)
+    seen = []
+    deadline = time.monotonic() + 20
+    while len(seen) < 5 and time.monotonic() < deadline:
+        m = sc.poll(timeout=0.05)
+        if m is None:
+            continue
+        assert m.delivery_count == 1, key(m)
+        time.sleep(0.12)
+        m.ack()
+        seen.append(m.value)
+    assert sorted(seen) == [f"0-{i}".encode() for i in range(5)]
+    s = sc.stats()
+    assert (s.dead_lettered, s.redelivered, s.acked) == (0, 0, 5)
+    assert "t.sg.dlq" not in mq.topics()
+    sc.close()
