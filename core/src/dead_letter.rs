@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex};
 use crate::broker::BrokerInner;
 use crate::error::{Error, Result};
 use crate::message::Message;
-use crate::producer::{Acks, Producer, ProducerConfig, Record};
+use crate::producer::{Acks, Producer, ProducerAccessMode, ProducerConfig, Record};
 use crate::sync::lock;
 use crate::topic::TopicConfig;
 
@@ -144,7 +144,13 @@ impl DeadLetters {
         let name = producer_name(self.prefix, &self.group, topic, partition);
         let p = Arc::new(Producer::sparse(
             Arc::clone(&self.broker),
-            ProducerConfig::default().name(name).acks(Acks::All),
+            // Processes sharing the directory may dead-letter the same
+            // partition's records: none fences another, and the sequence
+            // (the source offset) drops what was sent already.
+            ProducerConfig::default()
+                .name(name)
+                .acks(Acks::All)
+                .access_mode(ProducerAccessMode::Shared),
         )?);
         lock(&self.producers).insert(key, Arc::clone(&p));
         Ok(p)

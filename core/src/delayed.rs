@@ -39,6 +39,7 @@ use crate::error::{Error, Result};
 use crate::log::batch::Header;
 use crate::producer::{Acks, BorrowedRecord, Producer, ProducerConfig, Record};
 use crate::share_group::{ShareConsumer, ShareConsumerConfig, ShareMessage};
+use crate::shared::LiveLock;
 use crate::sync::lock;
 use crate::topic::TopicConfig;
 
@@ -265,6 +266,8 @@ fn pause(stop: &AtomicBool, d: Duration) {
 
 /// The mover at work.
 struct Moving {
+    /// The mover's lock (one mover per data directory).
+    _held: LiveLock,
     broker: Arc<BrokerInner>,
     consumer: ShareConsumer,
     /// Named producers by `__delayed` partition.
@@ -273,6 +276,17 @@ struct Moving {
 
 impl Moving {
     fn open(broker: &Arc<BrokerInner>) -> Result<Moving> {
+        // One mover for the data directory: other processes of a shared
+        // directory may use the mover's share group, only one moves.
+        let gdir = broker.dir().join("groups");
+        crate::private_dir::create_dir_all(&gdir, broker.file_mode())?;
+        let lock_path = gdir.join(format!("{MOVER_GROUP}.mover.lock"));
+        let Some(held) = LiveLock::try_hold(&lock_path, broker.file_mode())? else {
+            return Err(Error::Locked {
+                path: lock_path,
+                holder: "the delayed records' mover of another process".into(),
+            });
+        };
         let config = ShareConsumerConfig::group(MOVER_GROUP)
             .max_deliveries(0)
             .max_in_flight(MAX_WAITING)
@@ -283,6 +297,7 @@ impl Moving {
         let mut consumer = ShareConsumer::new(Arc::clone(broker), config)?;
         consumer.subscribe(&[TOPIC])?;
         Ok(Moving {
+            _held: held,
             broker: Arc::clone(broker),
             consumer,
             producers: std::collections::HashMap::new(),

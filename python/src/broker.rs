@@ -863,7 +863,8 @@ impl Broker {
     ///         in this process.
     ///     mqlite.InvalidTopicName: A topic or `dead_letter_topic` is not a
     ///         valid name.
-    ///     mqlite.Locked: Another process uses the share group.
+    ///     mqlite.Locked: Another process uses the share group (a broker
+    ///         not opened with `shared=True`).
     ///     mqlite.ReadOnly: The broker is read-only.
     ///     mqlite.Closed: The broker is closed.
     ///     TypeError: An argument has the wrong type.

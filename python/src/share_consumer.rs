@@ -142,9 +142,9 @@ impl Registry {
 /// times without an acknowledgement goes to the dead-letter topic.
 ///
 /// The group's state is kept in the data directory and survives `kill -9`
-/// and reopening: acknowledged messages are never delivered again. A share
-/// group is used by one process at a time (another raises `mqlite.Locked`),
-/// by any number of members in it.
+/// and reopening: acknowledged messages are never delivered again. With
+/// `shared=True` its members may be in any number of processes; otherwise
+/// one process uses it (another raises `mqlite.Locked`).
 ///
 /// An iterator: `for msg in consumer` blocks for the next message and stops
 /// when the consumer (or its broker) is closed or `wakeup()` is called. A

@@ -638,7 +638,7 @@ impl Broker {
     /// # Errors
     /// [`Error::InvalidArgument`] for invalid settings, or settings that
     /// differ from those of the group's members open in this process;
-    /// [`Error::Locked`] if another process uses the group;
+    /// [`Error::Locked`] if another process uses the group (exclusive mode only);
     /// [`Error::ReadOnly`] on a read-only handle.
     pub fn share_consumer(&self, config: ShareConsumerConfig) -> Result<ShareConsumer> {
         self.check_open()?;

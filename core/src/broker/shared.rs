@@ -318,6 +318,14 @@ impl BrokerInner {
 
     /// Options for a topic created in shared mode: written as an exclusive
     /// writer would (no tail pages), then opened as every topic is here.
+    /// This process's token in a shared data directory it writes (see
+    /// `shared::procs`); `None` in exclusive mode and for a read-only
+    /// handle.
+    pub(crate) fn process_token(&self) -> Option<u64> {
+        let writers = self.options.shared.as_ref()?.writers.as_ref()?;
+        Some(writers.slot.token())
+    }
+
     pub(crate) fn plain_topic_options(&self) -> TopicOptions {
         TopicOptions {
             shared: None,

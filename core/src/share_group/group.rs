@@ -6,12 +6,12 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use super::state::{Change, Delivery, Entry, Limits, Part, State};
-use super::store::{Ops, Parts, Store};
+use super::state::{is_foreign, Change, Delivery, Entry, Limits, Part, State, FOREIGN};
+use super::store::{OpLock, Ops, Parts, Store};
 use crate::broker::BrokerInner;
 use crate::consumer::ConsumerWaker;
 use crate::dead_letter::DeadLetters;
-use crate::error::{Error, Result};
+use crate::error::{Error, IoContext, Result};
 use crate::message::Message;
 use crate::offsets::journal::Syncer;
 use crate::sync::lock;
@@ -103,13 +103,23 @@ struct Inner {
     next_member: u64,
     /// Dead-letter topics by source topic.
     dead: HashMap<String, Arc<DeadLetters>>,
+    /// Shared mode: when to look next whether the processes holding
+    /// records still live.
+    next_liveness_check: Instant,
 }
+
+/// How often a poll in shared mode looks whether the processes holding
+/// records still live (the records of one that exited are available at
+/// once, without waiting for their locks to run out).
+const LIVENESS_CHECK: Duration = Duration::from_secs(1);
 
 /// One share group of this process.
 #[derive(Debug)]
 pub(crate) struct ShareGroup {
     name: String,
     broker: Arc<BrokerInner>,
+    /// Shared mode: this process's token (see [`Store::open_shared`]).
+    owner: Option<u64>,
     settings: Settings,
     inner: Mutex<Inner>,
     syncer: Arc<Syncer>,
@@ -159,7 +169,7 @@ impl Registry {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] if it is open with other settings;
-    /// [`Error::Locked`] if another process uses it; I/O errors.
+    /// [`Error::Locked`] if another process uses it (exclusive mode only); I/O errors.
     pub(crate) fn get(
         &self,
         broker: &Arc<BrokerInner>,
@@ -183,13 +193,18 @@ impl Registry {
             }
             return Ok(g);
         }
-        let (store, parts) = Store::open(broker.dir(), name, broker.file_mode())?;
+        let owner = broker.process_token();
+        let (store, parts) = match owner {
+            Some(_) => Store::open_shared(broker.dir(), name, broker.file_mode())?,
+            None => Store::open(broker.dir(), name, broker.file_mode())?,
+        };
         let mut topics: Vec<String> = parts.keys().map(|(t, _)| t.clone()).collect();
         topics.sort();
         topics.dedup();
         let g = Arc::new(ShareGroup {
             name: name.to_owned(),
             broker: Arc::clone(broker),
+            owner,
             settings,
             inner: Mutex::new(Inner {
                 parts,
@@ -197,6 +212,7 @@ impl Registry {
                 members: HashMap::new(),
                 next_member: 1,
                 dead: HashMap::new(),
+                next_liveness_check: Instant::now(),
             }),
             syncer: Arc::new(Syncer::default()),
         });
@@ -236,6 +252,16 @@ impl ShareGroup {
     pub(crate) fn leave(&self, id: u64) {
         let mut inner = lock(&self.inner);
         inner.members.remove(&id);
+        if self.owner.is_some() {
+            // Other processes learn it from the file (if it cannot be
+            // written, the locks run out).
+            if let Err(e) = self.store_release_of(&mut inner, id) {
+                ::log::warn!(
+                    "share group {:?}: releasing a member's records: {e}",
+                    self.name
+                );
+            }
+        }
         let mut released = 0;
         for p in inner.parts.values_mut() {
             released += p.release_member(id);
@@ -244,11 +270,34 @@ impl ShareGroup {
             wake_others(&inner, id);
         }
         if inner.members.is_empty() {
-            // Nothing is held (acquisitions are stored as available): the
-            // file and its lock go, whatever messages are still referenced.
+            // Nothing is held (acquisitions are stored as available, or
+            // released above): the file and its lock go, whatever messages
+            // are still referenced.
             inner.store = None;
             inner.parts.clear();
         }
+    }
+
+    /// Shared mode: stores the records member `id` holds as available.
+    fn store_release_of(&self, inner: &mut Inner, id: u64) -> Result<()> {
+        let _op = self.enter(inner)?;
+        let mut ops = self.ops();
+        for ((t, p), part) in &inner.parts {
+            let changes: Vec<Change> = part
+                .entries
+                .iter()
+                .filter(|(_, e)| matches!(e.state, State::Acquired { member, .. } if member == id))
+                .map(|(o, e)| Change {
+                    offset: *o,
+                    entry: Entry {
+                        state: State::Available { not_before_ms: 0 },
+                        ..e.clone()
+                    },
+                })
+                .collect();
+            ops.changes(t, *p, &changes);
+        }
+        append(inner.store.as_mut(), &ops).map(|_| ())
     }
 
     /// The store, unless the group or the broker was closed.
@@ -258,6 +307,62 @@ impl ShareGroup {
             return Err(Error::Closed("share group"));
         }
         Ok(())
+    }
+
+    /// Begins an operation on the group's state (under its mutex): the
+    /// store must be open, and in shared mode the state file's lock is
+    /// taken and what other processes wrote is read in (see
+    /// [`Store::enter`]); the lock is held until the guard returned is
+    /// dropped, which must happen before the mutex is let go.
+    ///
+    /// # Errors
+    /// A closed group or broker; I/O errors reading the state file.
+    fn enter(&self, inner: &mut Inner) -> Result<Option<OpLock>> {
+        self.store(inner)?;
+        let Inner { store, parts, .. } = inner;
+        match store.as_mut() {
+            Some(s) => s.enter(parts),
+            None => Err(Error::Closed("share group")),
+        }
+    }
+
+    /// Shared mode: makes the records held by processes that exited
+    /// available (their delivery counted), at most every
+    /// [`LIVENESS_CHECK`]. Nothing is written: read back, their
+    /// acquisitions say the same.
+    fn release_dead_holders(&self, inner: &mut Inner, now: Instant) {
+        if self.owner.is_none() || now < inner.next_liveness_check {
+            return;
+        }
+        inner.next_liveness_check = now + LIVENESS_CHECK;
+        let mut holders: Vec<u64> = inner
+            .parts
+            .values()
+            .flat_map(|p| p.entries.values())
+            .filter_map(|e| match e.state {
+                State::Acquired { member, .. } if is_foreign(member) => Some(member),
+                _ => None,
+            })
+            .collect();
+        holders.sort_unstable();
+        holders.dedup();
+        for member in holders {
+            if !crate::shared::process_alive(self.broker.dir(), member & !FOREIGN) {
+                for p in inner.parts.values_mut() {
+                    p.release_member(member);
+                }
+            }
+        }
+    }
+
+    /// Operations to store, as this group stores them.
+    fn ops(&self) -> Ops {
+        Ops::new(self.owner)
+    }
+
+    /// Whether other processes may use the group (shared mode).
+    pub(crate) fn is_shared(&self) -> bool {
+        self.owner.is_some()
     }
 
     /// Waits until what was written up to `ticket` is durable.
@@ -280,16 +385,21 @@ impl ShareGroup {
         &self,
         id: u64,
         lock_for: Duration,
-    ) -> Result<(std::sync::MutexGuard<'_, Inner>, Delivery, Instant)> {
+    ) -> Result<(
+        std::sync::MutexGuard<'_, Inner>,
+        Option<OpLock>,
+        Delivery,
+        Instant,
+    )> {
         let mut inner = lock(&self.inner);
-        self.store(&mut inner)?;
+        let op = self.enter(&mut inner)?;
         let now = Instant::now();
         let to = Delivery {
             member: id,
             deadline: now + lock_for,
             now_ms: crate::clock::now_ms(),
         };
-        Ok((inner, to, now))
+        Ok((inner, op, to, now))
     }
 
     /// What member `id` may take before reading the log: locks that ran out
@@ -305,10 +415,11 @@ impl ShareGroup {
         max: usize,
         lock_for: Duration,
     ) -> Result<Prepared> {
-        let (mut inner, to, now) = self.begin(id, lock_for)?;
+        let (mut inner, _op, to, now) = self.begin(id, lock_for)?;
+        self.release_dead_holders(&mut inner, now);
         let limits = self.settings.limits();
         let mut out = Prepared::default();
-        let mut ops = Ops::default();
+        let mut ops = self.ops();
         let mut decided: Vec<((String, u32), Vec<Change>)> = Vec::new();
         let mut taken = 0usize;
         for key in assigned {
@@ -331,7 +442,11 @@ impl ShareGroup {
         mark_starts_stored(&mut inner.parts);
         for (key, changes) in decided {
             for c in &changes {
-                if let (State::Acquired { .. }, Some(m)) = (c.entry.state, &c.entry.message) {
+                if let (State::Acquired { member, .. }, Some(m)) = (c.entry.state, &c.entry.message)
+                {
+                    if member != id {
+                        continue;
+                    }
                     out.delivered.push((m.clone(), c.entry.count));
                 }
             }
@@ -374,9 +489,9 @@ impl ShareGroup {
         max: usize,
         lock_for: Duration,
     ) -> Result<(Vec<Delivered>, u64)> {
-        let (mut inner, to, _) = self.begin(id, lock_for)?;
+        let (mut inner, op, to, _) = self.begin(id, lock_for)?;
         let limits = self.settings.limits();
-        let mut ops = Ops::default();
+        let mut ops = self.ops();
         let mut decided = Vec::new();
         let mut taken = 0usize;
         let mut new_parts: Vec<(String, u32)> = Vec::new();
@@ -394,7 +509,7 @@ impl ShareGroup {
             let (changes, next) = part.read(to, start, &messages, max - taken, limits);
             taken += changes
                 .iter()
-                .filter(|c| matches!(c.entry.state, State::Acquired { .. }))
+                .filter(|c| matches!(c.entry.state, State::Acquired { member, .. } if member == id))
                 .count();
             ops.changes(&key.0, key.1, &changes);
             decided.push((key, changes, next));
@@ -412,7 +527,11 @@ impl ShareGroup {
         let mut dead_lettered = 0;
         for (key, changes, next) in decided {
             for c in &changes {
-                if let (State::Acquired { .. }, Some(m)) = (c.entry.state, &c.entry.message) {
+                if let (State::Acquired { member, .. }, Some(m)) = (c.entry.state, &c.entry.message)
+                {
+                    if member != id {
+                        continue;
+                    }
                     delivered.push((m.clone(), c.entry.count));
                 }
             }
@@ -426,6 +545,7 @@ impl ShareGroup {
             }
         }
         self.maybe_compact(&mut inner);
+        drop(op);
         drop(inner);
         // A partition read for the first time holds retention back from
         // now on (the floor is not lowered elsewhere).
@@ -454,7 +574,7 @@ impl ShareGroup {
         sync_first: bool,
     ) -> Result<Settled> {
         let mut inner = lock(&self.inner);
-        self.store(&mut inner)?;
+        let op = self.enter(&mut inner)?;
         let now = Instant::now();
         for &(t, p, o, count) in records {
             let held = inner
@@ -521,14 +641,16 @@ impl ShareGroup {
                 .or_default()
                 .push(Change { offset: o, entry });
         }
-        let mut ops = Ops::default();
+        let mut ops = self.ops();
         for (key, changes) in &mut by_part {
             changes.sort_by_key(|c| c.offset);
-            // A release without a delay and a renewal change nothing stored.
+            // Alone, a release without a delay and a renewal change
+            // nothing stored (an acquisition is stored as available); other
+            // processes must learn of them.
             let stored = match action {
                 Action::Ack | Action::Reject { .. } | Action::Return => true,
-                Action::Release { delay_ms } => *delay_ms > 0,
-                Action::Renew { .. } => false,
+                Action::Release { delay_ms } => *delay_ms > 0 || self.is_shared(),
+                Action::Renew { .. } => self.is_shared(),
             };
             if stored {
                 ops.changes(&key.0, key.1, changes);
@@ -550,9 +672,20 @@ impl ShareGroup {
         if let Action::Reject { reason } = action {
             if sync_first {
                 // The rejection is durable before the dead letter is.
-                drop(inner);
-                self.sync(ticket)?;
-                inner = lock(&self.inner);
+                if op.is_some() {
+                    // The state file's lock is held: synced here, without
+                    // letting the mutex go.
+                    if let Some((Some(file), path, _)) =
+                        inner.store.as_ref().map(Store::sync_target)
+                    {
+                        file.sync_data()
+                            .ctx(|| format!("syncing {}", path.display()))?;
+                    }
+                } else {
+                    drop(inner);
+                    self.sync(ticket)?;
+                    inner = lock(&self.inner);
+                }
             }
             for (key, changes) in &by_part {
                 match self.dead_letter(&mut inner, key, changes, reason) {
@@ -570,6 +703,7 @@ impl ShareGroup {
             wake_others(&inner, id);
         }
         self.maybe_compact(&mut inner);
+        drop(op);
         match send_error {
             Some(e) => Err(e),
             None => Ok(settled),
@@ -643,7 +777,7 @@ impl ShareGroup {
         }
         let n = archived.len() as u64;
         if !archived.is_empty() {
-            let mut ops = Ops::default();
+            let mut ops = self.ops();
             ops.changes(&key.0, key.1, &archived);
             // Not stored, the records are sent again (a duplicate the dead
             // letters' producer drops) when read back.
@@ -690,7 +824,7 @@ impl ShareGroup {
         if !store.wants_compaction(estimate) {
             return;
         }
-        let mut ops = Ops::default();
+        let mut ops = Ops::whole(self.owner);
         for ((t, p), part) in &inner.parts {
             ops.start(t, *p, part.start);
             let changes: Vec<Change> = part
@@ -724,7 +858,8 @@ impl ShareGroup {
         partitions: &[(String, u32)],
         latest: bool,
     ) -> Result<ShareBacklog> {
-        let inner = lock(&self.inner);
+        let mut inner = lock(&self.inner);
+        let _op = self.enter(&mut inner)?;
         let now_ms = crate::clock::now_ms();
         let mut b = ShareBacklog::default();
         for key in partitions {

@@ -22,8 +22,10 @@
 //! messages are settled (counted in [`ShareConsumerStats::window_full`]);
 //! acknowledgement state is never dropped.
 //!
-//! A share group is used by one process at a time (another process gets
-//! [`Error::Locked`]); in it, by any number of members.
+//! In exclusive mode a share group is used by the process that has the
+//! directory; in shared mode by members in any number of processes, which
+//! read and append its state file under its lock for each operation (see
+//! `store.rs`); a process that exits gives its messages back at once.
 //!
 //! [`release`]: ShareMessage::release
 //! [`reject`]: ShareMessage::reject
@@ -50,6 +52,10 @@ use crate::offsets::validate_group_name;
 use crate::producer::Acks;
 
 pub use group::{default_dead_letter_topic, ShareBacklog};
+
+/// How long a poll in shared mode waits before it looks at the group's
+/// state again (other processes' releases wake no member here).
+const SHARED_RECHECK: Duration = Duration::from_millis(50);
 
 /// Settings of a share consumer.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -491,7 +497,14 @@ impl ShareConsumer {
             if got.len() < max {
                 let wait = if got.is_empty() {
                     let until = prepared.next_due.map_or(deadline, |d| d.min(deadline));
-                    until.saturating_duration_since(Instant::now())
+                    let wait = until.saturating_duration_since(Instant::now());
+                    if self.member.group.is_shared() {
+                        // Releases and acknowledgements of other processes
+                        // wake no one here: looked for this often.
+                        wait.min(SHARED_RECHECK)
+                    } else {
+                        wait
+                    }
                 } else {
                     Duration::ZERO
                 };

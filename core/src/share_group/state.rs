@@ -49,6 +49,16 @@ impl Stored {
     }
 }
 
+/// The member ids of holders in other processes (shared mode): this bit
+/// and the holder process's token (whose top bit is clear). Members of
+/// this process count from 1.
+pub(crate) const FOREIGN: u64 = 1 << 63;
+
+/// Whether `member` is a holder in another process.
+pub(crate) fn is_foreign(member: u64) -> bool {
+    member & FOREIGN != 0
+}
+
 /// A record's state in memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum State {

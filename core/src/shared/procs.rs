@@ -97,7 +97,7 @@ impl ProcessSlot {
         ))
     }
 
-    /// This process's token (never 0).
+    /// This process's token (never 0, top bit clear).
     pub(crate) fn token(&self) -> u64 {
         self.token
     }
@@ -186,14 +186,15 @@ fn sweep_dead(procs: &Path) {
     }
 }
 
-/// A random nonzero 64-bit token from the operating system.
+/// A random nonzero token of 63 bits from the operating system (the top
+/// bit is clear: share groups mark other processes' holders with it).
 fn random_token() -> Result<u64> {
     const SOURCE: &str = "/dev/urandom";
     let mut f = File::open(SOURCE).ctx(|| format!("opening {SOURCE}"))?;
     loop {
         let mut buf = [0u8; 8];
         f.read_exact(&mut buf).ctx(|| format!("reading {SOURCE}"))?;
-        let token = u64::from_le_bytes(buf);
+        let token = u64::from_le_bytes(buf) >> 1;
         if token != 0 {
             return Ok(token);
         }
