@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use common::cfg;
 use mqlite::{
-    dead_letters, Acks, Broker, ConsumerConfig, Error, ProducerConfig, Record, ShareConsumer,
-    ShareConsumerConfig, ShareMessage, TopicConfig,
+    dead_letters, Acks, Broker, ConsumerConfig, Error, ProducerConfig, Record, ShareBacklog,
+    ShareConsumer, ShareConsumerConfig, ShareMessage, TopicConfig,
 };
 
 fn produce(mq: &Broker, topic: &str, partitions: u32, n: u64) {
@@ -595,4 +595,68 @@ fn a_share_group_opened_again_holds_back_what_it_had_not_done_with() {
     assert!(mq.topic("jobs").unwrap().partitions[0].start_offset <= 1);
     let got = poll_n(&mut c, 502, Duration::from_secs(10));
     assert_eq!(got.len(), 502);
+}
+
+/// Retention (by size) deleted records the group had not read, more than a
+/// window's worth: reading goes on from the log's start, the deleted ones
+/// counted as skipped (a gap as wide as the window once stalled the
+/// partition for good).
+#[test]
+fn a_gap_wider_than_the_window_left_by_retention_is_passed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mq = Broker::open(tmp.path(), cfg()).unwrap();
+    let mut config = TopicConfig::new(1).segment_bytes(4096);
+    config.retention_bytes = Some(8192);
+    mq.create_topic("t", config).unwrap();
+    produce(&mq, "t", 1, 5);
+    let mut c = share(&mq, ShareConsumerConfig::group("g").max_in_flight(10), "t");
+    let first = poll_n(&mut c, 5, Duration::from_secs(5));
+    assert_eq!(first.len(), 5);
+    c.ack(&first).unwrap();
+    produce(&mq, "t", 1, 2000);
+    mq.enforce_retention().unwrap();
+    let start = mq.topic("t").unwrap().partitions[0].start_offset;
+    assert!(start > 100, "retention ran: start {start}");
+    let mut got = 0;
+    let end = Instant::now() + Duration::from_secs(20);
+    while got < 2005 - start && Instant::now() < end {
+        let ms = c.poll(Duration::from_millis(50)).unwrap();
+        got += ms.len() as u64;
+        c.ack(&ms).unwrap();
+    }
+    assert_eq!(got, 2005 - start, "every record retention kept");
+    assert!(c.stats().skipped > 0);
+}
+
+/// A record released with a delay, then deleted by retention before it was
+/// due: the group forgets it and goes on.
+#[test]
+fn a_released_record_that_retention_deleted_is_forgotten() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut config = TopicConfig::new(1).segment_bytes(4096);
+    config.retention_bytes = Some(8192);
+    {
+        let mq = Broker::open(tmp.path(), cfg()).unwrap();
+        mq.create_topic("t", config).unwrap();
+        produce(&mq, "t", 1, 1);
+        let mut c = share(&mq, ShareConsumerConfig::group("g").max_in_flight(10), "t");
+        let first = poll_n(&mut c, 1, Duration::from_secs(5));
+        first[0].release(Duration::from_secs(3600)).unwrap();
+    }
+    // Reopened: the release is known from the state file only.
+    let mq = Broker::open(tmp.path(), cfg()).unwrap();
+    produce(&mq, "t", 1, 2000);
+    mq.enforce_retention().unwrap();
+    let start = mq.topic("t").unwrap().partitions[0].start_offset;
+    assert!(start > 100, "retention ran: start {start}");
+    let mut c = share(&mq, ShareConsumerConfig::group("g").max_in_flight(10), "t");
+    let mut got = 0;
+    let end = Instant::now() + Duration::from_secs(20);
+    while got < 2001 - start && Instant::now() < end {
+        let ms = c.poll(Duration::from_millis(50)).unwrap();
+        got += ms.len() as u64;
+        c.ack(&ms).unwrap();
+    }
+    assert_eq!(got, 2001 - start);
+    assert_eq!(c.backlog().unwrap(), ShareBacklog::default());
 }

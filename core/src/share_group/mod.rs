@@ -33,6 +33,8 @@
 
 mod group;
 mod held;
+#[cfg(test)]
+mod model_tests;
 mod state;
 mod store;
 

@@ -305,6 +305,30 @@ impl Part {
             if o < next {
                 continue;
             }
+            if o > next {
+                // The read runs on from `next`: offsets skipped up to `o`
+                // hold no record (a transaction's marker, or deleted by
+                // retention). They are passed, so that `start` can move
+                // over them and the window not count them (a gap as wide
+                // as the window would stall the partition for good); what
+                // the group knew of records retention deleted is dropped.
+                for (k, e) in self.entries.range(next..o) {
+                    let unreachable = e.message.is_none()
+                        && !e.state.is_done()
+                        && !matches!(e.state, State::Acquired { .. });
+                    if unreachable {
+                        out.push(Change {
+                            offset: *k,
+                            entry: Entry {
+                                state: State::Acked,
+                                count: e.count,
+                                message: None,
+                            },
+                        });
+                    }
+                }
+                next = o;
+            }
             if o.saturating_sub(self.start) >= limits.max_in_flight || acquired >= max {
                 break;
             }

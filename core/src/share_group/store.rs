@@ -717,7 +717,13 @@ impl Store {
     /// # Errors
     /// I/O errors (the old file stays in use then).
     pub(crate) fn rewrite(&mut self, ops: &Ops) -> Result<()> {
-        let record = journal::frame(&ops.bytes);
+        // No state: the header alone (an empty record would end the file
+        // for readers, and the records appended after it with it).
+        let record = if ops.is_empty() {
+            Vec::new()
+        } else {
+            journal::frame(&ops.bytes)
+        };
         let file =
             journal::create_with(&self.path, MAGIC, self.generation + 1, &record, self.mode)?;
         self.generation += 1;
