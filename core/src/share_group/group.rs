@@ -432,8 +432,21 @@ impl ShareGroup {
             part.apply(expired);
             let changes = part.redeliverable(to, max.saturating_sub(taken), limits);
             if !changes.is_empty() {
-                taken += changes.len();
-                ops.changes(&key.0, key.1, &changes);
+                taken += changes
+                    .iter()
+                    .filter(|c| matches!(c.entry.state, State::Acquired { .. }))
+                    .count();
+                // A dead letter sent again is stored as such already.
+                let new: Vec<Change> = changes
+                    .iter()
+                    .filter(|c| {
+                        part.entries
+                            .get(&c.offset)
+                            .is_none_or(|e| e.state != State::DeadLettering)
+                    })
+                    .cloned()
+                    .collect();
+                ops.changes(&key.0, key.1, &new);
                 decided.push((key.clone(), changes));
             }
         }

@@ -236,10 +236,11 @@ impl Part {
     }
 
     /// Records read before that are deliverable again by `to.now_ms`, up to
-    /// `max`: acquired by `to.member` until `to.deadline` (count + 1), or, when
-    /// delivered as often as allowed, to be dead-lettered. A record whose
-    /// message is not held any more is read again: `next` moves back to
-    /// it.
+    /// `max` acquired: acquired by `to.member` until `to.deadline` (count +
+    /// 1), or, when delivered as often as allowed, to be dead-lettered; and
+    /// records to be dead-lettered whose send failed before (sent again,
+    /// not counted in `max`). A record whose message is not held any more
+    /// is read again: `next` moves back to it.
     pub(crate) fn redeliverable(
         &mut self,
         to: Delivery,
@@ -248,20 +249,22 @@ impl Part {
     ) -> Vec<Change> {
         let mut out = Vec::new();
         let mut reread = None;
+        let mut acquired = 0usize;
         for (o, e) in self.entries.range(self.start..self.next) {
-            if out.len() >= max {
-                break;
-            }
             match e.state {
                 State::Available { not_before_ms } if not_before_ms <= to.now_ms => {
+                    if acquired >= max {
+                        break;
+                    }
                     if e.message.is_none() {
                         reread = Some(*o);
                         break;
                     }
-                    out.push(Change {
-                        offset: *o,
-                        entry: acquire_or_give_up(e, to, limits),
-                    });
+                    let entry = acquire_or_give_up(e, to, limits);
+                    if matches!(entry.state, State::Acquired { .. }) {
+                        acquired += 1;
+                    }
+                    out.push(Change { offset: *o, entry });
                 }
                 State::DeadLettering if e.message.is_some() => out.push(Change {
                     offset: *o,
