@@ -595,8 +595,18 @@ impl Topic {
         &self.dir
     }
 
+    /// In shared mode, brings the open logs of `handles` up to what the
+    /// other processes published.
+    pub(crate) fn refresh_open(&self, handles: &[Arc<PartitionHandle>]) {
+        if self.options.reader {
+            for log in handles.iter().filter_map(|h| h.log()) {
+                log.refresh();
+            }
+        }
+    }
+
     /// A snapshot of the partition handles.
-    fn handles(&self) -> Arc<Vec<Arc<PartitionHandle>>> {
+    pub(crate) fn handles(&self) -> Arc<Vec<Arc<PartitionHandle>>> {
         Arc::clone(&sync::read(&self.partitions))
     }
 
@@ -643,7 +653,7 @@ impl Topic {
     }
 
     /// Opens the log of partition `p` (handle `h`) if this is its first use.
-    fn open_handle(&self, p: u32, h: &PartitionHandle) -> Result<Arc<PartitionLog>> {
+    pub(crate) fn open_handle(&self, p: u32, h: &PartitionHandle) -> Result<Arc<PartitionLog>> {
         h.get_or_open(|| {
             if self.is_deleted() {
                 return Err(Error::UnknownTopic(self.name.to_string()));

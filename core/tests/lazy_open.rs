@@ -190,10 +190,24 @@ fn a_clean_open_maps_no_partition_until_it_is_used() {
     );
     drop(got);
     drop(c);
-    // A send to the topic opens its partitions (the producer routes over
-    // all of them).
+    // A send to one partition opens that one alone, whether it is open
+    // already or not.
     send(&mq, 7, 1, 10);
+    send(&mq, 9, 1, 10);
+    let maps3 = maps();
+    assert!(
+        maps3 <= maps2 + 40,
+        "{maps2} mappings, {maps3} after sends to two partitions"
+    );
     assert_eq!(read_partition(&mq, TOPIC, 7).unwrap().len(), 4);
+    // Keyed sends over the whole topic open the partitions they reach.
+    let producer = mq.producer(ProducerConfig::default()).unwrap();
+    let batch: Vec<Record> = (0..50)
+        .map(|i| Record::new(TOPIC).key(format!("k{i}")).value("v"))
+        .collect();
+    let borrowed: Vec<_> = batch.iter().map(Record::as_borrowed).collect();
+    producer.send_batch(&borrowed).unwrap();
+    assert!(maps() > maps3, "the keyed records' partitions are mapped");
 }
 
 /// Several threads using a partition not open yet get one log: the first

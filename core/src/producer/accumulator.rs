@@ -138,16 +138,18 @@ impl Inner {
         let res = match self.append_encoded(&b.log, &b.enc, b.first_seq) {
             Err(e) if b.movable && b.first_seq.is_none() => {
                 // Key-less records go to another partition.
-                match self.broker.topic(&topic).and_then(|t| t.partitions()) {
-                    Ok(parts) => self
-                        .move_after_fault(&parts, b.partition, true, e, |l| {
+                match self.broker.topic(&topic) {
+                    Ok(t) => {
+                        let parts = Arc::new(super::route::TopicLogs::of(t));
+                        self.move_after_fault(&parts, b.partition, true, e, |l| {
                             self.append_encoded(l, &b.enc, None)
                         })
-                        .map(|(a, p)| {
+                        .and_then(|(a, p)| {
                             partition = p;
-                            log = Arc::clone(&parts[p as usize]);
-                            a
-                        }),
+                            log = Arc::clone(parts.get(p)?);
+                            Ok(a)
+                        })
+                    }
                     Err(_) => Err(e),
                 }
             }

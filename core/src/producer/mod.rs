@@ -695,7 +695,7 @@ impl Inner {
         let parts = self.partitions_of(r.topic)?;
         let mut partition =
             self.partition_in(&parts, r, || batch::encoded_record_len(&rec, timestamp, 0))?;
-        let log = &parts.parts()[partition as usize];
+        let log = parts.parts().get(partition)?;
         let res = if r.sequence.is_some() || self.pending.load(Ordering::Acquire) > 0 {
             // Order with queued records of this partition, and (for the
             // application's sequences) with every other write of this
@@ -722,7 +722,7 @@ impl Inner {
                 a
             }
         };
-        let log = &parts.parts()[partition as usize];
+        let log = parts.parts().get(partition)?;
         if appended.duplicate {
             self.stats.duplicates(1);
             if self.config.acks == Acks::All {
@@ -787,13 +787,13 @@ impl Inner {
         if !movable || !route::is_partition_fault(&err) {
             return Err(err);
         }
-        let topic = parts[0].topic();
+        let topic = parts.name();
         let count = parts.len() as u32;
         for _ in 0..self.config.retries {
             self.note_fault(topic, failed);
             let next = self.avoided.steer(topic, count, (failed + 1) % count);
             self.stats.retries(1);
-            match append(&parts[next as usize]) {
+            match parts.get(next).and_then(|log| append(log)) {
                 Ok(a) => return Ok((a, next)),
                 Err(e) if route::is_partition_fault(&e) => {
                     failed = next;
@@ -877,7 +877,7 @@ impl Inner {
         let (rec, timestamp) = self.prepare(r)?;
         let single = batch::batch_len(std::slice::from_ref(&rec));
         let route = self.route(r, || single)?;
-        let log = route.log();
+        let log = route.log()?;
         if single > log.max_batch_bytes() {
             return Err(Error::MessageTooLarge {
                 size: single,

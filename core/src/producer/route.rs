@@ -8,9 +8,66 @@ use super::{partition_for_key, BorrowedRecord, Inner, Partitioner};
 use crate::broker::BrokerInner;
 use crate::error::{Error, Result};
 use crate::log::PartitionLog;
+use crate::partition_handle::PartitionHandle;
+use crate::topic::Topic;
 
 /// A topic's partition list.
-pub(super) type Partitions = Arc<Vec<Arc<PartitionLog>>>;
+pub(super) type Partitions = Arc<TopicLogs>;
+
+/// A topic's partitions as a producer sends to them: each partition's log
+/// is opened on its first use (a first send to one partition of a topic of
+/// thousands opens that one).
+pub(crate) struct TopicLogs {
+    topic: Arc<Topic>,
+    handles: Arc<Vec<Arc<PartitionHandle>>>,
+}
+
+impl TopicLogs {
+    /// The partitions of `topic` as they are now.
+    pub(crate) fn of(topic: Arc<Topic>) -> TopicLogs {
+        let handles = topic.handles();
+        topic.refresh_open(&handles);
+        TopicLogs { topic, handles }
+    }
+
+    /// The topic's name.
+    #[inline]
+    pub(crate) fn name(&self) -> &Arc<str> {
+        self.topic.name()
+    }
+
+    /// Number of partitions.
+    #[inline]
+    pub(crate) fn len(&self) -> usize {
+        self.handles.len()
+    }
+
+    /// Partition `p`'s log, opened if this is its first use.
+    ///
+    /// # Errors
+    /// `UnknownPartition`; the error of its open.
+    #[inline]
+    pub(crate) fn get(&self, p: u32) -> Result<&Arc<PartitionLog>> {
+        match self.handles.get(p as usize).and_then(|h| h.log()) {
+            Some(log) => Ok(log),
+            None => self.open(p),
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn open(&self, p: u32) -> Result<&Arc<PartitionLog>> {
+        let Some(h) = self.handles.get(p as usize) else {
+            return Err(Error::UnknownPartition {
+                topic: self.name().to_string(),
+                partition: p,
+                count: self.len() as u32,
+            });
+        };
+        self.topic.open_handle(p, h)?;
+        h.log().ok_or(Error::Closed("topic"))
+    }
+}
 
 /// Where a record goes: a partition of a topic's partition list.
 pub(super) struct Route {
@@ -19,9 +76,13 @@ pub(super) struct Route {
 }
 
 impl Route {
+    /// The partition's log (opened if this is its first use).
+    ///
+    /// # Errors
+    /// As [`TopicLogs::get`].
     #[inline]
-    pub(super) fn log(&self) -> &Arc<PartitionLog> {
-        &self.parts.parts()[self.partition as usize]
+    pub(super) fn log(&self) -> Result<&Arc<PartitionLog>> {
+        self.parts.parts().get(self.partition)
     }
 }
 
@@ -174,7 +235,7 @@ impl Inner {
         size_hint: impl FnOnce() -> usize,
     ) -> Result<u32> {
         let count = parts.parts().len() as u32;
-        let partition = self.choose(parts.parts()[0].topic(), count, r, size_hint)?;
+        let partition = self.choose(parts.parts().name(), count, r, size_hint)?;
         if partition >= count {
             return Err(Error::UnknownPartition {
                 topic: r.topic.to_owned(),
@@ -232,14 +293,15 @@ impl Inner {
                 return Err(e);
             }
         };
-        let parts = topic.partitions()?;
+        let name = Arc::clone(topic.name());
+        let parts = Arc::new(TopicLogs::of(topic));
         let generation = LAST_TOPIC.try_with(|c| {
             let mut c = c.try_borrow_mut().ok()?;
             let generation = c.as_ref().map_or(0, |e| e.generation + 1);
             *c = Some(CachedTopic {
                 broker: Arc::downgrade(&self.broker),
                 version,
-                name: Arc::clone(topic.name()),
+                name,
                 parts: None,
                 generation,
             });

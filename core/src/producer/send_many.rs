@@ -51,10 +51,10 @@ impl Inner {
         for r in records {
             self.check_sequence(r)?;
             sequenced |= r.sequence.is_some();
-            if run == usize::MAX || &**runs[run].parts()[0].topic() != r.topic {
+            if run == usize::MAX || &**runs[run].parts().name() != r.topic {
                 // Kept until the appends are done: the groups point into
                 // it (the per-thread cache then keeps the last topic only).
-                let known = runs.iter().position(|l| &**l.parts()[0].topic() == r.topic);
+                let known = runs.iter().position(|l| &**l.parts().name() == r.topic);
                 run = if let Some(i) = known {
                     i
                 } else {
@@ -65,7 +65,7 @@ impl Inner {
                 };
             }
             let parts = runs[run].parts();
-            let topic = parts[0].topic();
+            let topic = parts.name();
             let count = parts.len() as u32;
             let partition = self.choose(topic, count, r, || {
                 r.value.map_or(0, <[u8]>::len) + r.key.map_or(0, <[u8]>::len) + 8
@@ -85,6 +85,11 @@ impl Inner {
             group_of.push(*slot);
         }
         drop(slots);
+        // Every partition written to is open before anything is appended
+        // (an open that fails changes nothing).
+        for &(run, partition) in &groups {
+            runs[run as usize].parts().get(partition)?;
+        }
         // Start of each group's indices in `order`, then the indices.
         let mut starts: Vec<usize> = vec![0; groups.len() + 1];
         for &g in &group_of {
@@ -107,7 +112,7 @@ impl Inner {
         let log_of = |g: usize| {
             groups
                 .get(g)
-                .map(|&(run, partition)| &runs[run as usize].parts()[partition as usize])
+                .and_then(|&(run, partition)| runs[run as usize].parts().get(partition).ok())
         };
         // Over many partitions every append starts on cold cache lines:
         // the next partitions' are asked for ahead (the writer two groups
@@ -123,7 +128,7 @@ impl Inner {
             l.prefetch_tail();
         }
         for (g, &(run, partition)) in groups.iter().enumerate() {
-            let log = &runs[run as usize].parts()[partition as usize];
+            let log = runs[run as usize].parts().get(partition)?;
             if let Some(l) = log_of(g + 2) {
                 l.prefetch_writer();
             }
@@ -232,7 +237,7 @@ impl Inner {
                         self.retry_elsewhere(parts, *partition, movable, &refs, e)?
                     }
                 };
-                let log = &runs[run as usize].parts()[partition as usize];
+                let log = runs[run as usize].parts().get(partition)?;
                 let partition = &partition;
                 if appended.duplicate {
                     self.stats.duplicates(refs.len() as u64);

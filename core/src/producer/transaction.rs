@@ -222,7 +222,7 @@ impl Transaction {
         let size = batch::batch_len(std::slice::from_ref(&rref));
         let borrowed = record.as_borrowed();
         let route = self.inner.route(&borrowed, || size)?;
-        let log = Arc::clone(route.log());
+        let log = Arc::clone(route.log()?);
         drop(route);
         if size > log.max_batch_bytes() {
             return Err(Error::MessageTooLarge {
