@@ -3840,7 +3840,7 @@ void mql_processor_free(struct mql_processor *processor);
  * Errors: `MQL_INVALID_ARGUMENT` (a group or client id breaking the naming
  * rules, a setting out of range, settings other than those of the group's
  * members open in this process), `MQL_INVALID_TOPIC_NAME` (the
- * dead-letter topic), `MQL_LOCKED` (another process uses the group),
+ * dead-letter topic), `MQL_LOCKED` (another process uses the group; exclusive mode only),
  * `MQL_READ_ONLY`, `MQL_CLOSED`, I/O errors (reading the group's state).
  *
  * Ownership: on `MQL_OK`, `*out` is a new share consumer owned by the
