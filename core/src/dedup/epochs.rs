@@ -96,7 +96,10 @@ impl EpochPage {
     /// a zeroed slot for a mismatch.
     pub(crate) fn ensure(&self) {
         if !self.page.has_magic(MAGIC) {
-            ::log::warn!("the producer epochs page was missing or damaged: rebuilding it");
+            // A page just created is zeroed: set up without a word.
+            if !self.page.is_blank() {
+                ::log::warn!("the producer epochs page was damaged: rebuilding it");
+            }
             self.page.reset(MAGIC);
         }
     }

@@ -628,8 +628,16 @@ impl Store {
         let Access::Shared(sh) = &self.access else {
             return Ok(());
         };
-        let root = sh.root.clone();
         let seen_ino = sh.ino;
+        // The common case, one system call: the file is still this one
+        // (not unlinked by another process's rewrite) and nothing was
+        // appended since.
+        if let Ok(meta) = self.file.metadata() {
+            if meta.nlink() > 0 && meta.ino() == seen_ino && meta.len() == self.end {
+                return Ok(());
+            }
+        }
+        let root = sh.root.clone();
         let mut alive = liveness(&root);
         let same = std::fs::metadata(&self.path).is_ok_and(|m| m.ino() == seen_ino);
         if same {

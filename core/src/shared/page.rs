@@ -177,6 +177,11 @@ impl SharedPage {
         self.magic_word().load(Ordering::Acquire) == u64::from_le_bytes(magic)
     }
 
+    /// Whether the page's magic is zero (a page just created).
+    pub(crate) fn is_blank(&self) -> bool {
+        self.magic_word().load(Ordering::Acquire) == 0
+    }
+
     /// Zeroes every word of the page and then writes `magic`, so that a
     /// reader that sees the magic sees the zeroed words. Only for a process
     /// that knows no other one uses the page (it holds the directory's
