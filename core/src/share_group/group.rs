@@ -195,7 +195,7 @@ impl Registry {
         }
         let owner = broker.process_token();
         let (store, parts) = match owner {
-            Some(_) => Store::open_shared(broker.dir(), name, broker.file_mode())?,
+            Some(token) => Store::open_shared(broker.dir(), name, broker.file_mode(), token)?,
             None => Store::open(broker.dir(), name, broker.file_mode())?,
         };
         let mut topics: Vec<String> = parts.keys().map(|(t, _)| t.clone()).collect();

@@ -80,6 +80,11 @@ impl State {
         matches!(self, State::Acked | State::Archived)
     }
 
+    /// Whether a member of this process holds the record.
+    pub(crate) fn is_held_here(self) -> bool {
+        matches!(self, State::Acquired { member, .. } if !is_foreign(member))
+    }
+
     /// The state the store keeps, and its `not_before` time.
     pub(crate) fn stored(self) -> (Stored, i64) {
         match self {

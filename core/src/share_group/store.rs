@@ -528,6 +528,8 @@ enum Access {
 #[derive(Debug)]
 struct Shared {
     lock: Arc<File>,
+    /// This process's token (its acquisitions are written with it).
+    token: u64,
     /// The data directory (where processes' liveness is looked up).
     root: PathBuf,
     /// The inode of the file as last read or written.
@@ -570,12 +572,18 @@ impl Store {
         Ok(loaded.into_store(mode, Access::Exclusive { _held: lock }))
     }
 
-    /// Opens the store of `group` in a shared data directory `dir`: every
-    /// operation takes the lock ([`Store::enter`]).
+    /// Opens the store of `group` in a shared data directory `dir`, for the
+    /// process of token `token`: every operation takes the lock
+    /// ([`Store::enter`]).
     ///
     /// # Errors
     /// I/O errors.
-    pub(crate) fn open_shared(dir: &Path, group: &str, mode: u32) -> Result<(Store, Parts)> {
+    pub(crate) fn open_shared(
+        dir: &Path,
+        group: &str,
+        mode: u32,
+        token: u64,
+    ) -> Result<(Store, Parts)> {
         let gdir = dir.join("groups");
         crate::private_dir::create_dir_all(&gdir, mode)?;
         let lock_path = gdir.join(format!("{group}.share.lock"));
@@ -596,6 +604,7 @@ impl Store {
         let ino = loaded.file.metadata().map_or(0, |m| m.ino());
         let access = Access::Shared(Shared {
             lock,
+            token,
             root: dir.to_owned(),
             ino,
         });
@@ -628,7 +637,7 @@ impl Store {
         let Access::Shared(sh) = &self.access else {
             return Ok(());
         };
-        let seen_ino = sh.ino;
+        let (seen_ino, token) = (sh.ino, sh.token);
         // The common case, one system call: the file is still this one
         // (not unlinked by another process's rewrite) and nothing was
         // appended since.
@@ -677,13 +686,28 @@ impl Store {
             .unwrap_or_default();
         let fresh = Loaded::read(&gdir, &group, self.mode, &mut alive)?;
         let mut new_parts = fresh.parts;
+        let own = FOREIGN | token;
         for (key, p) in &mut new_parts {
-            if let Some(old) = parts.get(key) {
+            let old = parts.get(key);
+            if let Some(old) = old {
                 p.next = old.next.max(p.start);
-                for (o, e) in &mut p.entries {
+            }
+            for (o, e) in &mut p.entries {
+                let was = old.and_then(|old| old.entries.get(o));
+                if let Some(was) = was {
                     if e.message.is_none() {
-                        e.message = old.entries.get(o).and_then(|x| x.message.clone());
+                        e.message.clone_from(&was.message);
                     }
+                }
+                // This process's own acquisitions (written with its token,
+                // read back as another process's): held by the member that
+                // took them while it holds that delivery; otherwise given
+                // up here (their lock ran out), so available.
+                if matches!(e.state, State::Acquired { member, .. } if member == own) {
+                    e.state = match was {
+                        Some(w) if w.count == e.count && w.state.is_held_here() => w.state,
+                        _ => State::Available { not_before_ms: 0 },
+                    };
                 }
             }
         }
@@ -808,8 +832,8 @@ mod tests {
     fn shared_stores_catch_up_with_each_other_and_with_a_rewrite() {
         let dir = tempfile::tempdir().unwrap();
         let token = 0x1234;
-        let (mut a, mut pa) = Store::open_shared(dir.path(), "g", 0o600).unwrap();
-        let (mut b, mut pb) = Store::open_shared(dir.path(), "g", 0o600).unwrap();
+        let (mut a, mut pa) = Store::open_shared(dir.path(), "g", 0o600, 99).unwrap();
+        let (mut b, mut pb) = Store::open_shared(dir.path(), "g", 0o600, 99).unwrap();
         assert!(pa.is_empty() && pb.is_empty());
         // A takes 0..=2 (held by a process `token` that is not alive: read
         // back by B as available), acknowledges 3.
@@ -912,7 +936,7 @@ mod tests {
         }
         // Once that process is gone, a fresh reader sees the record free.
         drop(slot);
-        let (_c, pc) = Store::open_shared(dir.path(), "g", 0o600).unwrap();
+        let (_c, pc) = Store::open_shared(dir.path(), "g", 0o600, 99).unwrap();
         let e = &pc[&("t".to_owned(), 0)].entries[&5];
         assert_eq!(
             (e.state, e.count),

@@ -25,16 +25,20 @@
 //! deliverable in the window; and drained, every record is done, and stays
 //! so after a restart.
 //!
-//! The driver ([`Sys`]) is the glue of `group.rs` (`prepare`, `take_read`,
-//! `settle`, dead-lettering, compaction) and of the member's poll in
-//! `mod.rs` (`place_reader`, `split_read`, the passes of `poll`), copied
-//! step for step over the real decisions of `state.rs` and the real journal
-//! of `store.rs`, with a synthetic clock (`Instant`s are `base + ms`, the
+//! The driver ([`Sys`], `driver.rs`) runs processes, each the glue of
+//! `group.rs` (`prepare`, `take_read`, `settle`, `leave`, dead-lettering,
+//! `release_dead_holders`, compaction: `glue.rs`) over its own store, and
+//! members, each the member's poll of `mod.rs` (`place_reader`,
+//! `split_read`, the passes of `poll`) over its own reader, copied step
+//! for step over the real decisions of `state.rs` and the real journal of
+//! `store.rs`, with a synthetic clock (`Instant`s are `base + ms`, the
 //! wall clock `WALL0 + ms`), a synthetic log (offsets with gaps where a
 //! transaction marker would be) and a dead-letter sink (which drops
-//! duplicates, as the named producer does) in place of the broker. It is
-//! the group in exclusive mode (one process, [`Store::open`]); shared mode
-//! is not covered. A change of that glue is to be made here too.
+//! duplicates, as the named producer does) in place of the broker; the
+//! model's checks are in `check.rs`. The test here is the group in
+//! exclusive mode (one process, [`Store::open`]); `shared.rs` has the one
+//! in shared mode (two or three processes, `Store::open_shared`). A change
+//! of that glue is to be made in `glue.rs` too.
 
 #![allow(clippy::unwrap_used)]
 
@@ -64,7 +68,10 @@ macro_rules! ensure {
     };
 }
 
+mod check;
 mod driver;
+mod glue;
+mod shared;
 
 use driver::Sys;
 
@@ -175,7 +182,12 @@ fn norm(parts: &Parts, limits: Limits, p: u32, o: u64) -> Norm {
 /// `ShareConsumer` knows (`positions`), and the deliveries it was given.
 #[derive(Debug)]
 struct Member {
+    /// Its id in its process's group (from 1 in each process).
     id: u64,
+    /// Its id in the model: unique over the processes and their starts.
+    uid: u64,
+    /// Its process (an index of `Sys::procs`).
+    proc: usize,
     lock_ms: u64,
     max_poll: usize,
     reader_pos: HashMap<u32, u64>,
@@ -187,9 +199,11 @@ struct Member {
 }
 
 impl Member {
-    fn new(id: u64, lock_ms: u64, max_poll: usize) -> Member {
+    fn new(id: u64, uid: u64, proc: usize, lock_ms: u64, max_poll: usize) -> Member {
         Member {
             id,
+            uid,
+            proc,
             lock_ms,
             max_poll,
             reader_pos: HashMap::new(),
@@ -202,8 +216,8 @@ impl Member {
     }
 
     /// A new consumer in its place (after a restart, or after it left).
-    fn restart(&mut self, id: u64) {
-        *self = Member::new(id, self.lock_ms, self.max_poll);
+    fn restart(&mut self, (id, uid): (u64, u64)) {
+        *self = Member::new(id, uid, self.proc, self.lock_ms, self.max_poll);
     }
 }
 
@@ -221,6 +235,12 @@ enum Settled {
 /// The settings of a case.
 #[derive(Debug, Clone)]
 struct Setup {
+    /// Shared mode (each process with `Store::open_shared`), or exclusive
+    /// (one process, `Store::open`).
+    shared: bool,
+    /// Processes (1 in exclusive mode); member `i` is in process
+    /// `i % procs`.
+    procs: usize,
     partitions: u32,
     /// Per member: lock duration (ms) and `max_poll_records`.
     members: Vec<(u64, usize)>,
@@ -250,11 +270,14 @@ enum Op {
         m: usize,
         wait: bool,
     },
-    /// Member `a` prepares and reads the log, then `b` polls, then `a`
-    /// takes what it read (two threads of one process).
+    /// Member `a` prepares and reads the log, then `b` polls (then, with
+    /// `compact`, `b`'s process rewrites the state file, as an operation
+    /// may end), then `a` takes what it read: two threads of one process,
+    /// or two processes.
     Interleaved {
         a: usize,
         b: usize,
+        compact: bool,
     },
     /// Member `m` settles deliveries made to member `from` (`picks` index
     /// its handles).
@@ -272,14 +295,24 @@ enum Op {
         n: u64,
         gap: bool,
     },
-    /// The process dies; its state is read back from the store.
+    /// Every process dies and starts again; the state is read back from
+    /// the store.
     Crash,
-    /// The process dies at the next dead-lettering, after the sends and
+    /// Shared mode: process `p` dies (unless it is the last alive).
+    Kill(usize),
+    /// Shared mode: process `p` (dies if alive, and) starts again.
+    Restart(usize),
+    /// Shared mode: process `p` looks at the state (as `backlog` does).
+    Look(usize),
+    /// Shared mode: the state as a process that opens the group reads it.
+    Reopen,
+    /// The process that dead-letters next dies after the sends and
     /// before the records are stored as archived.
     CrashInDeadLetter,
     DeadLetterFails(bool),
     Leave(usize),
-    Compact,
+    /// Process `p` rewrites the state file (compaction).
+    Compact(usize),
 }
 
 fn run(setup: &Setup, ops: &[Op]) -> Result<(), String> {
@@ -308,6 +341,8 @@ fn setup() -> impl Strategy<Value = Setup> {
     )
         .prop_map(
             |(partitions, members, max_deliveries, max_in_flight, drain_acks)| Setup {
+                shared: false,
+                procs: 1,
                 partitions,
                 members,
                 max_deliveries,
@@ -332,7 +367,8 @@ fn op() -> impl Strategy<Value = Op> {
     let m = 0usize..3;
     prop_oneof![
         6 => (m.clone(), any::<bool>()).prop_map(|(m, wait)| Op::Poll { m, wait }),
-        1 => (m.clone(), m.clone()).prop_map(|(a, b)| Op::Interleaved { a, b }),
+        1 => (m.clone(), m.clone(), prop::bool::weighted(0.2))
+            .prop_map(|(a, b, compact)| Op::Interleaved { a, b, compact }),
         8 => (
             m.clone(),
             prop_oneof![4 => Just(None), 1 => m.clone().prop_map(Some)],
@@ -352,7 +388,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => Just(Op::CrashInDeadLetter),
         1 => prop::bool::weighted(0.4).prop_map(Op::DeadLetterFails),
         1 => m.prop_map(Op::Leave),
-        1 => Just(Op::Compact),
+        1 => Just(Op::Compact(0)),
     ]
 }
 
