@@ -436,17 +436,9 @@ impl ShareGroup {
                     .iter()
                     .filter(|c| matches!(c.entry.state, State::Acquired { .. }))
                     .count();
-                // A dead letter sent again is stored as such already.
-                let new: Vec<Change> = changes
-                    .iter()
-                    .filter(|c| {
-                        part.entries
-                            .get(&c.offset)
-                            .is_none_or(|e| e.state != State::DeadLettering)
-                    })
-                    .cloned()
-                    .collect();
-                ops.changes(&key.0, key.1, &new);
+                // Stored (again) before the send: one that a lock running
+                // out made is not stored yet.
+                ops.changes(&key.0, key.1, &changes);
                 decided.push((key.clone(), changes));
             }
         }

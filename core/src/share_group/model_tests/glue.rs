@@ -189,7 +189,12 @@ impl Proc {
             part.apply(expired);
             let changes = part.redeliverable(to, max.saturating_sub(taken), limits);
             if !changes.is_empty() {
-                taken += changes.len();
+                taken += changes
+                    .iter()
+                    .filter(|c| matches!(c.entry.state, State::Acquired { .. }))
+                    .count();
+                // Stored (again) before the send: one that a lock running
+                // out made is not stored yet.
                 ops.changes(&key.0, key.1, &changes);
                 decided.push((key.clone(), changes));
             }
