@@ -316,8 +316,8 @@ impl Moving {
         for m in got {
             match deliver_at(&m.headers()) {
                 Ok(Some(at)) if at > now => {
-                    let wait = u64::try_from(at - now).unwrap_or(0);
-                    m.release(Duration::from_millis(wait))?;
+                    // Moved once the wall clock reaches `at`.
+                    m.release_until(at)?;
                 }
                 at => {
                     let at = at.ok().flatten().unwrap_or(i64::MIN);

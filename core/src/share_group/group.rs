@@ -49,6 +49,10 @@ pub(crate) enum Action {
     /// Gives back records the consumer fetched but never handed to the
     /// application: available now, their delivery not counted.
     Return,
+    /// Gives records back until a wall-clock time (ms since the epoch).
+    ReleaseUntil {
+        not_before_ms: i64,
+    },
 }
 
 /// A read of one partition: the partition, the offset the read started
@@ -635,6 +639,12 @@ impl ShareGroup {
                     },
                     ..e.clone()
                 },
+                Action::ReleaseUntil { not_before_ms } => Entry {
+                    state: State::Available {
+                        not_before_ms: *not_before_ms,
+                    },
+                    ..e.clone()
+                },
                 Action::Return => Entry {
                     state: State::Available { not_before_ms: 0 },
                     count: e.count.saturating_sub(1),
@@ -653,7 +663,10 @@ impl ShareGroup {
             // nothing stored (an acquisition is stored as available); other
             // processes must learn of them.
             let stored = match action {
-                Action::Ack | Action::Reject { .. } | Action::Return => true,
+                Action::Ack
+                | Action::Reject { .. }
+                | Action::Return
+                | Action::ReleaseUntil { .. } => true,
                 Action::Release { delay_ms } => *delay_ms > 0 || self.is_shared(),
                 Action::Renew { .. } => self.is_shared(),
             };

@@ -239,7 +239,9 @@ impl Member {
         let c = &self.counters;
         match action {
             Action::Ack => c.acked.fetch_add(n, Ordering::Relaxed),
-            Action::Release { .. } => c.released.fetch_add(n, Ordering::Relaxed),
+            Action::Release { .. } | Action::ReleaseUntil { .. } => {
+                c.released.fetch_add(n, Ordering::Relaxed)
+            }
             Action::Reject { .. } => c.rejected.fetch_add(n, Ordering::Relaxed),
             Action::Renew { .. } | Action::Return => 0,
         };
@@ -312,6 +314,18 @@ impl ShareMessage {
         let delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
         self.member
             .settle(&[self.record()], Action::Release { delay_ms })
+    }
+
+    /// Gives it back until `at_ms` (wall clock, ms since the epoch): as
+    /// [`release`](Self::release) with the delay that ends then, without
+    /// the rounding of a delay to whole milliseconds from now.
+    pub(crate) fn release_until(&self, at_ms: i64) -> Result<()> {
+        self.member.settle(
+            &[self.record()],
+            Action::ReleaseUntil {
+                not_before_ms: at_ms,
+            },
+        )
     }
 
     /// Sends it to the dead-letter topic now, with `reason` in its

@@ -348,6 +348,12 @@ impl Proc {
                     },
                     ..e.clone()
                 },
+                Action::ReleaseUntil { not_before_ms } => Entry {
+                    state: State::Available {
+                        not_before_ms: *not_before_ms,
+                    },
+                    ..e.clone()
+                },
                 Action::Return => Entry {
                     state: State::Available { not_before_ms: 0 },
                     count: e.count.saturating_sub(1),
@@ -363,7 +369,10 @@ impl Proc {
         for (key, changes) in &mut by_part {
             changes.sort_by_key(|c| c.offset);
             let stored = match action {
-                Action::Ack | Action::Reject { .. } | Action::Return => true,
+                Action::Ack
+                | Action::Reject { .. }
+                | Action::Return
+                | Action::ReleaseUntil { .. } => true,
                 Action::Release { delay_ms } => *delay_ms > 0 || self.is_shared(),
                 Action::Renew { .. } => self.is_shared(),
             };
