@@ -81,6 +81,20 @@ static inline int key_is(const mql_message *m, const char *s) {
 
 /* Opens (creating) the data directory dir/name with prefault and the
  * retention thread off. */
+/* The data directory `path` opened in shared mode (other processes may have
+ * it open), without prefaulting or a retention thread. */
+static inline mql_broker *open_shared(const char *path) {
+    mql_config *cfg;
+    CHECK_OK(mql_config_new(&cfg));
+    CHECK_OK(mql_config_set_prefault(cfg, false));
+    CHECK_OK(mql_config_set_retention_check_interval_ms(cfg, 0));
+    CHECK_OK(mql_config_set_shared(cfg, true));
+    mql_broker *mq = NULL;
+    CHECK_OK(mql_open(path, cfg, &mq));
+    mql_config_free(cfg);
+    return mq;
+}
+
 static inline mql_broker *open_data(const char *dir, const char *name) {
     char path[4096];
     join_path(path, sizeof path, dir, name);

@@ -18,18 +18,6 @@
 #define PER_PARTITION 60
 #define WORKERS 2
 
-static mql_broker *open_shared(const char *path) {
-    mql_config *cfg;
-    CHECK_OK(mql_config_new(&cfg));
-    CHECK_OK(mql_config_set_prefault(cfg, false));
-    CHECK_OK(mql_config_set_retention_check_interval_ms(cfg, 0));
-    CHECK_OK(mql_config_set_shared(cfg, true));
-    mql_broker *mq = NULL;
-    CHECK_OK(mql_open(path, cfg, &mq));
-    mql_config_free(cfg);
-    return mq;
-}
-
 /* Takes and acknowledges messages of group "w" until none came for three
  * polls in a row, writing "<value> <delivery count>\n" to `out` for each.
  * Exits 0, or 1 through a failed check. */

@@ -20,18 +20,6 @@
 #define RECORDS 1000
 #define MAX_WRITERS 2
 
-static mql_broker *open_shared(const char *path) {
-    mql_config *cfg;
-    CHECK_OK(mql_config_new(&cfg));
-    CHECK_OK(mql_config_set_prefault(cfg, false));
-    CHECK_OK(mql_config_set_retention_check_interval_ms(cfg, 0));
-    CHECK_OK(mql_config_set_shared(cfg, true));
-    mql_broker *mq = NULL;
-    CHECK_OK(mql_open(path, cfg, &mq));
-    mql_config_free(cfg);
-    return mq;
-}
-
 /* Child `id`: takes a producer, writes a byte to `ready`, waits for a byte
  * on `go`, then sends its records one by one, each offset past the one
  * before (other writers' records may come between), and closes. Exits 0,

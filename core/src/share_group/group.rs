@@ -842,19 +842,7 @@ impl ShareGroup {
         if !store.wants_compaction(estimate) {
             return;
         }
-        let mut ops = Ops::whole(self.owner);
-        for ((t, p), part) in &inner.parts {
-            ops.start(t, *p, part.start);
-            let changes: Vec<Change> = part
-                .entries
-                .iter()
-                .map(|(o, e)| Change {
-                    offset: *o,
-                    entry: e.clone(),
-                })
-                .collect();
-            ops.changes(t, *p, &changes);
-        }
+        let ops = Ops::whole(self.owner, &inner.parts);
         let Some(store) = inner.store.as_mut() else {
             return;
         };

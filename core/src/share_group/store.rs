@@ -136,14 +136,27 @@ impl Ops {
         }
     }
 
-    /// [`Ops::new`] for a rewrite of the whole state, other processes'
-    /// acquisitions included.
-    pub(crate) fn whole(owner: Option<u64>) -> Ops {
-        Ops {
+    /// The whole state of `parts`, other processes' acquisitions included:
+    /// what a rewrite of the file holds.
+    pub(crate) fn whole(owner: Option<u64>, parts: &Parts) -> Ops {
+        let mut ops = Ops {
             owner,
             with_foreign: true,
             ..Ops::default()
+        };
+        for ((t, p), part) in parts {
+            ops.start(t, *p, part.start);
+            let changes: Vec<Change> = part
+                .entries
+                .iter()
+                .map(|(o, e)| Change {
+                    offset: *o,
+                    entry: e.clone(),
+                })
+                .collect();
+            ops.changes(t, *p, &changes);
         }
+        ops
     }
     /// Whether nothing was added.
     pub(crate) fn is_empty(&self) -> bool {
@@ -910,19 +923,7 @@ mod tests {
             .next = 6;
         {
             let _op = b.enter(&mut pb).unwrap().unwrap();
-            let mut ops = Ops::whole(Some(token));
-            let t = &pb[&("t".to_owned(), 0)];
-            ops.start("t", 0, t.start);
-            let changes: Vec<Change> = t
-                .entries
-                .iter()
-                .map(|(o, e)| Change {
-                    offset: *o,
-                    entry: e.clone(),
-                })
-                .collect();
-            ops.changes("t", 0, &changes);
-            b.rewrite(&ops).unwrap();
+            b.rewrite(&Ops::whole(Some(token), &pb)).unwrap();
         }
         {
             let _op = a.enter(&mut pa).unwrap().unwrap();

@@ -512,19 +512,7 @@ impl Proc {
     /// an operation (under the lock, what the others wrote read in).
     pub(super) fn compact(&mut self) {
         let _op = self.enter();
-        let mut ops = Ops::whole(self.owner);
-        for ((t, p), part) in &self.parts {
-            ops.start(t, *p, part.start);
-            let changes: Vec<Change> = part
-                .entries
-                .iter()
-                .map(|(o, e)| Change {
-                    offset: *o,
-                    entry: e.clone(),
-                })
-                .collect();
-            ops.changes(t, *p, &changes);
-        }
+        let ops = Ops::whole(self.owner, &self.parts);
         self.store.as_mut().unwrap().rewrite(&ops).unwrap();
     }
 }
