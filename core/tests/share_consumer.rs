@@ -599,8 +599,8 @@ fn a_share_group_opened_again_holds_back_what_it_had_not_done_with() {
 
 /// Retention (by size) deleted records the group had not read, more than a
 /// window's worth: reading goes on from the log's start, the deleted ones
-/// counted as skipped (a gap as wide as the window once stalled the
-/// partition for good).
+/// counted as skipped (a gap as wide as the window must not stall the
+/// partition).
 #[test]
 fn a_gap_wider_than_the_window_left_by_retention_is_passed() {
     let tmp = tempfile::tempdir().unwrap();

@@ -583,7 +583,7 @@ impl Sys {
         // Gaps: offsets without a record (transaction markers, records
         // retention deleted), from one offset to wider than the largest
         // window, so that a gap at `next` as wide as the window is
-        // passed (it once stalled the partition for good).
+        // passed (a partition must not stall on it).
         if gap {
             *end += 1 + (n * 7 + *end) % 13;
         }

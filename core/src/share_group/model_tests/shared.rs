@@ -158,9 +158,9 @@ proptest! {
 /// A member keeps what it holds when another process rewrites the state
 /// file: reading the rewritten file whole, a process knows its own
 /// members' acquisitions (written with its token) by their counts, and an
-/// acknowledgement of a record still locked succeeds. (It once came back
-/// as another process's holding: the acknowledgement failed and the
-/// record was delivered again once its lock ran out.)
+/// acknowledgement of a record still locked succeeds (were it taken for
+/// another process's holding, the acknowledgement would fail and the
+/// record be delivered again once its lock ran out).
 #[test]
 fn own_holdings_survive_a_rewrite_by_another_process() {
     use super::glue::{Clock, DlqSink, Proc};
