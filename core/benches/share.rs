@@ -16,6 +16,9 @@
 //!   `commit_acks=all` (synced per call: 5,000 messages for the row
 //!   acknowledging each, 200,000 for the others, the first ones of the
 //!   same log).
+//! - Shared mode: the `commit_acks=1` share consumer rows with the
+//!   directory open in shared mode (one process), against the same rows in
+//!   exclusive mode.
 //! - Redelivery: a share consumer with `lock_duration_ms=100`, one message
 //!   per poll, records sent one every 5 ms while it polls. It never
 //!   acknowledges a first delivery; each message's lock deadline is taken
@@ -212,6 +215,44 @@ fn rate_rows(h: &mut Harness) {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The `commit_acks=1` share consumer rows with the directory open in
+/// shared mode (one process; every operation takes the group's file lock
+/// and looks for what other processes wrote), against the same rows in
+/// exclusive mode.
+fn shared_mode_rows(h: &mut Harness) {
+    let rows = [
+        (
+            "share consumer in shared mode, poll + ack per message, commit_acks=1",
+            Settle::AckEach,
+            "share consumer, poll + ack per message, commit_acks=1",
+        ),
+        (
+            "share consumer in shared mode, poll + ack per poll (500), commit_acks=1",
+            Settle::AckPoll,
+            "share consumer, poll + ack per poll (500), commit_acks=1",
+        ),
+    ];
+    if !rows.iter().any(|(name, _, _)| filter_matches(name)) {
+        return;
+    }
+    let n = polls_of(1_000_000);
+    let dir = fresh_dir("shared");
+    let mq = Broker::open(&dir, Config::default().shared(true)).unwrap();
+    mq.create_topic("t", TopicConfig::new(1).segment_bytes(256 << 20))
+        .unwrap();
+    write_log(&mq, n);
+    for (j, (name, settle, exclusive)) in rows.iter().enumerate() {
+        if !filter_matches(name) {
+            continue;
+        }
+        let secs = consume(&mq, &format!("s{j}"), *settle, Acks::One, n);
+        let group = "100 B, commit_acks=1, shared mode against exclusive mode";
+        h.record(name, group, n, VALUE.len(), secs, Some(exclusive));
+    }
+    mq.close().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// The value at quantile `q` of `sorted` (nearest rank).
 fn percentile(sorted: &[f64], q: f64) -> f64 {
     sorted[((sorted.len() as f64 - 1.0) * q).round() as usize]
@@ -403,6 +444,7 @@ fn synced_sends(n: u64) -> Vec<f64> {
 
 fn one_run(h: &mut Harness) {
     rate_rows(h);
+    shared_mode_rows(h);
     redelivery_rows(h);
     delayed_rows(h);
 }
