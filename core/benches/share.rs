@@ -43,11 +43,10 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 mod harness;
-use harness::{filter_matches, scaled, Harness};
+use harness::{filter_matches, nearest_rank, scaled, write_records, Harness};
 
 use mqlite::{
-    Acks, BorrowedRecord, Broker, Config, ConsumerConfig, ProducerConfig, Record,
-    ShareConsumerConfig, TopicConfig,
+    Acks, Broker, Config, ConsumerConfig, ProducerConfig, Record, ShareConsumerConfig, TopicConfig,
 };
 
 const VALUE: [u8; 100] = [7; 100];
@@ -65,26 +64,6 @@ fn fresh_dir(tag: &str) -> PathBuf {
 /// `n` scaled, rounded down to whole polls (at least one).
 fn polls_of(n: u64) -> u64 {
     (scaled(n) / PER_POLL).max(1) * PER_POLL
-}
-
-/// Writes `n` records of [`VALUE`] to `t`/0, in batches of 1,000.
-fn write_log(mq: &Broker, n: u64) {
-    let p = mq.producer(ProducerConfig::default()).unwrap();
-    let chunk: Vec<BorrowedRecord<'_>> = (0..1000)
-        .map(|_| BorrowedRecord {
-            topic: "t",
-            partition: Some(0),
-            value: Some(&VALUE),
-            ..BorrowedRecord::default()
-        })
-        .collect();
-    let mut written = 0;
-    while written < n {
-        let k = (n - written).min(1000) as usize;
-        p.send_batch(&chunk[..k]).unwrap();
-        written += k as u64;
-    }
-    p.close().unwrap();
 }
 
 /// How a row settles what it read.
@@ -197,7 +176,7 @@ fn rate_rows(h: &mut Harness) {
     mq.create_topic("t", TopicConfig::new(1).segment_bytes(256 << 20))
         .unwrap();
     let longest = sets.iter().flat_map(|(_, _, n)| *n).max().unwrap_or(one);
-    write_log(&mq, longest);
+    write_records(&mq, "t", longest, &VALUE);
     for (i, (label, acks, counts)) in sets.into_iter().enumerate() {
         let group_title = format!("100 B, {label}, against a share consumer acking each message");
         let rows = rows(label);
@@ -240,7 +219,7 @@ fn shared_mode_rows(h: &mut Harness) {
     let mq = Broker::open(&dir, Config::default().shared(true)).unwrap();
     mq.create_topic("t", TopicConfig::new(1).segment_bytes(256 << 20))
         .unwrap();
-    write_log(&mq, n);
+    write_records(&mq, "t", n, &VALUE);
     for (j, (name, settle, exclusive)) in rows.iter().enumerate() {
         if !filter_matches(name) {
             continue;
@@ -255,7 +234,7 @@ fn shared_mode_rows(h: &mut Harness) {
 
 /// The value at quantile `q` of `sorted` (nearest rank).
 fn percentile(sorted: &[f64], q: f64) -> f64 {
-    sorted[((sorted.len() as f64 - 1.0) * q).round() as usize]
+    sorted[nearest_rank(sorted.len(), q)]
 }
 
 /// min, p50, p99 and max of `v`.

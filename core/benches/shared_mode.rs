@@ -27,7 +27,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use harness::{filter_matches, scaled, Harness};
+use harness::{filter_matches, nearest_rank, scaled, write_records, Harness};
 use mqlite::{
     Acks, BorrowedRecord, Broker, Config, Consumer, ConsumerConfig, OffsetReset, ProducerConfig,
     Record, TopicConfig,
@@ -250,27 +250,11 @@ fn throughput(n: u64, other_process: bool) -> f64 {
 /// batches of 1,000.
 fn write_tp(mq: &Broker, n: u64) {
     mq.create_topic("tp", TopicConfig::new(1)).unwrap();
-    let p = mq.producer(ProducerConfig::default()).unwrap();
-    let value = vec![7u8; SIZE];
-    let chunk: Vec<BorrowedRecord<'_>> = (0..1000)
-        .map(|_| BorrowedRecord {
-            topic: "tp",
-            partition: Some(0),
-            value: Some(&value),
-            ..BorrowedRecord::default()
-        })
-        .collect();
-    let mut written = 0;
-    while written < n {
-        let k = (n - written).min(1000) as usize;
-        p.send_batch(&chunk[..k]).unwrap();
-        written += k as u64;
-    }
+    write_records(mq, "tp", n, &[7u8; SIZE]);
 }
 
 fn percentile_us(sorted: &[u64], q: f64) -> f64 {
-    let i = ((sorted.len() as f64 - 1.0) * q).round() as usize;
-    sorted[i] as f64 / 1e3
+    sorted[nearest_rank(sorted.len(), q)] as f64 / 1e3
 }
 
 fn one_run(h: &mut Harness) {

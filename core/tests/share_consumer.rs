@@ -54,6 +54,22 @@ fn poll_n(c: &mut ShareConsumer, n: usize, within: Duration) -> Vec<ShareMessage
     got
 }
 
+/// One partition of small segments whose records retention deletes at
+/// once by time, unless a group has not done with them.
+fn kept_for_groups() -> TopicConfig {
+    TopicConfig::new(1)
+        .segment_bytes(4096)
+        .retention_ms(1)
+        .retention_respects_groups(true)
+}
+
+/// One partition of small segments, at most two of them kept.
+fn capped_at_two_segments() -> TopicConfig {
+    let mut config = TopicConfig::new(1).segment_bytes(4096);
+    config.retention_bytes = Some(8192);
+    config
+}
+
 /// Every message of a topic read by a plain consumer.
 fn read_all(mq: &Broker, topic: &str) -> Vec<mqlite::Message> {
     let mut c = mq.consumer(ConsumerConfig::default()).unwrap();
@@ -518,14 +534,7 @@ fn a_share_group_of_one_topic_does_not_hold_back_retention_of_another() {
     let tmp = tempfile::tempdir().unwrap();
     let mq = Broker::open(tmp.path(), cfg()).unwrap();
     produce(&mq, "a", 1, 1);
-    mq.create_topic(
-        "b",
-        TopicConfig::new(1)
-            .segment_bytes(4096)
-            .retention_ms(1)
-            .retention_respects_groups(true),
-    )
-    .unwrap();
+    mq.create_topic("b", kept_for_groups()).unwrap();
     // The group is open (on `a`) before `b` gets its records, and the
     // floors are taken in then: the retention of `b`'s rolls follows them.
     let mut c = share(&mq, ShareConsumerConfig::group("g"), "a");
@@ -542,14 +551,7 @@ fn a_share_group_of_one_topic_does_not_hold_back_retention_of_another() {
 fn a_share_group_holds_back_the_retention_of_rolls_from_its_first_read() {
     let tmp = tempfile::tempdir().unwrap();
     let mq = Broker::open(tmp.path(), cfg()).unwrap();
-    mq.create_topic(
-        "jobs",
-        TopicConfig::new(1)
-            .segment_bytes(4096)
-            .retention_ms(1)
-            .retention_respects_groups(true),
-    )
-    .unwrap();
+    mq.create_topic("jobs", kept_for_groups()).unwrap();
     produce(&mq, "jobs", 1, 1);
     let mut c = share(&mq, ShareConsumerConfig::group("g"), "jobs");
     let first = poll_n(&mut c, 1, Duration::from_secs(5));
@@ -572,14 +574,7 @@ fn a_share_group_opened_again_holds_back_what_it_had_not_done_with() {
     let tmp = tempfile::tempdir().unwrap();
     {
         let mq = Broker::open(tmp.path(), cfg()).unwrap();
-        mq.create_topic(
-            "jobs",
-            TopicConfig::new(1)
-                .segment_bytes(4096)
-                .retention_ms(1)
-                .retention_respects_groups(true),
-        )
-        .unwrap();
+        mq.create_topic("jobs", kept_for_groups()).unwrap();
         produce(&mq, "jobs", 1, 3);
         let mut c = share(&mq, ShareConsumerConfig::group("g"), "jobs");
         let got = poll_n(&mut c, 3, Duration::from_secs(5));
@@ -605,8 +600,7 @@ fn a_share_group_opened_again_holds_back_what_it_had_not_done_with() {
 fn a_gap_wider_than_the_window_left_by_retention_is_passed() {
     let tmp = tempfile::tempdir().unwrap();
     let mq = Broker::open(tmp.path(), cfg()).unwrap();
-    let mut config = TopicConfig::new(1).segment_bytes(4096);
-    config.retention_bytes = Some(8192);
+    let config = capped_at_two_segments();
     mq.create_topic("t", config).unwrap();
     produce(&mq, "t", 1, 5);
     let mut c = share(&mq, ShareConsumerConfig::group("g").max_in_flight(10), "t");
@@ -633,8 +627,7 @@ fn a_gap_wider_than_the_window_left_by_retention_is_passed() {
 #[test]
 fn a_released_record_that_retention_deleted_is_forgotten() {
     let tmp = tempfile::tempdir().unwrap();
-    let mut config = TopicConfig::new(1).segment_bytes(4096);
-    config.retention_bytes = Some(8192);
+    let config = capped_at_two_segments();
     {
         let mq = Broker::open(tmp.path(), cfg()).unwrap();
         mq.create_topic("t", config).unwrap();

@@ -56,6 +56,33 @@ pub fn filter_matches(name: &str) -> bool {
         .map_or(true, |f| f.split('|').any(|part| name.contains(part)))
 }
 
+/// Index of the value at quantile `q` in a sorted list of `len` values
+/// (nearest rank).
+pub fn nearest_rank(len: usize, q: f64) -> usize {
+    ((len as f64 - 1.0) * q).round() as usize
+}
+
+/// Writes `n` records of `value` to partition 0 of `topic`, in batches of
+/// 1,000, and flushes them.
+pub fn write_records(mq: &mqlite::Broker, topic: &str, n: u64, value: &[u8]) {
+    let p = mq.producer(mqlite::ProducerConfig::default()).unwrap();
+    let chunk: Vec<mqlite::BorrowedRecord<'_>> = (0..1000)
+        .map(|_| mqlite::BorrowedRecord {
+            topic,
+            partition: Some(0),
+            value: Some(value),
+            ..mqlite::BorrowedRecord::default()
+        })
+        .collect();
+    let mut written = 0;
+    while written < n {
+        let k = (n - written).min(1000) as usize;
+        p.send_batch(&chunk[..k]).unwrap();
+        written += k as u64;
+    }
+    p.close().unwrap();
+}
+
 /// The median (upper middle for an even count), minimum and maximum of `v`.
 pub fn spread(v: &[f64]) -> (f64, f64, f64) {
     let mut s: Vec<f64> = v.to_vec();

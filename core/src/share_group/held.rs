@@ -48,49 +48,54 @@ impl ShareConsumer {
             return Ok(None);
         };
         self.held.extend(got);
-        self.stats.records += 1;
-        if first.delivery_count > 1 {
-            self.stats.redelivered += 1;
-        }
+        self.count_handed(std::slice::from_ref(&first));
         Ok(Some(first))
     }
 
     /// [`poll_one`](Self::poll_one) when it can return at once: the next
     /// held message, if the consumer holds one with at least half of its
-    /// lock left. `None` otherwise (then `poll_one` polls). No wait and no
-    /// write: for bindings that hand out held messages under their own
-    /// lock and release it for a poll.
+    /// lock left. `None` otherwise (then `poll_one` polls). No wait; no
+    /// write but the one that gives held messages back once half their
+    /// lock has run. For bindings that hand out held messages under their
+    /// own lock and release it for a poll.
     pub fn next_held(&mut self) -> Option<ShareMessage> {
-        if self.held.is_empty() || self.check_open().is_err() {
-            return None;
-        }
-        if Instant::now() >= self.held_until {
-            self.give_back_held();
+        if self.check_open().is_err() || !self.held_fresh() {
             return None;
         }
         let m = self.held.pop_front()?;
         self.stats.polls += 1;
-        self.stats.records += 1;
-        if m.delivery_count > 1 {
-            self.stats.redelivered += 1;
-        }
+        self.count_handed(std::slice::from_ref(&m));
         Some(m)
     }
 
     /// The held messages, taken out (all of them, counted as delivered),
     /// or none if half their lock has run (then they are given back).
     pub(super) fn take_held(&mut self) -> Vec<ShareMessage> {
-        if self.held.is_empty() {
-            return Vec::new();
-        }
-        if Instant::now() >= self.held_until {
-            self.give_back_held();
+        if !self.held_fresh() {
             return Vec::new();
         }
         let out: Vec<ShareMessage> = self.held.drain(..).collect();
-        self.stats.records += out.len() as u64;
-        self.stats.redelivered += out.iter().filter(|m| m.delivery_count > 1).count() as u64;
+        self.count_handed(&out);
         out
+    }
+
+    /// Whether messages are held with at least half their lock left; held
+    /// messages past that are given back.
+    fn held_fresh(&mut self) -> bool {
+        if self.held.is_empty() {
+            return false;
+        }
+        if Instant::now() >= self.held_until {
+            self.give_back_held();
+            return false;
+        }
+        true
+    }
+
+    /// Counts `messages` as handed to the application.
+    pub(super) fn count_handed(&mut self, messages: &[ShareMessage]) {
+        self.stats.records += messages.len() as u64;
+        self.stats.redelivered += messages.iter().filter(|m| m.delivery_count > 1).count() as u64;
     }
 
     /// Notes when messages taken from the group by a poll that started at

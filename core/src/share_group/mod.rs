@@ -483,8 +483,7 @@ impl ShareConsumer {
             return Ok(held);
         }
         let got = self.fetch(timeout)?;
-        self.stats.records += got.len() as u64;
-        self.stats.redelivered += got.iter().filter(|m| m.delivery_count > 1).count() as u64;
+        self.count_handed(&got);
         Ok(got)
     }
 

@@ -423,6 +423,11 @@ fn apply(parts: &mut Parts, ops: Vec<Op>, replay: &mut Replay<'_>) {
     }
 }
 
+/// The state file of `group` in the groups directory `gdir`.
+fn state_path(gdir: &Path, group: &str) -> PathBuf {
+    gdir.join(format!("{group}.share"))
+}
+
 /// A state file as read (created if it was missing).
 struct Loaded {
     path: PathBuf,
@@ -433,16 +438,10 @@ struct Loaded {
 }
 
 impl Loaded {
-    /// Reads (creating it if missing) the state file of `group` in `gdir`,
+    /// Reads (creating it if missing) the state file at `path`,
     /// acquisitions of processes `alive` says have exited read as
     /// available.
-    fn read(
-        gdir: &Path,
-        group: &str,
-        mode: u32,
-        alive: &mut dyn FnMut(u64) -> bool,
-    ) -> Result<Loaded> {
-        let path = gdir.join(format!("{group}.share"));
+    fn read(path: PathBuf, mode: u32, alive: &mut dyn FnMut(u64) -> bool) -> Result<Loaded> {
         let mut parts = Parts::new();
         let contents = journal::read_records(&path, HEADER_LEN, MAGIC, decode)?;
         let (file, generation, end) = if let Some(c) = contents {
@@ -581,7 +580,7 @@ impl Store {
         };
         // No other process has the directory: the holders of acquisitions
         // stored are gone.
-        let loaded = Loaded::read(&gdir, group, mode, &mut |_| false)?;
+        let loaded = Loaded::read(state_path(&gdir, group), mode, &mut |_| false)?;
         Ok(loaded.into_store(mode, Access::Exclusive { _held: lock }))
     }
 
@@ -613,7 +612,7 @@ impl Store {
         lock.lock()
             .ctx(|| format!("locking {}", lock_path.display()))?;
         let _held = OpLock(Arc::clone(&lock));
-        let loaded = Loaded::read(&gdir, group, mode, &mut liveness(dir))?;
+        let loaded = Loaded::read(state_path(&gdir, group), mode, &mut liveness(dir))?;
         let ino = loaded.file.metadata().map_or(0, |m| m.ino());
         let access = Access::Shared(Shared {
             lock,
@@ -687,17 +686,7 @@ impl Store {
         }
         // Rewritten by another process: read whole, keeping this
         // process's messages and read positions.
-        let gdir = self
-            .path
-            .parent()
-            .map(Path::to_path_buf)
-            .unwrap_or_default();
-        let group = self
-            .path
-            .file_stem()
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let fresh = Loaded::read(&gdir, &group, self.mode, &mut alive)?;
+        let fresh = Loaded::read(self.path.clone(), self.mode, &mut alive)?;
         let mut new_parts = fresh.parts;
         let own = FOREIGN | token;
         for (key, p) in &mut new_parts {
