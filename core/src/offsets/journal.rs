@@ -264,10 +264,19 @@ pub(crate) fn append(file: &File, path: &Path, at: u64, record: &[u8]) -> Result
 /// wait as the last sync served, then syncs for all of them. A steady
 /// group of `n` committing threads is so served by one sync per round of
 /// `n` commits; a lone committer never waits.
+///
+/// Two condition variables keep wake-ups to the threads that can act on
+/// them: an arriving commit wakes the collecting leader alone (and only
+/// once as many as it waits for have come), and the end of a sync wakes
+/// the commits waiting for it. Waking every waiter at each arrival costs
+/// more than the sync on a machine with few cores.
 #[derive(Debug, Default)]
 pub(crate) struct Syncer {
     state: Mutex<SyncState>,
-    changed: Condvar,
+    /// A collecting leader waits here for commits to arrive.
+    arrived: Condvar,
+    /// Commits wait here for a sync (or a leader's place) to come free.
+    synced: Condvar,
 }
 
 #[derive(Debug, Default)]
@@ -314,9 +323,9 @@ impl Syncer {
     ) -> Result<()> {
         let mut st = lock(&self.state);
         st.arrivals += 1;
-        if st.collecting {
-            // The collecting leader counts this commit in.
-            self.changed.notify_all();
+        if st.collecting && st.arrivals >= st.expected {
+            // The collecting leader has what it waits for.
+            self.arrived.notify_one();
         }
         loop {
             if let Some(e) = &st.failed {
@@ -329,7 +338,7 @@ impl Syncer {
                 return Ok(());
             }
             if st.syncing || st.collecting {
-                st = crate::sync::wait(&self.changed, st);
+                st = crate::sync::wait(&self.synced, st);
                 continue;
             }
             if st.arrivals < st.expected {
@@ -340,7 +349,7 @@ impl Syncer {
                     if left.is_zero() {
                         break;
                     }
-                    st = crate::sync::wait_timeout(&self.changed, st, left).0;
+                    st = crate::sync::wait_timeout(&self.arrived, st, left).0;
                 }
                 st.collecting = false;
             }
@@ -359,11 +368,24 @@ impl Syncer {
             st.syncing = false;
             st.last_sync = started.elapsed();
             st.expected = served + st.arrivals;
-            match res {
-                Ok(()) => st.synced = st.synced.max(appended),
-                Err(e) => st.failed = Some(format!("syncing {}: {e}", path.display())),
+            let covered = match res {
+                Ok(()) => {
+                    st.synced = st.synced.max(appended);
+                    st.synced >= ticket
+                }
+                Err(e) => {
+                    st.failed = Some(format!("syncing {}: {e}", path.display()));
+                    false
+                }
+            };
+            // Wake the waiters with the lock let go: woken while it is
+            // held, each would block on it again in turn.
+            drop(st);
+            self.synced.notify_all();
+            if covered {
+                return Ok(());
             }
-            self.changed.notify_all();
+            st = lock(&self.state);
         }
     }
 
@@ -372,7 +394,7 @@ impl Syncer {
     pub(crate) fn covered(&self, appended: u64) {
         let mut st = lock(&self.state);
         st.synced = st.synced.max(appended);
-        self.changed.notify_all();
+        self.synced.notify_all();
     }
 }
 
