@@ -11,7 +11,7 @@ DEMO_DIR := demo-data
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)
 SOMAJOR := $(firstword $(subst ., ,$(VERSION)))
 
-.PHONY: all test demo bench bench-smoke soak fuzz venv venv-test venv-bench ext ffi rust-test c-test py-test \
+.PHONY: all test demo bench bench-smoke soak fuzz venv venv-test venv-bench ext ffi rust-test kafka-test c-test py-test \
 	readme-test install-test install uninstall lint fmt header clean
 
 all: ext ffi
@@ -129,7 +129,17 @@ bench-smoke:
 	$(PYTHON) bench/test_check_claims.py
 	$(PYTHON) bench/check_claims.py
 
-test: rust-test c-test py-test readme-test install-test bench-smoke
+# The Kafka-compatible broker that the Kafka backend's tests start and
+# stop (tansu, built from crates.io once: about 12 minutes on 2 cores).
+TANSU ?= $(or $(shell command -v tansu 2>/dev/null),$(HOME)/.cargo/bin/tansu)
+$(TANSU):
+	$(CARGO) install tansu --version 0.6.0 --locked --features dynostore
+
+# The Kafka backend (the `kafka` feature) against that broker.
+kafka-test: $(TANSU)
+	MQLITE_TANSU=$(TANSU) MQLITE_KAFKA_REQUIRED=1 $(CARGO) test -p mqlite --features kafka --test kafka
+
+test: rust-test kafka-test c-test py-test readme-test install-test bench-smoke
 	@echo "all tests passed"
 
 lint:
@@ -137,6 +147,7 @@ lint:
 	$(CARGO) fmt --manifest-path bench/rust-peers/Cargo.toml -- --check
 	$(CARGO) fmt --manifest-path fuzz/Cargo.toml -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(CARGO) clippy -p mqlite --all-targets --features kafka -- -D warnings
 
 # Regenerates include/mqlite.h (the test suite fails while it is stale).
 header:

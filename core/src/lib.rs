@@ -41,6 +41,8 @@ mod error;
 pub mod faults;
 mod files;
 mod group;
+#[cfg(feature = "kafka")]
+pub mod kafka;
 mod le_reader;
 pub mod log;
 mod message;

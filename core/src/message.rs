@@ -229,6 +229,46 @@ pub struct Message {
 }
 
 impl Message {
+    /// A message made of its fields (a record read from a Kafka cluster):
+    /// key, value and headers copied into one buffer it owns.
+    #[cfg(feature = "kafka")]
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn from_fields(
+        topic: &Arc<str>,
+        partition: u32,
+        offset: u64,
+        timestamp: i64,
+        key: Option<&[u8]>,
+        value: Option<&[u8]>,
+        headers: &[Header],
+    ) -> Message {
+        let mut buf = Vec::with_capacity(key.map_or(0, <[u8]>::len) + value.map_or(0, <[u8]>::len));
+        let span = |b: Option<&[u8]>, buf: &mut Vec<u8>| {
+            b.map_or(Span::NONE, |b| {
+                let start = buf.len();
+                buf.extend_from_slice(b);
+                Span::new(0, start..buf.len())
+            })
+        };
+        let key = span(key, &mut buf);
+        let value = span(value, &mut buf);
+        let start = buf.len();
+        batch::encode_headers(&mut buf, headers);
+        let headers_span = Span::new(0, start..buf.len());
+        Message {
+            src: Arc::new(Source::buffer(topic, partition, buf)),
+            rec: Rec {
+                offset,
+                timestamp,
+                key,
+                value,
+                headers: headers_span,
+                header_count: headers.len() as u32,
+                source: 0,
+            },
+        }
+    }
+
     /// Puts the message into a poll's sink.
     #[inline]
     pub(crate) fn push_into<S: Sink>(self, out: &mut S) {

@@ -108,6 +108,27 @@ pub struct ConsumerConfig {
     pub commit_acks: Acks,
 }
 
+impl ConsumerConfig {
+    /// Checks the settings a consumer of any backend needs right.
+    pub(crate) fn validate(&self) -> Result<()> {
+        if self.max_poll_records == 0 {
+            return Err(Error::InvalidArgument(
+                "max_poll_records must be at least 1".into(),
+            ));
+        }
+        if let Some(g) = &self.group_id {
+            validate_group_name("group_id", g)?;
+        }
+        validate_group_name("client_id", &self.client_id)?;
+        if self.broadcast && self.group_id.is_none() {
+            return Err(Error::InvalidArgument(
+                "broadcast mode needs a group_id".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
 impl Default for ConsumerConfig {
     fn default() -> Self {
         ConsumerConfig {
@@ -328,21 +349,8 @@ impl Consumer {
     }
 
     pub(crate) fn new(broker: Arc<BrokerInner>, config: ConsumerConfig) -> Result<Consumer> {
-        if config.max_poll_records == 0 {
-            return Err(Error::InvalidArgument(
-                "max_poll_records must be at least 1".into(),
-            ));
-        }
-        if let Some(g) = &config.group_id {
-            validate_group_name("group_id", g)?;
-        }
+        config.validate()?;
         let share = broker.share().cloned();
-        validate_group_name("client_id", &config.client_id)?;
-        if config.broadcast && config.group_id.is_none() {
-            return Err(Error::InvalidArgument(
-                "broadcast mode needs a group_id".into(),
-            ));
-        }
         let offsets = match &config.group_id {
             Some(g) if config.broadcast => {
                 Some(broker.group(&crate::offsets::broadcast_key(g, &config.client_id))?)

@@ -1123,6 +1123,19 @@ pub(crate) fn compact_record(batch: &[u8], at: usize) -> Result<RecordView, &'st
     parse_body(batch, at, 0, 0).ok_or("malformed record")
 }
 
+/// Appends `headers` to `out` as a record stores them (each name and value
+/// a length varint and bytes), for [`decode_headers`] to read back.
+#[cfg(feature = "kafka")]
+pub(crate) fn encode_headers(out: &mut Vec<u8>, headers: &[Header]) {
+    for h in headers {
+        for b in [h.key.as_bytes(), &h.value[..]] {
+            let at = out.len();
+            out.resize(at + varint_len(b.len() as i64) + b.len(), 0);
+            put_opt(out, at, Some(b));
+        }
+    }
+}
+
 /// Decodes `count` headers from their encoded bytes (as found by
 /// [`RecordView::headers`]). Malformed bytes yield the headers read so far.
 pub fn decode_headers(buf: &[u8], count: u32) -> Vec<Header> {

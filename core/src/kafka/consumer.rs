@@ -1,0 +1,488 @@
+//! [`KafkaConsumer`]: a [`ConsumerConfig`]'s consumer on a Kafka cluster.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer as _};
+use rdkafka::message::Message as _;
+use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
+
+use super::error::{from_code, from_kafka};
+use super::producer::headers_of;
+use super::KafkaBroker;
+use crate::assign::AssignmentStrategy;
+use crate::consumer::{ConsumerConfig, IsolationLevel, OffsetReset};
+use crate::error::{Error, Result};
+use crate::message::{Message, MessageBatch};
+use crate::offsets::CommittedOffset;
+
+/// Reads the topics of a Kafka cluster, with the calls of
+/// [`crate::Consumer`].
+///
+/// How its [`ConsumerConfig`] maps onto librdkafka:
+/// - `group_id`: `group.id`; a consumer without a group can only
+///   [`assign`](KafkaConsumer::assign) and has nothing to commit to.
+/// - `auto_offset_reset`, `enable_auto_commit`, `auto_commit_interval_ms`,
+///   `enable_auto_offset_store`, `max_poll_interval_ms`, `client_id`,
+///   `isolation_level`: the Kafka settings of the same names.
+/// - `assignment_strategy`: `Averagely` is Kafka's `range`,
+///   `RoundRobin` its `roundrobin`; the others have no Kafka
+///   assignor and are refused ([`Error::InvalidConfig`]), as are
+///   `broadcast` and `wanted_partitions`.
+/// - `max_poll_records`: the most messages one
+///   [`poll`](KafkaConsumer::poll) returns.
+/// - `commit_acks`: on a cluster a commit is acknowledged once the group
+///   coordinator stored it (replicated like `acks=all`).
+pub struct KafkaConsumer {
+    inner: BaseConsumer,
+    config: ConsumerConfig,
+    timeout: Duration,
+    /// Topic names as the messages share them.
+    names: HashMap<String, Arc<str>>,
+    closed: bool,
+}
+
+impl std::fmt::Debug for KafkaConsumer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KafkaConsumer")
+            .field("config", &self.config)
+            .field("closed", &self.closed)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Kafka's name of the assignor doing what `s` does.
+fn assignor(s: AssignmentStrategy) -> Result<&'static str> {
+    match s {
+        AssignmentStrategy::Averagely => Ok("range"),
+        AssignmentStrategy::RoundRobin => Ok("roundrobin"),
+        other => Err(Error::InvalidConfig(format!(
+            "assignment strategy {other:?} has no Kafka assignor (use Averagely or RoundRobin)"
+        ))),
+    }
+}
+
+impl KafkaConsumer {
+    pub(super) fn new(broker: &KafkaBroker, config: ConsumerConfig) -> Result<KafkaConsumer> {
+        config.validate()?;
+        if config.broadcast {
+            return Err(Error::InvalidConfig(
+                "broadcast consumers are not available on a Kafka cluster".to_owned(),
+            ));
+        }
+        if !config.wanted_partitions.is_empty() {
+            return Err(Error::InvalidConfig(
+                "wanted_partitions is not available on a Kafka cluster".to_owned(),
+            ));
+        }
+        let reset = match config.auto_offset_reset {
+            OffsetReset::Earliest => "earliest",
+            OffsetReset::Latest => "latest",
+            OffsetReset::Error => "error",
+        };
+        let isolation = match config.isolation_level {
+            IsolationLevel::ReadCommitted => "read_committed",
+            IsolationLevel::ReadUncommitted => "read_uncommitted",
+        };
+        // librdkafka wants a group id even to assign; a consumer without a
+        // group gets a private one it never commits to.
+        let (group, grouped) = match &config.group_id {
+            Some(g) => (g.clone(), true),
+            None => (
+                format!("mqlite-ungrouped-{}-{}", std::process::id(), unique()),
+                false,
+            ),
+        };
+        let mut props: Vec<(&str, String)> = vec![
+            ("group.id", group),
+            ("auto.offset.reset", reset.to_owned()),
+            (
+                "enable.auto.commit",
+                (grouped && config.enable_auto_commit).to_string(),
+            ),
+            (
+                "auto.commit.interval.ms",
+                config.auto_commit_interval_ms.to_string(),
+            ),
+            (
+                "enable.auto.offset.store",
+                config.enable_auto_offset_store.to_string(),
+            ),
+            (
+                "max.poll.interval.ms",
+                config.max_poll_interval_ms.to_string(),
+            ),
+            ("isolation.level", isolation.to_owned()),
+            (
+                "partition.assignment.strategy",
+                assignor(config.assignment_strategy)?.to_owned(),
+            ),
+        ];
+        if !config.client_id.is_empty() {
+            props.push(("client.id", config.client_id.clone()));
+        }
+        let inner = broker
+            .client_config(&props)
+            .create()
+            .map_err(|e| from_kafka(e, "making a consumer"))?;
+        Ok(KafkaConsumer {
+            inner,
+            config,
+            timeout: broker.request_timeout(),
+            names: HashMap::new(),
+            closed: false,
+        })
+    }
+
+    /// The consumer's configuration.
+    pub fn config(&self) -> &ConsumerConfig {
+        &self.config
+    }
+
+    fn check_open(&self) -> Result<()> {
+        if self.closed {
+            Err(Error::Closed("consumer"))
+        } else {
+            Ok(())
+        }
+    }
+
+    fn check_grouped(&self, what: &str) -> Result<()> {
+        if self.config.group_id.is_none() {
+            return Err(Error::InvalidArgument(format!(
+                "{what} needs a consumer group (ConsumerConfig::group)"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Joins the group's consumption of `topics`: the group coordinator
+    /// assigns their partitions among the members.
+    ///
+    /// # Errors
+    /// [`Error::InvalidTopicName`]; [`Error::InvalidArgument`] without a
+    /// group.
+    pub fn subscribe(&mut self, topics: &[&str]) -> Result<()> {
+        self.check_open()?;
+        self.check_grouped("subscribe")?;
+        for t in topics {
+            crate::topic::validate_topic_name(t)?;
+        }
+        self.inner
+            .subscribe(topics)
+            .map_err(|e| from_kafka(e, "subscribing"))
+    }
+
+    /// Leaves the subscription (and the partitions it gave).
+    pub fn unsubscribe(&mut self) {
+        self.inner.unsubscribe();
+    }
+
+    /// Reads exactly `partitions` (topic, partition), from the committed
+    /// offset or as `auto_offset_reset` says.
+    ///
+    /// # Errors
+    /// [`Error::UnknownTopic`], [`Error::UnknownPartition`].
+    pub fn assign(&mut self, partitions: &[(&str, u32)]) -> Result<()> {
+        self.check_open()?;
+        let mut tpl = TopicPartitionList::new();
+        for (t, p) in partitions {
+            crate::topic::validate_topic_name(t)?;
+            let count = self.partition_count(t)?;
+            if *p >= count {
+                return Err(Error::UnknownPartition {
+                    topic: (*t).to_owned(),
+                    partition: *p,
+                    count,
+                });
+            }
+            tpl.add_partition(t, *p as i32);
+        }
+        self.inner
+            .assign(&tpl)
+            .map_err(|e| from_kafka(e, "assigning partitions"))
+    }
+
+    fn partition_count(&self, topic: &str) -> Result<u32> {
+        let md = self
+            .inner
+            .fetch_metadata(Some(topic), self.timeout)
+            .map_err(|e| from_kafka(e, &format!("describing topic {topic:?}")))?;
+        md.topics()
+            .iter()
+            .find(|t| t.name() == topic && t.error().is_none() && !t.partitions().is_empty())
+            .map(|t| t.partitions().len() as u32)
+            .ok_or_else(|| Error::UnknownTopic(topic.to_owned()))
+    }
+
+    /// The partitions this consumer reads, sorted.
+    pub fn assignment(&self) -> Vec<(String, u32)> {
+        let mut v: Vec<(String, u32)> = self
+            .inner
+            .assignment()
+            .map(|tpl| {
+                tpl.elements()
+                    .iter()
+                    .map(|e| (e.topic().to_owned(), e.partition() as u32))
+                    .collect()
+            })
+            .unwrap_or_default();
+        v.sort();
+        v
+    }
+
+    /// Up to `max_poll_records` messages, waiting up to `timeout` for the
+    /// first.
+    ///
+    /// # Errors
+    /// [`Error::OffsetOutOfRange`] with `auto_offset_reset=Error`; the
+    /// cluster's errors.
+    pub fn poll(&mut self, timeout: Duration) -> Result<Vec<Message>> {
+        self.check_open()?;
+        let mut out = Vec::new();
+        let deadline = Instant::now() + timeout;
+        let max = self.config.max_poll_records.max(1);
+        while out.len() < max {
+            let wait = if out.is_empty() {
+                deadline.saturating_duration_since(Instant::now())
+            } else {
+                Duration::ZERO
+            };
+            let Some(got) = self.inner.poll(wait) else {
+                if out.is_empty() && Instant::now() < deadline {
+                    continue;
+                }
+                break;
+            };
+            let m = match got {
+                Ok(m) => m,
+                Err(e) => {
+                    if out.is_empty() {
+                        return Err(match e.rdkafka_error_code() {
+                            Some(code) => from_code(code, "", "polling the cluster"),
+                            None => from_kafka(e, "polling the cluster"),
+                        });
+                    }
+                    break;
+                }
+            };
+            let topic = if let Some(t) = self.names.get(m.topic()) {
+                Arc::clone(t)
+            } else {
+                let t: Arc<str> = Arc::from(m.topic());
+                self.names.insert(m.topic().to_owned(), Arc::clone(&t));
+                t
+            };
+            out.push(Message::from_fields(
+                &topic,
+                m.partition() as u32,
+                m.offset() as u64,
+                m.timestamp().to_millis().unwrap_or(-1),
+                m.key(),
+                m.payload(),
+                &headers_of(m.headers()),
+            ));
+        }
+        Ok(out)
+    }
+
+    /// [`KafkaConsumer::poll`] as one [`MessageBatch`].
+    ///
+    /// # Errors
+    /// As [`KafkaConsumer::poll`].
+    pub fn poll_batch(&mut self, timeout: Duration) -> Result<MessageBatch> {
+        let mut batch = MessageBatch::default();
+        for m in self.poll(timeout)? {
+            m.push_into(&mut batch);
+        }
+        Ok(batch)
+    }
+
+    /// Commits the position of every assigned partition (the offset after
+    /// the last message polled), waiting for the coordinator.
+    ///
+    /// # Errors
+    /// [`Error::CommitFailed`] when the group rebalanced meanwhile;
+    /// [`Error::InvalidArgument`] without a group.
+    pub fn commit(&mut self) -> Result<()> {
+        self.check_open()?;
+        self.check_grouped("commit")?;
+        match self.inner.commit_consumer_state(CommitMode::Sync) {
+            Ok(()) => Ok(()),
+            // Nothing polled since the last commit: nothing to do.
+            Err(e)
+                if e.rdkafka_error_code() == Some(rdkafka::types::RDKafkaErrorCode::NoOffset) =>
+            {
+                Ok(())
+            }
+            Err(e) => Err(from_kafka(e, "committing")),
+        }
+    }
+
+    /// Commits `(topic, partition, offset, metadata)`: `offset` is the
+    /// next message to read.
+    ///
+    /// # Errors
+    /// As [`KafkaConsumer::commit`].
+    pub fn commit_offsets(&mut self, offsets: &[(&str, u32, u64, &str)]) -> Result<()> {
+        self.check_open()?;
+        self.check_grouped("commit")?;
+        let mut tpl = TopicPartitionList::new();
+        for (t, p, o, meta) in offsets {
+            let at = i64::try_from(*o)
+                .map_err(|_| Error::InvalidArgument(format!("offset {o} out of range")))?;
+            tpl.add_partition_offset(t, *p as i32, Offset::Offset(at))
+                .map_err(|e| from_kafka(e, "committing"))?;
+            if !meta.is_empty() {
+                if let Some(mut e) = tpl.find_partition(t, *p as i32) {
+                    e.set_metadata(*meta);
+                }
+            }
+        }
+        self.inner
+            .commit(&tpl, CommitMode::Sync)
+            .map_err(|e| from_kafka(e, "committing"))
+    }
+
+    /// The group's committed offset of a partition, `None` when it has
+    /// none.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] without a group; the cluster's errors.
+    pub fn committed(&self, topic: &str, partition: u32) -> Result<Option<CommittedOffset>> {
+        self.check_open()?;
+        self.check_grouped("committed")?;
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition(topic, partition as i32);
+        let got = self
+            .inner
+            .committed_offsets(tpl, self.timeout)
+            .map_err(|e| from_kafka(e, "reading committed offsets"))?;
+        Ok(got
+            .find_partition(topic, partition as i32)
+            .and_then(|e| match e.offset() {
+                Offset::Offset(o) if o >= 0 => Some(CommittedOffset {
+                    offset: o as u64,
+                    metadata: e.metadata().to_owned(),
+                    timestamp: 0,
+                }),
+                _ => None,
+            }))
+    }
+
+    /// Moves the next read of an assigned partition to `offset`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a partition not assigned; the
+    /// cluster's errors.
+    pub fn seek(&mut self, topic: &str, partition: u32, offset: u64) -> Result<()> {
+        self.check_open()?;
+        self.check_assigned(topic, partition)?;
+        let at = i64::try_from(offset)
+            .map_err(|_| Error::InvalidArgument(format!("offset {offset} out of range")))?;
+        self.inner
+            .seek(topic, partition as i32, Offset::Offset(at), self.timeout)
+            .map_err(|e| from_kafka(e, "seeking"))
+    }
+
+    fn check_assigned(&self, topic: &str, partition: u32) -> Result<()> {
+        if self
+            .assignment()
+            .iter()
+            .any(|(t, p)| t == topic && *p == partition)
+        {
+            Ok(())
+        } else {
+            Err(Error::InvalidArgument(format!(
+                "{topic}/{partition} is not assigned to this consumer"
+            )))
+        }
+    }
+
+    /// The offset the next message of an assigned partition will have:
+    /// after the last one polled, else the committed offset, else where
+    /// `auto_offset_reset` starts.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a partition not assigned; the
+    /// cluster's errors.
+    pub fn position(&mut self, topic: &str, partition: u32) -> Result<u64> {
+        self.check_open()?;
+        self.check_assigned(topic, partition)?;
+        let pos = self
+            .inner
+            .position()
+            .map_err(|e| from_kafka(e, "reading positions"))?;
+        if let Some(Offset::Offset(o)) = pos
+            .find_partition(topic, partition as i32)
+            .map(|e| e.offset())
+        {
+            if o >= 0 {
+                return Ok(o as u64);
+            }
+        }
+        if self.config.group_id.is_some() {
+            if let Some(c) = self.committed(topic, partition)? {
+                return Ok(c.offset);
+            }
+        }
+        let (low, high) = self
+            .inner
+            .fetch_watermarks(topic, partition as i32, self.timeout)
+            .map_err(|e| from_kafka(e, "reading offsets"))?;
+        Ok(match self.config.auto_offset_reset {
+            OffsetReset::Latest => high.max(0) as u64,
+            _ => low.max(0) as u64,
+        })
+    }
+
+    /// Messages left to read in each assigned partition: its end offset
+    /// minus the position.
+    ///
+    /// # Errors
+    /// The cluster's errors.
+    pub fn lag(&mut self) -> Result<Vec<(String, u32, u64)>> {
+        let mut out = Vec::new();
+        for (t, p) in self.assignment() {
+            let pos = self.position(&t, p)?;
+            let (_, high) = self
+                .inner
+                .fetch_watermarks(&t, p as i32, self.timeout)
+                .map_err(|e| from_kafka(e, "reading offsets"))?;
+            out.push((t, p, (high.max(0) as u64).saturating_sub(pos)));
+        }
+        Ok(out)
+    }
+
+    /// Leaves the group (committing first when auto-commit is on); later
+    /// calls fail with [`Error::Closed`].
+    pub fn close(&mut self) {
+        if self.closed {
+            return;
+        }
+        if self.config.group_id.is_some() && self.config.enable_auto_commit {
+            let _ = self.inner.commit_consumer_state(CommitMode::Sync);
+        }
+        self.inner.unsubscribe();
+        self.closed = true;
+    }
+
+    /// Whether [`KafkaConsumer::close`] ran.
+    pub fn is_closed(&self) -> bool {
+        self.closed
+    }
+}
+
+impl Drop for KafkaConsumer {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+/// A number no other consumer of this process got.
+fn unique() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}

@@ -1,0 +1,442 @@
+//! [`KafkaProducer`]: a [`ProducerConfig`]'s producer on a Kafka cluster.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use rdkafka::message::{Header as KHeader, Headers as _, Message as _, OwnedHeaders};
+use rdkafka::producer::{
+    BaseRecord, DeliveryResult, Producer as _, ProducerContext, ThreadedProducer,
+};
+use rdkafka::types::RDKafkaErrorCode;
+use rdkafka::ClientContext;
+
+use super::error::{from_code, from_kafka};
+use super::KafkaBroker;
+use crate::error::{Error, Result};
+use crate::log::compression::Compression;
+use crate::producer::{Acks, BorrowedRecord, Partitioner, ProducerConfig, Record, RecordMetadata};
+use crate::sync::lock;
+
+/// What a sent record's delivery report goes to.
+enum Waiter {
+    /// Slot `i` of a synchronous send's results.
+    Slot(Arc<Results>, usize),
+    /// A [`KafkaProducer::send_async`] callback (behind a lock: librdkafka
+    /// wants what it carries shareable, and the callback runs once).
+    Callback(Mutex<Option<crate::producer::DeliveryCallback>>),
+}
+
+/// The results of a synchronous send, filled by delivery reports.
+struct Results {
+    state: Mutex<(Vec<Option<Result<RecordMetadata>>>, usize)>,
+    done: Condvar,
+}
+
+impl Results {
+    fn new(n: usize) -> Arc<Results> {
+        Arc::new(Results {
+            state: Mutex::new(((0..n).map(|_| None).collect(), n)),
+            done: Condvar::new(),
+        })
+    }
+
+    fn set(&self, i: usize, r: Result<RecordMetadata>) {
+        let mut st = lock(&self.state);
+        if st.0[i].is_none() {
+            st.1 -= 1;
+        }
+        st.0[i] = Some(r);
+        if st.1 == 0 {
+            self.done.notify_all();
+        }
+    }
+
+    /// Waits for every result.
+    fn wait(&self) -> Vec<Result<RecordMetadata>> {
+        let mut st = lock(&self.state);
+        while st.1 > 0 {
+            st = crate::sync::wait(&self.done, st);
+        }
+        st.0.iter_mut()
+            .map(|r| r.take().unwrap_or(Err(Error::Closed("producer"))))
+            .collect()
+    }
+}
+
+/// Routes delivery reports to their waiters.
+struct Reports;
+
+impl ClientContext for Reports {}
+
+impl ProducerContext for Reports {
+    type DeliveryOpaque = Box<Waiter>;
+
+    fn delivery(&self, result: &DeliveryResult<'_>, waiter: Box<Waiter>) {
+        let r = match result {
+            Ok(m) => Ok(RecordMetadata {
+                topic: Arc::from(m.topic()),
+                partition: m.partition() as u32,
+                offset: u64::try_from(m.offset()).unwrap_or(RecordMetadata::UNKNOWN_OFFSET),
+                timestamp: m.timestamp().to_millis().unwrap_or(-1),
+                duplicate: false,
+            }),
+            Err((e, m)) => Err(match e.rdkafka_error_code() {
+                Some(code) => from_code(code, m.topic(), "sending to the cluster"),
+                None => from_kafka(e.clone(), "sending to the cluster"),
+            }),
+        };
+        match *waiter {
+            Waiter::Slot(results, i) => results.set(i, r),
+            Waiter::Callback(f) => {
+                if let Some(f) = lock(&f).take() {
+                    // A panicking callback must not unwind into
+                    // librdkafka's thread.
+                    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(r)));
+                }
+            }
+        }
+    }
+}
+
+/// Sends records to the topics of a Kafka cluster, with the calls of
+/// [`crate::Producer`].
+///
+/// How its [`ProducerConfig`] maps onto librdkafka:
+/// - `acks`: `acks` (`0`, `1`, `all`). On a cluster `all` means written by
+///   every in-sync replica, on a directory synced to disk.
+/// - `idempotent`: `enable.idempotence`, with `acks=all` only (Kafka's
+///   idempotence needs it; with `acks` 0 or 1 the producer is not
+///   idempotent).
+/// - `linger_ms`, `batch_size`, `buffer_memory`, `compression`:
+///   `linger.ms`, `batch.size`, `queue.buffering.max.kbytes`,
+///   `compression.type`.
+/// - `partitioner`: records with a key go to `murmur2(key)`'s partition on
+///   both (librdkafka's `murmur2_random`), so a key keeps its partition
+///   when an application moves; records without one go where librdkafka's
+///   sticky partitioner puts them. [`Partitioner::Custom`] is called as
+///   on a directory, with the partition count the cluster reports.
+/// - `name` and transactions: not on a cluster yet ([`Error::InvalidConfig`]).
+pub struct KafkaProducer {
+    inner: ThreadedProducer<Reports>,
+    config: ProducerConfig,
+    timeout: Duration,
+    /// Partition counts, for a custom partitioner.
+    counts: Mutex<HashMap<String, u32>>,
+    meta: rdkafka::consumer::BaseConsumer,
+    closed: std::sync::atomic::AtomicBool,
+}
+
+impl std::fmt::Debug for KafkaProducer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KafkaProducer")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+fn compression_name(c: Compression) -> &'static str {
+    match c {
+        Compression::None => "none",
+        Compression::Gzip => "gzip",
+        Compression::Snappy => "snappy",
+        Compression::Lz4 => "lz4",
+        Compression::Zstd => "zstd",
+    }
+}
+
+impl KafkaProducer {
+    pub(super) fn new(broker: &KafkaBroker, config: ProducerConfig) -> Result<KafkaProducer> {
+        config.validate()?;
+        if config.name.is_some() || config.transactional_id.is_some() {
+            return Err(Error::InvalidConfig(
+                "named and transactional producers are not available on a Kafka cluster yet"
+                    .to_owned(),
+            ));
+        }
+        let acks = match config.acks {
+            Acks::Zero => "0",
+            Acks::One => "1",
+            Acks::All => "all",
+        };
+        let idempotent = config.idempotent && config.acks == Acks::All;
+        let props: Vec<(&str, String)> = vec![
+            ("acks", acks.to_owned()),
+            ("enable.idempotence", idempotent.to_string()),
+            ("linger.ms", config.linger_ms.to_string()),
+            ("batch.size", config.batch_size.to_string()),
+            (
+                "queue.buffering.max.kbytes",
+                config.buffer_memory.div_ceil(1024).max(1).to_string(),
+            ),
+            (
+                "compression.type",
+                compression_name(config.compression).to_owned(),
+            ),
+            ("partitioner", "murmur2_random".to_owned()),
+            (
+                "message.timeout.ms",
+                broker.request_timeout().as_millis().to_string(),
+            ),
+        ];
+        let inner = broker
+            .client_config(&props)
+            .create_with_context(Reports)
+            .map_err(|e| from_kafka(e, "making a producer"))?;
+        let meta = broker
+            .client_config(&[])
+            .create()
+            .map_err(|e| from_kafka(e, "making a producer"))?;
+        Ok(KafkaProducer {
+            inner,
+            config,
+            timeout: broker.request_timeout(),
+            counts: Mutex::new(HashMap::new()),
+            meta,
+            closed: std::sync::atomic::AtomicBool::new(false),
+        })
+    }
+
+    /// The producer's configuration.
+    pub fn config(&self) -> &ProducerConfig {
+        &self.config
+    }
+
+    fn check_open(&self) -> Result<()> {
+        if self.closed.load(std::sync::atomic::Ordering::Acquire) {
+            Err(Error::Closed("producer"))
+        } else {
+            Ok(())
+        }
+    }
+
+    /// The partition count of `topic` as the cluster reports it (cached).
+    fn partitions_of(&self, topic: &str) -> Result<u32> {
+        if let Some(n) = lock(&self.counts).get(topic) {
+            return Ok(*n);
+        }
+        let md = rdkafka::consumer::Consumer::fetch_metadata(&self.meta, Some(topic), self.timeout)
+            .map_err(|e| from_kafka(e, &format!("describing topic {topic:?}")))?;
+        let n = md
+            .topics()
+            .iter()
+            .find(|t| t.name() == topic && t.error().is_none() && !t.partitions().is_empty())
+            .map(|t| t.partitions().len() as u32)
+            .ok_or_else(|| Error::UnknownTopic(topic.to_owned()))?;
+        lock(&self.counts).insert(topic.to_owned(), n);
+        Ok(n)
+    }
+
+    /// Hands `r` to librdkafka, waiting (up to `max_block_ms`) while its
+    /// queue is full.
+    fn produce(&self, r: &BorrowedRecord<'_>, waiter: Box<Waiter>) -> Result<()> {
+        crate::topic::validate_topic_name(r.topic)?;
+        if r.sequence.is_some() {
+            return Err(Error::InvalidArgument(
+                "record sequences belong to named producers, not available on a Kafka cluster yet"
+                    .to_owned(),
+            ));
+        }
+        if r.headers
+            .iter()
+            .any(|h| h.key == crate::delayed::DELIVER_AT_HEADER)
+        {
+            return Err(Error::InvalidArgument(
+                "delayed delivery is not available on a Kafka cluster".to_owned(),
+            ));
+        }
+        let size = r.key.map_or(0, <[u8]>::len) + r.value.map_or(0, <[u8]>::len);
+        let partition = match (&self.config.partitioner, r.partition) {
+            (_, Some(p)) => {
+                let n = self.partitions_of(r.topic)?;
+                if p >= n {
+                    return Err(Error::UnknownPartition {
+                        topic: r.topic.to_owned(),
+                        partition: p,
+                        count: n,
+                    });
+                }
+                Some(p)
+            }
+            (Partitioner::Custom(select), None) => {
+                let n = self.partitions_of(r.topic)?;
+                Some(select(r, n) % n)
+            }
+            _ => None,
+        };
+        let mut headers = OwnedHeaders::new_with_capacity(r.headers.len());
+        for h in r.headers {
+            headers = headers.insert(KHeader {
+                key: &h.key,
+                value: Some(&h.value[..]),
+            });
+        }
+        let mut rec: BaseRecord<'_, [u8], [u8], Box<Waiter>> =
+            BaseRecord::with_opaque_to(r.topic, waiter);
+        if !r.headers.is_empty() {
+            rec = rec.headers(headers);
+        }
+        if let Some(k) = r.key {
+            rec = rec.key(k);
+        }
+        if let Some(v) = r.value {
+            rec = rec.payload(v);
+        }
+        if let Some(p) = partition {
+            rec = rec.partition(p as i32);
+        }
+        if let Some(ts) = r.timestamp {
+            rec = rec.timestamp(ts);
+        }
+        let deadline = Instant::now() + Duration::from_millis(self.config.max_block_ms);
+        loop {
+            match self.inner.send(rec) {
+                Ok(()) => return Ok(()),
+                Err((e, back)) => {
+                    if e.rdkafka_error_code() == Some(RDKafkaErrorCode::QueueFull)
+                        && Instant::now() < deadline
+                    {
+                        std::thread::sleep(Duration::from_millis(1));
+                        rec = back;
+                        continue;
+                    }
+                    return Err(match e.rdkafka_error_code() {
+                        Some(RDKafkaErrorCode::QueueFull) => Error::BufferFull {
+                            buffered: 0,
+                            limit: self.config.buffer_memory,
+                            waited_ms: self.config.max_block_ms,
+                        },
+                        Some(RDKafkaErrorCode::MessageSizeTooLarge) => {
+                            Error::MessageTooLarge { size, max: 0 }
+                        }
+                        Some(code) => from_code(code, r.topic, "sending to the cluster"),
+                        None => from_kafka(e, "sending to the cluster"),
+                    });
+                }
+            }
+        }
+    }
+
+    /// Sends one record and waits for the cluster's acknowledgement (as
+    /// `acks` says).
+    ///
+    /// # Errors
+    /// As [`crate::Producer::send`], from the cluster's answer.
+    pub fn send(&self, record: Record) -> Result<RecordMetadata> {
+        self.send_borrowed(&record.as_borrowed())
+    }
+
+    /// [`KafkaProducer::send`] of a borrowed record.
+    ///
+    /// # Errors
+    /// As [`KafkaProducer::send`].
+    pub fn send_borrowed(&self, record: &BorrowedRecord<'_>) -> Result<RecordMetadata> {
+        self.check_open()?;
+        let results = Results::new(1);
+        self.produce(record, Box::new(Waiter::Slot(Arc::clone(&results), 0)))?;
+        results
+            .wait()
+            .pop()
+            .unwrap_or(Err(Error::Closed("producer")))
+    }
+
+    /// Sends `records` and waits for all of them; the results in order.
+    /// Unlike a directory's `send_batch`, a cluster does not take them as
+    /// one atomic write: when one fails, those before it may be written.
+    ///
+    /// # Errors
+    /// The first record's error.
+    pub fn send_batch(&self, records: &[BorrowedRecord<'_>]) -> Result<Vec<RecordMetadata>> {
+        self.check_open()?;
+        let results = Results::new(records.len());
+        let mut handed = 0;
+        let mut failed = None;
+        for (i, r) in records.iter().enumerate() {
+            match self.produce(r, Box::new(Waiter::Slot(Arc::clone(&results), i))) {
+                Ok(()) => handed += 1,
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
+            }
+        }
+        for i in handed..records.len() {
+            results.set(i, Err(Error::InvalidArgument("not sent".to_owned())));
+        }
+        let out = results.wait();
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        out.into_iter().collect()
+    }
+
+    /// Sends a record; `callback` gets its result from librdkafka's
+    /// thread once the cluster answers.
+    ///
+    /// # Errors
+    /// As [`KafkaProducer::send`] for what fails before the record is
+    /// handed over (the callback is then not called).
+    pub fn send_async<F>(&self, record: Record, callback: F) -> Result<()>
+    where
+        F: FnOnce(Result<RecordMetadata>) + Send + 'static,
+    {
+        self.check_open()?;
+        self.produce(
+            &record.as_borrowed(),
+            Box::new(Waiter::Callback(Mutex::new(Some(Box::new(callback))))),
+        )
+    }
+
+    /// Waits until every record sent so far is acknowledged.
+    ///
+    /// # Errors
+    /// [`Error::Timeout`] after the request timeout.
+    pub fn flush(&self) -> Result<()> {
+        self.flush_timeout(self.timeout)
+    }
+
+    /// [`KafkaProducer::flush`] waiting at most `timeout`.
+    ///
+    /// # Errors
+    /// [`Error::Timeout`] when records are still unacknowledged then.
+    pub fn flush_timeout(&self, timeout: Duration) -> Result<()> {
+        self.inner
+            .flush(timeout)
+            .map_err(|e| match e.rdkafka_error_code() {
+                Some(RDKafkaErrorCode::OperationTimedOut) => {
+                    Error::Timeout(timeout.as_millis() as u64)
+                }
+                _ => from_kafka(e, "flushing the producer"),
+            })
+    }
+
+    /// Records sent and not acknowledged yet.
+    pub fn queued(&self) -> usize {
+        usize::try_from(self.inner.in_flight_count()).unwrap_or(0)
+    }
+
+    /// Flushes and closes the producer; later sends fail with
+    /// [`Error::Closed`].
+    ///
+    /// # Errors
+    /// As [`KafkaProducer::flush`].
+    pub fn close(&self) -> Result<()> {
+        if self.closed.swap(true, std::sync::atomic::Ordering::AcqRel) {
+            return Ok(());
+        }
+        self.flush()
+    }
+
+    /// Whether [`KafkaProducer::close`] ran.
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(std::sync::atomic::Ordering::Acquire)
+    }
+}
+
+/// The headers of a Kafka message as mqlite's.
+pub(crate) fn headers_of(h: Option<&rdkafka::message::BorrowedHeaders>) -> Vec<crate::Header> {
+    let Some(h) = h else { return Vec::new() };
+    h.iter()
+        .map(|kh| crate::Header::new(kh.key, kh.value.unwrap_or_default()))
+        .collect()
+}
