@@ -31,6 +31,7 @@
 //! [`reject`]: ShareMessage::reject
 //! [`renew`]: ShareMessage::renew
 
+mod engine;
 mod group;
 mod held;
 #[cfg(test)]

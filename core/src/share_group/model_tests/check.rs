@@ -310,7 +310,7 @@ impl Sys {
             if !proc.alive() {
                 continue;
             }
-            for ((_, p), part) in &proc.parts {
+            for ((_, p), part) in &proc.engine.parts {
                 for (o, e) in &part.entries {
                     let State::Acquired { member, deadline } = e.state else {
                         continue;
@@ -346,7 +346,7 @@ impl Sys {
     /// last (the file's state) against the model, and the locks of all.
     pub(super) fn check(&self) -> Result<(), String> {
         if let Some(pi) = self.current {
-            self.check_view(&self.procs[pi].parts, Some(pi))
+            self.check_view(&self.procs[pi].engine.parts, Some(pi))
                 .map_err(|e| format!("process {pi}: {e}"))?;
         }
         self.check_holds()?;

@@ -1,9 +1,9 @@
-//! The driver of the model tests: processes (each the group's glue of
-//! `glue.rs` over its own store and state), members (the consumer's side
+//! The driver of the model tests: processes (each the group's engine over
+//! its own store and state, `process.rs`), members (the consumer's side
 //! of `mod.rs` over a reader of a synthetic log), the operations, and the
 //! model they are checked against (the checks are in `check.rs`).
 
-use super::glue::{Clock, DlqSink, Proc, LIVENESS_CHECK_MS};
+use super::process::{Clock, DlqSink, Proc, LIVENESS_CHECK_MS};
 use super::*;
 
 /// Whose a member's model id is.
@@ -94,7 +94,7 @@ impl Sys {
         let procs: Vec<Proc> = (0..setup.procs.max(1))
             .map(|_| Proc::open(dir.path(), limits, setup.shared, clk))
             .collect();
-        assert!(procs.iter().all(|p| p.parts.is_empty()));
+        assert!(procs.iter().all(|p| p.engine.parts.is_empty()));
         let topic: Arc<str> = Arc::from(TOPIC);
         let mut sys = Sys {
             dir,
@@ -221,7 +221,7 @@ impl Sys {
             }
         }
         self.current = Some(pi);
-        self.check_view(&self.procs[pi].parts, Some(pi))
+        self.check_view(&self.procs[pi].engine.parts, Some(pi))
             .map_err(|e| format!("process {pi} read back: {e}"))
     }
 
@@ -234,7 +234,7 @@ impl Sys {
         } else {
             self.model
                 .keys()
-                .map(|&(p, o)| ((p, o), norm(&self.procs[0].parts, self.limits, p, o)))
+                .map(|&(p, o)| ((p, o), norm(&self.procs[0].engine.parts, self.limits, p, o)))
                 .collect()
         };
         for pi in 0..self.procs.len() {
@@ -251,7 +251,7 @@ impl Sys {
             self.start(pi)?;
         }
         for ((p, o), b) in before {
-            let a = norm(&self.procs[0].parts, self.limits, p, o);
+            let a = norm(&self.procs[0].engine.parts, self.limits, p, o);
             ensure!(
                 a == b,
                 "{p}/{o} was {b:?} before the crash, read back as {a:?}"
@@ -278,7 +278,8 @@ impl Sys {
             return;
         }
         self.entering(pi);
-        self.procs[pi].compact();
+        let clk = self.clk();
+        self.procs[pi].compact(clk);
         for (q, pm) in self.pm.iter_mut().enumerate() {
             if q != pi && self.procs[q].alive() {
                 pm.reread = true;
@@ -291,7 +292,8 @@ impl Sys {
             return;
         }
         self.entering(pi);
-        self.procs[pi].look();
+        let clk = self.clk();
+        self.procs[pi].look(clk);
     }
 
     // ---- The member (mod.rs) and its reader. ----
@@ -400,6 +402,7 @@ impl Sys {
     /// nothing leaves as it was.
     fn progress(&self, pi: usize) -> Vec<(u32, u64, u64, usize)> {
         let mut v: Vec<_> = self.procs[pi]
+            .engine
             .parts
             .iter()
             .map(|((_, p), part)| (*p, part.start, part.next, part.entries.len()))
@@ -608,7 +611,8 @@ impl Sys {
         if self.shared {
             self.entering(pi);
         }
-        self.procs[pi].leave(id);
+        let clk = self.clk();
+        self.procs[pi].leave(clk, id);
         // Its records are available again, stored so in shared mode; a
         // record whose lock ran out may be stored as still acquired (its
         // process found it run out), which is the same.

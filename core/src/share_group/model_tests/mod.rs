@@ -25,20 +25,19 @@
 //! deliverable in the window; and drained, every record is done, and stays
 //! so after a restart.
 //!
-//! The driver ([`Sys`], `driver.rs`) runs processes, each the glue of
-//! `group.rs` (`prepare`, `take_read`, `settle`, `leave`, dead-lettering,
-//! `release_dead_holders`, compaction: `glue.rs`) over its own store, and
-//! members, each the member's poll of `mod.rs` (`place_reader`,
-//! `split_read`, the passes of `poll`) over its own reader, copied step
-//! for step over the real decisions of `state.rs` and the real journal of
-//! `store.rs`, with a synthetic clock (`Instant`s are `base + ms`, the
-//! wall clock `WALL0 + ms`), a synthetic log (offsets with gaps where a
-//! transaction marker would be) and a dead-letter sink (which drops
-//! duplicates, as the named producer does) in place of the broker; the
-//! model's checks are in `check.rs`. The test here is the group in
-//! exclusive mode (one process, [`Store::open`]); `shared.rs` has the one
-//! in shared mode (two or three processes, `Store::open_shared`). A change
-//! of that glue is to be made in `glue.rs` too.
+//! The driver ([`Sys`], `driver.rs`) runs processes, each the group's
+//! engine of `engine.rs` (`prepare`, `take_read`, `settle`, `leave`,
+//! dead-lettering, `release_dead_holders`, compaction: what `ShareGroup`
+//! runs on) over its own store (`process.rs`), and members, each the
+//! member's poll of `mod.rs` (`place_reader`, `split_read`, the passes of
+//! `poll`) over its own reader, copied step for step, with a synthetic
+//! clock (`Instant`s are `base + ms`, the wall clock `WALL0 + ms`), a
+//! synthetic log (offsets with gaps where a transaction marker would be)
+//! and a dead-letter sink (which drops duplicates, as the named producer
+//! does) in place of the broker; the model's checks are in `check.rs`.
+//! The test here is the group in exclusive mode (one process,
+//! [`Store::open`]); `shared.rs` has the one in shared mode (two or three
+//! processes, `Store::open_shared`).
 
 #![allow(clippy::unwrap_used)]
 
@@ -48,9 +47,9 @@ use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
 
-use super::group::{Action, Delivered, PartRead, Prepared};
-use super::state::{Change, Delivery, Entry, Limits, Part, State};
-use super::store::{Ops, Parts, Store};
+use super::engine::{Action, Delivered, PartRead, Prepared};
+use super::state::{Limits, State};
+use super::store::{Parts, Store};
 use crate::message::{Message, Rec, Sink, Source, Span};
 
 const TOPIC: &str = "jobs";
@@ -70,7 +69,7 @@ macro_rules! ensure {
 
 mod check;
 mod driver;
-mod glue;
+mod process;
 mod shared;
 
 use driver::Sys;

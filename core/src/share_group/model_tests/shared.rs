@@ -3,8 +3,8 @@
 //! (`Parts`), process token (`ProcessSlot`: its `procs/<token>.live`) and
 //! readers, all on one data directory (two stores in one test process
 //! stand for two processes: the state file's lock belongs to each open
-//! file). Every call of a process is the glue of `group.rs` in shared mode
-//! (`glue.rs`): it takes the lock, reads what the others appended (or the
+//! file). Every call of a process is the group's engine in shared mode
+//! (`engine.rs`, through `process.rs`): it takes the lock, reads what the others appended (or the
 //! whole file after another's rewrite), decides, appends (acquisitions
 //! with the holder's token and deadline; releases and renewals too) and
 //! lets go. The operations interleave the processes' polls (also a
@@ -163,7 +163,7 @@ proptest! {
 /// record be delivered again once its lock ran out).
 #[test]
 fn own_holdings_survive_a_rewrite_by_another_process() {
-    use super::glue::{Clock, DlqSink, Proc};
+    use super::process::{Clock, DlqSink, Proc};
     let dir = tempfile::tempdir().unwrap();
     let limits = Limits {
         max_deliveries: 5,
@@ -182,14 +182,14 @@ fn own_holdings_survive_a_rewrite_by_another_process() {
     let (got, _) = a.take_read(clk, &mut sink, 1, read, 10, 30_000);
     assert_eq!(got.len(), 1);
     // Process B rewrites the state file (`maybe_compact`).
-    b.compact();
+    b.compact(clk);
     // Member 1 of A acknowledges it.
     let settled = a.settle(clk, &mut sink, 1, &[(0, 0, 1)], &Action::Ack);
     assert_eq!(
         settled,
         Settled::Done,
         "A's state of 0/0: {:?} (A's token {:x})",
-        a.parts[&key(0)].entries[&0].state,
+        a.engine.parts[&key(0)].entries[&0].state,
         a.owner.unwrap()
     );
 }
