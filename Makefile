@@ -137,7 +137,8 @@ $(TANSU):
 
 # The Kafka backend (the `kafka` feature) against that broker.
 kafka-test: $(TANSU)
-	MQLITE_TANSU=$(TANSU) MQLITE_KAFKA_REQUIRED=1 $(CARGO) test -p mqlite --features kafka --test kafka
+	MQLITE_TANSU=$(TANSU) MQLITE_KAFKA_REQUIRED=1 $(CARGO) test -p mqlite --features kafka --test kafka --test kafka_mirror
+	MQLITE_TANSU=$(TANSU) MQLITE_KAFKA_REQUIRED=1 $(CARGO) test -p mqlite-cli --test mirror
 
 test: rust-test kafka-test c-test py-test readme-test install-test bench-smoke
 	@echo "all tests passed"
@@ -147,7 +148,6 @@ lint:
 	$(CARGO) fmt --manifest-path bench/rust-peers/Cargo.toml -- --check
 	$(CARGO) fmt --manifest-path fuzz/Cargo.toml -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
-	$(CARGO) clippy -p mqlite --all-targets --features kafka -- -D warnings
 
 # Regenerates include/mqlite.h (the test suite fails while it is stale).
 header:

@@ -25,6 +25,7 @@ mod consume;
 mod datadir;
 mod dump;
 mod groups;
+mod mirror;
 mod open;
 mod output;
 mod produce;
@@ -121,6 +122,10 @@ enum Command {
     Dump(dump::DumpArgs),
     /// Measures produce and consume throughput in a temporary directory.
     Bench(bench::BenchArgs),
+    /// Copies topics from the directory to a Kafka cluster (`--to`) or from
+    /// a cluster into the directory (`--from`), once or with `--follow`
+    /// until stopped; a stop at any moment loses and doubles nothing.
+    Mirror(mirror::MirrorArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -216,6 +221,7 @@ fn run(cli: Cli) -> CliResult {
         Command::Topic(TopicCommand::Create { .. }) => datadir::creatable(&cli.dir)?,
         // Its own temporary directory unless `--in-data-dir`.
         Command::Bench(args) if !args.in_data_dir => {}
+        Command::Mirror(args) if args.writes_dir() => datadir::creatable(&cli.dir)?,
         _ => datadir::existing(&cli.dir)?,
     }
     let command = match cli.command {
@@ -224,6 +230,7 @@ fn run(cli: Cli) -> CliResult {
         Command::Verify { topic, json } => return verify::verify(&cli.dir, topic.as_deref(), json),
         Command::Repair(args) => return repair::repair(&cli.dir, args),
         Command::Bench(args) => return bench::bench(&cli.dir, args),
+        Command::Mirror(args) => return mirror::mirror(&cli.dir, args),
         other => other,
     };
     let broker = match &command {
@@ -274,6 +281,7 @@ fn run(cli: Cli) -> CliResult {
         Command::Tail(_)
         | Command::Dump(_)
         | Command::Bench(_)
+        | Command::Mirror(_)
         | Command::Verify { .. }
         | Command::Repair(_) => {
             unreachable!("handled above")

@@ -1,119 +1,20 @@
-//! The Kafka backend against a Kafka-compatible broker started here:
-//! `tansu` (`cargo install tansu --version 0.6.0 --locked --features
-//! dynostore`, which `make test` does when it is missing), on 127.0.0.1,
-//! its storage in memory, stopped when the tests end.
-//!
-//! Without a `tansu` binary (`MQLITE_TANSU`, then `PATH`, then
-//! `~/.cargo/bin`) the tests say so and pass, unless
-//! `MQLITE_KAFKA_REQUIRED=1` (set by `make test`) makes that a failure.
+//! The Kafka backend against a Kafka-compatible broker started by the
+//! test binary (`kafka_cluster/mod.rs`).
 #![cfg(feature = "kafka")]
 #![allow(clippy::unwrap_used)]
 
 use std::collections::HashSet;
-use std::net::{TcpListener, TcpStream};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+mod kafka_cluster;
+use kafka_cluster::{broker, topic};
 
 use mqlite::kafka::KafkaBroker;
 use mqlite::{
     partition_for_key, Acks, BorrowedRecord, ConsumerConfig, Error, Header, ProducerConfig, Record,
     TopicConfig,
 };
-
-/// The broker of this test binary, started on first use.
-struct Cluster {
-    url: String,
-    child: Mutex<Child>,
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        let mut c = self.child.lock().unwrap();
-        let _ = c.kill();
-        let _ = c.wait();
-    }
-}
-
-fn tansu_binary() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("MQLITE_TANSU") {
-        return Some(PathBuf::from(p));
-    }
-    let mut dirs: Vec<PathBuf> = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).collect())
-        .unwrap_or_default();
-    if let Some(home) = std::env::var_os("HOME") {
-        dirs.push(PathBuf::from(home).join(".cargo/bin"));
-    }
-    dirs.into_iter()
-        .map(|d| d.join("tansu"))
-        .find(|p| p.is_file())
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-static CLUSTER: OnceLock<Option<Cluster>> = OnceLock::new();
-
-/// The cluster's `kafka://` address, or `None` (test skipped) without a
-/// broker binary.
-fn cluster() -> Option<&'static str> {
-    CLUSTER
-        .get_or_init(|| {
-            let Some(bin) = tansu_binary() else {
-                assert!(
-                    std::env::var("MQLITE_KAFKA_REQUIRED").as_deref() != Ok("1"),
-                    "MQLITE_KAFKA_REQUIRED=1 but no tansu binary was found \
-                     (cargo install tansu --version 0.6.0 --locked --features dynostore)"
-                );
-                eprintln!("skipped: no tansu binary (see core/tests/kafka.rs)");
-                return None;
-            };
-            let port = free_port();
-            let listen = format!("tcp://127.0.0.1:{port}");
-            let child = Command::new(&bin)
-                .args([
-                    "broker",
-                    "--listener-url",
-                    &listen,
-                    "--advertised-listener-url",
-                    &listen,
-                    "--storage-engine",
-                    "memory://tansu/",
-                ])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .unwrap();
-            let deadline = Instant::now() + Duration::from_secs(30);
-            while TcpStream::connect(("127.0.0.1", port)).is_err() {
-                assert!(Instant::now() < deadline, "tansu did not listen on {port}");
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            Some(Cluster {
-                url: format!("kafka://127.0.0.1:{port}"),
-                child: Mutex::new(child),
-            })
-        })
-        .as_ref()
-        .map(|c| c.url.as_str())
-}
-
-fn broker() -> Option<KafkaBroker> {
-    let url = cluster()?;
-    Some(KafkaBroker::open(url, &[("request.timeout.ms", "20000")]).unwrap())
-}
-
-/// A topic name no other test of this run uses.
-fn topic(tag: &str) -> String {
-    format!("{tag}-{}", std::process::id())
-}
 
 /// Polls until `n` messages came (or 30 s passed).
 fn poll_n(c: &mut mqlite::kafka::KafkaConsumer, n: usize) -> Vec<mqlite::Message> {

@@ -41,6 +41,9 @@ pub struct KafkaConsumer {
     /// Topic names as the messages share them.
     names: HashMap<String, Arc<str>>,
     closed: bool,
+    /// Partitions read to their end since their last message (only with
+    /// `enable.partition.eof`, see [`KafkaConsumer::reading_to_end`]).
+    at_end: std::collections::HashSet<u32>,
 }
 
 impl std::fmt::Debug for KafkaConsumer {
@@ -65,6 +68,14 @@ fn assignor(s: AssignmentStrategy) -> Result<&'static str> {
 
 impl KafkaConsumer {
     pub(super) fn new(broker: &KafkaBroker, config: ConsumerConfig) -> Result<KafkaConsumer> {
+        Self::with_properties(broker, config, &[])
+    }
+
+    fn with_properties(
+        broker: &KafkaBroker,
+        config: ConsumerConfig,
+        extra: &[(&'static str, &str)],
+    ) -> Result<KafkaConsumer> {
         config.validate()?;
         if config.broadcast {
             return Err(Error::InvalidConfig(
@@ -122,6 +133,9 @@ impl KafkaConsumer {
         if !config.client_id.is_empty() {
             props.push(("client.id", config.client_id.clone()));
         }
+        for (k, v) in extra {
+            props.push((k, (*v).to_owned()));
+        }
         let inner = broker
             .client_config(&props)
             .create()
@@ -132,7 +146,32 @@ impl KafkaConsumer {
             timeout: broker.request_timeout(),
             names: HashMap::new(),
             closed: false,
+            at_end: std::collections::HashSet::new(),
         })
+    }
+
+    /// A consumer without a group that notes when it has read a partition
+    /// to its end ([`KafkaConsumer::at_end`]), for reads of one topic: the
+    /// cluster says so in its fetch answers, which stays right where a
+    /// cluster's `ListOffsets` answer lags (tansu 0.6 answers the base
+    /// offset of the last batch).
+    pub(crate) fn reading_to_end(
+        broker: &KafkaBroker,
+        max_poll_records: usize,
+    ) -> Result<KafkaConsumer> {
+        let config = ConsumerConfig {
+            max_poll_records,
+            ..ConsumerConfig::default()
+        };
+        let mut c = Self::with_properties(broker, config, &[("enable.partition.eof", "true")])?;
+        c.at_end.clear();
+        Ok(c)
+    }
+
+    /// Whether the consumer read `partition` to its end since the last
+    /// message it polled from it.
+    pub(crate) fn at_end(&self, partition: u32) -> bool {
+        self.at_end.contains(&partition)
     }
 
     /// The consumer's configuration.
@@ -204,6 +243,42 @@ impl KafkaConsumer {
             .map_err(|e| from_kafka(e, "assigning partitions"))
     }
 
+    /// Reads exactly `partitions`, each from its given offset (`None`: the
+    /// partition's first).
+    ///
+    /// # Errors
+    /// As [`KafkaConsumer::assign`].
+    pub(crate) fn assign_from(&mut self, partitions: &[(&str, u32, Option<u64>)]) -> Result<()> {
+        self.check_open()?;
+        let mut tpl = TopicPartitionList::new();
+        for (t, p, from) in partitions {
+            let at = match from {
+                Some(o) => Offset::Offset(
+                    i64::try_from(*o)
+                        .map_err(|_| Error::InvalidArgument(format!("offset {o} out of range")))?,
+                ),
+                None => Offset::Beginning,
+            };
+            tpl.add_partition_offset(t, *p as i32, at)
+                .map_err(|e| from_kafka(e, "assigning partitions"))?;
+        }
+        self.inner
+            .assign(&tpl)
+            .map_err(|e| from_kafka(e, "assigning partitions"))
+    }
+
+    /// The first and next offsets of a partition on the cluster.
+    ///
+    /// # Errors
+    /// The cluster's errors.
+    pub(crate) fn watermarks(&self, topic: &str, partition: u32) -> Result<(u64, u64)> {
+        let (low, high) = self
+            .inner
+            .fetch_watermarks(topic, partition as i32, self.timeout)
+            .map_err(|e| from_kafka(e, &format!("reading offsets of {topic}/{partition}")))?;
+        Ok((low.max(0) as u64, high.max(0) as u64))
+    }
+
     fn partition_count(&self, topic: &str) -> Result<u32> {
         let md = self
             .inner
@@ -257,6 +332,13 @@ impl KafkaConsumer {
             };
             let m = match got {
                 Ok(m) => m,
+                Err(rdkafka::error::KafkaError::PartitionEOF(p)) => {
+                    self.at_end.insert(p as u32);
+                    if out.is_empty() && Instant::now() < deadline {
+                        continue;
+                    }
+                    break;
+                }
                 Err(e) => {
                     if out.is_empty() {
                         return Err(match e.rdkafka_error_code() {
@@ -267,6 +349,7 @@ impl KafkaConsumer {
                     break;
                 }
             };
+            self.at_end.remove(&(m.partition() as u32));
             let topic = if let Some(t) = self.names.get(m.topic()) {
                 Arc::clone(t)
             } else {
@@ -381,8 +464,32 @@ impl KafkaConsumer {
         self.check_assigned(topic, partition)?;
         let at = i64::try_from(offset)
             .map_err(|_| Error::InvalidArgument(format!("offset {offset} out of range")))?;
-        self.inner
+        if self
+            .inner
             .seek(topic, partition as i32, Offset::Offset(at), self.timeout)
+            .is_ok()
+        {
+            return Ok(());
+        }
+        // librdkafka seeks only a partition it fetches already; one just
+        // assigned is assigned again, starting at `offset`, the others
+        // where they stand.
+        let positions = self
+            .inner
+            .position()
+            .map_err(|e| from_kafka(e, "reading positions"))?;
+        let mut tpl = TopicPartitionList::new();
+        for e in positions.elements() {
+            let start = if e.topic() == topic && e.partition() == partition as i32 {
+                Offset::Offset(at)
+            } else {
+                e.offset()
+            };
+            tpl.add_partition_offset(e.topic(), e.partition(), start)
+                .map_err(|e| from_kafka(e, "seeking"))?;
+        }
+        self.inner
+            .assign(&tpl)
             .map_err(|e| from_kafka(e, "seeking"))
     }
 

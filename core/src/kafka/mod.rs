@@ -14,6 +14,7 @@
 
 mod consumer;
 mod error;
+pub mod mirror;
 mod producer;
 
 use std::time::Duration;
