@@ -2239,6 +2239,11 @@ enum mql_status mql_consumer_config_set_enable_auto_offset_store(struct mql_cons
  * defaults; it is copied, so it may be freed right after. On Unix `path`
  * may be any bytes (it is not required to be UTF-8).
  *
+ * With a `kafka://host:port,...` address instead of a directory, the
+ * broker, its producers and its consumers are a Kafka cluster's, with the
+ * same calls and statuses (docs/kafka.md says what differs); librdkafka
+ * properties come from `mql_config_set_kafka_property`.
+ *
  * Fails with `MQL_LOCKED` when another handle (in this process or another)
  * holds the directory; the error text names the holder.
  *
@@ -2252,6 +2257,24 @@ enum mql_status mql_consumer_config_set_enable_auto_offset_store(struct mql_cons
 enum mql_status mql_open(const char *path,
                          const struct mql_config *config,
                          struct mql_broker **out);
+
+/**
+ * Adds a librdkafka property (`key` = `value`, for example
+ * `security.protocol` = `SSL`) for a broker opened on a Kafka cluster
+ * address, plus `replication.factor` of the topics it creates and
+ * `request.timeout.ms`; a data directory ignores them. Properties
+ * librdkafka refuses fail `mql_open` with `MQL_INVALID_CONFIG`.
+ *
+ * Ownership: borrows `config`, `key` and `value` for the call (they are
+ * copied).
+ *
+ * # Safety
+ * `config` is NULL or a live config not used by another thread meanwhile;
+ * `key` and `value` are NULL or NUL-terminated UTF-8 strings.
+ */
+enum mql_status mql_config_set_kafka_property(struct mql_config *config,
+                                              const char *key,
+                                              const char *value);
 
 /**
  * Flushes everything to disk, stops background work, releases the

@@ -20,6 +20,11 @@ pub struct mql_broker {
 /// defaults; it is copied, so it may be freed right after. On Unix `path`
 /// may be any bytes (it is not required to be UTF-8).
 ///
+/// With a `kafka://host:port,...` address instead of a directory, the
+/// broker, its producers and its consumers are a Kafka cluster's, with the
+/// same calls and statuses (docs/kafka.md says what differs); librdkafka
+/// properties come from `mql_config_set_kafka_property`.
+///
 /// Fails with `MQL_LOCKED` when another handle (in this process or another)
 /// holds the directory; the error text names the holder.
 ///
@@ -43,6 +48,35 @@ pub unsafe extern "C" fn mql_open(
         let inner = Broker::open(path, config)?;
         // SAFETY: `out` is valid for writes by the caller's contract.
         unsafe { out.write(into_handle(mql_broker { inner })) };
+        Ok(())
+    })
+}
+
+/// Adds a librdkafka property (`key` = `value`, for example
+/// `security.protocol` = `SSL`) for a broker opened on a Kafka cluster
+/// address, plus `replication.factor` of the topics it creates and
+/// `request.timeout.ms`; a data directory ignores them. Properties
+/// librdkafka refuses fail `mql_open` with `MQL_INVALID_CONFIG`.
+///
+/// Ownership: borrows `config`, `key` and `value` for the call (they are
+/// copied).
+///
+/// # Safety
+/// `config` is NULL or a live config not used by another thread meanwhile;
+/// `key` and `value` are NULL or NUL-terminated UTF-8 strings.
+#[no_mangle]
+pub unsafe extern "C" fn mql_config_set_kafka_property(
+    config: *mut mql_config,
+    key: *const c_char,
+    value: *const c_char,
+) -> mql_status {
+    guard(|| {
+        let c = arg!(mut config);
+        let key = arg!(str key);
+        let value = arg!(str value);
+        c.inner
+            .kafka_properties
+            .push((key.to_owned(), value.to_owned()));
         Ok(())
     })
 }

@@ -117,7 +117,7 @@ all this: each worker opens its own broker.
 from __future__ import annotations
 
 import os
-from typing import Union
+from typing import Dict, Optional, Union
 
 from ._mqlite import (
     MAX_TOPIC_NAME_LEN,
@@ -235,6 +235,7 @@ def open(  # noqa: A001 - shadows the builtin on purpose, like gzip.open
     readonly: bool = False,
     auto_create_topics: bool = False,
     default_partitions: int = 1,
+    kafka: Optional[Dict[str, str]] = None,
 ) -> Broker:
     """Opens (creating if needed) the data directory at ``path``.
 
@@ -255,8 +256,14 @@ def open(  # noqa: A001 - shadows the builtin on purpose, like gzip.open
         consumer = mq.consumer("billing")
         consumer.subscribe(["orders"])
 
+    With a ``kafka://host:port,...`` address instead of a directory, the
+    broker, its producers and its consumers are a Kafka cluster's, with the
+    same calls and errors (see docs/kafka.md for what differs)::
+
+        mq = mqlite.open("kafka://127.0.0.1:9092")
+
     Args:
-        path: The data directory.
+        path: The data directory, or a ``kafka://`` cluster address.
         prefault: Fault in segment pages in the background before the writer
             reaches them. Turn off to save memory with many idle topics.
         file_mode: Unix permission bits of created data files.
@@ -295,6 +302,10 @@ def open(  # noqa: A001 - shadows the builtin on purpose, like gzip.open
             handle never creates (``mqlite.UnknownTopic`` as without it).
         default_partitions: Partitions of a topic created on first use
             (Kafka's ``num.partitions``), 1 to 100000.
+        kafka: librdkafka properties for a cluster address (for example
+            ``{"security.protocol": "SSL"}``), plus ``replication.factor``
+            of the topics ``create_topic()`` makes and
+            ``request.timeout.ms``; a directory ignores them.
 
     Returns:
         Broker: The open data directory.
@@ -322,4 +333,5 @@ def open(  # noqa: A001 - shadows the builtin on purpose, like gzip.open
         readonly=readonly,
         auto_create_topics=auto_create_topics,
         default_partitions=default_partitions,
+        kafka=kafka,
     )

@@ -627,6 +627,7 @@ class Broker:
         readonly: bool = False,
         auto_create_topics: bool = False,
         default_partitions: int = 1,
+        kafka: Optional[dict[str, str]] = None,
     ) -> Self: ...
     @property
     def path(self) -> str: ...

@@ -24,6 +24,9 @@ use crate::util::{arg_u32, arg_u64, config_u32, config_u64};
 ///
 /// Args:
 ///     path: The data directory (str or os.PathLike); created if missing.
+///         Or a `kafka://host:port,...` cluster address: the broker, its
+///         producers and consumers are then the cluster's, with the same
+///         calls and errors (docs/kafka.md says what differs).
 ///     prefault: Fault in segment pages in the background before the writer
 ///         reaches them. Turn off to save memory with many idle topics.
 ///     file_mode: Unix permission bits of created data files.
@@ -60,6 +63,9 @@ use crate::util::{arg_u32, arg_u64, config_u32, config_u64};
 ///         never creates (`mqlite.UnknownTopic` as without it).
 ///     default_partitions: Partitions of a topic created on first use
 ///         (Kafka's `num.partitions`), 1 to 100000.
+///     kafka: librdkafka properties for a cluster address (a dict of str),
+///         plus `replication.factor` of the topics `create_topic()` makes
+///         and `request.timeout.ms`; a directory ignores them.
 ///
 /// Raises:
 ///     mqlite.Locked: Another handle holds the directory in the other mode
@@ -160,8 +166,8 @@ impl Broker {
         signature = (path, *, prefault = true, file_mode = 0o600, retention_check_interval_ms = 60_000,
                      max_commit_metadata_bytes = mqlite::DEFAULT_MAX_COMMIT_METADATA_BYTES as i64,
                      max_open_files = mqlite::DEFAULT_MAX_OPEN_FILES as i64, shared = false,
-                     readonly = false, auto_create_topics = false, default_partitions = 1),
-        text_signature = "(path, *, prefault=True, file_mode=0o600, retention_check_interval_ms=60000, max_commit_metadata_bytes=4096, max_open_files=256, shared=False, readonly=False, auto_create_topics=False, default_partitions=1)"
+                     readonly = false, auto_create_topics = false, default_partitions = 1, kafka = None),
+        text_signature = "(path, *, prefault=True, file_mode=0o600, retention_check_interval_ms=60000, max_commit_metadata_bytes=4096, max_open_files=256, shared=False, readonly=False, auto_create_topics=False, default_partitions=1, kafka=None)"
     )]
     #[allow(clippy::too_many_arguments, clippy::fn_params_excessive_bools)] // the keyword arguments of `open()`
     fn new(
@@ -176,6 +182,7 @@ impl Broker {
         readonly: bool,
         auto_create_topics: bool,
         default_partitions: i64,
+        kafka: Option<std::collections::BTreeMap<String, String>>,
     ) -> PyResult<Self> {
         if path.as_os_str().is_empty() {
             return Err(invalid_argument(py, "path must not be empty"));
@@ -233,6 +240,10 @@ impl Broker {
                     format!("default_partitions must be 1 to 100000, got {default_partitions}"),
                 )
             })?);
+        let config = kafka
+            .unwrap_or_default()
+            .into_iter()
+            .fold(config, |c, (k, v)| c.kafka_property(k, v));
         // Recovery logs what it repairs: with the level configured now,
         // and delivered to `logging` before the broker is returned.
         crate::log::refresh_level(py);

@@ -106,6 +106,8 @@ STRINGS_BY_FUNCTION = {
     ("mql_producer_config_set_transactional_id", "id"): '"tx"',
     ("mql_producer_config_set_name", "name"): '"n"',
     ("mql_producer_config_set_partitioner", "name"): '"sticky"',
+    ("mql_config_set_kafka_property", "key"): '"client.id"',
+    ("mql_config_set_kafka_property", "value"): '"c"',
 }
 
 # Valid scalar values by parameter name (others: 0 / false, or 1 for a

@@ -77,7 +77,31 @@ if [ ${#PASSES[@]} -eq 0 ]; then
 fi
 
 SCRATCH=$(mktemp -d "${TMPDIR:-/tmp}/mqlite-ctest.XXXXXX")
-trap 'rm -rf "$SCRATCH"' EXIT
+TANSU_PID=
+trap 'rm -rf "$SCRATCH"; [ -z "$TANSU_PID" ] || kill "$TANSU_PID" 2>/dev/null' EXIT
+
+# The Kafka-compatible broker kafka.c talks to (MQLITE_KAFKA_URL): tansu,
+# started here when its binary is found (MQLITE_TANSU, PATH, ~/.cargo/bin)
+# and stopped when this script exits. Without it kafka.c says so and
+# passes, unless MQLITE_KAFKA_REQUIRED=1 (set by `make test`).
+if [ -z "${MQLITE_KAFKA_URL:-}" ]; then
+    TANSU_BIN=${MQLITE_TANSU:-$(command -v tansu || echo "$HOME/.cargo/bin/tansu")}
+    if [ -x "$TANSU_BIN" ]; then
+        port=$("$PYTHON" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+        "$TANSU_BIN" broker --listener-url "tcp://127.0.0.1:$port" \
+            --advertised-listener-url "tcp://127.0.0.1:$port" \
+            --storage-engine memory://tansu/ >"$SCRATCH/tansu.log" 2>&1 &
+        TANSU_PID=$!
+        for _ in $(seq 600); do
+            (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break
+            sleep 0.05
+        done
+        export MQLITE_KAFKA_URL="kafka://127.0.0.1:$port"
+    elif [ "${MQLITE_KAFKA_REQUIRED:-0}" = 1 ]; then
+        echo "error: MQLITE_KAFKA_REQUIRED=1 but no tansu binary was found" >&2
+        exit 1
+    fi
+fi
 
 LINK=(-L"$LIBDIR" -lmqlite -Wl,-rpath,"$LIBDIR" -pthread)
 WARN=(-Wall -Wextra -Werror)

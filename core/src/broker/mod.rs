@@ -82,6 +82,10 @@ pub struct Config {
     /// Partitions of a topic created on first use (default 1, Kafka's
     /// `num.partitions`).
     pub default_partitions: u32,
+    /// librdkafka properties for a broker on a Kafka cluster (opened with a
+    /// `kafka://host:port,...` address; see [`crate::kafka::KafkaBroker::open`]);
+    /// a data directory ignores them.
+    pub kafka_properties: Vec<(String, String)>,
 }
 
 pub use crate::files::DEFAULT_MAX_OPEN_FILES;
@@ -102,11 +106,19 @@ impl Default for Config {
             // Topic creation on first use.
             auto_create_topics: false,
             default_partitions: 1,
+            kafka_properties: Vec::new(),
         }
     }
 }
 
 impl Config {
+    /// Adds a librdkafka property for a broker on a Kafka cluster
+    /// ([`Config::kafka_properties`]).
+    pub fn kafka_property(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.kafka_properties.push((key.into(), value.into()));
+        self
+    }
+
     /// Sets `prefault`.
     pub fn prefault(mut self, on: bool) -> Self {
         self.prefault = on;
@@ -280,10 +292,31 @@ pub struct GroupMember {
 /// Dropping it closes it (see [`Broker::close`]).
 #[derive(Debug)]
 pub struct Broker {
-    inner: Arc<BrokerInner>,
+    engine: Engine,
     /// This handle was closed (the engine stays open while another handle
     /// on it is: shared mode).
     closed: AtomicBool,
+}
+
+/// What a broker runs on.
+#[derive(Debug)]
+enum Engine {
+    /// A data directory.
+    Dir(Arc<BrokerInner>),
+    /// A Kafka cluster.
+    #[cfg(feature = "kafka")]
+    Kafka(Arc<crate::kafka::KafkaBroker>),
+}
+
+/// Returns from the calling method with `$e` (`$k` the cluster's broker)
+/// when the broker runs on a Kafka cluster.
+macro_rules! on_cluster {
+    ($self:ident, $k:ident => $e:expr) => {
+        #[cfg(feature = "kafka")]
+        if let Engine::Kafka($k) = &$self.engine {
+            return $e;
+        }
+    };
 }
 
 fn topics_dir(dir: &Path) -> PathBuf {
@@ -401,6 +434,23 @@ impl Broker {
     /// holds the directory; I/O and corruption errors from recovery.
     pub fn open(path: impl AsRef<Path>, config: Config) -> Result<Broker> {
         config.validate()?;
+        #[cfg(feature = "kafka")]
+        if let Some(url) = path
+            .as_ref()
+            .to_str()
+            .filter(|p| p.starts_with(crate::kafka::URL_SCHEME))
+        {
+            let props: Vec<(&str, &str)> = config
+                .kafka_properties
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_str()))
+                .collect();
+            let cluster = crate::kafka::KafkaBroker::open(url, &props)?;
+            return Ok(Broker {
+                engine: Engine::Kafka(Arc::new(cluster)),
+                closed: AtomicBool::new(false),
+            });
+        }
         if config.is_shared() {
             return shared::open(path.as_ref(), config);
         }
@@ -478,7 +528,7 @@ impl Broker {
     /// A new handle on an engine (counted in already).
     fn on(inner: Arc<BrokerInner>) -> Broker {
         Broker {
-            inner,
+            engine: Engine::Dir(inner),
             closed: AtomicBool::new(false),
         }
     }
@@ -490,22 +540,40 @@ impl Broker {
         if self.closed.load(Ordering::Acquire) {
             return Err(Error::Closed("broker"));
         }
-        self.inner.check_open()
+        on_cluster!(self, _k => Ok(()));
+        self.inner().check_open()
     }
 
+    /// The directory engine. Every public call of a broker on a Kafka
+    /// cluster returns before it would get here ([`on_cluster!`]).
     pub(crate) fn inner(&self) -> &Arc<BrokerInner> {
-        &self.inner
+        match &self.engine {
+            Engine::Dir(inner) => inner,
+            #[cfg(feature = "kafka")]
+            Engine::Kafka(_) => unreachable!("a broker on a Kafka cluster has no data directory"),
+        }
+    }
+
+    /// The broker's Kafka cluster, when it runs on one.
+    #[cfg(feature = "kafka")]
+    pub fn cluster(&self) -> Option<&crate::kafka::KafkaBroker> {
+        match &self.engine {
+            Engine::Kafka(k) => Some(k),
+            Engine::Dir(_) => None,
+        }
     }
 
     /// The data directory.
     pub fn path(&self) -> &Path {
-        &self.inner.dir
+        on_cluster!(self, k => Path::new(k.url()));
+        &self.inner().dir
     }
 
     /// Whether a missing topic is created on first use: `auto_create_topics`
     /// is set and the handle is not read-only.
     pub fn auto_creates_topics(&self) -> bool {
-        self.inner.auto_creates()
+        on_cluster!(self, _k => false);
+        self.inner().auto_creates()
     }
 
     /// Creates a topic.
@@ -515,49 +583,55 @@ impl Broker {
     /// [`Error::TopicExists`].
     pub fn create_topic(&self, name: &str, config: TopicConfig) -> Result<()> {
         self.check_open()?;
-        self.inner.create_topic(name, config)
+        on_cluster!(self, k => k.create_topic(name, config));
+        self.inner().create_topic(name, config)
     }
 
     /// Deletes a topic and its data. Readers holding its messages keep them
     /// valid; the files go when the last one lets go.
     pub fn delete_topic(&self, name: &str) -> Result<()> {
         self.check_open()?;
-        self.inner.ensure_writer("delete_topic")?;
-        let _shared_ddl = self.inner.hold_ddl()?;
-        let _ddl = sync::lock(&self.inner.ddl);
-        if self.inner.damaged_topic(name).is_some() {
-            return self.inner.delete_damaged_topic(name);
+        on_cluster!(self, k => k.delete_topic(name));
+        self.inner().ensure_writer("delete_topic")?;
+        let _shared_ddl = self.inner().hold_ddl()?;
+        let _ddl = sync::lock(&self.inner().ddl);
+        if self.inner().damaged_topic(name).is_some() {
+            return self.inner().delete_damaged_topic(name);
         }
-        let topic = sync::write(&self.inner.topics)
+        let topic = sync::write(&self.inner().topics)
             .remove(name)
             .ok_or_else(|| Error::UnknownTopic(name.to_owned()))?;
         topic.mark_deleted();
-        self.inner.topics_changed();
+        self.inner().topics_changed();
         crate::producer::forget_cached_topic();
         // Committed offsets of the topic go with it (as in Kafka), so a
         // topic created again under the name starts afresh.
-        for g in self.inner.groups.all() {
+        for g in self.inner().groups.all() {
             if let Err(e) = g.remove_topic(name) {
                 ::log::warn!("forgetting offsets of {name} in group {}: {e}", g.name());
             }
         }
         let _ = topic.close();
         // Move aside first (atomic), then remove.
-        let trash = self.inner.dir.join("trash");
+        let trash = self.inner().dir.join("trash");
         std::fs::create_dir_all(&trash).ctx(|| format!("creating {}", trash.display()))?;
         let aside = trash.join(format!("{name}-{}", now_ms()));
         std::fs::rename(topic.dir(), &aside)
             .ctx(|| format!("removing {}", topic.dir().display()))?;
-        self.inner.announce_topics();
+        self.inner().announce_topics();
         let _ = std::fs::remove_dir_all(&aside);
         Ok(())
     }
 
     /// Names of all topics, sorted.
     pub fn topics(&self) -> Vec<String> {
-        self.inner.follow_topics();
-        let mut v: Vec<String> = self.inner.topics_read().keys().cloned().collect();
-        v.extend(sync::read(&self.inner.damaged).keys().cloned());
+        on_cluster!(self, k => k.topics().unwrap_or_else(|e| {
+            ::log::warn!("listing topics: {e}");
+            Vec::new()
+        }));
+        self.inner().follow_topics();
+        let mut v: Vec<String> = self.inner().topics_read().keys().cloned().collect();
+        v.extend(sync::read(&self.inner().damaged).keys().cloned());
         v.sort();
         v
     }
@@ -568,18 +642,19 @@ impl Broker {
     /// kind `"topic"` or `"group"`, and `("producers", "registry", error)`
     /// when the producer registry is damaged.
     pub fn damaged(&self) -> Vec<(String, String, Error)> {
-        let mut v: Vec<(String, String, Error)> = sync::read(&self.inner.damaged)
+        on_cluster!(self, _k => Vec::new());
+        let mut v: Vec<(String, String, Error)> = sync::read(&self.inner().damaged)
             .iter()
             .map(|(n, e)| ("topic".to_owned(), n.clone(), e.duplicate()))
             .collect();
         v.extend(
-            self.inner
+            self.inner()
                 .groups
                 .damaged()
                 .into_iter()
                 .map(|(n, e)| ("group".to_owned(), n, e)),
         );
-        if let Some(e) = self.inner.registry.get().and_then(Registry::damage) {
+        if let Some(e) = self.inner().registry.get().and_then(Registry::damage) {
             v.push(("producers".to_owned(), "registry".to_owned(), e));
         }
         v.sort_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
@@ -590,19 +665,21 @@ impl Broker {
     /// Partitions not opened yet (after a clean close they open on first
     /// use) are opened: what their open found is part of the description.
     pub fn topic(&self, name: &str) -> Result<TopicInfo> {
-        self.inner.topic(name)?.info()
+        on_cluster!(self, k => k.topic(name));
+        self.inner().topic(name)?.info()
     }
 
     /// Grows a topic to `partitions` partitions, keeping existing data.
     pub fn add_partitions(&self, name: &str, partitions: u32) -> Result<()> {
         self.check_open()?;
-        self.inner.ensure_writer("add_partitions")?;
-        let _shared_ddl = self.inner.hold_ddl()?;
-        let _ddl = sync::lock(&self.inner.ddl);
-        let res = self.inner.topic(name)?.add_partitions(partitions);
-        self.inner.topics_changed();
-        self.inner.announce_topics();
-        self.inner.refresh_retention_floors(name);
+        on_cluster!(self, k => k.add_partitions(name, partitions));
+        self.inner().ensure_writer("add_partitions")?;
+        let _shared_ddl = self.inner().hold_ddl()?;
+        let _ddl = sync::lock(&self.inner().ddl);
+        let res = self.inner().topic(name)?.add_partitions(partitions);
+        self.inner().topics_changed();
+        self.inner().announce_topics();
+        self.inner().refresh_retention_floors(name);
         res
     }
 
@@ -614,7 +691,8 @@ impl Broker {
         partition: u32,
         timestamp_ms: i64,
     ) -> Result<Option<u64>> {
-        self.inner
+        on_cluster!(self, k => k.offset_for_timestamp(topic, partition, timestamp_ms));
+        self.inner()
             .topic(topic)?
             .partition(partition)?
             .offset_for_timestamp(timestamp_ms)
@@ -623,13 +701,15 @@ impl Broker {
     /// A new producer.
     pub fn producer(&self, config: ProducerConfig) -> Result<Producer> {
         self.check_open()?;
-        Producer::new(Arc::clone(&self.inner), config)
+        on_cluster!(self, k => Ok(Producer::on_cluster(k.producer(config)?)));
+        Producer::new(Arc::clone(self.inner()), config)
     }
 
     /// A new consumer.
     pub fn consumer(&self, config: ConsumerConfig) -> Result<Consumer> {
         self.check_open()?;
-        Consumer::new(Arc::clone(&self.inner), config)
+        on_cluster!(self, k => Ok(Consumer::on_cluster(k.consumer(config)?)));
+        Consumer::new(Arc::clone(self.inner()), config)
     }
 
     /// A new share consumer (a member of a share group: any member takes
@@ -642,7 +722,8 @@ impl Broker {
     /// [`Error::ReadOnly`] on a read-only handle.
     pub fn share_consumer(&self, config: ShareConsumerConfig) -> Result<ShareConsumer> {
         self.check_open()?;
-        ShareConsumer::new(Arc::clone(&self.inner), config)
+        on_cluster!(self, _k => Err(crate::kafka::not_on_cluster("share consumers")));
+        ShareConsumer::new(Arc::clone(self.inner()), config)
     }
 
     /// Names of the consumer groups, sorted (Kafka's `listConsumerGroups`):
@@ -651,17 +732,21 @@ impl Broker {
     /// members in this process (in shared mode, in any process). A group that was only described
     /// is not listed.
     pub fn groups(&self) -> Vec<String> {
-        if self.inner.share.is_some() {
+        on_cluster!(self, k => k.groups().unwrap_or_else(|e| {
+            ::log::warn!("listing consumer groups: {e}");
+            Vec::new()
+        }));
+        if self.inner().share.is_some() {
             // Groups other processes created since.
             if let Err(e) = self
-                .inner
+                .inner()
                 .groups
-                .load_all(&self.inner.dir, self.inner.config.file_mode)
+                .load_all(&self.inner().dir, self.inner().config.file_mode)
             {
                 ::log::warn!("listing consumer groups: {e}");
             }
         }
-        self.inner.groups.names()
+        self.inner().groups.names()
     }
 
     /// Describes consumer group `name`: its members in this process (each
@@ -670,11 +755,12 @@ impl Broker {
     /// `name` may also be `<group_id>+<client_id>`: the offsets of that
     /// broadcast consumer (it has no members).
     pub fn describe_group(&self, name: &str) -> Result<GroupInfo> {
+        on_cluster!(self, _k => Err(crate::kafka::not_on_cluster("describe_group")));
         if !crate::offsets::is_valid_key(name) {
             crate::offsets::validate_group_name("group", name)?;
         }
-        let g = self.inner.group(name)?;
-        let (generation, members) = g.describe(&|t| self.inner.partition_count(t));
+        let g = self.inner().group(name)?;
+        let (generation, members) = g.describe(&|t| self.inner().partition_count(t));
         Ok(GroupInfo {
             name: name.to_owned(),
             generation,
@@ -689,7 +775,8 @@ impl Broker {
     /// Flushes every partition to disk.
     pub fn flush(&self) -> Result<()> {
         self.check_open()?;
-        for t in self.inner.all_topics() {
+        on_cluster!(self, _k => Ok(()));
+        for t in self.inner().all_topics() {
             t.flush()?;
         }
         Ok(())
@@ -699,7 +786,8 @@ impl Broker {
     /// deleted.
     pub fn enforce_retention(&self) -> Result<usize> {
         self.check_open()?;
-        Ok(self.inner.enforce_retention())
+        on_cluster!(self, _k => Ok(0));
+        Ok(self.inner().enforce_retention())
     }
 
     /// Flushes everything, stops background work and releases the lock.
@@ -709,22 +797,24 @@ impl Broker {
         if self.closed.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
-        if self.inner.handles.fetch_sub(1, Ordering::AcqRel) == 1 {
-            return self.inner.close();
+        on_cluster!(self, _k => Ok(()));
+        if self.inner().handles.fetch_sub(1, Ordering::AcqRel) == 1 {
+            return self.inner().close();
         }
         Ok(())
     }
 
     /// Whether [`Broker::close`] was called.
     pub fn is_closed(&self) -> bool {
-        self.closed.load(Ordering::Acquire) || self.inner.closed.load(Ordering::Acquire)
+        on_cluster!(self, _k => self.closed.load(Ordering::Acquire));
+        self.closed.load(Ordering::Acquire) || self.inner().closed.load(Ordering::Acquire)
     }
 }
 
 impl Drop for Broker {
     fn drop(&mut self) {
         if let Err(e) = self.close() {
-            ::log::warn!("closing {}: {e}", self.inner.dir.display());
+            ::log::warn!("closing {}: {e}", self.inner().dir.display());
         }
     }
 }

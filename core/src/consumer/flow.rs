@@ -26,6 +26,7 @@ impl Consumer {
     /// [`Error::InvalidArgument`] if a partition is not assigned (nothing
     /// is paused then).
     pub fn pause(&mut self, partitions: &[(&str, u32)]) -> Result<()> {
+        on_cluster!(self, k => k.pause(partitions, true));
         for i in self.indexes(partitions)? {
             self.put_back_partition(i);
             self.assigned[i].paused = true;
@@ -39,6 +40,7 @@ impl Consumer {
     /// [`Error::InvalidArgument`] if a partition is not assigned (nothing
     /// is resumed then).
     pub fn resume(&mut self, partitions: &[(&str, u32)]) -> Result<()> {
+        on_cluster!(self, k => k.pause(partitions, false));
         for i in self.indexes(partitions)? {
             self.assigned[i].paused = false;
         }
@@ -47,6 +49,7 @@ impl Consumer {
 
     /// The paused partitions, as `(topic, partition)` pairs.
     pub fn paused(&self) -> Vec<(String, u32)> {
+        on_cluster!(ref self, k => k.paused());
         self.assigned
             .iter()
             .filter(|a| a.paused)
@@ -65,6 +68,7 @@ impl Consumer {
     /// `enable_auto_offset_store` on, without a `group_id`, or for a
     /// partition not assigned (nothing is stored then).
     pub fn store_offsets(&mut self, offsets: &[(&str, u32, u64)]) -> Result<()> {
+        on_cluster!(self, k => k.store_offsets(offsets));
         self.check_open()?;
         if self.config.enable_auto_offset_store {
             return Err(Error::InvalidArgument(

@@ -103,6 +103,10 @@ impl Consumer {
     ///
     /// [`ConsumerWaker::wakeup`]: super::ConsumerWaker::wakeup
     pub fn poll_one(&mut self, timeout: Duration) -> Result<Option<Message>> {
+        #[cfg(feature = "kafka")]
+        if self.kafka.is_some() {
+            return self.cluster_poll(timeout, crate::kafka::KafkaConsumer::poll_one);
+        }
         match self.next_held() {
             Some(m) => Ok(Some(m)),
             None => self.poll_one_slow(timeout),
@@ -117,6 +121,7 @@ impl Consumer {
     /// for it.
     #[inline]
     pub fn next_held(&mut self) -> Option<Message> {
+        on_cluster!(self, k => k.next_held());
         if !self.fresh() {
             return None;
         }
@@ -129,7 +134,7 @@ impl Consumer {
     #[inline]
     fn fresh(&self) -> bool {
         !self.closed
-            && !self.broker.is_closed()
+            && !self.broker().is_closed()
             && self
                 .member
                 .as_ref()

@@ -1,24 +1,44 @@
 //! Consumers: assignment, subscription, positions and polling.
 
+/// Returns from the calling method with `$e` (`$k` the cluster's
+/// consumer) when the consumer reads a Kafka cluster.
+macro_rules! on_cluster {
+    ($self:ident, $k:ident => $e:expr) => {
+        #[cfg(feature = "kafka")]
+        if let Some($k) = $self.kafka.as_mut() {
+            return $e;
+        }
+    };
+    (ref $self:ident, $k:ident => $e:expr) => {
+        #[cfg(feature = "kafka")]
+        if let Some($k) = $self.kafka.as_ref() {
+            return $e;
+        }
+    };
+}
+
+mod config;
 mod fetch;
 mod flow;
 mod held;
+#[cfg(feature = "kafka")]
+mod on_cluster;
 mod partition;
 mod rebalance;
 mod transactional;
+pub use config::{ConsumerConfig, OffsetReset};
 pub use transactional::IsolationLevel;
 
 use std::sync::atomic::{fence, AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::assign::AssignmentStrategy;
 use crate::broker::BrokerInner;
 use crate::error::{Error, Result};
 use crate::group::{Group, MemberSpec, Resume};
 use crate::log::{PartitionLog, Waiter};
 use crate::message::{Message, MessageBatch, Sink};
-use crate::offsets::{validate_group_name, CommittedOffset};
+use crate::offsets::CommittedOffset;
 use crate::producer::Acks;
 use crate::sync;
 use crate::topic::Topic;
@@ -30,201 +50,6 @@ use partition::Assigned;
 /// lost wake-up).
 const SHARED_WAIT_SLICE: Duration = Duration::from_millis(100);
 pub use rebalance::{RebalanceContext, RebalanceListener};
-
-/// Where to start when there is no valid position (Kafka's
-/// `auto.offset.reset`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum OffsetReset {
-    /// The first retained offset (default).
-    #[default]
-    Earliest,
-    /// The end: only records written from now on.
-    Latest,
-    /// Fail with [`Error::OffsetOutOfRange`].
-    Error,
-}
-
-impl std::str::FromStr for OffsetReset {
-    type Err = Error;
-
-    fn from_str(s: &str) -> Result<Self> {
-        match s {
-            "earliest" | "smallest" | "beginning" => Ok(OffsetReset::Earliest),
-            "latest" | "largest" | "end" => Ok(OffsetReset::Latest),
-            "error" | "none" => Ok(OffsetReset::Error),
-            _ => Err(Error::InvalidArgument(format!(
-                "auto_offset_reset must be earliest, latest or error, got {s:?}"
-            ))),
-        }
-    }
-}
-
-/// Settings of a consumer. The defaults follow Kafka where they apply.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConsumerConfig {
-    /// Consumer group; `None` for a standalone consumer (which cannot
-    /// commit).
-    pub group_id: Option<String>,
-    /// This consumer's name: part of its member id in the group, and, in
-    /// broadcast mode, the name its offsets are stored under (default
-    /// `"consumer"`).
-    pub client_id: String,
-    /// Where to start without a valid position.
-    pub auto_offset_reset: OffsetReset,
-    /// Most messages one `poll` returns (default 500, as Kafka).
-    pub max_poll_records: usize,
-    /// How the group shares partitions (default averagely / range).
-    pub assignment_strategy: AssignmentStrategy,
-    /// The partitions this member asks for with
-    /// [`AssignmentStrategy::ByConfig`].
-    pub wanted_partitions: Vec<(String, u32)>,
-    /// Commit the position of every owned partition automatically, every
-    /// `auto_commit_interval_ms`, before a partition is revoked and at close
-    /// (default true).
-    pub enable_auto_commit: bool,
-    /// Interval of automatic commits (default 5000 ms).
-    pub auto_commit_interval_ms: u64,
-    /// A member that does not poll for this long leaves the group and its
-    /// partitions go to the others (default 300000 ms).
-    pub max_poll_interval_ms: u64,
-    /// RocketMQ's broadcasting: every consumer gets every partition, with
-    /// offsets of its own (stored under `<group_id>+<client_id>`).
-    pub broadcast: bool,
-    /// Kafka's `enable.auto.offset.store`: every message handed out counts
-    /// as processed, and commits (manual and automatic) take the positions
-    /// (default true). Off, commits take only the offsets the application
-    /// stored with [`Consumer::store_offsets`] once it processed them: with
-    /// auto-commit, the at-least-once idiom.
-    pub enable_auto_offset_store: bool,
-    /// What of transactions this consumer reads (default read committed;
-    /// see [`IsolationLevel`]).
-    pub isolation_level: IsolationLevel,
-    /// How durable a commit is when it returns, as a producer's `acks`:
-    /// [`Acks::All`] (default) synced to disk, surviving a crash of the
-    /// machine (commits made at once by several threads share one sync);
-    /// [`Acks::One`] or [`Acks::Zero`] written to the operating system,
-    /// surviving a crash of the process (`kill -9`) but not of the
-    /// machine, at the cost of a `write(2)`.
-    pub commit_acks: Acks,
-}
-
-impl ConsumerConfig {
-    /// Checks the settings a consumer of any backend needs right.
-    pub(crate) fn validate(&self) -> Result<()> {
-        if self.max_poll_records == 0 {
-            return Err(Error::InvalidArgument(
-                "max_poll_records must be at least 1".into(),
-            ));
-        }
-        if let Some(g) = &self.group_id {
-            validate_group_name("group_id", g)?;
-        }
-        validate_group_name("client_id", &self.client_id)?;
-        if self.broadcast && self.group_id.is_none() {
-            return Err(Error::InvalidArgument(
-                "broadcast mode needs a group_id".into(),
-            ));
-        }
-        Ok(())
-    }
-}
-
-impl Default for ConsumerConfig {
-    fn default() -> Self {
-        ConsumerConfig {
-            group_id: None,
-            client_id: "consumer".into(),
-            auto_offset_reset: OffsetReset::Earliest,
-            max_poll_records: 500,
-            assignment_strategy: AssignmentStrategy::Averagely,
-            wanted_partitions: Vec::new(),
-            enable_auto_commit: true,
-            auto_commit_interval_ms: 5000,
-            max_poll_interval_ms: 300_000,
-            broadcast: false,
-            enable_auto_offset_store: true,
-            isolation_level: IsolationLevel::ReadCommitted,
-            commit_acks: Acks::All,
-        }
-    }
-}
-
-impl ConsumerConfig {
-    /// A consumer in group `id`.
-    pub fn group(id: impl Into<String>) -> Self {
-        ConsumerConfig {
-            group_id: Some(id.into()),
-            ..ConsumerConfig::default()
-        }
-    }
-
-    /// Sets `auto_offset_reset`.
-    pub fn auto_offset_reset(mut self, reset: OffsetReset) -> Self {
-        self.auto_offset_reset = reset;
-        self
-    }
-
-    /// Sets `commit_acks`: how durable a commit is when it returns.
-    pub fn commit_acks(mut self, acks: Acks) -> Self {
-        self.commit_acks = acks;
-        self
-    }
-
-    /// Sets `max_poll_records` (at least 1).
-    pub fn max_poll_records(mut self, n: usize) -> Self {
-        self.max_poll_records = n.max(1);
-        self
-    }
-
-    /// Sets `client_id`.
-    pub fn client_id(mut self, id: impl Into<String>) -> Self {
-        self.client_id = id.into();
-        self
-    }
-
-    /// Sets the assignment strategy.
-    pub fn assignment_strategy(mut self, s: AssignmentStrategy) -> Self {
-        self.assignment_strategy = s;
-        self
-    }
-
-    /// Sets the partitions asked for under [`AssignmentStrategy::ByConfig`].
-    pub fn wanted_partitions(mut self, partitions: Vec<(String, u32)>) -> Self {
-        self.wanted_partitions = partitions;
-        self
-    }
-
-    /// Turns automatic commits on or off.
-    pub fn enable_auto_commit(mut self, on: bool) -> Self {
-        self.enable_auto_commit = on;
-        self
-    }
-
-    /// Sets `auto_commit_interval_ms`.
-    pub fn auto_commit_interval_ms(mut self, ms: u64) -> Self {
-        self.auto_commit_interval_ms = ms;
-        self
-    }
-
-    /// Sets `max_poll_interval_ms`.
-    pub fn max_poll_interval_ms(mut self, ms: u64) -> Self {
-        self.max_poll_interval_ms = ms;
-        self
-    }
-
-    /// Sets `enable_auto_offset_store` (off: commits take only what
-    /// [`Consumer::store_offsets`] stored).
-    pub fn enable_auto_offset_store(mut self, on: bool) -> Self {
-        self.enable_auto_offset_store = on;
-        self
-    }
-
-    /// Turns broadcast mode on or off.
-    pub fn broadcast(mut self, on: bool) -> Self {
-        self.broadcast = on;
-        self
-    }
-}
 
 /// Wakes a consumer blocked in [`Consumer::poll`] from another thread: that
 /// `poll` returns at once (with what it has, maybe nothing).
@@ -302,7 +127,11 @@ struct Membership {
 /// subscribes to; sharing partitions among several members comes with
 /// consumer groups.
 pub struct Consumer {
-    broker: Arc<BrokerInner>,
+    /// The data directory (`None` on a Kafka cluster: see `kafka`).
+    broker: Option<Arc<BrokerInner>>,
+    /// The consumer on a Kafka cluster, when it reads one.
+    #[cfg(feature = "kafka")]
+    kafka: Option<Box<crate::kafka::KafkaConsumer>>,
     config: ConsumerConfig,
     assigned: Vec<Assigned>,
     /// The topics subscribed to, by name (those that do not exist yet are
@@ -343,9 +172,18 @@ impl std::fmt::Debug for Consumer {
 }
 
 impl Consumer {
+    /// The data directory. Every public call of a consumer on a Kafka
+    /// cluster returns before it would get here ([`on_cluster!`]).
+    fn broker(&self) -> &Arc<BrokerInner> {
+        match &self.broker {
+            Some(b) => b,
+            None => unreachable!("a consumer on a Kafka cluster has no data directory"),
+        }
+    }
+
     /// The engine this consumer reads from.
     pub(crate) fn broker_inner(&self) -> Arc<BrokerInner> {
-        Arc::clone(&self.broker)
+        Arc::clone(self.broker())
     }
 
     pub(crate) fn new(broker: Arc<BrokerInner>, config: ConsumerConfig) -> Result<Consumer> {
@@ -361,7 +199,9 @@ impl Consumer {
         let held = Arc::new(Held::default());
         broker.register_held(&held);
         Ok(Consumer {
-            broker,
+            broker: Some(broker),
+            #[cfg(feature = "kafka")]
+            kafka: None,
             config,
             assigned: Vec::new(),
             sub_names: Vec::new(),
@@ -396,7 +236,7 @@ impl Consumer {
         if self.closed {
             return Err(Error::Closed("consumer"));
         }
-        self.broker.check_open()
+        self.broker().check_open()
     }
 
     /// This consumer's settings.
@@ -407,11 +247,12 @@ impl Consumer {
     /// Reads exactly these partitions (replacing any assignment or
     /// subscription). Nothing changes if any partition is unknown.
     pub fn assign(&mut self, partitions: &[(&str, u32)]) -> Result<()> {
+        on_cluster!(self, k => k.assign(partitions));
         self.check_open()?;
         // Resolve every partition before touching the current assignment.
         let mut wanted = Vec::with_capacity(partitions.len());
         for &(t, p) in partitions {
-            let topic = self.broker.topic_or_create(t)?;
+            let topic = self.broker().topic_or_create(t)?;
             let log = topic.partition(p)?;
             wanted.push((topic, log));
         }
@@ -457,6 +298,11 @@ impl Consumer {
     /// group and gets its share of the partitions, which changes as members
     /// come and go (see [`RebalanceListener`]).
     pub fn subscribe(&mut self, topics: &[&str]) -> Result<()> {
+        #[cfg(feature = "kafka")]
+        if self.kafka.is_some() {
+            let listener = self.listener.take();
+            return self.cluster_subscribe(topics, None, listener);
+        }
         self.subscribe_inner(topics, None, None)
     }
 
@@ -467,6 +313,10 @@ impl Consumer {
         topics: &[&str],
         listener: Box<dyn RebalanceListener>,
     ) -> Result<()> {
+        #[cfg(feature = "kafka")]
+        if self.kafka.is_some() {
+            return self.cluster_subscribe(topics, None, Some(listener));
+        }
         self.subscribe_inner(topics, None, Some(listener))
     }
 
@@ -480,6 +330,10 @@ impl Consumer {
         pattern: &str,
         listener: Option<Box<dyn RebalanceListener>>,
     ) -> Result<()> {
+        #[cfg(feature = "kafka")]
+        if self.kafka.is_some() {
+            return self.cluster_subscribe(&[], Some(pattern), listener);
+        }
         let re = regex::Regex::new(&format!("^(?:{pattern})$")).map_err(|e| {
             Error::InvalidArgument(format!("invalid topic pattern {pattern:?}: {e}"))
         })?;
@@ -498,7 +352,7 @@ impl Consumer {
             // A topic that does not exist yet is waited for (as Kafka's
             // consumer does) or created (`auto_create_topics`); a damaged
             // one is refused.
-            match self.broker.topic_or_create(t) {
+            match self.broker().topic_or_create(t) {
                 Ok(_) => {}
                 Err(Error::UnknownTopic(_)) => crate::topic::validate_topic_name(t)?,
                 Err(e) => return Err(e),
@@ -525,7 +379,7 @@ impl Consumer {
         if self.clustering() {
             let group = Arc::clone(self.offsets.as_ref().expect("a group consumer has a group"));
             let spec = self.member_spec(&names, pattern.as_ref());
-            let broker = Arc::clone(&self.broker);
+            let broker = Arc::clone(self.broker());
             let id = group.join(&self.config.client_id, spec, &|t| broker.partition_count(t))?;
             self.member = Some(Membership {
                 group,
@@ -547,7 +401,7 @@ impl Consumer {
 
     /// The names of every topic whose name `re` matches.
     fn matching_topics(&self, re: &regex::Regex) -> Vec<String> {
-        let mut names = self.broker.topic_names();
+        let mut names = self.broker().topic_names();
         names.retain(|n| re.is_match(n));
         names
     }
@@ -569,6 +423,7 @@ impl Consumer {
     /// nothing until the next `subscribe` or `assign`. A group member
     /// leaves its group (committing first with auto-commit).
     pub fn unsubscribe(&mut self) {
+        on_cluster!(self, k => k.unsubscribe());
         self.put_back();
         self.leave_group();
         self.sub_names.clear();
@@ -590,7 +445,7 @@ impl Consumer {
             self.revoke(&owned);
         }
         let m = self.member.take().expect("checked");
-        let broker = Arc::clone(&self.broker);
+        let broker = Arc::clone(self.broker());
         m.group.leave(&m.id, &|t| broker.partition_count(t));
         self.assigned.clear();
     }
@@ -619,7 +474,7 @@ impl Consumer {
                 .any(|(t, p)| **a.topic.name() == **t && a.log.partition() == *p)
         });
         if let Some(m) = &self.member {
-            let broker = Arc::clone(&self.broker);
+            let broker = Arc::clone(self.broker());
             m.group
                 .release(&m.id, partitions, &|t| broker.partition_count(t));
         }
@@ -631,7 +486,7 @@ impl Consumer {
         let Some(m) = &self.member else { return Ok(()) };
         let group = Arc::clone(&m.group);
         let id = m.id.clone();
-        let broker = Arc::clone(&self.broker);
+        let broker = Arc::clone(self.broker());
         if !group.is_member(&id, &|t| broker.partition_count(t)) {
             // Removed for not polling in time: everything it had is gone.
             // Join again, as Kafka's consumer does.
@@ -654,12 +509,12 @@ impl Consumer {
             }
             let m = self.member.take().expect("checked");
             let spec = self.member_spec(&m.topics, m.pattern.as_ref());
-            let broker = Arc::clone(&self.broker);
+            let broker = Arc::clone(self.broker());
             let id = group.join(&self.config.client_id, spec, &|t| broker.partition_count(t))?;
             self.member = Some(Membership { id, ..m });
             return self.group_sync();
         }
-        let version = self.broker.topics_version();
+        let version = self.broker().topics_version();
         if let Some(re) = m
             .pattern
             .as_ref()
@@ -669,7 +524,7 @@ impl Consumer {
             let matching = self.matching_topics(re);
             if matching != m.topics {
                 let spec = self.member_spec(&matching, None);
-                let broker = Arc::clone(&self.broker);
+                let broker = Arc::clone(self.broker());
                 group.update(&id, spec, &|t| broker.partition_count(t));
                 if let Some(m) = &mut self.member {
                     m.topics = matching;
@@ -677,7 +532,7 @@ impl Consumer {
             }
         }
         let waiter = self.ensure_waiter();
-        let broker = Arc::clone(&self.broker);
+        let broker = Arc::clone(self.broker());
         let sync = group.sync(&id, &|t| broker.partition_count(t), Some(&waiter))?;
         if let Some(m) = &mut self.member {
             if m.generation != sync.generation {
@@ -691,7 +546,7 @@ impl Consumer {
         if !sync.acquired.is_empty() {
             self.put_back();
             for (t, p) in &sync.acquired {
-                let Ok(topic) = self.broker.topic(t) else {
+                let Ok(topic) = self.broker().topic(t) else {
                     continue;
                 };
                 let Ok(log) = topic.partition(*p) else {
@@ -728,7 +583,7 @@ impl Consumer {
         // Topics are looked up (and a pattern matched) again only when
         // topics were created, deleted or grew since the last time: a
         // subscribed topic that does not exist yet is read once it does.
-        let version = self.broker.topics_version();
+        let version = self.broker().topics_version();
         if (self.pattern.is_some() || !self.sub_names.is_empty())
             && self.pattern_version != Some(version)
         {
@@ -739,7 +594,7 @@ impl Consumer {
             self.subscription = self
                 .sub_names
                 .iter()
-                .filter_map(|n| self.broker.topic(n).ok())
+                .filter_map(|n| self.broker().topic(n).ok())
                 .collect();
         }
         if self.subscription.is_empty() {
@@ -781,6 +636,7 @@ impl Consumer {
 
     /// The partitions this consumer reads, as `(topic, partition)` pairs.
     pub fn assignment(&self) -> Vec<(String, u32)> {
+        on_cluster!(ref self, k => k.assignment());
         self.assigned
             .iter()
             .map(|a| (a.topic.name().to_string(), a.log.partition()))
@@ -805,6 +661,7 @@ impl Consumer {
     /// retained offset and the end (inclusive); `InvalidArgument` if the
     /// partition is not assigned.
     pub fn seek(&mut self, topic: &str, partition: u32, offset: u64) -> Result<()> {
+        on_cluster!(self, k => k.seek(topic, partition, offset));
         self.check_open()?;
         self.refresh_subscription()?;
         let i = self.find(topic, partition)?;
@@ -829,6 +686,7 @@ impl Consumer {
 
     /// The next offset this consumer will read from a partition.
     pub fn position(&mut self, topic: &str, partition: u32) -> Result<u64> {
+        on_cluster!(self, k => k.position(topic, partition));
         self.check_open()?;
         self.refresh_subscription()?;
         let i = self.find(topic, partition)?;
@@ -863,6 +721,10 @@ impl Consumer {
     /// [`ConsumerWaker::wakeup`] from another thread makes it return at
     /// once.
     pub fn poll(&mut self, timeout: Duration) -> Result<Vec<Message>> {
+        #[cfg(feature = "kafka")]
+        if self.kafka.is_some() {
+            return self.cluster_poll(timeout, crate::kafka::KafkaConsumer::poll);
+        }
         let mut out = Vec::new();
         self.poll_into(timeout, &mut out)?;
         Ok(out)
@@ -874,6 +736,10 @@ impl Consumer {
     /// the [`MessageBatch`] documentation). Positions, commits, rebalances
     /// and stats are exactly those of `poll`.
     pub fn poll_batch(&mut self, timeout: Duration) -> Result<MessageBatch> {
+        #[cfg(feature = "kafka")]
+        if self.kafka.is_some() {
+            return self.cluster_poll(timeout, crate::kafka::KafkaConsumer::poll_batch);
+        }
         let mut out = MessageBatch::default();
         self.poll_into(timeout, &mut out)?;
         Ok(out)
@@ -958,6 +824,7 @@ impl Consumer {
     /// [`Error::CommitFailed`] when a rebalance took a partition away; I/O
     /// errors.
     pub fn commit(&mut self) -> Result<()> {
+        on_cluster!(self, k => k.commit());
         self.check_open()?;
         let offsets = self.positions(None);
         self.commit_raw(&offsets)
@@ -997,8 +864,9 @@ impl Consumer {
     /// [`Config::max_commit_metadata_bytes`](crate::Config) (nothing is
     /// committed); [`Error::OffsetOutOfRange`] for an offset past the end.
     pub fn commit_offsets(&mut self, offsets: &[(&str, u32, u64, &str)]) -> Result<()> {
+        on_cluster!(self, k => k.commit_offsets(offsets));
         self.check_open()?;
-        let max = self.broker.max_commit_metadata_bytes();
+        let max = self.broker().max_commit_metadata_bytes();
         if let Some(&(t, p, _, m)) = offsets.iter().find(|o| o.3.len() > max) {
             return Err(Error::InvalidArgument(format!(
                 "commit metadata of {t}/{p} is {} bytes, more than max_commit_metadata_bytes ({max})",
@@ -1010,7 +878,7 @@ impl Consumer {
             .map(|&(t, p, o, m)| (t.to_owned(), p, committed_now(o, m)))
             .collect();
         for (t, p, c) in &offsets {
-            let topic = self.broker.topic(t)?;
+            let topic = self.broker().topic(t)?;
             let log = topic.partition(*p)?;
             if c.offset > log.end_offset() {
                 return Err(Error::OffsetOutOfRange {
@@ -1028,13 +896,18 @@ impl Consumer {
     /// Like [`Consumer::commit`], then calls `callback` with the outcome
     /// (Kafka's `commitAsync`). The commit is durable when the callback runs.
     pub fn commit_with(&mut self, callback: impl FnOnce(&Result<()>)) -> Result<()> {
+        on_cluster!(self, k => {
+            let r = k.commit();
+            callback(&r);
+            r
+        });
         let res = self.commit();
         callback(&res);
         res
     }
 
     fn commit_raw(&mut self, offsets: &[(String, u32, CommittedOffset)]) -> Result<()> {
-        self.broker.check_writable("commit")?;
+        self.broker().check_writable("commit")?;
         let Some(group) = &self.offsets else {
             return Err(Error::InvalidArgument(
                 "commit needs a consumer with a group_id".into(),
@@ -1052,7 +925,7 @@ impl Consumer {
         let mut topics: Vec<&str> = offsets.iter().map(|(t, _, _)| t.as_str()).collect();
         topics.dedup();
         for t in topics {
-            self.broker.refresh_retention_floors(t);
+            self.broker().refresh_retention_floors(t);
         }
         Ok(())
     }
@@ -1060,6 +933,7 @@ impl Consumer {
     /// The group's committed offset of a partition (with its metadata), if
     /// any.
     pub fn committed(&self, topic: &str, partition: u32) -> Result<Option<CommittedOffset>> {
+        on_cluster!(ref self, k => k.committed(topic, partition));
         self.check_open()?;
         let Some(group) = &self.offsets else {
             return Err(Error::InvalidArgument(
@@ -1072,6 +946,7 @@ impl Consumer {
     /// Per partition read: `(topic, partition, lag)`, the end offset minus
     /// the committed offset (minus the position when nothing is committed).
     pub fn lag(&mut self) -> Result<Vec<(String, u32, u64)>> {
+        on_cluster!(self, k => k.lag());
         self.check_open()?;
         let reset = self.config.auto_offset_reset;
         let mut out = Vec::with_capacity(self.assigned.len());
@@ -1111,8 +986,9 @@ impl Consumer {
 
     /// Moves to the first retained offset of a partition read.
     pub fn seek_to_beginning(&mut self, topic: &str, partition: u32) -> Result<()> {
+        on_cluster!(self, k => k.seek_to_edge(topic, partition, false));
         let start = self
-            .broker
+            .broker()
             .topic(topic)?
             .partition(partition)?
             .start_offset();
@@ -1121,7 +997,12 @@ impl Consumer {
 
     /// Moves to the end of a partition read (only new records).
     pub fn seek_to_end(&mut self, topic: &str, partition: u32) -> Result<()> {
-        let end = self.broker.topic(topic)?.partition(partition)?.end_offset();
+        on_cluster!(self, k => k.seek_to_edge(topic, partition, true));
+        let end = self
+            .broker()
+            .topic(topic)?
+            .partition(partition)?
+            .end_offset();
         self.seek(topic, partition, end)
     }
 
@@ -1129,10 +1010,16 @@ impl Consumer {
     /// timestamp is at or after it (`None` when every record is older), via
     /// the time index.
     pub fn offsets_for_times(&self, query: &[(&str, u32, i64)]) -> Result<Vec<Option<u64>>> {
+        on_cluster!(ref self, k => k.offsets_for_times(query));
         self.check_open()?;
         query
             .iter()
-            .map(|&(t, p, ts)| self.broker.topic(t)?.partition(p)?.offset_for_timestamp(ts))
+            .map(|&(t, p, ts)| {
+                self.broker()
+                    .topic(t)?
+                    .partition(p)?
+                    .offset_for_timestamp(ts)
+            })
             .collect()
     }
 
@@ -1147,23 +1034,29 @@ impl Consumer {
         &mut self,
         listener: Option<Box<dyn RebalanceListener>>,
     ) -> Option<Box<dyn RebalanceListener>> {
+        #[cfg(feature = "kafka")]
+        if self.kafka.is_some() {
+            return self.cluster_set_listener(listener);
+        }
         std::mem::replace(&mut self.listener, listener)
     }
 
     /// What this consumer did so far.
     pub fn stats(&self) -> ConsumerStats {
+        on_cluster!(ref self, k => k.stats());
         self.stats
     }
 
     /// This member's id in its group, when it is one.
     pub fn member_id(&self) -> Option<&str> {
+        on_cluster!(ref self, _k => None);
         self.member.as_ref().map(|m| m.id.as_str())
     }
 
     /// Parks until an assigned partition gets data or the deadline passes.
     #[allow(clippy::unnecessary_wraps)]
     fn wait(&mut self, deadline: Instant) -> Result<()> {
-        if let Some(share) = self.broker.share().cloned() {
+        if let Some(share) = self.broker().share().cloned() {
             self.wait_shared(&share, deadline);
             return Ok(());
         }
@@ -1206,6 +1099,7 @@ impl Consumer {
 
     /// Whether the consumer, or the data directory it reads, was closed.
     pub fn is_closed(&self) -> bool {
+        on_cluster!(ref self, k => k.is_closed());
         self.check_open().is_err()
     }
 
@@ -1213,10 +1107,14 @@ impl Consumer {
     /// leaves its group, so its partitions go to the others at once. Later
     /// calls fail with [`Error::Closed`].
     pub fn close(&mut self) {
+        #[cfg(feature = "kafka")]
+        if self.kafka.is_some() {
+            return self.cluster_close();
+        }
         if self.closed {
             return;
         }
-        if self.broker.check_open().is_ok() {
+        if self.broker().check_open().is_ok() {
             self.put_back();
             if self.member.is_some() {
                 self.leave_group();

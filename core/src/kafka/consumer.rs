@@ -4,9 +4,11 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer as _};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer as _, ConsumerContext};
 use rdkafka::message::Message as _;
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
+use rdkafka::types::RDKafkaRespErr;
+use rdkafka::ClientContext;
 
 use super::error::{from_code, from_kafka};
 use super::producer::headers_of;
@@ -16,6 +18,85 @@ use crate::consumer::{ConsumerConfig, IsolationLevel, OffsetReset};
 use crate::error::{Error, Result};
 use crate::message::{Message, MessageBatch};
 use crate::offsets::CommittedOffset;
+
+/// A change of a group member's partitions, as the group coordinator
+/// decided it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum RebalanceEvent {
+    /// These partitions are given to this member.
+    Assign(Vec<(String, u32)>),
+    /// These partitions are taken from this member (it may commit them
+    /// before they go).
+    Revoke(Vec<(String, u32)>),
+    /// These partitions were taken without this member being asked (its
+    /// session ran out): another member may own them already.
+    Lost(Vec<(String, u32)>),
+}
+
+/// librdkafka's rebalance callback: by default it assigns and revokes at
+/// once; while a listener waits for the changes (`deferred`), it records
+/// them instead and the partitions stay as they are until
+/// [`KafkaConsumer::complete_rebalance`] (librdkafka waits for that call).
+#[derive(Default)]
+pub(crate) struct Rebalances {
+    deferred: std::sync::atomic::AtomicBool,
+    pending: std::sync::Mutex<std::collections::VecDeque<(RebalanceEvent, TopicPartitionList)>>,
+}
+
+impl ClientContext for Rebalances {}
+
+fn pairs(tpl: &TopicPartitionList) -> Vec<(String, u32)> {
+    let mut v: Vec<(String, u32)> = tpl
+        .elements()
+        .iter()
+        .map(|e| (e.topic().to_owned(), e.partition() as u32))
+        .collect();
+    v.sort();
+    v
+}
+
+impl ConsumerContext for Rebalances {
+    fn rebalance(
+        &self,
+        base: &BaseConsumer<Self>,
+        err: RDKafkaRespErr,
+        tpl: &mut TopicPartitionList,
+    ) {
+        let event = match err {
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
+                RebalanceEvent::Assign(pairs(tpl))
+            }
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS if base.assignment_lost() => {
+                RebalanceEvent::Lost(pairs(tpl))
+            }
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
+                RebalanceEvent::Revoke(pairs(tpl))
+            }
+            other => {
+                ::log::warn!("rebalance error from the cluster: {other:?}");
+                // librdkafka asks to drop the assignment on an error.
+                let _ = base.unassign();
+                return;
+            }
+        };
+        if self.deferred.load(std::sync::atomic::Ordering::Acquire) {
+            crate::sync::lock(&self.pending).push_back((event, tpl.clone()));
+        } else {
+            apply(base, &event, tpl);
+        }
+    }
+}
+
+/// Makes `event` effective: librdkafka assigns or drops the partitions.
+fn apply(base: &BaseConsumer<Rebalances>, event: &RebalanceEvent, tpl: &TopicPartitionList) {
+    let r = match event {
+        RebalanceEvent::Assign(_) => base.assign(tpl),
+        RebalanceEvent::Revoke(_) | RebalanceEvent::Lost(_) => base.unassign(),
+    };
+    if let Err(e) = r {
+        ::log::warn!("applying a rebalance: {e}");
+    }
+}
 
 /// Reads the topics of a Kafka cluster, with the calls of
 /// [`crate::Consumer`].
@@ -35,7 +116,7 @@ use crate::offsets::CommittedOffset;
 /// - `commit_acks`: on a cluster a commit is acknowledged once the group
 ///   coordinator stored it (replicated like `acks=all`).
 pub struct KafkaConsumer {
-    inner: BaseConsumer,
+    inner: BaseConsumer<Rebalances>,
     config: ConsumerConfig,
     timeout: Duration,
     /// Topic names as the messages share them.
@@ -44,6 +125,11 @@ pub struct KafkaConsumer {
     /// Partitions read to their end since their last message (only with
     /// `enable.partition.eof`, see [`KafkaConsumer::reading_to_end`]).
     at_end: std::collections::HashSet<u32>,
+    /// Messages polled for [`KafkaConsumer::poll_one`] and not handed out.
+    held: std::collections::VecDeque<Message>,
+    /// Partitions paused by [`KafkaConsumer::pause`].
+    paused: Vec<(String, u32)>,
+    stats: crate::ConsumerStats,
 }
 
 impl std::fmt::Debug for KafkaConsumer {
@@ -138,7 +224,7 @@ impl KafkaConsumer {
         }
         let inner = broker
             .client_config(&props)
-            .create()
+            .create_with_context(Rebalances::default())
             .map_err(|e| from_kafka(e, "making a consumer"))?;
         Ok(KafkaConsumer {
             inner,
@@ -147,6 +233,9 @@ impl KafkaConsumer {
             names: HashMap::new(),
             closed: false,
             at_end: std::collections::HashSet::new(),
+            held: std::collections::VecDeque::new(),
+            paused: Vec::new(),
+            stats: crate::ConsumerStats::default(),
         })
     }
 
@@ -166,6 +255,42 @@ impl KafkaConsumer {
         let mut c = Self::with_properties(broker, config, &[("enable.partition.eof", "true")])?;
         c.at_end.clear();
         Ok(c)
+    }
+
+    /// Records group changes for the caller to apply
+    /// ([`KafkaConsumer::take_rebalance`], then
+    /// [`KafkaConsumer::complete_rebalance`]) instead of applying them at
+    /// once: for a rebalance listener, told of a revocation while the
+    /// partitions are still this member's.
+    pub(crate) fn defer_rebalances(&self, on: bool) {
+        self.inner
+            .context()
+            .deferred
+            .store(on, std::sync::atomic::Ordering::Release);
+    }
+
+    /// The next group change recorded and not applied yet.
+    pub(crate) fn take_rebalance(&mut self) -> Option<(RebalanceEvent, TopicPartitionList)> {
+        crate::sync::lock(&self.inner.context().pending).pop_front()
+    }
+
+    /// Applies a group change taken with [`KafkaConsumer::take_rebalance`];
+    /// messages held of partitions that go are dropped.
+    pub(crate) fn complete_rebalance(&mut self, event: &RebalanceEvent, tpl: &TopicPartitionList) {
+        if let RebalanceEvent::Revoke(gone) | RebalanceEvent::Lost(gone) = event {
+            self.held.retain(|m| {
+                !gone
+                    .iter()
+                    .any(|(t, p)| m.topic() == t && m.partition() == *p)
+            });
+            self.paused.retain(|tp| !gone.contains(tp));
+        }
+        apply(&self.inner, event, tpl);
+    }
+
+    /// Whether a group change waits to be taken.
+    pub(crate) fn rebalance_pending(&self) -> bool {
+        !crate::sync::lock(&self.inner.context().pending).is_empty()
     }
 
     /// Whether the consumer read `partition` to its end since the last
@@ -315,17 +440,24 @@ impl KafkaConsumer {
     /// cluster's errors.
     pub fn poll(&mut self, timeout: Duration) -> Result<Vec<Message>> {
         self.check_open()?;
-        let mut out = Vec::new();
+        self.stats.polls += 1;
+        let mut out: Vec<Message> = self.held.drain(..).collect();
+        if !out.is_empty() {
+            return Ok(out);
+        }
         let deadline = Instant::now() + timeout;
         let max = self.config.max_poll_records.max(1);
-        while out.len() < max {
+        while out.len() < max && !self.rebalance_pending() {
+            // In slices: a group change recorded meanwhile ends the poll.
             let wait = if out.is_empty() {
-                deadline.saturating_duration_since(Instant::now())
+                deadline
+                    .saturating_duration_since(Instant::now())
+                    .min(Duration::from_millis(100))
             } else {
                 Duration::ZERO
             };
             let Some(got) = self.inner.poll(wait) else {
-                if out.is_empty() && Instant::now() < deadline {
+                if out.is_empty() && Instant::now() < deadline && !self.rebalance_pending() {
                     continue;
                 }
                 break;
@@ -357,6 +489,9 @@ impl KafkaConsumer {
                 self.names.insert(m.topic().to_owned(), Arc::clone(&t));
                 t
             };
+            self.stats.records += 1;
+            self.stats.bytes +=
+                (m.key().map_or(0, <[u8]>::len) + m.payload().map_or(0, <[u8]>::len)) as u64;
             out.push(Message::from_fields(
                 &topic,
                 m.partition() as u32,
@@ -368,6 +503,139 @@ impl KafkaConsumer {
             ));
         }
         Ok(out)
+    }
+
+    /// One message, waiting up to `timeout`: the messages of a poll are
+    /// handed out one by one.
+    ///
+    /// # Errors
+    /// As [`KafkaConsumer::poll`].
+    pub fn poll_one(&mut self, timeout: Duration) -> Result<Option<Message>> {
+        if let Some(m) = self.held.pop_front() {
+            return Ok(Some(m));
+        }
+        let mut got = self.poll(timeout)?.into_iter();
+        let first = got.next();
+        self.held.extend(got);
+        Ok(first)
+    }
+
+    /// A message [`KafkaConsumer::poll_one`] holds already, if any.
+    pub fn next_held(&mut self) -> Option<Message> {
+        self.held.pop_front()
+    }
+
+    /// Subscribes to every topic whose whole name matches the regular
+    /// expression `pattern` (librdkafka's regex subscription).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for an invalid expression or without a
+    /// group.
+    pub fn subscribe_pattern(&mut self, pattern: &str) -> Result<()> {
+        self.check_open()?;
+        self.check_grouped("subscribe")?;
+        regex::Regex::new(&format!("^(?:{pattern})$")).map_err(|e| {
+            Error::InvalidArgument(format!("invalid topic pattern {pattern:?}: {e}"))
+        })?;
+        let re = format!("^(?:{pattern})$");
+        self.inner
+            .subscribe(&[re.as_str()])
+            .map_err(|e| from_kafka(e, "subscribing"))
+    }
+
+    /// Moves the next read of an assigned partition to its first (`end`
+    /// false) or next (`end` true) offset.
+    ///
+    /// # Errors
+    /// As [`KafkaConsumer::seek`].
+    pub fn seek_to_edge(&mut self, topic: &str, partition: u32, end: bool) -> Result<()> {
+        let (low, high) = self.watermarks(topic, partition)?;
+        self.seek(topic, partition, if end { high } else { low })
+    }
+
+    /// For each `(topic, partition, timestamp_ms)`, the earliest offset
+    /// whose record timestamp is at or after it (`None` when all are
+    /// older).
+    ///
+    /// # Errors
+    /// The cluster's errors.
+    pub fn offsets_for_times(&self, query: &[(&str, u32, i64)]) -> Result<Vec<Option<u64>>> {
+        let mut tpl = TopicPartitionList::new();
+        for (t, p, ts) in query {
+            tpl.add_partition_offset(t, *p as i32, Offset::Offset(*ts))
+                .map_err(|e| from_kafka(e, "looking up offsets"))?;
+        }
+        let got = self
+            .inner
+            .offsets_for_times(tpl, self.timeout)
+            .map_err(|e| from_kafka(e, "looking up offsets"))?;
+        Ok(query
+            .iter()
+            .map(|(t, p, _)| {
+                got.find_partition(t, *p as i32)
+                    .and_then(|e| match e.offset() {
+                        Offset::Offset(o) if o >= 0 => Some(o as u64),
+                        _ => None,
+                    })
+            })
+            .collect())
+    }
+
+    /// Stops (`pause` true) or restarts fetching from assigned partitions.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a partition not assigned.
+    pub fn pause(&mut self, partitions: &[(&str, u32)], pause: bool) -> Result<()> {
+        self.check_open()?;
+        let mut tpl = TopicPartitionList::new();
+        for (t, p) in partitions {
+            self.check_assigned(t, *p)?;
+            tpl.add_partition(t, *p as i32);
+        }
+        let r = if pause {
+            self.inner.pause(&tpl)
+        } else {
+            self.inner.resume(&tpl)
+        };
+        r.map_err(|e| from_kafka(e, "pausing"))?;
+        for (t, p) in partitions {
+            self.paused.retain(|(pt, pp)| !(pt == t && pp == p));
+            if pause {
+                self.paused.push(((*t).to_owned(), *p));
+            }
+        }
+        self.paused.sort();
+        Ok(())
+    }
+
+    /// The partitions paused.
+    pub fn paused(&self) -> Vec<(String, u32)> {
+        self.paused.clone()
+    }
+
+    /// Stores `(topic, partition, offset)` as processed: the next
+    /// [`KafkaConsumer::commit`] (or auto-commit) commits it.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a partition not assigned.
+    pub fn store_offsets(&mut self, offsets: &[(&str, u32, u64)]) -> Result<()> {
+        self.check_open()?;
+        let mut tpl = TopicPartitionList::new();
+        for (t, p, o) in offsets {
+            self.check_assigned(t, *p)?;
+            let at = i64::try_from(*o)
+                .map_err(|_| Error::InvalidArgument(format!("offset {o} out of range")))?;
+            tpl.add_partition_offset(t, *p as i32, Offset::Offset(at))
+                .map_err(|e| from_kafka(e, "storing offsets"))?;
+        }
+        self.inner
+            .store_offsets(&tpl)
+            .map_err(|e| from_kafka(e, "storing offsets"))
+    }
+
+    /// What this consumer did so far (records, bytes, polls).
+    pub fn stats(&self) -> crate::ConsumerStats {
+        self.stats
     }
 
     /// [`KafkaConsumer::poll`] as one [`MessageBatch`].
@@ -391,6 +659,7 @@ impl KafkaConsumer {
     pub fn commit(&mut self) -> Result<()> {
         self.check_open()?;
         self.check_grouped("commit")?;
+        self.stats.commits += 1;
         match self.inner.commit_consumer_state(CommitMode::Sync) {
             Ok(()) => Ok(()),
             // Nothing polled since the last commit: nothing to do.
@@ -423,6 +692,7 @@ impl KafkaConsumer {
                 }
             }
         }
+        self.stats.commits += 1;
         self.inner
             .commit(&tpl, CommitMode::Sync)
             .map_err(|e| from_kafka(e, "committing"))

@@ -29,6 +29,7 @@ use crate::topic::{validate_topic_name, PartitionInfo, TopicConfig, TopicInfo};
 use crate::{ConsumerConfig, ProducerConfig, RecoveryStats};
 
 pub use consumer::KafkaConsumer;
+pub(crate) use consumer::RebalanceEvent;
 pub use producer::KafkaProducer;
 
 use error::from_kafka;
@@ -40,6 +41,12 @@ pub const URL_SCHEME: &str = "kafka://";
 /// configuration does not say (`request_timeout_ms`).
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// The error of a call a broker on a Kafka cluster does not have (yet):
+/// [`Error::InvalidArgument`] naming it.
+pub(crate) fn not_on_cluster(what: &str) -> Error {
+    Error::InvalidArgument(format!("{what}: not available on a Kafka cluster"))
+}
+
 /// The bootstrap servers of a `kafka://host:port,host:port` address, or
 /// `None` when `url` is not one.
 pub fn bootstrap_servers(url: &str) -> Option<&str> {
@@ -48,6 +55,8 @@ pub fn bootstrap_servers(url: &str) -> Option<&str> {
 
 /// A Kafka cluster: topics, producers and consumers on it.
 pub struct KafkaBroker {
+    /// The address it was opened with.
+    url: String,
     /// librdkafka properties every client of this broker starts from:
     /// `bootstrap.servers` and what the caller added.
     base: Vec<(String, String)>,
@@ -118,6 +127,7 @@ impl KafkaBroker {
         meta.fetch_metadata(None, timeout)
             .map_err(|e| from_kafka(e, &format!("reaching {servers}")))?;
         Ok(KafkaBroker {
+            url: url.to_owned(),
             base,
             admin,
             meta,
@@ -134,6 +144,11 @@ impl KafkaBroker {
             c.set(*k, v);
         }
         c
+    }
+
+    /// The address the broker was opened with.
+    pub fn url(&self) -> &str {
+        &self.url
     }
 
     /// How long a call waits for the cluster.
@@ -324,6 +339,61 @@ impl KafkaBroker {
             config: TopicConfig::new(count),
             partitions,
         })
+    }
+
+    /// The earliest offset of `topic`/`partition` whose record timestamp is
+    /// at or after `timestamp_ms`, or `None` when all records are older.
+    ///
+    /// # Errors
+    /// [`Error::UnknownTopic`], [`Error::UnknownPartition`], or the
+    /// cluster's error.
+    pub fn offset_for_timestamp(
+        &self,
+        topic: &str,
+        partition: u32,
+        timestamp_ms: i64,
+    ) -> Result<Option<u64>> {
+        let count = self
+            .partition_count(topic)?
+            .ok_or_else(|| Error::UnknownTopic(topic.to_owned()))?;
+        if partition >= count {
+            return Err(Error::UnknownPartition {
+                topic: topic.to_owned(),
+                partition,
+                count,
+            });
+        }
+        let mut tpl = rdkafka::TopicPartitionList::new();
+        tpl.add_partition_offset(
+            topic,
+            partition as i32,
+            rdkafka::Offset::Offset(timestamp_ms),
+        )
+        .map_err(|e| from_kafka(e, "looking up offsets"))?;
+        let got = self
+            .meta
+            .offsets_for_times(tpl, self.timeout)
+            .map_err(|e| from_kafka(e, "looking up offsets"))?;
+        Ok(got
+            .find_partition(topic, partition as i32)
+            .and_then(|e| match e.offset() {
+                rdkafka::Offset::Offset(o) if o >= 0 => Some(o as u64),
+                _ => None,
+            }))
+    }
+
+    /// The names of the cluster's consumer groups, sorted.
+    ///
+    /// # Errors
+    /// The cluster's error.
+    pub fn groups(&self) -> Result<Vec<String>> {
+        let list = self
+            .meta
+            .fetch_group_list(None, self.timeout)
+            .map_err(|e| from_kafka(e, "listing consumer groups"))?;
+        let mut v: Vec<String> = list.groups().iter().map(|g| g.name().to_owned()).collect();
+        v.sort();
+        Ok(v)
     }
 
     /// A producer on the cluster (see [`KafkaProducer`] for how each

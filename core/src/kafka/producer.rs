@@ -387,6 +387,23 @@ impl KafkaProducer {
         )
     }
 
+    /// [`KafkaProducer::send_async`] of a borrowed record (its data is
+    /// copied before this returns).
+    ///
+    /// # Errors
+    /// As [`KafkaProducer::send_async`].
+    pub fn send_async_borrowed(
+        &self,
+        record: &BorrowedRecord<'_>,
+        callback: crate::producer::DeliveryCallback,
+    ) -> Result<()> {
+        self.check_open()?;
+        self.produce(
+            record,
+            Box::new(Waiter::Callback(Mutex::new(Some(callback)))),
+        )
+    }
+
     /// Waits until every record sent so far is acknowledged.
     ///
     /// # Errors

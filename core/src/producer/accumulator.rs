@@ -538,7 +538,7 @@ mod tests {
             );
             std::thread::sleep(Duration::from_millis(5));
         }
-        assert_eq!(crate::sync::lock(&p.inner.acc).batches.len(), 0);
+        assert_eq!(crate::sync::lock(&p.inner().acc).batches.len(), 0);
     }
 
     /// Batches appended before their linger (filled) leave entries in the
@@ -558,7 +558,7 @@ mod tests {
             })
             .unwrap();
         }
-        let left = crate::sync::lock(&p.inner.acc).lingering.len();
+        let left = crate::sync::lock(&p.inner().acc).lingering.len();
         assert!(left <= 1026, "{left} entries kept");
         p.flush().unwrap();
         assert_eq!(p.stats().records, 6000);

@@ -13,6 +13,17 @@
 //! or, with `linger_ms`, by one background thread per producer, which also
 //! runs the shared flushes (group commit) of `acks=all` asynchronous sends.
 
+/// Returns from the calling method with `$e` (`$k` the cluster's
+/// producer) when the producer writes to a Kafka cluster.
+macro_rules! on_cluster {
+    ($self:ident, $k:ident => $e:expr) => {
+        #[cfg(feature = "kafka")]
+        if let $crate::producer::Backend::Kafka($k) = &$self.backend {
+            return $e;
+        }
+    };
+}
+
 mod accumulator;
 mod config;
 mod identity;
@@ -60,14 +71,24 @@ pub type DeliveryCallback = Box<dyn FnOnce(Result<RecordMetadata>) + Send + 'sta
 /// `Producer` is `Send + Sync`: share it between threads behind an `Arc`.
 /// Dropping it flushes what is pending (see [`Producer::close`]).
 pub struct Producer {
-    inner: Arc<Inner>,
+    backend: Backend,
+}
+
+/// What a producer writes to.
+enum Backend {
+    /// A data directory.
+    Dir(Arc<Inner>),
+    /// A Kafka cluster.
+    #[cfg(feature = "kafka")]
+    Kafka(Arc<crate::kafka::KafkaProducer>),
 }
 
 impl std::fmt::Debug for Producer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        on_cluster!(self, k => k.fmt(f));
         f.debug_struct("Producer")
-            .field("config", &self.inner.config)
-            .field("identity", &self.inner.identity)
+            .field("config", &self.inner().config)
+            .field("identity", &self.inner().identity)
             .finish_non_exhaustive()
     }
 }
@@ -145,7 +166,7 @@ impl Producer {
         let identity = Identity::acquire(&broker, &config)?;
         let txn = TxnIdentity::acquire(&broker, &config)?;
         let producer = Producer {
-            inner: Arc::new_cyclic(|me| Inner {
+            backend: Backend::Dir(Arc::new_cyclic(|me| Inner {
                 me: me.clone(),
                 broker,
                 config,
@@ -165,7 +186,7 @@ impl Producer {
                 written: Mutex::new(None),
                 txn,
                 sparse,
-            }),
+            })),
         };
         if let Some(n) = producer.numbering() {
             // Never a number already written, after a restart too.
@@ -176,37 +197,60 @@ impl Producer {
         Ok(producer)
     }
 
+    /// A producer on a Kafka cluster.
+    #[cfg(feature = "kafka")]
+    pub(crate) fn on_cluster(k: crate::kafka::KafkaProducer) -> Producer {
+        Producer {
+            backend: Backend::Kafka(Arc::new(k)),
+        }
+    }
+
+    /// The directory producer. Every public call of a producer on a Kafka
+    /// cluster returns before it would get here ([`on_cluster!`]).
+    pub(crate) fn inner(&self) -> &Arc<Inner> {
+        match &self.backend {
+            Backend::Dir(inner) => inner,
+            #[cfg(feature = "kafka")]
+            Backend::Kafka(_) => unreachable!("a producer on a Kafka cluster has no directory"),
+        }
+    }
+
     /// The counter of a producer numbering its records itself.
     fn numbering(&self) -> Option<&numbering::Numbering> {
-        self.inner.identity.as_ref()?.numbering.as_ref()
+        self.inner().identity.as_ref()?.numbering.as_ref()
     }
 
     /// The sequence the next record sent without one gets, when the
     /// producer numbers its records itself
     /// ([`ProducerConfig::initial_sequence`]); `None` otherwise.
     pub fn next_auto_sequence(&self) -> Option<i64> {
+        on_cluster!(self, _k => None);
         self.numbering().map(numbering::Numbering::peek)
     }
 
     /// This producer's settings.
     pub fn config(&self) -> &ProducerConfig {
-        &self.inner.config
+        on_cluster!(self, k => k.config());
+        &self.inner().config
     }
 
     /// The producer id (-1 when not idempotent).
     pub fn producer_id(&self) -> i64 {
-        self.inner.identity.as_ref().map_or(-1, |i| i.id)
+        on_cluster!(self, _k => -1);
+        self.inner().identity.as_ref().map_or(-1, |i| i.id)
     }
 
     /// The producer epoch (-1 when not idempotent). A named producer's epoch
     /// goes up each time a producer of that name is created.
     pub fn epoch(&self) -> i16 {
-        self.inner.identity.as_ref().map_or(-1, |i| i.epoch)
+        on_cluster!(self, _k => -1);
+        self.inner().identity.as_ref().map_or(-1, |i| i.epoch)
     }
 
     /// The producer's durable name, if any.
     pub fn name(&self) -> Option<&str> {
-        self.inner
+        on_cluster!(self, _k => None);
+        self.inner()
             .identity
             .as_ref()
             .and_then(|i| i.named.as_ref())
@@ -233,8 +277,9 @@ impl Producer {
 
     /// Like [`Producer::send`], without copying the record's data first.
     pub fn send_borrowed(&self, r: &BorrowedRecord<'_>) -> Result<RecordMetadata> {
+        on_cluster!(self, k => k.send_borrowed(r));
         if !r.headers.is_empty() {
-            if let Some(d) = crate::delayed::redirect(&self.inner.broker, r)? {
+            if let Some(d) = crate::delayed::redirect(&self.inner().broker, r)? {
                 return self.send_borrowed(&d.as_borrowed());
             }
         }
@@ -243,7 +288,7 @@ impl Producer {
                 return res;
             }
         }
-        let inner = &*self.inner;
+        let inner = &**self.inner();
         if inner.config.interceptors.is_empty() && inner.config.acks != Acks::Zero {
             // Returned untouched, the metadata is built where the caller
             // reads it. Inspected here first, it was copied with loads wider
@@ -300,8 +345,9 @@ impl Producer {
         r: &BorrowedRecord<'_>,
         callback: DeliveryCallback,
     ) -> Result<()> {
+        on_cluster!(self, k => k.send_async_borrowed(r, callback));
         if !r.headers.is_empty() {
-            if let Some(d) = crate::delayed::redirect(&self.inner.broker, r)? {
+            if let Some(d) = crate::delayed::redirect(&self.inner().broker, r)? {
                 return self.send_async_borrowed(&d.as_borrowed(), callback);
             }
         }
@@ -322,7 +368,7 @@ impl Producer {
             }
             None => callback,
         };
-        let inner = &*self.inner;
+        let inner = &**self.inner();
         let owned;
         let r = if inner.config.interceptors.is_empty() {
             r
@@ -348,6 +394,7 @@ impl Producer {
     /// As [`Producer::send`]. On an error, the records of batches appended
     /// before it stay written.
     pub fn send_batch(&self, records: &[BorrowedRecord<'_>]) -> Result<Vec<RecordMetadata>> {
+        on_cluster!(self, k => k.send_batch(records));
         // Reports come in input order when the records go to one partition
         // (the common case): pushed as they come. Otherwise they are placed
         // by index.
@@ -380,10 +427,16 @@ impl Producer {
         records: &[BorrowedRecord<'_>],
         on_each: &mut dyn FnMut(usize, &RecordMetadata),
     ) -> Result<()> {
+        on_cluster!(self, k => {
+            for (i, md) in k.send_batch(records)?.iter().enumerate() {
+                on_each(i, md);
+            }
+            Ok(())
+        });
         if records.iter().any(|r| !r.headers.is_empty()) {
             let mut redirected = Vec::new();
             for (i, r) in records.iter().enumerate() {
-                if let Some(d) = crate::delayed::redirect(&self.inner.broker, r)? {
+                if let Some(d) = crate::delayed::redirect(&self.inner().broker, r)? {
                     redirected.push((i, d));
                 }
             }
@@ -402,7 +455,7 @@ impl Producer {
                 return res;
             }
         }
-        let inner = &*self.inner;
+        let inner = &**self.inner();
         let list = &inner.config.interceptors;
         let mut reported = 0usize;
         let res = if list.is_empty() {
@@ -438,14 +491,16 @@ impl Producer {
     /// Waits until every record sent so far is done (written, and flushed
     /// for `acks=all`) and its callback has run.
     pub fn flush(&self) -> Result<()> {
-        self.inner.flush(None)
+        on_cluster!(self, k => k.flush());
+        self.inner().flush(None)
     }
 
     /// Like [`Producer::flush`], giving up with [`Error::Timeout`] after
     /// `timeout`; the records not done by then stay queued (and are still
     /// delivered later): [`Producer::queued`] counts them.
     pub fn flush_timeout(&self, timeout: Duration) -> Result<()> {
-        self.inner.flush(Some(timeout))
+        on_cluster!(self, k => k.flush_timeout(timeout));
+        self.inner().flush(Some(timeout))
     }
 
     /// Number of records sent asynchronously ([`Producer::send_async`] and
@@ -456,7 +511,8 @@ impl Producer {
     /// threads sent meanwhile. Synchronous sends are done when they return
     /// and never count.
     pub fn queued(&self) -> usize {
-        self.inner.queued.load(Ordering::Acquire)
+        on_cluster!(self, k => k.queued());
+        self.inner().queued.load(Ordering::Acquire)
     }
 
     /// The highest application sequence ([`Record::sequence`]) this
@@ -471,7 +527,8 @@ impl Producer {
     /// [`Error::InvalidArgument`] when the producer is not idempotent; I/O
     /// errors reading the state.
     pub fn last_sequence(&self) -> Result<Option<i64>> {
-        let inner = &*self.inner;
+        on_cluster!(self, _k => Err(crate::kafka::not_on_cluster("last_sequence")));
+        let inner = &**self.inner();
         let Some(id) = &inner.identity else {
             return Err(Error::InvalidArgument(
                 "last_sequence needs an idempotent producer".into(),
@@ -492,20 +549,23 @@ impl Producer {
 
     /// Counters of what the producer did.
     pub fn stats(&self) -> ProducerStats {
-        self.inner.stats.snapshot()
+        on_cluster!(self, _k => ProducerStats::default());
+        self.inner().stats.snapshot()
     }
 
     /// Bytes the producer holds now, as [`ProducerStats::buffered_bytes`],
     /// read without summing the other counters (cheap enough to check on
     /// every send).
     pub fn buffered_bytes(&self) -> u64 {
-        self.inner.stats.buffered()
+        on_cluster!(self, _k => 0);
+        self.inner().stats.buffered()
     }
 
     /// Flushes what is pending, stops the background thread and refuses
     /// further sends with [`Error::Closed`]. Closing twice is fine.
     pub fn close(&self) -> Result<()> {
-        let res = self.inner.close();
+        on_cluster!(self, k => k.close());
+        let res = self.inner().close();
         self.release_claim();
         res
     }
@@ -513,20 +573,30 @@ impl Producer {
     /// Lets go of the claim on the name (exclusive and shared access
     /// modes), once closed.
     fn release_claim(&self) {
-        if let Some(id) = &self.inner.identity {
+        #[cfg(feature = "kafka")]
+        if matches!(self.backend, Backend::Kafka(_)) {
+            return;
+        }
+        if let Some(id) = &self.inner().identity {
             lock(&id.claim).take();
         }
     }
 
     /// Whether [`Producer::close`] was called.
     pub fn is_closed(&self) -> bool {
-        self.inner.closed.load(Ordering::Acquire)
+        on_cluster!(self, k => k.is_closed());
+        self.inner().closed.load(Ordering::Acquire)
     }
 }
 
 impl Drop for Producer {
     fn drop(&mut self) {
-        if let Err(e) = self.inner.close() {
+        on_cluster!(self, k => {
+            if let Err(e) = k.close() {
+                ::log::warn!("closing a producer: {e}");
+            }
+        });
+        if let Err(e) = self.inner().close() {
             ::log::warn!("closing a producer: {e}");
         }
         self.release_claim();

@@ -121,7 +121,8 @@ impl Producer {
     /// [`Error::ProducerFenced`] when a newer producer took the
     /// transactional id; [`Error::Closed`] (the producer or its broker).
     pub fn begin_transaction(&self) -> Result<Transaction> {
-        let inner = &self.inner;
+        on_cluster!(self, _k => Err(crate::kafka::not_on_cluster("transactions")));
+        let inner = self.inner();
         if inner.closed.load(Ordering::Acquire) {
             return Err(Error::Closed("producer"));
         }
@@ -142,7 +143,11 @@ impl Producer {
 
     /// The transactional id, if the producer has one.
     pub fn transactional_id(&self) -> Option<&str> {
-        self.inner.txn.as_ref().map(|t| t.transactional_id.as_str())
+        on_cluster!(self, _k => None);
+        self.inner()
+            .txn
+            .as_ref()
+            .map(|t| t.transactional_id.as_str())
     }
 }
 
