@@ -239,3 +239,52 @@ fn a_listener_commits_before_its_partitions_go() {
     // What A read was committed on revoke: B reads none of it again.
     assert_eq!(got_b, 0, "{events:?}");
 }
+
+#[test]
+fn a_commit_covers_what_was_handed_out_not_what_was_fetched() {
+    let Some(url) = cluster() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = Broker::open(tmp.path(), Config::default().prefault(false)).unwrap();
+    let k = Broker::open(url, Config::default()).unwrap();
+    let mut seen = Vec::new();
+    for (mq, t, g) in [
+        (&dir, "handed".to_owned(), "h".to_owned()),
+        (&k, topic("handed"), topic("h")),
+    ] {
+        mq.create_topic(&t, TopicConfig::new(1)).unwrap();
+        let p = mq.producer(ProducerConfig::default()).unwrap();
+        for i in 0..10 {
+            p.send(Record::new(&t).value(format!("{i}"))).unwrap();
+        }
+        let config = || ConsumerConfig {
+            enable_auto_commit: false,
+            ..ConsumerConfig::group(g.clone())
+        };
+        let mut c = mq.consumer(config()).unwrap();
+        c.subscribe(&[&t]).unwrap();
+        // One fetch takes all 10; the application gets 3 of them.
+        let mut got = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while got.len() < 3 && Instant::now() < deadline {
+            if let Some(m) = c.poll_one(Duration::from_millis(200)).unwrap() {
+                got.push(m.offset());
+            }
+        }
+        assert_eq!(c.position(&t, 0).unwrap(), 3);
+        c.commit().unwrap();
+        let committed = c.committed(&t, 0).unwrap().unwrap().offset;
+        c.close();
+        drop(c);
+        let mut c = mq.consumer(config()).unwrap();
+        c.subscribe(&[&t]).unwrap();
+        let rest = poll_n(&mut c, 7);
+        seen.push((
+            got,
+            committed,
+            rest.first().map(Message::offset),
+            rest.len(),
+        ));
+    }
+    assert_eq!(seen[0], (vec![0, 1, 2], 3, Some(3), 7));
+    assert_eq!(seen[0], seen[1]);
+}

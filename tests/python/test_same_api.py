@@ -128,3 +128,23 @@ def test_bad_calls_get_the_same_errors(mq: mqlite.Broker) -> None:
     p.close()
     with pytest.raises(mqlite.Closed):
         p.send(t, b"late")
+
+
+def test_the_example_runs_unchanged_on_both(tmp_path: Path) -> None:
+    """examples/anywhere.py prints the same on a directory and a cluster."""
+    import subprocess
+    import sys
+
+    example = Path(__file__).resolve().parents[2] / "examples" / "anywhere.py"
+    run = fresh("ex")
+    outputs = []
+    for where in (str(tmp_path / "data"), cluster_url()):
+        done = subprocess.run(
+            [sys.executable, str(example), where, "--run", run],
+            capture_output=True, text=True, timeout=300, check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        outputs.append(done.stdout)
+    assert outputs[0] == outputs[1]
+    assert outputs[0].startswith("300 orders read once each, ")
+    assert ", lag 0\n" in outputs[0]

@@ -202,10 +202,10 @@ impl KafkaConsumer {
                 "auto.commit.interval.ms",
                 config.auto_commit_interval_ms.to_string(),
             ),
-            (
-                "enable.auto.offset.store",
-                config.enable_auto_offset_store.to_string(),
-            ),
+            // Offsets are stored as messages are handed out (see
+            // `handed`), not as librdkafka hands them to this consumer:
+            // a commit covers what the application received.
+            ("enable.auto.offset.store", "false".to_owned()),
             (
                 "max.poll.interval.ms",
                 config.max_poll_interval_ms.to_string(),
@@ -441,10 +441,43 @@ impl KafkaConsumer {
     pub fn poll(&mut self, timeout: Duration) -> Result<Vec<Message>> {
         self.check_open()?;
         self.stats.polls += 1;
-        let mut out: Vec<Message> = self.held.drain(..).collect();
-        if !out.is_empty() {
-            return Ok(out);
+        let out: Vec<Message> = if self.held.is_empty() {
+            self.fetch(timeout)?
+        } else {
+            self.held.drain(..).collect()
+        };
+        self.handed(&out);
+        Ok(out)
+    }
+
+    /// Stores the offsets after `messages` (being handed to the
+    /// application) for the next commit, with `enable_auto_offset_store`.
+    fn handed(&mut self, messages: &[Message]) {
+        if !self.config.enable_auto_offset_store {
+            return;
         }
+        for (i, m) in messages.iter().enumerate() {
+            // The last of each partition's messages is enough.
+            let later = messages[i + 1..]
+                .iter()
+                .any(|n| n.partition() == m.partition() && n.topic() == m.topic());
+            if later {
+                continue;
+            }
+            // librdkafka stores the offset after the one given.
+            let Ok(at) = i64::try_from(m.offset()) else {
+                continue;
+            };
+            if let Err(e) = self.inner.store_offset(m.topic(), m.partition() as i32, at) {
+                ::log::warn!("storing the offset of {}: {e}", m.id());
+            }
+        }
+    }
+
+    /// Up to `max_poll_records` messages from librdkafka, waiting up to
+    /// `timeout` for the first.
+    fn fetch(&mut self, timeout: Duration) -> Result<Vec<Message>> {
+        let mut out = Vec::new();
         let deadline = Instant::now() + timeout;
         let max = self.config.max_poll_records.max(1);
         while out.len() < max && !self.rebalance_pending() {
@@ -511,18 +544,20 @@ impl KafkaConsumer {
     /// # Errors
     /// As [`KafkaConsumer::poll`].
     pub fn poll_one(&mut self, timeout: Duration) -> Result<Option<Message>> {
-        if let Some(m) = self.held.pop_front() {
-            return Ok(Some(m));
+        self.check_open()?;
+        if self.held.is_empty() {
+            self.stats.polls += 1;
+            let got = self.fetch(timeout)?;
+            self.held.extend(got);
         }
-        let mut got = self.poll(timeout)?.into_iter();
-        let first = got.next();
-        self.held.extend(got);
-        Ok(first)
+        Ok(self.next_held())
     }
 
     /// A message [`KafkaConsumer::poll_one`] holds already, if any.
     pub fn next_held(&mut self) -> Option<Message> {
-        self.held.pop_front()
+        let m = self.held.pop_front()?;
+        self.handed(std::slice::from_ref(&m));
+        Some(m)
     }
 
     /// Subscribes to every topic whose whole name matches the regular
@@ -787,6 +822,14 @@ impl KafkaConsumer {
     pub fn position(&mut self, topic: &str, partition: u32) -> Result<u64> {
         self.check_open()?;
         self.check_assigned(topic, partition)?;
+        // Messages fetched and not handed out yet are still to come.
+        if let Some(m) = self
+            .held
+            .iter()
+            .find(|m| m.topic() == topic && m.partition() == partition)
+        {
+            return Ok(m.offset());
+        }
         let pos = self
             .inner
             .position()
