@@ -198,8 +198,32 @@ impl Consumer {
         };
         let held = Arc::new(Held::default());
         broker.register_held(&held);
-        Ok(Consumer {
-            broker: Some(broker),
+        let wake = ConsumerWaker {
+            inner: Arc::new(WakeState {
+                share: share.clone(),
+                ..WakeState::default()
+            }),
+        };
+        Ok(Consumer::with_parts(
+            Some(broker),
+            config,
+            offsets,
+            wake,
+            held,
+        ))
+    }
+
+    /// A consumer with nothing assigned or subscribed yet, reading the
+    /// data directory `broker` (`None` on a Kafka cluster).
+    pub(super) fn with_parts(
+        broker: Option<Arc<BrokerInner>>,
+        config: ConsumerConfig,
+        offsets: Option<Arc<Group>>,
+        wake: ConsumerWaker,
+        held: Arc<Held>,
+    ) -> Consumer {
+        Consumer {
+            broker,
             #[cfg(feature = "kafka")]
             kafka: None,
             config,
@@ -215,16 +239,11 @@ impl Consumer {
             offsets,
             listener: None,
             last_auto_commit: Instant::now(),
-            wake: ConsumerWaker {
-                inner: Arc::new(WakeState {
-                    share: share.clone(),
-                    ..WakeState::default()
-                }),
-            },
+            wake,
             stats: ConsumerStats::default(),
             held,
             maintain_at: None,
-        })
+        }
     }
 
     /// Whether `subscribe` joins a group that shares partitions.

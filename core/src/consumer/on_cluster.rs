@@ -5,38 +5,22 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::{
-    Consumer, ConsumerStats, ConsumerWaker, Held, RebalanceContext, RebalanceListener, WakeState,
-};
+use super::{Consumer, ConsumerWaker, Held, RebalanceContext, RebalanceListener};
 use crate::error::Result;
 use crate::kafka::{KafkaConsumer, RebalanceEvent};
 
 impl Consumer {
     /// A consumer on a Kafka cluster.
     pub(crate) fn on_cluster(k: KafkaConsumer) -> Consumer {
-        Consumer {
-            broker: None,
-            config: k.config().clone(),
-            kafka: Some(Box::new(k)),
-            assigned: Vec::new(),
-            sub_names: Vec::new(),
-            subscription: Vec::new(),
-            waiter: None,
-            next_start: 0,
-            closed: false,
-            member: None,
-            pattern: None,
-            pattern_version: None,
-            offsets: None,
-            listener: None,
-            last_auto_commit: Instant::now(),
-            wake: ConsumerWaker {
-                inner: Arc::new(WakeState::default()),
-            },
-            stats: ConsumerStats::default(),
-            held: Arc::new(Held::default()),
-            maintain_at: None,
-        }
+        let mut c = Consumer::with_parts(
+            None,
+            k.config().clone(),
+            None,
+            ConsumerWaker::default(),
+            Arc::new(Held::default()),
+        );
+        c.kafka = Some(Box::new(k));
+        c
     }
 
     fn cluster(&mut self) -> &mut KafkaConsumer {
@@ -68,7 +52,7 @@ impl Consumer {
     /// A poll on the cluster (`poll` of the [`KafkaConsumer`]), with the
     /// group's changes handed to the listener as they come, until messages
     /// come or `timeout` passes.
-    pub(super) fn cluster_poll<T: Default + IsEmpty>(
+    pub(super) fn cluster_poll<T: IsEmpty>(
         &mut self,
         timeout: Duration,
         poll: impl Fn(&mut KafkaConsumer, Duration) -> Result<T>,

@@ -252,9 +252,7 @@ impl KafkaConsumer {
             max_poll_records,
             ..ConsumerConfig::default()
         };
-        let mut c = Self::with_properties(broker, config, &[("enable.partition.eof", "true")])?;
-        c.at_end.clear();
-        Ok(c)
+        Self::with_properties(broker, config, &[("enable.partition.eof", "true")])
     }
 
     /// Records group changes for the caller to apply
@@ -405,14 +403,7 @@ impl KafkaConsumer {
     }
 
     fn partition_count(&self, topic: &str) -> Result<u32> {
-        let md = self
-            .inner
-            .fetch_metadata(Some(topic), self.timeout)
-            .map_err(|e| from_kafka(e, &format!("describing topic {topic:?}")))?;
-        md.topics()
-            .iter()
-            .find(|t| t.name() == topic && t.error().is_none() && !t.partitions().is_empty())
-            .map(|t| t.partitions().len() as u32)
+        super::partition_count(&self.inner, topic, self.timeout)?
             .ok_or_else(|| Error::UnknownTopic(topic.to_owned()))
     }
 
@@ -456,14 +447,15 @@ impl KafkaConsumer {
         if !self.config.enable_auto_offset_store {
             return;
         }
-        for (i, m) in messages.iter().enumerate() {
-            // The last of each partition's messages is enough.
-            let later = messages[i + 1..]
-                .iter()
-                .any(|n| n.partition() == m.partition() && n.topic() == m.topic());
-            if later {
+        // The last of each partition's messages is enough: walked from the
+        // end, the first seen of each partition.
+        let mut stored: Vec<(&str, u32)> = Vec::new();
+        for m in messages.iter().rev() {
+            let key = (m.topic(), m.partition());
+            if stored.contains(&key) {
                 continue;
             }
+            stored.push(key);
             // librdkafka stores the offset after the one given.
             let Ok(at) = i64::try_from(m.offset()) else {
                 continue;

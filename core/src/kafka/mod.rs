@@ -295,15 +295,7 @@ impl KafkaBroker {
     /// The partition count of topic `name`, `None` when the cluster does
     /// not have it.
     pub(crate) fn partition_count(&self, name: &str) -> Result<Option<u32>> {
-        let md = self
-            .meta
-            .fetch_metadata(Some(name), self.timeout)
-            .map_err(|e| from_kafka(e, &format!("describing topic {name:?}")))?;
-        Ok(md
-            .topics()
-            .iter()
-            .find(|t| t.name() == name && t.error().is_none() && !t.partitions().is_empty())
-            .map(|t| t.partitions().len() as u32))
+        partition_count(&self.meta, name, self.timeout)
     }
 
     /// Topic `name` as the cluster has it: its partitions with their
@@ -412,6 +404,23 @@ impl KafkaBroker {
     pub fn consumer(&self, config: ConsumerConfig) -> Result<KafkaConsumer> {
         KafkaConsumer::new(self, config)
     }
+}
+
+/// The partition count of `topic` in the metadata `client` asks the
+/// cluster for, `None` when the cluster does not have it.
+pub(crate) fn partition_count<C: rdkafka::consumer::ConsumerContext>(
+    client: &BaseConsumer<C>,
+    topic: &str,
+    timeout: Duration,
+) -> Result<Option<u32>> {
+    let md = client
+        .fetch_metadata(Some(topic), timeout)
+        .map_err(|e| from_kafka(e, &format!("describing topic {topic:?}")))?;
+    Ok(md
+        .topics()
+        .iter()
+        .find(|t| t.name() == topic && t.error().is_none() && !t.partitions().is_empty())
+        .map(|t| t.partitions().len() as u32))
 }
 
 fn client_config(props: &[(String, String)]) -> ClientConfig {

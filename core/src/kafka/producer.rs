@@ -215,13 +215,7 @@ impl KafkaProducer {
         if let Some(n) = lock(&self.counts).get(topic) {
             return Ok(*n);
         }
-        let md = rdkafka::consumer::Consumer::fetch_metadata(&self.meta, Some(topic), self.timeout)
-            .map_err(|e| from_kafka(e, &format!("describing topic {topic:?}")))?;
-        let n = md
-            .topics()
-            .iter()
-            .find(|t| t.name() == topic && t.error().is_none() && !t.partitions().is_empty())
-            .map(|t| t.partitions().len() as u32)
+        let n = super::partition_count(&self.meta, topic, self.timeout)?
             .ok_or_else(|| Error::UnknownTopic(topic.to_owned()))?;
         lock(&self.counts).insert(topic.to_owned(), n);
         Ok(n)
