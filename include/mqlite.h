@@ -490,6 +490,12 @@ typedef struct mql_message mql_message;
 typedef struct mql_message_batch mql_message_batch;
 
 /**
+ * A copy of one topic between a data directory and a Kafka cluster
+ * (`mql_mirror_new`). Opaque.
+ */
+typedef struct mql_mirror mql_mirror;
+
+/**
  * A list of names, sorted, owned by the caller: read it with
  * `mql_name_list_len` and `mql_name_list_get`, release it with
  * `mql_name_list_free`.
@@ -1372,6 +1378,42 @@ typedef void (*mql_log_callback)(void *user_data,
                                  enum mql_log_level level,
                                  const char *target,
                                  const char *message);
+
+/**
+ * What a copy did, and how far behind its destination is
+ * (`mql_mirror_run`, `mql_mirror_get_stats`, `mql_mirror_status`).
+ */
+typedef struct mql_mirror_stats {
+    /**
+     * Records written to the destination.
+     */
+    uint64_t copied;
+    /**
+     * Writes to the destination.
+     */
+    uint64_t batches;
+    /**
+     * Records of the source not copied yet (when last looked).
+     */
+    uint64_t lag;
+    /**
+     * Errors met (a continuous copy starts again after each; the last one
+     * in words: `mql_mirror_last_error`).
+     */
+    uint64_t errors;
+    /**
+     * How long the copy has run, in milliseconds.
+     */
+    uint64_t elapsed_ms;
+    /**
+     * Records copied per second, on average since the copy started.
+     */
+    double rate;
+    /**
+     * The source's partition count.
+     */
+    uint32_t partitions;
+} mql_mirror_stats;
 
 #ifdef __cplusplus
 extern "C" {
@@ -4656,6 +4698,142 @@ enum mql_status mql_txn_abort(struct mql_txn *txn);
  * again (by any thread).
  */
 void mql_txn_free(struct mql_txn *txn);
+
+/**
+ * Makes a copy of `topic`, for `mql_mirror_run`. `follow` non-zero:
+ * the copy keeps copying what arrives until `mql_mirror_stop`, starting
+ * again after errors that may pass (the cluster out of reach, a full
+ * disk, a topic not there yet), counted in the stats; 0: it stops once
+ * caught up, at the first error. `max_batch`: records per write to the
+ * destination, at most (0: the default, 500).
+ *
+ * Errors: `MQL_NULL_ARGUMENT` (`topic`, `out`), `MQL_INVALID_TOPIC_NAME`.
+ *
+ * Ownership: on `MQL_OK`, `*out` is the caller's: release it with
+ * `mql_mirror_free`.
+ *
+ * # Safety
+ * `topic` is NULL or a NUL-terminated string; `out` is NULL or valid for
+ * writing a pointer.
+ */
+enum mql_status mql_mirror_new(const char *topic,
+                               int follow,
+                               uint64_t max_batch,
+                               struct mql_mirror **out);
+
+/**
+ * Copies the mirror's topic from `source` to `destination` (one a data
+ * directory, the other a Kafka cluster opened with
+ * `mql_open("kafka://...")`), creating it in the destination with the
+ * source's partition count when missing; blocks until caught up or,
+ * with `follow`, until `mql_mirror_stop`. Nothing is lost or written
+ * twice across runs: each copy carries its source offset in the header
+ * `mqlite.mirror.offset`, and a run resumes after the last one the
+ * destination holds. Partitions map one to one, or by key when the
+ * counts differ. On `MQL_OK`, writes what the copy did to `*stats`
+ * (NULL: not wanted).
+ *
+ * Errors: `MQL_NULL_ARGUMENT`; `MQL_INVALID_ARGUMENT` (both brokers
+ * directories or both clusters, or the mirror running already);
+ * `MQL_CLOSED`; `MQL_UNKNOWN_TOPIC` (the source has no such topic,
+ * without `follow`); errors of either side (without `follow`, the first
+ * stops the copy: what it wrote stays, and the next run resumes after
+ * it).
+ *
+ * Ownership: borrows every argument for the call; the results are plain
+ * values; nothing to free.
+ *
+ * # Safety
+ * `mirror`, `source` and `destination` are NULL or live handles;
+ * `stats` is NULL or valid for writing an `mql_mirror_stats`.
+ */
+enum mql_status mql_mirror_run(const struct mql_mirror *mirror,
+                               const struct mql_broker *source,
+                               const struct mql_broker *destination,
+                               struct mql_mirror_stats *stats);
+
+/**
+ * Ends a `follow` copy: its `mql_mirror_run` returns after the write in
+ * progress. Safe to call from any thread while the mirror runs. A
+ * stopped mirror stays stopped.
+ *
+ * Errors: `MQL_NULL_ARGUMENT`.
+ *
+ * Ownership: borrows `mirror` for the call; nothing to free.
+ *
+ * # Safety
+ * `mirror` is NULL or a live mirror.
+ */
+enum mql_status mql_mirror_stop(const struct mql_mirror *mirror);
+
+/**
+ * What the copy has done so far, and its lag when last looked, into
+ * `*out`. Safe to call from any thread while the mirror runs.
+ *
+ * Errors: `MQL_NULL_ARGUMENT`.
+ *
+ * Ownership: borrows `mirror` for the call; the results are plain
+ * values; nothing to free.
+ *
+ * # Safety
+ * `mirror` is NULL or a live mirror; `out` is NULL or valid for writing
+ * an `mql_mirror_stats`.
+ */
+enum mql_status mql_mirror_get_stats(const struct mql_mirror *mirror, struct mql_mirror_stats *out);
+
+/**
+ * The last error the copy met, in words, into `buf` like `snprintf`
+ * (an empty text when it met none); its length (without the NUL) into
+ * `*len_out` when not NULL. `buf` may be NULL when `buf_len` is 0.
+ *
+ * Errors: `MQL_NULL_ARGUMENT` (`mirror`; `buf` with a length).
+ *
+ * Ownership: borrows every argument for the call; nothing to free.
+ *
+ * # Safety
+ * `mirror` is NULL or a live mirror; `buf` is NULL or valid for writing
+ * `buf_len` bytes; `len_out` is NULL or valid for writing a `size_t`.
+ */
+enum mql_status mql_mirror_last_error(const struct mql_mirror *mirror,
+                                      char *buf,
+                                      size_t buf_len,
+                                      size_t *len_out);
+
+/**
+ * How far `destination` is behind `source` on `topic`, read from what
+ * copies wrote into the destination, without copying, into `*out`
+ * (`lag` and `partitions`; the other counts are 0).
+ *
+ * Errors: `MQL_NULL_ARGUMENT`, `MQL_INVALID_TOPIC_NAME`,
+ * `MQL_INVALID_ARGUMENT` (both directories or both clusters),
+ * `MQL_UNKNOWN_TOPIC` (the source has no such topic), `MQL_CLOSED`,
+ * errors of either side.
+ *
+ * Ownership: borrows every argument for the call; the results are plain
+ * values; nothing to free.
+ *
+ * # Safety
+ * `source` and `destination` are NULL or live brokers; `topic` is NULL
+ * or a NUL-terminated string; `out` is NULL or valid for writing an
+ * `mql_mirror_stats`.
+ */
+enum mql_status mql_mirror_status(const struct mql_broker *source,
+                                  const struct mql_broker *destination,
+                                  const char *topic,
+                                  struct mql_mirror_stats *out);
+
+/**
+ * Releases a mirror. NULL does nothing. Not while it runs: stop it and
+ * wait for `mql_mirror_run` to return first.
+ *
+ * Ownership: takes back the mirror the caller owned; do not use it
+ * afterwards.
+ *
+ * # Safety
+ * `mirror` is NULL or a live mirror from `mql_mirror_new`, not running
+ * and not used again.
+ */
+void mql_mirror_free(struct mql_mirror *mirror);
 
 #ifdef __cplusplus
 }  // extern "C"

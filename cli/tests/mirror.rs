@@ -66,3 +66,70 @@ fn bad_arguments_are_refused() {
     );
     assert!(err.contains("expected key=value"), "{err}");
 }
+
+#[test]
+fn status_shows_the_lag_and_a_running_copy() {
+    let Some(url) = cluster() else { return };
+    let t = topic("cli-status");
+    let a = tempfile::tempdir().unwrap();
+    ok(
+        a.path(),
+        &["topic", "create", &t, "--partitions", "2"],
+        None,
+    );
+    let lines: String = (0..30).map(|i| format!("line {i}\n")).collect();
+    ok(a.path(), &["produce", &t], Some(&lines));
+    let status = |dir: &std::path::Path| {
+        ok(
+            dir,
+            &["mirror", "--to", url, "--topic", &t, "--status"],
+            None,
+        )
+    };
+    let out = status(a.path());
+    assert!(
+        out.starts_with(&format!("{t}: 30 left to copy (partition: next/end 0: 0/"))
+            && out.contains("no copy has run from this directory"),
+        "{out}"
+    );
+
+    let mut follow = std::process::Command::new(env!("CARGO_BIN_EXE_mqlite"))
+        .args(["--dir", a.path().to_str().unwrap(), "mirror", "--to", url])
+        .args(["--topic", &t, "--follow"])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let out = loop {
+        let out = status(a.path());
+        if out.contains("0 left to copy")
+            && out.contains("copy running (pid")
+            && out.contains("copied 30 records")
+        {
+            break out;
+        }
+        assert!(std::time::Instant::now() < deadline, "{out}");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    };
+    assert!(out.contains("0 errors"), "{out}");
+    follow.kill().unwrap();
+    follow.wait().unwrap();
+    ok(a.path(), &["produce", &t], Some("one more\n"));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let out = status(a.path());
+        if out.contains("not heard from for") {
+            assert!(out.starts_with(&format!("{t}: 1 left to copy")), "{out}");
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{out}");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    // A copy that ends says so.
+    ok(a.path(), &["mirror", "--to", url, "--topic", &t], None);
+    let out = status(a.path());
+    assert!(
+        out.contains("0 left to copy") && out.contains("copy ended"),
+        "{out}"
+    );
+}

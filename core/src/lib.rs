@@ -43,6 +43,8 @@ mod files;
 mod group;
 #[cfg(feature = "kafka")]
 pub mod kafka;
+#[cfg(feature = "kafka")]
+pub use kafka::mirror::{Mirror, MirrorOptions, MirrorStats};
 mod le_reader;
 pub mod log;
 mod message;

@@ -110,6 +110,9 @@ mod util;
 // Transactions.
 mod transaction;
 
+// Copies between a directory and a Kafka cluster.
+mod mirror;
+
 pub use crate::log::*;
 pub use broker::*;
 pub use callback::*;
@@ -119,6 +122,7 @@ pub use error::*;
 pub use flow::*;
 pub use group::*;
 pub use message::*;
+pub use mirror::*;
 pub use names::*;
 pub use processor::*;
 pub use producer::*;

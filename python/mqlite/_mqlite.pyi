@@ -29,6 +29,8 @@ __all__ = [
     "Message",
     "MessageId",
     "MessageTooLarge",
+    "Mirror",
+    "MirrorStats",
     "OffsetOutOfRange",
     "OutOfOrderSequence",
     "PartitionInfo",
@@ -55,6 +57,8 @@ __all__ = [
     "UnknownTopic",
     "UnsupportedVersion",
     "__version__",
+    "mirror",
+    "mirror_status",
     "murmur2",
     "partition_for_key",
 ]
@@ -115,6 +119,8 @@ class InvalidRecordState(Error): ...
 
 def murmur2(data: _Bytes) -> int: ...
 def partition_for_key(key: _Bytes, partitions: int) -> int: ...
+def mirror(source: Broker, destination: Broker, topic: str, *, batch: int = 500) -> MirrorStats: ...
+def mirror_status(source: Broker, destination: Broker, topic: str) -> MirrorStats: ...
 
 # Classes -------------------------------------------------------------------
 
@@ -589,6 +595,42 @@ class ProcessorStats:
     def dead_lettered(self) -> int: ...
     @property
     def commits(self) -> int: ...
+
+@final
+class MirrorStats:
+    @property
+    def copied(self) -> int: ...
+    @property
+    def batches(self) -> int: ...
+    @property
+    def lag(self) -> int: ...
+    @property
+    def partitions(self) -> list[tuple[int, int, int]]: ...
+    @property
+    def errors(self) -> int: ...
+    @property
+    def last_error(self) -> Optional[str]: ...
+    @property
+    def elapsed(self) -> float: ...
+    @property
+    def rate(self) -> float: ...
+
+@final
+class Mirror:
+    def __new__(
+        cls,
+        source: Broker,
+        destination: Broker,
+        topic: str,
+        *,
+        follow: bool = False,
+        batch: int = 500,
+    ) -> Self: ...
+    def run(self) -> MirrorStats: ...
+    def stop(self) -> None: ...
+    def stats(self) -> MirrorStats: ...
+    @property
+    def topic(self) -> str: ...
 
 @final
 class Processor:

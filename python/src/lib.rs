@@ -27,6 +27,7 @@ mod error;
 mod fork;
 mod log;
 mod message_id;
+mod mirror;
 mod processor;
 mod producer;
 mod share_consumer;
@@ -57,6 +58,10 @@ fn _mqlite(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<share_consumer::ShareConsumerStats>()?;
     m.add_class::<share_consumer::ShareBacklog>()?;
     m.add_class::<broker::GroupInfo>()?;
+    m.add_class::<mirror::Mirror>()?;
+    m.add_class::<mirror::MirrorStats>()?;
+    m.add_function(wrap_pyfunction!(mirror::mirror, m)?)?;
+    m.add_function(wrap_pyfunction!(mirror::mirror_status, m)?)?;
     m.add_class::<processor::Processor>()?;
     m.add_class::<processor::ProcessorStats>()?;
     m.add_class::<transaction::Transaction>()?;

@@ -82,6 +82,9 @@ ALLOWED = {
     ("mql_producer_config_set_transactional_id", "id"): ("call", "NULL: no transactional id"),
     # Share consumers.
     ("mql_share_consumer_new", "config"): ("call", "NULL: the defaults"),
+    # Mirrors.
+    ("mql_mirror_run", "stats"): ("skip", "the stats are optional; a run needs a cluster (mirror.c)"),
+    ("mql_mirror_last_error", "len_out"): ("call", "the length is optional"),
     ("mql_txn_commit", "out"): ("skip", "the metadata is optional; a commit would end the transaction (transactions.c)"),
 }
 
@@ -134,6 +137,7 @@ HANDLES = {
     "mql_txn": "txn",
     "mql_share_consumer": "ssc",
     "mql_share_message": "smsg",
+    "mql_mirror": "mir",
 }
 
 # Valid input structs (arrays of one, made by the C prelude).
@@ -169,6 +173,7 @@ static mql_producer *txn_prod;
 static mql_txn *txn;
 static mql_share_consumer *ssc;
 static mql_share_message *smsg;
+static mql_mirror *mir;
 static char other_path[4200];
 
 static mql_header hdr_ok[1] = {{"h", 1, "v", 1}};
@@ -237,9 +242,12 @@ static void setup(const char *dir) {
     CHECK_OK(mql_share_consumer_new(mq, "g", sccfg_ok, &ssc));
     CHECK_OK(mql_share_subscribe(ssc, "t"));
     CHECK_OK(mql_share_poll(ssc, 5000, &smsg));
+    /* A mirror (not run: that needs a cluster). */
+    CHECK_OK(mql_mirror_new("t", 0, 0, &mir));
 }
 
 static void teardown(void) {
+    mql_mirror_free(mir);
     mql_share_message_free(smsg);
     mql_share_consumer_free(ssc);
     mql_txn_free(txn);

@@ -536,7 +536,7 @@ impl Broker {
     /// Fails with [`Error::Closed`] once this handle (or its engine) is
     /// closed.
     #[inline]
-    fn check_open(&self) -> Result<()> {
+    pub(crate) fn check_open(&self) -> Result<()> {
         if self.closed.load(Ordering::Acquire) {
             return Err(Error::Closed("broker"));
         }
