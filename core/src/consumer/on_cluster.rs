@@ -23,6 +23,11 @@ impl Consumer {
         c
     }
 
+    /// The cluster's consumer, when this consumer reads a cluster.
+    pub(crate) fn cluster_consumer(&self) -> Option<&KafkaConsumer> {
+        self.kafka.as_deref()
+    }
+
     fn cluster(&mut self) -> &mut KafkaConsumer {
         match self.kafka.as_mut() {
             Some(k) => k,

@@ -811,7 +811,7 @@ impl KafkaConsumer {
     /// # Errors
     /// [`Error::InvalidArgument`] for a partition not assigned; the
     /// cluster's errors.
-    pub fn position(&mut self, topic: &str, partition: u32) -> Result<u64> {
+    pub fn position(&self, topic: &str, partition: u32) -> Result<u64> {
         self.check_open()?;
         self.check_assigned(topic, partition)?;
         // Messages fetched and not handed out yet are still to come.
@@ -847,6 +847,38 @@ impl KafkaConsumer {
             OffsetReset::Latest => high.max(0) as u64,
             _ => low.max(0) as u64,
         })
+    }
+
+    /// What a transaction commits for this consumer's group
+    /// ([`crate::Transaction::send_offsets`]): the position of every
+    /// assigned partition, and the group's membership as librdkafka
+    /// states it (so a commit from a member that lost the partitions is
+    /// refused).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] without a group; the cluster's errors.
+    pub(crate) fn transaction_offsets(
+        &self,
+    ) -> Result<(
+        rdkafka::TopicPartitionList,
+        rdkafka::consumer::ConsumerGroupMetadata,
+    )> {
+        self.check_open()?;
+        if self.config.group_id.is_none() {
+            return Err(Error::InvalidArgument(
+                "sending offsets to a transaction needs a consumer with a group_id".into(),
+            ));
+        }
+        let mut tpl = rdkafka::TopicPartitionList::new();
+        for (t, p) in self.assignment() {
+            let o = self.position(&t, p)?;
+            tpl.add_partition_offset(&t, p as i32, Offset::Offset(o as i64))
+                .map_err(|e| from_kafka(e, "sending offsets to a transaction"))?;
+        }
+        let meta = self.inner.group_metadata().ok_or_else(|| {
+            Error::InvalidArgument("the consumer has no group membership yet".into())
+        })?;
+        Ok((tpl, meta))
     }
 
     /// Messages left to read in each assigned partition: its end offset

@@ -16,6 +16,7 @@ mod consumer;
 mod error;
 pub mod mirror;
 mod producer;
+mod transaction;
 
 use std::time::Duration;
 
@@ -31,6 +32,7 @@ use crate::{ConsumerConfig, ProducerConfig, RecoveryStats};
 pub use consumer::KafkaConsumer;
 pub(crate) use consumer::RebalanceEvent;
 pub use producer::KafkaProducer;
+pub(crate) use transaction::KafkaTransaction;
 
 use error::from_kafka;
 

@@ -116,7 +116,12 @@ impl ProducerContext for Reports {
 ///   when an application moves; records without one go where librdkafka's
 ///   sticky partitioner puts them. [`Partitioner::Custom`] is called as
 ///   on a directory, with the partition count the cluster reports.
-/// - `name` and transactions: not on a cluster yet ([`Error::InvalidConfig`]).
+/// - `transactional_id`, `transaction_timeout_ms`: `transactional.id`,
+///   `transaction.timeout.ms`, with idempotence and `acks=all` whatever
+///   `acks` says (Kafka's transactions need them); the producer registers
+///   the id when made, fencing older producers with it. Its records go
+///   through transactions only ([`KafkaTransaction`](super::KafkaTransaction)).
+/// - `name`: not on a cluster yet ([`Error::InvalidConfig`]).
 pub struct KafkaProducer {
     inner: ThreadedProducer<Reports>,
     config: ProducerConfig,
@@ -125,6 +130,8 @@ pub struct KafkaProducer {
     counts: Mutex<HashMap<String, u32>>,
     meta: rdkafka::consumer::BaseConsumer,
     closed: std::sync::atomic::AtomicBool,
+    /// A transaction is open.
+    txn_open: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for KafkaProducer {
@@ -148,19 +155,21 @@ fn compression_name(c: Compression) -> &'static str {
 impl KafkaProducer {
     pub(super) fn new(broker: &KafkaBroker, config: ProducerConfig) -> Result<KafkaProducer> {
         config.validate()?;
-        if config.name.is_some() || config.transactional_id.is_some() {
+        if config.name.is_some() {
             return Err(Error::InvalidConfig(
-                "named and transactional producers are not available on a Kafka cluster yet"
-                    .to_owned(),
+                "named producers are not available on a Kafka cluster yet".to_owned(),
             ));
         }
+        let transactional = config.transactional_id.is_some();
+        // Kafka's transactions need an idempotent producer, so acks=all.
         let acks = match config.acks {
+            _ if transactional => "all",
             Acks::Zero => "0",
             Acks::One => "1",
             Acks::All => "all",
         };
-        let idempotent = config.idempotent && config.acks == Acks::All;
-        let props: Vec<(&str, String)> = vec![
+        let idempotent = transactional || (config.idempotent && config.acks == Acks::All);
+        let mut props: Vec<(&str, String)> = vec![
             ("acks", acks.to_owned()),
             ("enable.idempotence", idempotent.to_string()),
             ("linger.ms", config.linger_ms.to_string()),
@@ -179,10 +188,26 @@ impl KafkaProducer {
                 broker.request_timeout().as_millis().to_string(),
             ),
         ];
-        let inner = broker
+        if let Some(id) = &config.transactional_id {
+            props.push(("transactional.id", id.clone()));
+            if config.transaction_timeout_ms > 0 {
+                props.push((
+                    "transaction.timeout.ms",
+                    config.transaction_timeout_ms.to_string(),
+                ));
+            }
+        }
+        let inner: ThreadedProducer<Reports> = broker
             .client_config(&props)
             .create_with_context(Reports)
             .map_err(|e| from_kafka(e, "making a producer"))?;
+        if transactional {
+            // Registers the transactional id with the cluster, fencing
+            // older producers that use it.
+            inner
+                .init_transactions(broker.request_timeout())
+                .map_err(|e| from_kafka(e, "starting a transactional producer"))?;
+        }
         let meta = broker
             .client_config(&[])
             .create()
@@ -194,7 +219,38 @@ impl KafkaProducer {
             counts: Mutex::new(HashMap::new()),
             meta,
             closed: std::sync::atomic::AtomicBool::new(false),
+            txn_open: std::sync::atomic::AtomicBool::new(false),
         })
+    }
+
+    /// librdkafka's `begin_transaction`.
+    pub(super) fn txn_begin(&self) -> rdkafka::error::KafkaResult<()> {
+        self.inner.begin_transaction()
+    }
+
+    /// librdkafka's `send_offsets_to_transaction`.
+    pub(super) fn txn_send_offsets(
+        &self,
+        offsets: &rdkafka::TopicPartitionList,
+        group: &rdkafka::consumer::ConsumerGroupMetadata,
+    ) -> rdkafka::error::KafkaResult<()> {
+        self.inner
+            .send_offsets_to_transaction(offsets, group, self.timeout)
+    }
+
+    /// librdkafka's `commit_transaction`.
+    pub(super) fn txn_commit(&self) -> rdkafka::error::KafkaResult<()> {
+        self.inner.commit_transaction(self.timeout)
+    }
+
+    /// librdkafka's `abort_transaction`.
+    pub(super) fn txn_abort(&self) -> rdkafka::error::KafkaResult<()> {
+        self.inner.abort_transaction(self.timeout)
+    }
+
+    /// Whether a transaction of this producer is open (set while one is).
+    pub(super) fn txn_open(&self) -> &std::sync::atomic::AtomicBool {
+        &self.txn_open
     }
 
     /// The producer's configuration.

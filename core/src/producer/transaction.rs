@@ -92,13 +92,37 @@ struct Buffer {
 /// An open transaction (see [`Producer::begin_transaction`]). Methods take
 /// `&self`: a transaction may be shared between threads. Dropping it
 /// without [`Transaction::commit`] aborts it.
-pub struct Transaction {
+///
+/// On a Kafka cluster it is Kafka's transaction: records go to the cluster
+/// as they are added (hidden from `read_committed` readers until the
+/// commit), and the producer's `acks` is `all` (see
+/// [`crate::kafka::KafkaProducer`]).
+pub struct Transaction(Txn);
+
+/// A transaction of either backend.
+#[derive(Debug)]
+enum Txn {
+    /// On a data directory: buffered here, written by the commit.
+    Dir(DirTransaction),
+    /// On a Kafka cluster.
+    #[cfg(feature = "kafka")]
+    Kafka(crate::kafka::KafkaTransaction),
+}
+
+impl std::fmt::Debug for Transaction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// A transaction on a data directory.
+struct DirTransaction {
     inner: Arc<Inner>,
     buffer: Mutex<Buffer>,
     started: Instant,
 }
 
-impl std::fmt::Debug for Transaction {
+impl std::fmt::Debug for DirTransaction {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let b = lock(&self.buffer);
         f.debug_struct("Transaction")
@@ -121,7 +145,7 @@ impl Producer {
     /// [`Error::ProducerFenced`] when a newer producer took the
     /// transactional id; [`Error::Closed`] (the producer or its broker).
     pub fn begin_transaction(&self) -> Result<Transaction> {
-        on_cluster!(self, _k => Err(crate::kafka::not_on_cluster("transactions")));
+        on_cluster!(self, k => Ok(Transaction(Txn::Kafka(crate::kafka::KafkaTransaction::begin(k)?))));
         let inner = self.inner();
         if inner.closed.load(Ordering::Acquire) {
             return Err(Error::Closed("producer"));
@@ -134,16 +158,16 @@ impl Producer {
                 "a transaction of this producer is already open".into(),
             ));
         }
-        Ok(Transaction {
+        Ok(Transaction(Txn::Dir(DirTransaction {
             inner: Arc::clone(inner),
             buffer: Mutex::new(Buffer::default()),
             started: Instant::now(),
-        })
+        })))
     }
 
     /// The transactional id, if the producer has one.
     pub fn transactional_id(&self) -> Option<&str> {
-        on_cluster!(self, _k => None);
+        on_cluster!(self, k => k.config().transactional_id.as_deref());
         self.inner()
             .txn
             .as_ref()
@@ -159,7 +183,7 @@ impl Inner {
     }
 }
 
-impl Transaction {
+impl DirTransaction {
     /// The open buffer, or why it cannot be used: done, fenced, closed, or
     /// open longer than `transaction_timeout_ms` (which aborts it).
     fn open_buffer(&self) -> Result<std::sync::MutexGuard<'_, Buffer>> {
@@ -193,18 +217,8 @@ impl Transaction {
         }
     }
 
-    /// Adds `record` to the transaction. Its partition is chosen now (as
-    /// by [`Producer::send`]); it is written at the commit.
-    ///
-    /// # Errors
-    /// [`Error::UnknownTopic`], [`Error::UnknownPartition`],
-    /// [`Error::MessageTooLarge`]; [`Error::TransactionTooLarge`] past
-    /// `max_transaction_bytes` (the record is not added; the transaction
-    /// stays open); [`Error::InvalidArgument`] for a record with a
-    /// `sequence` (transactions do not use them); [`Error::Timeout`] past
-    /// `transaction_timeout_ms` (the transaction is aborted);
-    /// [`Error::ProducerFenced`].
-    pub fn send(&self, record: Record) -> Result<()> {
+    /// [`Transaction::send`] on a directory: buffered, written by the commit.
+    fn send(&self, record: Record) -> Result<()> {
         // A delayed record waits in `__delayed` as part of the transaction:
         // moved only if it commits (the mover reads committed records).
         let record = match crate::delayed::redirect(&self.inner.broker, &record.as_borrowed())? {
@@ -251,19 +265,8 @@ impl Transaction {
         Ok(())
     }
 
-    /// Adds the positions of `consumer` (the next offset of every partition
-    /// it reads, what [`Consumer::commit`] would commit) to the
-    /// transaction: they are committed for its group with the records
-    /// (Kafka's `sendOffsetsToTransaction`), so that consume-transform-
-    /// produce runs exactly once. When the consumer is a group member, the
-    /// commit fails with [`Error::CommitFailed`] (and writes nothing) if a
-    /// rebalance took one of those partitions from it meanwhile: another
-    /// member reads them now.
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] for a consumer without a group; as
-    /// [`Transaction::send`].
-    pub fn send_offsets(&self, consumer: &Consumer) -> Result<()> {
+    /// [`Transaction::send_offsets`] on a directory.
+    fn send_offsets(&self, consumer: &Consumer) -> Result<()> {
         let (group, member, offsets) = consumer.offsets_for_transaction()?;
         let entries: Vec<(&str, u32, u64, &str)> = offsets
             .iter()
@@ -272,17 +275,8 @@ impl Transaction {
         self.add_offsets(&group, member, &entries)
     }
 
-    /// Adds `(topic, partition, offset, metadata)` entries to commit for
-    /// consumer group `group` with the transaction (`offset`: the next
-    /// offset to read). A later entry for the same group and partition
-    /// replaces an earlier one.
-    ///
-    /// # Errors
-    /// [`Error::UnknownTopic`], [`Error::UnknownPartition`],
-    /// [`Error::OffsetOutOfRange`] for an offset past the partition's end;
-    /// [`Error::InvalidArgument`] for an empty group name or metadata
-    /// longer than `max_commit_metadata_bytes`; as [`Transaction::send`].
-    pub fn send_offsets_to(&self, group: &str, offsets: &[(&str, u32, u64, &str)]) -> Result<()> {
+    /// [`Transaction::send_offsets_to`] on a directory.
+    fn send_offsets_to(&self, group: &str, offsets: &[(&str, u32, u64, &str)]) -> Result<()> {
         self.add_offsets(group, None, offsets)
     }
 
@@ -335,30 +329,13 @@ impl Transaction {
         Ok(())
     }
 
-    /// Records added so far.
-    pub fn len(&self) -> usize {
+    /// [`Transaction::len`] on a directory.
+    fn len(&self) -> usize {
         lock(&self.buffer).records.len()
     }
 
-    /// Whether no record was added.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// Commits: every record and offset becomes visible together, or, on an
-    /// error, none does. With `acks=all` the commit is on disk when it
-    /// returns. Returns each record's metadata, in the order they were
-    /// sent.
-    ///
-    /// # Errors
-    /// [`Error::ProducerFenced`]; [`Error::Timeout`] past
-    /// `transaction_timeout_ms`; what writing returns (a full disk, a
-    /// poisoned partition, [`Error::TransactionTooLarge`] for a partition's
-    /// part larger than a segment). The transaction is aborted then (the
-    /// records are not written), except for an error committing the
-    /// offsets after the records were committed: the offsets are committed
-    /// again at the next open.
-    pub fn commit(self) -> Result<Vec<RecordMetadata>> {
+    /// [`Transaction::commit`] on a directory, through its coordinator.
+    fn commit(self) -> Result<Vec<RecordMetadata>> {
         let mut b = self.open_buffer()?;
         let records = std::mem::take(&mut b.records);
         let offsets = std::mem::take(&mut b.offsets);
@@ -429,11 +406,8 @@ impl Transaction {
         Ok(out.into_iter().flatten().collect())
     }
 
-    /// Aborts: nothing of the transaction is written.
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] when it was already committed or aborted.
-    pub fn abort(self) -> Result<()> {
+    /// [`Transaction::abort`] on a directory: the buffer is dropped.
+    fn abort(self) -> Result<()> {
         let mut b = lock(&self.buffer);
         if b.done {
             return Err(Error::InvalidArgument(
@@ -445,9 +419,121 @@ impl Transaction {
     }
 }
 
-impl Drop for Transaction {
+impl Drop for DirTransaction {
     fn drop(&mut self) {
         let mut b = lock(&self.buffer);
         self.finish(&mut b);
+    }
+}
+
+/// Forwards a call to the transaction's backend.
+macro_rules! forward {
+    ($self:ident, $t:ident => $e:expr) => {
+        match &$self.0 {
+            Txn::Dir($t) => $e,
+            #[cfg(feature = "kafka")]
+            Txn::Kafka($t) => $e,
+        }
+    };
+}
+
+impl Transaction {
+    /// Adds `record` to the transaction. Its partition is chosen now (as
+    /// by [`Producer::send`]); on a directory it is written at the commit,
+    /// on a cluster sent now.
+    ///
+    /// # Errors
+    /// [`Error::UnknownTopic`], [`Error::UnknownPartition`],
+    /// [`Error::MessageTooLarge`]; [`Error::TransactionTooLarge`] past
+    /// `max_transaction_bytes` (the record is not added; the transaction
+    /// stays open); [`Error::InvalidArgument`] for a record with a
+    /// `sequence` (transactions do not use them); [`Error::Timeout`] past
+    /// `transaction_timeout_ms` (the transaction is aborted);
+    /// [`Error::ProducerFenced`].
+    pub fn send(&self, record: Record) -> Result<()> {
+        forward!(self, t => t.send(record))
+    }
+
+    /// Adds the positions of `consumer` (the next offset of every partition
+    /// it reads, what [`Consumer::commit`] would commit) to the
+    /// transaction: they are committed for its group with the records
+    /// (Kafka's `sendOffsetsToTransaction`), so that consume-transform-
+    /// produce runs exactly once. When the consumer is a group member, the
+    /// commit fails with [`Error::CommitFailed`] (and writes nothing) if a
+    /// rebalance took one of those partitions from it meanwhile: another
+    /// member reads them now. The consumer reads the same directory or
+    /// cluster as the producer.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a consumer without a group, or of
+    /// the other backend; as [`Transaction::send`].
+    pub fn send_offsets(&self, consumer: &Consumer) -> Result<()> {
+        match &self.0 {
+            Txn::Dir(t) => t.send_offsets(consumer),
+            #[cfg(feature = "kafka")]
+            Txn::Kafka(t) => t.send_offsets(consumer.cluster_consumer().ok_or_else(|| {
+                Error::InvalidArgument(
+                    "the consumer reads a data directory, the transaction is a cluster's".into(),
+                )
+            })?),
+        }
+    }
+
+    /// Adds `(topic, partition, offset, metadata)` entries to commit for
+    /// consumer group `group` with the transaction (`offset`: the next
+    /// offset to read). A later entry for the same group and partition
+    /// replaces an earlier one.
+    ///
+    /// # Errors
+    /// [`Error::UnknownTopic`], [`Error::UnknownPartition`],
+    /// [`Error::OffsetOutOfRange`] for an offset past the partition's end;
+    /// [`Error::InvalidArgument`] for an empty group name or metadata
+    /// longer than `max_commit_metadata_bytes`; as [`Transaction::send`].
+    pub fn send_offsets_to(&self, group: &str, offsets: &[(&str, u32, u64, &str)]) -> Result<()> {
+        forward!(self, t => t.send_offsets_to(group, offsets))
+    }
+
+    /// Records added so far.
+    pub fn len(&self) -> usize {
+        forward!(self, t => t.len())
+    }
+
+    /// Whether no record was added.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Commits: every record and offset becomes visible together, or, on an
+    /// error, none does. With `acks=all` the commit is on disk when it
+    /// returns (on a cluster: replicated). Returns each record's metadata,
+    /// in the order they were sent.
+    ///
+    /// # Errors
+    /// [`Error::ProducerFenced`]; [`Error::Timeout`] past
+    /// `transaction_timeout_ms`; what writing returns (a full disk, a
+    /// poisoned partition, [`Error::TransactionTooLarge`] for a partition's
+    /// part larger than a segment). The transaction is aborted then (the
+    /// records are not written), except for an error committing the
+    /// offsets after the records were committed: the offsets are committed
+    /// again at the next open.
+    pub fn commit(self) -> Result<Vec<RecordMetadata>> {
+        match self.0 {
+            Txn::Dir(t) => t.commit(),
+            #[cfg(feature = "kafka")]
+            Txn::Kafka(t) => t.commit(),
+        }
+    }
+
+    /// Aborts: nothing of the transaction is written (on a cluster:
+    /// nothing becomes visible to `read_committed` readers).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when it was already committed or aborted.
+    pub fn abort(self) -> Result<()> {
+        match self.0 {
+            Txn::Dir(t) => t.abort(),
+            #[cfg(feature = "kafka")]
+            Txn::Kafka(t) => t.abort(),
+        }
     }
 }

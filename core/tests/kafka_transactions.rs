@@ -1,0 +1,215 @@
+//! Transactions on a Kafka cluster through the same `Producer` and
+//! `Transaction` a directory has: records and consumer offsets visible
+//! together at the commit, nothing of an aborted or dropped transaction
+//! visible to `read_committed` readers, a newer producer with the same
+//! transactional id fencing the older.
+//!
+//! The cluster is librdkafka's own mock cluster, in this process: tansu
+//! 0.6 (the broker of the other Kafka tests) has no transactions.
+#![cfg(feature = "kafka")]
+#![allow(clippy::unwrap_used)]
+
+use std::time::{Duration, Instant};
+
+use mqlite::{
+    Broker, Config, ConsumerConfig, Error, IsolationLevel, OffsetReset, ProducerConfig, Record,
+};
+use rdkafka::mocking::MockCluster;
+use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
+
+fn open(mock: &MockCluster<'static, rdkafka::producer::DefaultProducerContext>) -> Broker {
+    let url = format!("kafka://{}", mock.bootstrap_servers());
+    Broker::open(
+        url,
+        Config::default().kafka_property("request.timeout.ms", "10000"),
+    )
+    .unwrap()
+}
+
+fn transactional(mq: &Broker, id: &str) -> mqlite::Producer {
+    mq.producer(ProducerConfig {
+        transactional_id: Some(id.to_owned()),
+        ..ProducerConfig::default()
+    })
+    .unwrap()
+}
+
+/// The values a `read_committed` reader of `topic` (one partition) sees,
+/// read until `want` came or 10 s passed, then 300 ms more.
+fn committed_values(mq: &Broker, topic: &str, want: usize) -> Vec<String> {
+    let mut c = mq
+        .consumer(ConsumerConfig {
+            isolation_level: IsolationLevel::ReadCommitted,
+            auto_offset_reset: OffsetReset::Earliest,
+            ..ConsumerConfig::default()
+        })
+        .unwrap();
+    c.assign(&[(topic, 0)]).unwrap();
+    let mut out = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while out.len() < want && Instant::now() < deadline {
+        for m in c.poll(Duration::from_millis(100)).unwrap() {
+            out.push(String::from_utf8(m.value().unwrap().to_vec()).unwrap());
+        }
+    }
+    let more = Instant::now() + Duration::from_millis(300);
+    while Instant::now() < more {
+        for m in c.poll(Duration::from_millis(100)).unwrap() {
+            out.push(String::from_utf8(m.value().unwrap().to_vec()).unwrap());
+        }
+    }
+    out
+}
+
+#[test]
+fn committed_records_appear_together_and_aborted_ones_never() {
+    let mock = MockCluster::new(1).unwrap();
+    mock.create_topic("t", 1, 1).unwrap();
+    let mq = open(&mock);
+    let p = transactional(&mq, "tx-a");
+    assert_eq!(p.transactional_id(), Some("tx-a"));
+
+    let txn = p.begin_transaction().unwrap();
+    assert!(matches!(
+        p.begin_transaction(),
+        Err(Error::InvalidArgument(_))
+    ));
+    txn.send(Record::new("t").value("a1")).unwrap();
+    txn.send(Record::new("t").value("a2")).unwrap();
+    assert_eq!(txn.len(), 2);
+    let md = txn.commit().unwrap();
+    assert_eq!(md.len(), 2);
+    assert_eq!(md[1].offset, md[0].offset + 1);
+
+    let txn = p.begin_transaction().unwrap();
+    txn.send(Record::new("t").value("b1")).unwrap();
+    txn.abort().unwrap();
+
+    {
+        let dropped = p.begin_transaction().unwrap();
+        dropped.send(Record::new("t").value("c1")).unwrap();
+    }
+
+    let txn = p.begin_transaction().unwrap();
+    txn.send(Record::new("t").value("d1")).unwrap();
+    assert!(matches!(
+        txn.send(Record::new("t").value("x").sequence(1)),
+        Err(Error::InvalidArgument(_))
+    ));
+    txn.commit().unwrap();
+
+    assert_eq!(committed_values(&mq, "t", 3), vec!["a1", "a2", "d1"]);
+}
+
+#[test]
+fn a_fenced_commit_fails_with_producer_fenced() {
+    let mock = MockCluster::new(1).unwrap();
+    mock.create_topic("t", 1, 1).unwrap();
+    let mq = open(&mock);
+    let p = transactional(&mq, "tx-f");
+    let txn = p.begin_transaction().unwrap();
+    txn.send(Record::new("t").value("fenced")).unwrap();
+    // The cluster's answer to the commit when a newer producer took the
+    // transactional id (librdkafka's mock cluster does not fence by
+    // itself: the answer is pushed).
+    mock.request_errors(
+        RDKafkaApiKey::EndTxn,
+        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_PRODUCER_FENCED],
+    );
+    let r = txn.commit();
+    assert!(matches!(r, Err(Error::ProducerFenced { .. })), "{r:?}");
+    // The fenced producer can do nothing more.
+    assert!(p.begin_transaction().is_err());
+    // (On Kafka the newer producer's registration aborts what the fenced
+    // one left open; the mock cluster does not, so what a reader sees of
+    // it is not checked here.)
+    let newer = transactional(&mq, "tx-f");
+    let txn = newer.begin_transaction().unwrap();
+    txn.send(Record::new("t").value("newer")).unwrap();
+    txn.commit().unwrap();
+}
+
+#[test]
+fn offsets_go_with_the_transaction_and_a_refused_one_aborts_it() {
+    let mock = MockCluster::new(1).unwrap();
+    mock.create_topic("in", 1, 1).unwrap();
+    mock.create_topic("out", 1, 1).unwrap();
+    let mq = open(&mock);
+    let plain = mq.producer(ProducerConfig::default()).unwrap();
+    for i in 0..5 {
+        plain
+            .send(Record::new("in").value(format!("m{i}")))
+            .unwrap();
+    }
+    let mut c = mq
+        .consumer(ConsumerConfig {
+            auto_offset_reset: OffsetReset::Earliest,
+            enable_auto_commit: false,
+            ..ConsumerConfig::group("g")
+        })
+        .unwrap();
+    c.subscribe(&["in"]).unwrap();
+    let mut got = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while got.len() < 3 && Instant::now() < deadline {
+        if let Some(m) = c.poll_one(Duration::from_millis(100)).unwrap() {
+            got.push(m);
+        }
+    }
+    assert_eq!(got.len(), 3);
+
+    // Consume, transform, produce: the consumer's positions go with the
+    // records (librdkafka's mock cluster accepts transactional offset
+    // commits without storing them, so the committed offset is not read
+    // back here).
+    let p = transactional(&mq, "tx-o");
+    let txn = p.begin_transaction().unwrap();
+    for m in &got {
+        txn.send(Record::new("out").value(m.value().unwrap().to_vec()))
+            .unwrap();
+    }
+    txn.send_offsets(&c).unwrap();
+    txn.send_offsets_to("g2", &[("in", 0, 4, "by name")])
+        .unwrap();
+    assert!(matches!(
+        txn.send_offsets_to("", &[("in", 0, 4, "")]),
+        Err(Error::InvalidArgument(_))
+    ));
+    txn.commit().unwrap();
+
+    // The cluster refuses the offsets: nothing of the transaction shows.
+    let txn = p.begin_transaction().unwrap();
+    txn.send(Record::new("out").value("lost")).unwrap();
+    mock.request_errors(
+        RDKafkaApiKey::TxnOffsetCommit,
+        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_GROUP_AUTHORIZATION_FAILED],
+    );
+    let r = txn.send_offsets_to("g2", &[("in", 0, 5, "")]);
+    assert!(r.is_err(), "{r:?}");
+    // A commit after the refusal fails too (librdkafka wants an abort).
+    assert!(txn.commit().is_err());
+    assert_eq!(committed_values(&mq, "out", 3), vec!["m0", "m1", "m2"]);
+
+    // A consumer of a directory cannot commit with a cluster's transaction.
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = Broker::open(tmp.path(), Config::default()).unwrap();
+    let dc = dir.consumer(ConsumerConfig::group("g")).unwrap();
+    let txn = p.begin_transaction().unwrap();
+    assert!(matches!(
+        txn.send_offsets(&dc),
+        Err(Error::InvalidArgument(_))
+    ));
+    txn.abort().unwrap();
+}
+
+#[test]
+fn transactions_need_a_transactional_id_on_a_cluster_too() {
+    let mock = MockCluster::new(1).unwrap();
+    let mq = open(&mock);
+    let p = mq.producer(ProducerConfig::default()).unwrap();
+    assert_eq!(p.transactional_id(), None);
+    assert!(matches!(
+        p.begin_transaction(),
+        Err(Error::InvalidArgument(_))
+    ));
+}
