@@ -754,8 +754,13 @@ impl Broker {
     ///
     /// `name` may also be `<group_id>+<client_id>`: the offsets of that
     /// broadcast consumer (it has no members).
+    ///
+    /// On a Kafka cluster: the group's members wherever they run, with the
+    /// partitions the coordinator assigned them, and its committed offsets
+    /// on every topic of the cluster; the generation is 0 (see
+    /// [`crate::kafka::KafkaBroker::describe_group`]).
     pub fn describe_group(&self, name: &str) -> Result<GroupInfo> {
-        on_cluster!(self, _k => Err(crate::kafka::not_on_cluster("describe_group")));
+        on_cluster!(self, k => k.describe_group(name));
         if !crate::offsets::is_valid_key(name) {
             crate::offsets::validate_group_name("group", name)?;
         }

@@ -14,6 +14,7 @@
 
 mod consumer;
 mod error;
+mod groups;
 pub mod mirror;
 mod producer;
 mod transaction;
