@@ -92,6 +92,10 @@ def test_a_group_resumes_from_its_commits(mq: mqlite.Broker) -> None:
     assert len(read(c, 20)) == 20
     c.commit(offsets=[(t, 0, 4), (t, 1, 10)])
     assert c.committed([(t, 0), (t, 1)])[(t, 0)][0] == 4
+    info = mq.describe_group(g)
+    assert info.name == g
+    assert len(info.members) == 1
+    assert {k: v[0] for k, v in info.committed.items()} == {(t, 0): 4, (t, 1): 10}
     c.close()
     c = mq.consumer(g, enable_auto_commit=False)
     c.subscribe([t])
