@@ -2,7 +2,8 @@
 //! partition, write with the copy's headers, wait for the destination,
 //! repeat.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use super::resume::ByKey;
@@ -14,6 +15,7 @@ use crate::kafka::{KafkaBroker, KafkaConsumer};
 use crate::log::batch::Header;
 use crate::message::Message;
 use crate::producer::{partition_for_key, BorrowedRecord};
+use crate::sync::lock;
 use crate::{Broker, ConsumerConfig};
 
 /// How often a continuous copy asks the source for its partitions' ends
@@ -107,6 +109,10 @@ impl Source for DirSource<'_> {
 pub(super) struct ClusterSource<'a> {
     pub topic: &'a str,
     pub consumer: KafkaConsumer,
+    /// Each partition's end offset when last asked (asking the cluster
+    /// takes a round trip per partition: [`watch_ends`] does it on a
+    /// thread of its own).
+    pub ends: &'a Mutex<Vec<u64>>,
 }
 
 impl Source for ClusterSource<'_> {
@@ -117,10 +123,33 @@ impl Source for ClusterSource<'_> {
         self.consumer.position(self.topic, p)
     }
     fn end(&mut self, p: u32) -> Result<u64> {
-        Ok(self.consumer.watermarks(self.topic, p)?.1)
+        if self.consumer.at_end(p) {
+            // Read to its end: nothing left, whatever the last answer said.
+            return Ok(0);
+        }
+        Ok(lock(self.ends).get(p as usize).copied().unwrap_or(0))
     }
     fn done(&mut self, p: u32) -> Result<bool> {
         Ok(self.consumer.at_end(p))
+    }
+}
+
+/// Asks `cluster` for the end offsets of `topic`'s partitions about every
+/// [`ENDS_EVERY`] into `ends`, until `stop` is set.
+pub(super) fn watch_ends(
+    cluster: &KafkaBroker,
+    topic: &str,
+    ends: &Mutex<Vec<u64>>,
+    stop: &AtomicBool,
+) {
+    while !stop.load(Ordering::Acquire) {
+        if let Ok(info) = cluster.topic(topic) {
+            *lock(ends) = info.partitions.iter().map(|p| p.end_offset).collect();
+        }
+        let until = Instant::now() + ENDS_EVERY;
+        while Instant::now() < until && !stop.load(Ordering::Acquire) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 }
 
@@ -168,31 +197,14 @@ pub(super) fn read_cluster(
     Ok(out)
 }
 
-/// Splits `msgs` (one poll, in order per partition) into runs of one
-/// partition, at most `max` long, keeping each partition's order.
-fn runs(msgs: &[Message], max: usize) -> Vec<&[Message]> {
-    let mut out = Vec::new();
-    let mut i = 0;
-    while i < msgs.len() {
-        let p = msgs[i].partition();
-        let mut j = i + 1;
-        while j < msgs.len() && msgs[j].partition() == p && j - i < max {
-            j += 1;
-        }
-        out.push(&msgs[i..j]);
-        i = j;
-    }
-    out
-}
-
-/// The records of one write: the messages of `run` that are not in the
+/// The records of one write: the messages of `msgs` that are not in the
 /// destination yet, each with its destination partition and the copy's
 /// headers (`low` is every source partition's next offset to copy before
 /// this write: the progress the last record of each destination
 /// partition carries when partitions map by key).
-fn write_of(run: &[Message], mapping: &Mapping, low: &[u64]) -> Vec<(u32, Vec<Header>)> {
-    let mut out: Vec<(u32, Vec<Header>)> = Vec::with_capacity(run.len());
-    for m in run {
+fn write_of(msgs: &[Message], mapping: &Mapping, low: &[u64]) -> Vec<(u32, Vec<Header>)> {
+    let mut out: Vec<(u32, Vec<Header>)> = Vec::with_capacity(msgs.len());
+    for m in msgs {
         let d = mapping.dest(m);
         let mut h = m.headers();
         h.retain(|h| !super::replaced_header(&h.key));
@@ -223,6 +235,16 @@ fn write_of(run: &[Message], mapping: &Mapping, low: &[u64]) -> Vec<(u32, Vec<He
     out
 }
 
+/// Whether a copy `once` is done with every partition of `source`.
+fn all_done(source: &mut dyn Source, n: u32) -> Result<bool> {
+    for p in 0..n {
+        if !source.done(p)? {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
 /// Copies from `source` to `send` (a write to the destination that
 /// returns once acknowledged) from `plan` until `options` says to stop,
 /// keeping `live` up to date.
@@ -246,10 +268,15 @@ pub(super) fn copy(
         if options.stop.load(Ordering::Acquire) {
             break;
         }
+        if options.once && all_done(source, n)? {
+            break;
+        }
         let msgs = source.poll(options.poll_timeout)?;
-        for run in runs(&msgs, options.max_batch.max(1)) {
-            let write = write_of(run, &mapping, &next);
-            let records: Vec<BorrowedRecord<'_>> = run
+        // One write per chunk of the poll, whatever its partitions: each
+        // waits for the destination once.
+        for chunk in msgs.chunks(options.max_batch.max(1)) {
+            let write = write_of(chunk, &mapping, &next);
+            let records: Vec<BorrowedRecord<'_>> = chunk
                 .iter()
                 .zip(&write)
                 .filter(|(_, (d, _))| *d != u32::MAX)
@@ -266,9 +293,10 @@ pub(super) fn copy(
             if !records.is_empty() {
                 send(&records)?;
             }
-            let last = &run[run.len() - 1];
-            next[last.partition() as usize] = last.offset() + 1;
-            live.wrote(last.partition(), last.offset() + 1, records.len() as u64);
+            for m in chunk {
+                next[m.partition() as usize] = m.offset() + 1;
+            }
+            live.wrote(records.len() as u64, &next);
         }
         if msgs.is_empty() || looked.elapsed() >= ENDS_EVERY {
             for p in 0..n {
@@ -276,22 +304,15 @@ pub(super) fn copy(
             }
             looked = Instant::now();
         }
-        if msgs.is_empty() && options.once {
-            let mut done = true;
-            for p in 0..n {
-                done &= source.done(p)?;
-            }
-            if done {
-                break;
-            }
-        }
     }
     for p in 0..n {
         // Offsets without records (transaction markers) move the position
         // past the last copied record.
-        let at = next[p as usize].max(source.position(p)?);
-        live.wrote(p, at, 0);
-        live.end(p, source.end(p)?.max(at));
+        next[p as usize] = next[p as usize].max(source.position(p)?);
+    }
+    live.wrote(0, &next);
+    for p in 0..n {
+        live.end(p, source.end(p)?);
     }
     Ok(())
 }

@@ -162,16 +162,16 @@ impl Live {
         });
     }
 
-    /// `records` more were written, source partition `p` is copied up to
-    /// `next`.
-    fn wrote(&self, p: u32, next: u64, records: u64) {
+    /// A write of `records` records ended (none: nothing was written
+    /// there), each source partition now copied up to `next`.
+    fn wrote(&self, records: u64, next: &[u64]) {
         self.with(|s| {
             if records > 0 {
                 s.copied += records;
                 s.batches += 1;
             }
-            if let Some(e) = s.partitions.get_mut(p as usize) {
-                e.1 = next;
+            for (e, &n) in s.partitions.iter_mut().zip(next) {
+                e.1 = n;
             }
         });
     }
@@ -370,8 +370,8 @@ pub fn status(source: &Broker, destination: &Broker, topic: &str) -> Result<Mirr
     let plan = match direction(source, destination)? {
         Direction::ToCluster(dir, k) => plan_to_cluster(dir, k, topic, false)?,
         Direction::FromCluster(k, dir) => {
-            let mut probe = KafkaConsumer::reading_to_end(k, 1)?;
-            plan_from_cluster(k, dir, topic, &mut probe, false)?
+            let probe = KafkaConsumer::reading_to_end(k, 1)?;
+            plan_from_cluster(k, dir, topic, &probe, false)?
         }
     };
     let live = Live::default();
@@ -379,6 +379,37 @@ pub fn status(source: &Broker, destination: &Broker, topic: &str) -> Result<Mirr
     let mut s = live.snapshot();
     s.elapsed = Duration::ZERO;
     Ok(s)
+}
+
+/// Partitions whose destination a copy asks about at once when it starts
+/// (each question to a cluster is a round trip).
+const PARALLEL: u32 = 16;
+
+/// `f` of every partition `0..n`, [`PARALLEL`] at a time on threads of
+/// their own, in partition order.
+fn per_partition<T: Send>(n: u32, f: impl Fn(u32) -> Result<T> + Sync) -> Result<Vec<T>> {
+    let mut out = Vec::with_capacity(n as usize);
+    let mut from = 0;
+    while from < n {
+        let to = (from + PARALLEL).min(n);
+        let f = &f;
+        let results: Vec<Result<T>> = std::thread::scope(|s| {
+            let handles: Vec<_> = (from..to).map(|p| s.spawn(move || f(p))).collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join().unwrap_or_else(|_| {
+                        Err(Error::InvalidArgument("a mirror thread panicked".into()))
+                    })
+                })
+                .collect()
+        });
+        for r in results {
+            out.push(r?);
+        }
+        from = to;
+    }
+    Ok(out)
 }
 
 /// Where a copy of `topic` from `dir` to `cluster` starts (creating the
@@ -408,18 +439,20 @@ fn plan_to_cluster(dir: &Broker, cluster: &KafkaBroker, topic: &str, create: boo
     let probe = cluster.consumer(ConsumerConfig::default())?;
     let read = |d: u32| move |from: u64, _: u64| read_cluster(cluster, topic, d, from);
     let (next, mapping) = if m == n {
-        let mut next = Vec::with_capacity(n as usize);
-        for p in 0..n {
+        let next = per_partition(n, |p| {
             let (low, high) = probe.watermarks(topic, p)?;
             let done = resume::one_to_one(p, low, high, &mut read(p))?;
-            next.push(done.map_or(0, |o| o + 1));
-        }
+            Ok(done.map_or(0, |o| o + 1))
+        })?;
         (next, Mapping::OneToOne)
     } else {
-        let mut resume = ByKey::new(n);
-        for d in 0..m {
+        let tails = per_partition(m, |d| {
             let (low, high) = probe.watermarks(topic, d)?;
-            resume.learn(d, low, high, &mut read(d))?;
+            ByKey::tail(low, high, &mut read(d))
+        })?;
+        let mut resume = ByKey::new(n);
+        for (d, tail) in (0..m).zip(&tails) {
+            resume.absorb(d, tail);
         }
         (
             resume.low.clone(),
@@ -448,19 +481,15 @@ fn plan_from_cluster(
     cluster: &KafkaBroker,
     dir: &Broker,
     topic: &str,
-    source: &mut KafkaConsumer,
+    source: &KafkaConsumer,
     create: bool,
 ) -> Result<Plan> {
     let n = cluster
         .partition_count(topic)?
         .ok_or_else(|| Error::UnknownTopic(topic.to_owned()))?;
-    let mut starts = Vec::with_capacity(n as usize);
-    let mut ends = Vec::with_capacity(n as usize);
-    for p in 0..n {
-        let (low, high) = source.watermarks(topic, p)?;
-        starts.push(low);
-        ends.push(high.max(low));
-    }
+    let marks = per_partition(n, |p| source.watermarks(topic, p))?;
+    let starts: Vec<u64> = marks.iter().map(|&(low, _)| low).collect();
+    let ends: Vec<u64> = marks.iter().map(|&(low, high)| high.max(low)).collect();
     let info = match dir.topic(topic) {
         Ok(info) => info,
         Err(Error::UnknownTopic(_)) if create => {
@@ -566,7 +595,7 @@ fn run_from_cluster(
     live: &Live,
 ) -> Result<()> {
     let mut consumer = KafkaConsumer::reading_to_end(cluster, options.max_batch.max(1))?;
-    let plan = plan_from_cluster(cluster, dir, topic, &mut consumer, true)?;
+    let plan = plan_from_cluster(cluster, dir, topic, &consumer, true)?;
     let n = plan.next.len() as u32;
     let from: Vec<(&str, u32, Option<u64>)> = (0..n)
         .map(|p| (topic, p, Some(plan.next[p as usize])))
@@ -576,15 +605,26 @@ fn run_from_cluster(
         acks: Acks::All,
         ..ProducerConfig::default()
     })?;
-    let mut source = ClusterSource { topic, consumer };
-    copy::copy(
+    let ends = Mutex::new(plan.ends.clone());
+    let stop = AtomicBool::new(false);
+    let mut source = ClusterSource {
         topic,
-        &mut source,
-        &mut |records| producer.send_batch(records).map(drop),
-        plan,
-        options,
-        live,
-    )?;
+        consumer,
+        ends: &ends,
+    };
+    std::thread::scope(|s| {
+        s.spawn(|| copy::watch_ends(cluster, topic, &ends, &stop));
+        let copied = copy::copy(
+            topic,
+            &mut source,
+            &mut |records| producer.send_batch(records).map(drop),
+            plan,
+            options,
+            live,
+        );
+        stop.store(true, Ordering::Release);
+        copied
+    })?;
     producer.close()
 }
 

@@ -167,13 +167,30 @@ impl ByKey {
         end: u64,
         read: &mut dyn FnMut(u64, u64) -> Result<Vec<Message>>,
     ) -> Result<()> {
-        let tail = read_back(start, end, read, &|msgs| {
+        let tail = Self::tail(start, end, read)?;
+        self.absorb(d, &tail);
+        Ok(())
+    }
+
+    /// The part of a destination partition [`ByKey::learn`] reads: back
+    /// to its second-to-last anchor.
+    pub fn tail(
+        start: u64,
+        end: u64,
+        read: &mut dyn FnMut(u64, u64) -> Result<Vec<Message>>,
+    ) -> Result<Vec<Message>> {
+        read_back(start, end, read, &|msgs| {
             msgs.iter()
                 .filter_map(origin)
                 .filter(Origin::is_anchor)
                 .count()
                 >= 2
-        })?;
+        })
+    }
+
+    /// Learns from `tail`, read from destination partition `d` by
+    /// [`ByKey::tail`].
+    pub fn absorb(&mut self, d: u32, tail: &[Message]) {
         for o in tail.iter().filter_map(origin) {
             let p = o.partition.unwrap_or(d);
             if let Some(progress) = &o.progress {
@@ -189,7 +206,6 @@ impl ByKey {
             let last = self.last.entry((p, d)).or_insert(o.offset);
             *last = (*last).max(o.offset);
         }
-        Ok(())
     }
 }
 
