@@ -141,7 +141,7 @@ $(TANSU):
 # The Kafka backend's tests alone (`make test` runs them in rust-test,
 # py-test and c-test).
 kafka-test: $(TANSU)
-	MQLITE_TANSU=$(TANSU) MQLITE_KAFKA_REQUIRED=1 $(CARGO) test -p mqlite --features kafka --test kafka --test kafka_mirror --test kafka_broker
+	MQLITE_TANSU=$(TANSU) MQLITE_KAFKA_REQUIRED=1 $(CARGO) test -p mqlite --features kafka --test kafka --test kafka_mirror --test kafka_broker --test kafka_transactions
 	MQLITE_TANSU=$(TANSU) MQLITE_KAFKA_REQUIRED=1 $(CARGO) test -p mqlite-cli --test mirror
 
 test: rust-test c-test py-test readme-test install-test bench-smoke
@@ -174,8 +174,8 @@ demo: ext ffi
 # every run's figures kept as JSON in BENCH_OUT (committed: the figures
 # quoted in README.md and docs/ come from there), then docs/benchmarks.md
 # and .png rendered from that directory: each bench of core/Cargo.toml
-# (engine-<name>.json), bench/python_rates.py, bench/peers.py and
-# bench/rust-peers. BENCH_SCALE scales the engine benches' message counts
+# (engine-<name>.json), bench/python_rates.py, bench/kafka_python.py,
+# bench/peers.py and bench/rust-peers. BENCH_SCALE scales the engine benches' message counts
 # and BENCH_N is the peer suites' messages per row (defaults: full size).
 # MQLITE_BENCH_MACHINE=quiet (or shared) records what you know of the
 # machine beside its load average.
@@ -185,17 +185,24 @@ BENCH_SCALE ?= 1
 BENCH_N ?= 1000000
 # The bench binaries of core/Cargo.toml (each `[[bench]]` followed by its name).
 BENCH_ENGINE := $(shell sed -n '/^\[\[bench\]\]/{n;s/^name *= *"\(.*\)"/\1/p;}' core/Cargo.toml)
+# The Kafka benches (the kafka feature; they start tansu themselves and
+# measure nothing without it): core/benches/kafka.rs and
+# bench/kafka_python.py (python-kafka.json).
+BENCH_KAFKA := kafka
 bench: ext venv-bench
 	mkdir -p $(BENCH_OUT)
 	for b in $(BENCH_ENGINE); do \
 		MQLITE_BENCH_RUNS=$(BENCH_RUNS) MQLITE_BENCH_SCALE=$(BENCH_SCALE) \
-			MQLITE_BENCH_JSON=$(abspath $(BENCH_OUT))/engine-$$b.json $(CARGO) bench -p mqlite --bench $$b \
+			MQLITE_BENCH_JSON=$(abspath $(BENCH_OUT))/engine-$$b.json $(CARGO) bench -p mqlite \
+			$$(case " $(BENCH_KAFKA) " in *" $$b "*) echo --features kafka;; esac) --bench $$b \
 			| tee $(BENCH_OUT)/engine-$$b.txt; \
 		if test -e $(BENCH_OUT)/engine-$$b.json; then rm $(BENCH_OUT)/engine-$$b.txt; \
 		else echo "note: the $$b bench wrote no JSON (MQLITE_BENCH_JSON): its printed tables are kept"; fi; \
 	done
 	MQLITE_BENCH_RUNS=$(BENCH_RUNS) MQLITE_BENCH_JSON=$(BENCH_OUT)/python-rates.json \
 		$(VPY) bench/python_rates.py $(BENCH_N)
+	MQLITE_BENCH_RUNS=$(BENCH_RUNS) MQLITE_BENCH_JSON=$(BENCH_OUT)/python-kafka.json \
+		$(VPY) bench/kafka_python.py
 	command -v redis-server >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server; } \
 		|| echo "could not install redis-server: bench/peers.py will skip the Redis rows"
 	$(VPY) bench/peers.py --runs $(BENCH_RUNS) --n $(BENCH_N) --out $(BENCH_OUT)/python-peers.json

@@ -5,8 +5,9 @@ Usage: .venv/bin/python bench/report.py [--dir DIR | --in FILE ...] [--out docs/
 Reads every suite's JSON in DIR (default: the newest bench/results/<date>/
 directory, else target/bench): python-peers.json (bench/peers.py),
 rust-peers.json (the bench/rust-peers crate), engine-<bench>.json (each
-`cargo bench -p mqlite --bench <bench>` run with MQLITE_BENCH_JSON) and
-python-rates.json (bench/python_rates.py), or the files given with --in.
+`cargo bench -p mqlite --bench <bench>` run with MQLITE_BENCH_JSON),
+python-rates.json (bench/python_rates.py) and python-kafka.json
+(bench/kafka_python.py), or the files given with --in.
 Writes a markdown page with the machine and how busy it was, one table per
 group (messages/s and how many times mqlite's reference row is faster than
 each row, each as the median and the min-max over the interleaved runs),
@@ -743,7 +744,7 @@ def newest_results() -> Path:
 def suite_files(directory: Path) -> list[Path]:
     """The suites' files of a results directory, in the page's order: JSON, then the printed
     output (engine-<name>.txt) of an engine bench that wrote no JSON."""
-    order = ["python-peers.json", "rust-peers.json", "python-rates.json"]
+    order = ["python-peers.json", "rust-peers.json", "python-rates.json", "python-kafka.json"]
     found = [directory / n for n in order if (directory / n).exists()]
     texts = [p for p in sorted(directory.glob("engine-*.txt")) if not p.with_suffix(".json").exists()]
     return found + sorted(directory.glob("engine-*.json")) + texts

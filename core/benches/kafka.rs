@@ -36,6 +36,27 @@
 //! a few records before the clock starts (connection and metadata); the
 //! consumer's clock starts at `assign`, so it includes librdkafka's first
 //! fetch on both sides.
+//!
+//! The copy rows measure the bridge between a data directory and the
+//! cluster ([`to_cluster`], [`from_cluster`] with the default
+//! [`MirrorOptions`]: up to 500 records per read and per write, each
+//! write waited for, acks=all) against a plain loop doing the same copy
+//! without the bridge's resume header (`mqlite.mirror.offset` on every
+//! record) and without its resume scan: a directory [`mqlite::Consumer`]'s
+//! polls, each poll's records sent with an rdkafka producer (acks=all,
+//! idempotent, linger.ms=1, as the bridge's) and waited for before the
+//! next poll, until each partition reaches the end it had at the start;
+//! and an rdkafka `BaseConsumer` (`enable.partition.eof`, as the bridge's
+//! reader) feeding a directory `Producer::send_batch` (acks=all) up to 500
+//! records at a time, until every partition is at its end. Records keep
+//! partition, key, value, headers and timestamp. Each copy is one whole
+//! run of the copy, clock started before its producer and consumer are
+//! made (what `mqlite mirror --to/--from` does once): 200,000 records of
+//! 100 B or 80,000 of 1 KiB, on one partition and spread over four, into
+//! a destination made beforehand (a fresh cluster topic, a fresh
+//! directory). The figures are the same copies of 4 records: the fixed
+//! cost of a copy (on tansu mostly the idempotent producer's wait for its
+//! producer id, on both sides).
 #![allow(clippy::unwrap_used)]
 
 use std::hint::black_box;
@@ -49,19 +70,23 @@ use std::time::{Duration, Instant};
 mod harness;
 use harness::{filter_matches, scaled, Harness};
 
+use mqlite::kafka::mirror::{from_cluster, to_cluster, MirrorOptions};
 use mqlite::kafka::{bootstrap_servers, KafkaBroker};
 use mqlite::{
-    Acks, BorrowedRecord, Compression, ConsumerConfig, IsolationLevel, OffsetReset, ProducerConfig,
-    Record, TopicConfig,
+    Acks, BorrowedRecord, Broker, Compression, Config, ConsumerConfig, Header, IsolationLevel,
+    Message, OffsetReset, ProducerConfig, Record, TopicConfig,
 };
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer as _};
-use rdkafka::message::Message as _;
+use rdkafka::error::KafkaError;
+use rdkafka::message::{
+    BorrowedMessage, Header as KHeader, Headers as _, Message as _, OwnedHeaders,
+};
 use rdkafka::producer::{
     BaseRecord, DeliveryResult, Producer as _, ProducerContext, ThreadedProducer,
 };
 use rdkafka::types::RDKafkaErrorCode;
-use rdkafka::{ClientContext, TopicPartitionList};
+use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
 /// The value sizes measured.
 const SIZES: [(usize, &str); 2] = [(100, "100 B"), (1024, "1 KiB")];
@@ -146,6 +171,12 @@ struct StopCluster;
 
 impl Drop for StopCluster {
     fn drop(&mut self) {
+        drop(
+            COPY_SOURCES
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .take(),
+        );
         if let Some(c) = CLUSTER.get() {
             let mut child = c
                 .child
@@ -226,10 +257,8 @@ fn consumer_props(c: &ConsumerConfig, group: &str) -> Vec<(&'static str, String)
             "auto.commit.interval.ms",
             c.auto_commit_interval_ms.to_string(),
         ),
-        (
-            "enable.auto.offset.store",
-            c.enable_auto_offset_store.to_string(),
-        ),
+        // The layer stores each offset as it hands the message out.
+        ("enable.auto.offset.store", "false".to_owned()),
         ("max.poll.interval.ms", c.max_poll_interval_ms.to_string()),
         ("isolation.level", isolation.to_owned()),
         // The default `Averagely`.
@@ -310,7 +339,11 @@ fn raw_producer(url: &str, config: &ProducerConfig, timeout: Duration) -> RawPro
 /// Hands one record to librdkafka, waiting while its queue is full (as
 /// the layer does).
 fn raw_send(p: &RawProducer, topic: &str, value: &[u8]) {
-    let mut rec: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(topic).payload(value);
+    raw_send_record(p, BaseRecord::to(topic).payload(value));
+}
+
+/// [`raw_send`] of a record built by the caller.
+fn raw_send_record(p: &RawProducer, mut rec: BaseRecord<'_, [u8], [u8]>) {
     loop {
         match p.send(rec) {
             Ok(()) => return,
@@ -582,6 +615,421 @@ fn counts(size: usize) -> (u64, u64, u64, u64) {
     }
 }
 
+// ---------------------------------------------------------------------
+// The bridge (mqlite::kafka::mirror) against a plain copy loop
+// ---------------------------------------------------------------------
+
+/// Records per read of the source and per write, as the bridge's default
+/// `max_batch`.
+const COPY_BATCH: usize = 500;
+
+/// The longest wait of one read of the source, as the bridge's default
+/// `poll_timeout`.
+const COPY_POLL: Duration = Duration::from_millis(200);
+
+/// The producer settings of the bridge's writes to a cluster.
+fn copy_to_cluster_config() -> ProducerConfig {
+    ProducerConfig {
+        acks: Acks::All,
+        linger_ms: 1,
+        ..ProducerConfig::default()
+    }
+}
+
+/// The producer settings of the bridge's writes to a directory.
+fn copy_to_dir_config() -> ProducerConfig {
+    ProducerConfig {
+        acks: Acks::All,
+        ..ProducerConfig::default()
+    }
+}
+
+/// A data directory of the bench, removed when dropped.
+struct Dir {
+    broker: Broker,
+    _tmp: tempfile::TempDir,
+}
+
+fn new_dir() -> Dir {
+    let tmp = tempfile::tempdir().unwrap();
+    let broker = Broker::open(tmp.path(), Config::default()).unwrap();
+    Dir { broker, _tmp: tmp }
+}
+
+/// The directory holding the sources of the copies to the cluster (taken
+/// and removed by [`StopCluster`]).
+static COPY_SOURCES: Mutex<Option<Dir>> = Mutex::new(None);
+
+/// Writes `n` records of `value` to `topic` of `dir`, `n / parts` to each
+/// of its `parts` partitions.
+fn fill_dir(dir: &Broker, topic: &str, parts: u32, n: u64, value: &[u8]) {
+    dir.create_topic(topic, TopicConfig::new(parts)).unwrap();
+    let p = dir.producer(ProducerConfig::default()).unwrap();
+    for q in 0..parts {
+        let chunk: Vec<BorrowedRecord<'_>> = (0..1000)
+            .map(|_| BorrowedRecord {
+                topic,
+                partition: Some(q),
+                value: Some(value),
+                ..BorrowedRecord::default()
+            })
+            .collect();
+        let mut written = 0;
+        while written < n / u64::from(parts) {
+            let k = (n / u64::from(parts) - written).min(1000) as usize;
+            p.send_batch(&chunk[..k]).unwrap();
+            written += k as u64;
+        }
+    }
+    p.close().unwrap();
+}
+
+/// A topic of the cluster the copies read: (value size, partitions,
+/// records) and its name.
+type ClusterSource = ((usize, u32, u64), String);
+
+/// The topics the copies from the cluster read, filled once.
+static CLUSTER_SOURCES: Mutex<Vec<ClusterSource>> = Mutex::new(Vec::new());
+
+/// A cluster topic of `parts` partitions holding `n` records of `size`
+/// bytes, `n / parts` in each, made on first call.
+fn cluster_source(b: &KafkaBroker, url: &str, size: usize, parts: u32, n: u64) -> String {
+    let mut filled = CLUSTER_SOURCES.lock().unwrap();
+    if let Some((_, t)) = filled.iter().find(|(k, _)| *k == (size, parts, n)) {
+        return t.clone();
+    }
+    let topic = fresh_topic("copy-src");
+    b.create_topic(&topic, TopicConfig::new(parts)).unwrap();
+    let p = raw_producer(
+        url,
+        &producer_config(THROUGHPUT_LINGER_MS),
+        b.request_timeout(),
+    );
+    let value = vec![b'v'; size];
+    for q in 0..parts {
+        for _ in 0..n / u64::from(parts) {
+            raw_send_record(
+                &p,
+                BaseRecord::to(&topic).partition(q as i32).payload(&value),
+            );
+        }
+    }
+    p.flush(PATIENCE).unwrap();
+    raw_wait_for(&p, n);
+    filled.push(((size, parts, n), topic.clone()));
+    topic
+}
+
+/// A directory topic of `parts` partitions holding `n` records of `size`
+/// bytes, new for each run (its cluster copy is new too); returns its
+/// name and the source directory.
+fn dir_source(size: usize, parts: u32, n: u64) -> String {
+    let mut sources = COPY_SOURCES.lock().unwrap();
+    let dir = sources.get_or_insert_with(new_dir);
+    let topic = fresh_topic("copy-dir");
+    fill_dir(&dir.broker, &topic, parts, n, &vec![b'v'; size]);
+    topic
+}
+
+/// Runs `f` on the directory of the copies to the cluster.
+fn with_sources<T>(f: impl FnOnce(&Broker) -> T) -> T {
+    let sources = COPY_SOURCES.lock().unwrap();
+    f(&sources.as_ref().unwrap().broker)
+}
+
+/// Seconds for [`to_cluster`] to copy `topic` (of `parts` partitions,
+/// `n` records) to a cluster topic made beforehand.
+fn bridge_to_cluster(b: &KafkaBroker, topic: &str, parts: u32, n: u64) -> f64 {
+    b.create_topic(topic, TopicConfig::new(parts)).unwrap();
+    let secs = with_sources(|dir| {
+        let t = Instant::now();
+        let stats = to_cluster(dir, b, topic, &MirrorOptions::default()).unwrap();
+        let secs = t.elapsed().as_secs_f64();
+        assert_eq!(stats.copied, n);
+        dir.delete_topic(topic).unwrap();
+        secs
+    });
+    b.delete_topic(topic).unwrap();
+    secs
+}
+
+/// rdkafka's copy of a directory's message (partition, key, value,
+/// headers, timestamp).
+fn raw_send_copy(p: &RawProducer, topic: &str, m: &Message) {
+    let mut rec: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(topic)
+        .partition(m.partition() as i32)
+        .timestamp(m.timestamp());
+    if let Some(k) = m.key() {
+        rec = rec.key(k);
+    }
+    if let Some(v) = m.value() {
+        rec = rec.payload(v);
+    }
+    let headers = m.headers();
+    if !headers.is_empty() {
+        let mut h = OwnedHeaders::new_with_capacity(headers.len());
+        for x in &headers {
+            h = h.insert(KHeader {
+                key: &x.key,
+                value: Some(&x.value[..]),
+            });
+        }
+        rec = rec.headers(h);
+    }
+    raw_send_record(p, rec);
+}
+
+/// Seconds for a plain loop to copy `topic` (of `parts` partitions, `n`
+/// records) to a cluster topic made beforehand: a directory consumer's
+/// polls, each poll's records sent with rdkafka and waited for before the
+/// next poll, until every partition is read to the end it had at the
+/// start.
+fn loop_to_cluster(b: &KafkaBroker, url: &str, topic: &str, parts: u32, n: u64) -> f64 {
+    b.create_topic(topic, TopicConfig::new(parts)).unwrap();
+    let secs = with_sources(|dir| {
+        let t = Instant::now();
+        let ends: Vec<u64> = dir
+            .topic(topic)
+            .unwrap()
+            .partitions
+            .iter()
+            .map(|pi| pi.end_offset)
+            .collect();
+        let p = raw_producer(url, &copy_to_cluster_config(), b.request_timeout());
+        let mut c = dir
+            .consumer(ConsumerConfig {
+                max_poll_records: COPY_BATCH,
+                ..ConsumerConfig::default()
+            })
+            .unwrap();
+        let all: Vec<(&str, u32)> = (0..parts).map(|q| (topic, q)).collect();
+        c.assign(&all).unwrap();
+        for q in 0..parts {
+            c.seek(topic, q, 0).unwrap();
+        }
+        let deadline = Instant::now() + PATIENCE;
+        let mut copied = 0u64;
+        while (0..parts).any(|q| c.position(topic, q).unwrap() < ends[q as usize]) {
+            assert!(Instant::now() < deadline, "the loop copied {copied} of {n}");
+            let msgs = c.poll(COPY_POLL).unwrap();
+            for m in &msgs {
+                raw_send_copy(&p, topic, m);
+            }
+            copied += msgs.len() as u64;
+            raw_wait_for(&p, copied);
+        }
+        p.flush(PATIENCE).unwrap();
+        let secs = t.elapsed().as_secs_f64();
+        assert_eq!(copied, n);
+        dir.delete_topic(topic).unwrap();
+        secs
+    });
+    b.delete_topic(topic).unwrap();
+    secs
+}
+
+/// Seconds for [`from_cluster`] to copy the cluster's `topic` (of
+/// `parts` partitions, `n` records) to a new directory, the topic made
+/// there beforehand.
+fn bridge_from_cluster(b: &KafkaBroker, topic: &str, parts: u32, n: u64) -> f64 {
+    let d = new_dir();
+    d.broker
+        .create_topic(topic, TopicConfig::new(parts))
+        .unwrap();
+    let t = Instant::now();
+    let stats = from_cluster(b, &d.broker, topic, &MirrorOptions::default()).unwrap();
+    let secs = t.elapsed().as_secs_f64();
+    assert_eq!(stats.copied, n);
+    secs
+}
+
+/// Seconds for a plain loop to copy the cluster's `topic` (of `parts`
+/// partitions, `n` records) to a new directory, the topic made there
+/// beforehand: an rdkafka `BaseConsumer` reading every partition from its
+/// start (`enable.partition.eof`, as the bridge's reader), up to
+/// [`COPY_BATCH`] messages per write, each write a directory `send_batch`
+/// with acks=all, until every partition is read to its end.
+fn loop_from_cluster(url: &str, topic: &str, parts: u32, n: u64) -> f64 {
+    let d = new_dir();
+    d.broker
+        .create_topic(topic, TopicConfig::new(parts))
+        .unwrap();
+    let t = Instant::now();
+    let mut props = consumer_props(&ConsumerConfig::default(), &fresh_topic("copy"));
+    props.push(("enable.partition.eof", "true".to_owned()));
+    let c: BaseConsumer = client_config(url, &props).create().unwrap();
+    let mut tpl = TopicPartitionList::new();
+    for q in 0..parts {
+        tpl.add_partition_offset(topic, q as i32, Offset::Beginning)
+            .unwrap();
+    }
+    c.assign(&tpl).unwrap();
+    let p = d.broker.producer(copy_to_dir_config()).unwrap();
+    let deadline = Instant::now() + PATIENCE;
+    let mut at_end = vec![false; parts as usize];
+    let mut copied = 0u64;
+    let mut batch: Vec<BorrowedMessage<'_>> = Vec::with_capacity(COPY_BATCH);
+    loop {
+        assert!(Instant::now() < deadline, "the loop copied {copied} of {n}");
+        let wait = if batch.is_empty() {
+            Duration::from_millis(100)
+        } else {
+            Duration::ZERO
+        };
+        let write = match c.poll(wait) {
+            Some(Ok(m)) => {
+                at_end[m.partition() as usize] = false;
+                batch.push(m);
+                batch.len() == COPY_BATCH
+            }
+            Some(Err(KafkaError::PartitionEOF(q))) => {
+                at_end[q as usize] = true;
+                true
+            }
+            Some(Err(e)) => panic!("rdkafka poll: {e}"),
+            None => true,
+        };
+        if write && !batch.is_empty() {
+            let headers: Vec<Vec<Header>> = batch
+                .iter()
+                .map(|m| {
+                    m.headers().map_or_else(Vec::new, |h| {
+                        h.iter()
+                            .map(|x| Header::new(x.key, x.value.unwrap_or_default()))
+                            .collect()
+                    })
+                })
+                .collect();
+            let records: Vec<BorrowedRecord<'_>> = batch
+                .iter()
+                .zip(&headers)
+                .map(|(m, h)| BorrowedRecord {
+                    topic,
+                    partition: Some(m.partition() as u32),
+                    key: m.key(),
+                    value: m.payload(),
+                    headers: h,
+                    timestamp: m.timestamp().to_millis(),
+                    sequence: None,
+                })
+                .collect();
+            p.send_batch(&records).unwrap();
+            copied += batch.len() as u64;
+            batch.clear();
+        }
+        if batch.is_empty() && at_end.iter().all(|e| *e) {
+            break;
+        }
+    }
+    p.close().unwrap();
+    let secs = t.elapsed().as_secs_f64();
+    assert_eq!(copied, n);
+    secs
+}
+
+/// Records per copy row for values of `size` bytes (a multiple of 4, so
+/// that every partition gets as many).
+fn copy_count(size: usize) -> u64 {
+    let n = if size <= 100 {
+        scaled(200_000)
+    } else {
+        scaled(80_000)
+    };
+    n / 4 * 4
+}
+
+/// Records of the copies that measure a copy's fixed cost.
+const TINY_COPY: u64 = 4;
+
+/// The copy rows of one run, then the fixed cost of a copy: the seconds
+/// of copies of [`TINY_COPY`] records (one partition, 100 B).
+fn copy_rows(h: &mut Harness, b: &KafkaBroker, url: &str) {
+    for parts in [1u32, 4] {
+        let p_label = if parts == 1 {
+            "1 partition".to_owned()
+        } else {
+            format!("{parts} partitions")
+        };
+        let group = format!(
+            "copy directory -> cluster, {p_label} (acks=all, {COPY_BATCH} records per write)"
+        );
+        for (size, label) in SIZES {
+            let base = format!("plain loop: Consumer::poll + rdkafka sends, {p_label}, {label}");
+            let own = format!("mirror::to_cluster, {p_label}, {label}");
+            if filter_matches(&base) || filter_matches(&own) {
+                let n = copy_count(size);
+                let topic = dir_source(size, parts, n);
+                h.record(
+                    &base,
+                    &group,
+                    n,
+                    size,
+                    loop_to_cluster(b, url, &topic, parts, n),
+                    None,
+                );
+                let topic = dir_source(size, parts, n);
+                h.record(
+                    &own,
+                    &group,
+                    n,
+                    size,
+                    bridge_to_cluster(b, &topic, parts, n),
+                    Some(&base),
+                );
+            }
+        }
+        let group = format!(
+            "copy cluster -> directory, {p_label} (acks=all, {COPY_BATCH} records per write)"
+        );
+        for (size, label) in SIZES {
+            let base = format!("plain loop: rdkafka BaseConsumer + send_batch, {p_label}, {label}");
+            let own = format!("mirror::from_cluster, {p_label}, {label}");
+            if filter_matches(&base) || filter_matches(&own) {
+                let n = copy_count(size);
+                let topic = cluster_source(b, url, size, parts, n);
+                h.record(
+                    &base,
+                    &group,
+                    n,
+                    size,
+                    loop_from_cluster(url, &topic, parts, n),
+                    None,
+                );
+                h.record(
+                    &own,
+                    &group,
+                    n,
+                    size,
+                    bridge_from_cluster(b, &topic, parts, n),
+                    Some(&base),
+                );
+            }
+        }
+    }
+    let what = format!("a copy of {TINY_COPY} records (1 partition, 100 B)");
+    if filter_matches(&what) {
+        let topic = dir_source(100, 1, TINY_COPY);
+        let secs = loop_to_cluster(b, url, &topic, 1, TINY_COPY);
+        h.figure(
+            &format!("plain loop directory -> cluster, {what}"),
+            "ms",
+            secs * 1e3,
+        );
+        let topic = dir_source(100, 1, TINY_COPY);
+        let secs = bridge_to_cluster(b, &topic, 1, TINY_COPY);
+        h.figure(&format!("mirror::to_cluster, {what}"), "ms", secs * 1e3);
+        let topic = cluster_source(b, url, 100, 1, TINY_COPY);
+        let secs = loop_from_cluster(url, &topic, 1, TINY_COPY);
+        h.figure(
+            &format!("plain loop cluster -> directory, {what}"),
+            "ms",
+            secs * 1e3,
+        );
+        let secs = bridge_from_cluster(b, &topic, 1, TINY_COPY);
+        h.figure(&format!("mirror::from_cluster, {what}"), "ms", secs * 1e3);
+    }
+}
+
 fn one_run(h: &mut Harness) {
     let url = cluster_url();
     let b = KafkaBroker::open(url, &[]).unwrap();
@@ -663,6 +1111,7 @@ fn one_run(h: &mut Harness) {
             Some(&base),
         );
     }
+    copy_rows(h, &b, url);
 }
 
 fn main() {

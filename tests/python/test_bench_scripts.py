@@ -253,3 +253,49 @@ def test_report_keeps_the_printed_output_of_a_bench_without_json(tmp_path: Path)
     page = md.read_text()
     assert "### The engine: `cargo bench -p mqlite --bench sweep` (printed output, no JSON)" in page
     assert "| sweep row 42 | 1.0 M |" in page
+
+
+def test_kafka_python_bench_runs_against_confluent_kafka(tmp_path: Path) -> None:
+    # bench/kafka_python.py at a tiny N, two interleaved runs, on a tansu it
+    # starts and stops itself: every row in the JSON, each mqlite row with
+    # its confluent-kafka baseline. Without tansu it measures nothing.
+    spec = importlib.util.spec_from_file_location("bench_kafka_python", ROOT / "bench" / "kafka_python.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    if module.tansu_binary() is None:
+        if os.environ.get("MQLITE_KAFKA_REQUIRED") == "1":
+            pytest.fail("MQLITE_KAFKA_REQUIRED=1 but no tansu binary was found")
+        pytest.skip("no tansu binary (see tests/python/kafka_cluster.py)")
+    out = tmp_path / "python-kafka.json"
+    env = dict(os.environ, MQLITE_BENCH_RUNS="2", MQLITE_BENCH_JSON=str(out), MQLITE_BENCH_MACHINE="shared")
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "kafka_python.py"), "2000"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.index("run 1 of 2") < proc.stdout.index("run 2 of 2")
+    doc = json.loads(out.read_text())
+    assert doc["suite"] == "python-kafka" and doc["kind"] == "engine" and doc["runs"] == 2
+    names = [r["name"] for r in doc["rows"]]
+    for size in ("100 B", "1 KiB"):
+        for row in (
+            "mqlite Producer.send",
+            "mqlite Producer.send_batch of 1,000",
+            "mqlite Producer.produce, then flush()",
+            "mqlite Consumer.poll",
+            "mqlite: iterate a Consumer",
+            "mqlite Consumer.poll_batch",
+        ):
+            assert f"{row}, {size}" in names, (row, size, names)
+    for r in doc["rows"]:
+        assert len(r["secs"]) == 2 and all(s > 0 for s in r["secs"]), r
+        if r["name"].startswith("mqlite"):
+            assert r["baseline"] in names and r["baseline"].startswith("confluent-kafka"), r
+            assert r["ratio_to_baseline"]["min"] <= r["ratio_to_baseline"]["max"], r
+        else:
+            assert r["baseline"] is None, r
+    assert doc["machine_state"] == "shared" and doc["load_avg"]["end"] is not None
