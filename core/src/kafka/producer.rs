@@ -467,14 +467,23 @@ impl KafkaProducer {
     /// # Errors
     /// [`Error::Timeout`] when records are still unacknowledged then.
     pub fn flush_timeout(&self, timeout: Duration) -> Result<()> {
-        self.inner
-            .flush(timeout)
-            .map_err(|e| match e.rdkafka_error_code() {
-                Some(RDKafkaErrorCode::OperationTimedOut) => {
-                    Error::Timeout(timeout.as_millis() as u64)
+        // librdkafka's flush without a wait, again every millisecond: the
+        // `rdkafka` crate's own wait polls the delivery queue in tenths of
+        // a second, which the producer's thread empties meanwhile, so it
+        // returned a tenth of a second late.
+        let deadline = Instant::now() + timeout;
+        loop {
+            match self.inner.flush(Duration::ZERO) {
+                Ok(()) => return Ok(()),
+                Err(e) if e.rdkafka_error_code() == Some(RDKafkaErrorCode::OperationTimedOut) => {
+                    if Instant::now() >= deadline {
+                        return Err(Error::Timeout(timeout.as_millis() as u64));
+                    }
+                    std::thread::sleep(Duration::from_millis(1));
                 }
-                _ => from_kafka(e, "flushing the producer"),
-            })
+                Err(e) => return Err(from_kafka(e, "flushing the producer")),
+            }
+        }
     }
 
     /// Records sent and not acknowledged yet.
