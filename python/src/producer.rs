@@ -260,6 +260,10 @@ pub struct Producer {
     /// Leaked instead of closed in a forked child (`fork.rs`).
     inner: Local<mqlite::Producer>,
     acks: mqlite::Acks,
+    /// Its `send` and `send_batch` wait for the destination (`acks="all"`,
+    /// or any acks on a Kafka cluster, where a send waits for the
+    /// broker's answer): they release the GIL.
+    waits: bool,
     closed: AtomicBool,
     broker: Py<Broker>,
     delivery: Arc<Delivery>,
@@ -340,6 +344,7 @@ impl Producer {
         Ok(Producer {
             inner: Local::new(inner),
             acks: o.acks,
+            waits: o.acks == mqlite::Acks::All || b.inner.cluster().is_some(),
             closed: AtomicBool::new(false),
             broker: broker.clone().unbind(),
             delivery,
@@ -483,9 +488,7 @@ impl Producer {
         let mut f = Fields::new(py, value, key, partition, headers)?;
         add_delivery_time(py, &mut f.headers, delay_ms, deliver_at)?;
         let record = f.record(topic, timestamp, sequence);
-        let res = if self.acks == mqlite::Acks::All
-            || (self.acks == mqlite::Acks::Zero && self.may_wait(f.size()))
-        {
+        let res = if self.waits || (self.acks == mqlite::Acks::Zero && self.may_wait(f.size())) {
             py.detach(|| self.inner.send_borrowed(&record))
         } else {
             self.inner.send_borrowed(&record)
@@ -706,7 +709,7 @@ impl Producer {
                 written += 1;
             }
         };
-        let res = if self.acks == mqlite::Acks::All {
+        let res = if self.waits {
             py.detach(|| self.inner.send_batch_with(&records, &mut count))
         } else {
             self.inner.send_batch_with(&records, &mut count)
