@@ -122,14 +122,7 @@ fn options(py: Python<'_>, follow: bool, batch: i64) -> PyResult<mqlite::MirrorO
 fn check_ends(py: Python<'_>, source: &Broker, destination: &Broker) -> PyResult<()> {
     source.check_open(py)?;
     destination.check_open(py)?;
-    if source.inner.cluster().is_some() == destination.inner.cluster().is_some() {
-        return Err(invalid_argument(
-            py,
-            "a mirror copies between a data directory and a Kafka cluster: \
-             one of source and destination must be each",
-        ));
-    }
-    Ok(())
+    mqlite::kafka::mirror::check_pair(&source.inner, &destination.inner).py_err(py)
 }
 
 #[pymethods]

@@ -219,6 +219,16 @@ fn direction<'a>(source: &'a Broker, destination: &'a Broker) -> Result<Directio
     }
 }
 
+/// Checks that a copy can go from `source` to `destination`: both open,
+/// one a data directory and the other a Kafka cluster.
+///
+/// # Errors
+/// [`Error::Closed`]; [`Error::InvalidArgument`] for two directories or
+/// two clusters.
+pub fn check_pair(source: &Broker, destination: &Broker) -> Result<()> {
+    direction(source, destination).map(drop)
+}
+
 /// Whether a continuous copy starts again after `e` (it may pass).
 fn passing(e: &Error) -> bool {
     matches!(
