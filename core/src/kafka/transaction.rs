@@ -192,7 +192,10 @@ impl KafkaTransaction {
         let committed = self.producer.txn_commit();
         self.finish();
         if let Err(e) = committed {
-            let _ = self.producer.txn_abort();
+            if let Err(a) = self.producer.txn_abort() {
+                // The cluster aborts it when `transaction.timeout.ms` ends.
+                ::log::warn!("aborting a transaction whose commit failed: {a}");
+            }
             return Err(from_kafka(e, "committing a transaction"));
         }
         let results = std::mem::take(&mut *lock(&self.results));
