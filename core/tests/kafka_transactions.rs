@@ -75,6 +75,10 @@ fn committed_records_appear_together_and_aborted_ones_never() {
         Err(Error::InvalidArgument(_))
     ));
     txn.send(Record::new("t").value("a1")).unwrap();
+    assert!(matches!(
+        txn.send(Record::new("t").partition(9).value("refused")),
+        Err(Error::UnknownPartition { .. })
+    ));
     txn.send(Record::new("t").value("a2")).unwrap();
     assert_eq!(txn.len(), 2);
     let md = txn.commit().unwrap();

@@ -20,8 +20,21 @@ use crate::error::{Error, Result};
 use crate::producer::{Record, RecordMetadata};
 use crate::sync::lock;
 
-/// The delivery results of a transaction's records, in the order sent.
-type Results = Arc<Mutex<Vec<Option<Result<RecordMetadata>>>>>;
+/// A record of a transaction, by the order it was added.
+#[derive(Debug)]
+enum Slot {
+    /// Handed to librdkafka; its delivery report has not come yet.
+    Pending,
+    /// Its delivery report.
+    Done(Result<RecordMetadata>),
+    /// librdkafka refused it (the caller got the error): not part of the
+    /// transaction.
+    Refused,
+}
+
+/// The transaction's records, in the order added (several threads may add
+/// at once, so a slot is never removed: a refused one is marked).
+type Results = Arc<Mutex<Vec<Slot>>>;
 
 /// A transaction of a [`KafkaProducer`] with a transactional id (see
 /// [`crate::Transaction`], which holds one on a cluster).
@@ -90,22 +103,25 @@ impl KafkaTransaction {
         }
         let i = {
             let mut r = lock(&self.results);
-            r.push(None);
+            r.push(Slot::Pending);
             r.len() - 1
         };
         let results = Arc::clone(&self.results);
         let sent = self.producer.send_async(record, move |r| {
-            lock(&results)[i] = Some(r);
+            lock(&results)[i] = Slot::Done(r);
         });
         if sent.is_err() {
-            lock(&self.results).truncate(i);
+            lock(&self.results)[i] = Slot::Refused;
         }
         sent
     }
 
     /// Records added so far.
     pub(crate) fn len(&self) -> usize {
-        lock(&self.results).len()
+        lock(&self.results)
+            .iter()
+            .filter(|s| !matches!(s, Slot::Refused))
+            .count()
     }
 
     /// Adds `offsets` (topic, partition, next offset, metadata) for the
@@ -201,7 +217,12 @@ impl KafkaTransaction {
         let results = std::mem::take(&mut *lock(&self.results));
         results
             .into_iter()
-            .map(|r| r.unwrap_or(Err(Error::Closed("producer"))))
+            .filter_map(|s| match s {
+                Slot::Done(r) => Some(r),
+                // The commit flushed every record: none is left pending.
+                Slot::Pending => Some(Err(Error::Closed("producer"))),
+                Slot::Refused => None,
+            })
             .collect()
     }
 
