@@ -6,17 +6,12 @@
 //! for it without the GIL, waking every 100 ms for signals: Ctrl-C stops
 //! the copy (after the write in progress), then raises.
 
-use std::sync::{mpsc, Mutex, PoisonError};
-use std::time::Duration;
-
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 
 use crate::broker::Broker;
 use crate::error::{invalid_argument, IntoPy};
-
-/// How often the thread in `run()` checks for signals.
-const TICK: Duration = Duration::from_millis(100);
+use crate::util::run_interruptible;
 
 /// What a copy did, and how far behind its destination is.
 ///
@@ -165,32 +160,12 @@ impl Mirror {
     fn run(&self, py: Python<'_>) -> PyResult<MirrorStats> {
         let (source, destination) = (self.source.get(), self.destination.get());
         check_ends(py, source, destination)?;
-        let (done_tx, done_rx) = mpsc::channel::<()>();
-        let done_rx = Mutex::new(done_rx);
-        let mut interrupted = None;
-        let result = std::thread::scope(|s| {
-            let worker = s.spawn(move || {
-                let r = self.inner.run(&source.inner, &destination.inner);
-                let _ = done_tx.send(());
-                r
-            });
-            loop {
-                let finished = py.detach(|| {
-                    let rx = done_rx.lock().unwrap_or_else(PoisonError::into_inner);
-                    !matches!(rx.recv_timeout(TICK), Err(mpsc::RecvTimeoutError::Timeout))
-                });
-                if finished {
-                    break;
-                }
-                if interrupted.is_none() {
-                    if let Err(e) = py.check_signals() {
-                        interrupted = Some(e);
-                        self.inner.stop();
-                    }
-                }
-            }
-            py.detach(|| worker.join())
-        });
+        let (result, interrupted) = run_interruptible(
+            py,
+            || self.inner.run(&source.inner, &destination.inner),
+            || {},
+            || self.inner.stop(),
+        );
         let stats = match result {
             Ok(r) => r.py_err(py)?,
             Err(_) => return Err(PyRuntimeError::new_err("the mirror thread panicked")),

@@ -24,8 +24,7 @@
 //! is called for each message of the batch with the GIL taken once.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Mutex, PoisonError};
-use std::time::Duration;
+use std::sync::{Mutex, PoisonError};
 
 use pyo3::exceptions::{PyRuntimeError, PyTypeError};
 use pyo3::prelude::*;
@@ -33,10 +32,7 @@ use pyo3::types::{PyBool, PyDict, PyList};
 
 use crate::consumer::Consumer;
 use crate::error::{invalid_argument, IntoPy};
-use crate::util::{arg_u32, arg_u64};
-
-/// How often the thread in `run()` checks for signals and `stop()`.
-const TICK: Duration = Duration::from_millis(100);
+use crate::util::{arg_u32, arg_u64, run_interruptible};
 
 /// What a `Processor.run()` did.
 ///
@@ -408,42 +404,24 @@ impl Processor {
         };
         let stopper = proc.stopper();
         *self.stopper.lock().unwrap_or_else(PoisonError::into_inner) = Some(stopper.clone());
-        let (done_tx, done_rx) = mpsc::channel::<()>();
-        let done_rx = Mutex::new(done_rx);
-        let mut interrupted = None;
-        let result = std::thread::scope(|s| {
-            let proc = &mut proc;
-            let worker = s.spawn(move || {
-                let r = if batches {
+        let (result, interrupted) = run_interruptible(
+            py,
+            || {
+                if batches {
                     proc.run_batches(|batch| self.handle_list(handler, batch))
                 } else {
                     proc.run_batches(|batch| self.handle(handler, batch))
-                };
-                let _ = done_tx.send(());
-                r
-            });
-            loop {
+                }
+            },
+            || {
                 if self.stop_requested.load(Ordering::SeqCst) {
                     // Again at every tick: the engine clears its flag when
                     // its run starts.
                     stopper.stop();
                 }
-                let finished = py.detach(|| {
-                    let rx = done_rx.lock().unwrap_or_else(PoisonError::into_inner);
-                    !matches!(rx.recv_timeout(TICK), Err(mpsc::RecvTimeoutError::Timeout))
-                });
-                if finished {
-                    break;
-                }
-                if interrupted.is_none() {
-                    if let Err(e) = py.check_signals() {
-                        interrupted = Some(e);
-                        self.stop_requested.store(true, Ordering::SeqCst);
-                    }
-                }
-            }
-            py.detach(|| worker.join())
-        });
+            },
+            || self.stop_requested.store(true, Ordering::SeqCst),
+        );
         *self.stopper.lock().unwrap_or_else(PoisonError::into_inner) = None;
         consumer.give_back(py, proc.into_consumer());
         let stats = match result {

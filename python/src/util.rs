@@ -53,3 +53,48 @@ pub fn config_u32(py: Python<'_>, name: &str, v: i64) -> PyResult<u32> {
 pub fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
+
+/// How often [`run_interruptible`] wakes to check for signals.
+const TICK: Duration = Duration::from_millis(100);
+
+/// Runs `work` on a thread of its own and waits for it without the GIL,
+/// waking every 100 ms: `tick()` runs at each wake; the first signal
+/// (Ctrl-C) calls `interrupt()`, which should make `work` return, and is
+/// returned beside `work`'s result (`Err` when its thread panicked).
+pub fn run_interruptible<T: Send>(
+    py: Python<'_>,
+    work: impl FnOnce() -> T + Send,
+    mut tick: impl FnMut(),
+    interrupt: impl Fn(),
+) -> (std::thread::Result<T>, Option<PyErr>) {
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let done_rx = std::sync::Mutex::new(done_rx);
+    let mut interrupted = None;
+    let result = std::thread::scope(|s| {
+        let worker = s.spawn(move || {
+            let r = work();
+            let _ = done_tx.send(());
+            r
+        });
+        loop {
+            tick();
+            let finished = py.detach(|| {
+                !matches!(
+                    lock(&done_rx).recv_timeout(TICK),
+                    Err(std::sync::mpsc::RecvTimeoutError::Timeout)
+                )
+            });
+            if finished {
+                break;
+            }
+            if interrupted.is_none() {
+                if let Err(e) = py.check_signals() {
+                    interrupted = Some(e);
+                    interrupt();
+                }
+            }
+        }
+        py.detach(|| worker.join())
+    });
+    (result, interrupted)
+}
