@@ -141,7 +141,7 @@ $(TANSU):
 # The Kafka backend's tests alone (`make test` runs them in rust-test,
 # py-test and c-test).
 kafka-test: $(TANSU)
-	MQLITE_TANSU=$(TANSU) MQLITE_KAFKA_REQUIRED=1 $(CARGO) test -p mqlite --features kafka --test kafka --test kafka_mirror --test kafka_broker --test kafka_transactions
+	MQLITE_TANSU=$(TANSU) MQLITE_KAFKA_REQUIRED=1 $(CARGO) test -p mqlite --features kafka --test kafka --test kafka_mirror --test kafka_broker --test kafka_transactions --test kafka_named
 	MQLITE_TANSU=$(TANSU) MQLITE_KAFKA_REQUIRED=1 $(CARGO) test -p mqlite-cli --test mirror
 
 test: rust-test c-test py-test readme-test install-test bench-smoke

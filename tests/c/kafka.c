@@ -115,6 +115,16 @@ int main(int argc, char **argv) {
     CHECK_FAIL(mql_commit(free_c), MQL_INVALID_ARGUMENT, "group");
     mql_consumer_free(free_c);
 
+    /* A named producer needs Kafka's transactions, which tansu lacks:
+     * refused, with the reason. */
+    mql_producer_config *pc;
+    CHECK_OK(mql_producer_config_new(&pc));
+    CHECK_OK(mql_producer_config_set_name(pc, "c-named"));
+    mql_producer *named = NULL;
+    CHECK_FAIL(mql_producer_new(mq, pc, &named), MQL_INVALID_CONFIG, "transactions");
+    CHECK(named == NULL);
+    mql_producer_config_free(pc);
+
     mql_producer_free(p);
     CHECK_OK(mql_topic_delete(mq, topic));
     CHECK_OK(mql_close(mq));

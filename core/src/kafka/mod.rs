@@ -16,6 +16,7 @@ mod consumer;
 mod error;
 mod groups;
 pub mod mirror;
+mod named;
 mod producer;
 mod transaction;
 
@@ -185,12 +186,24 @@ impl KafkaBroker {
         if config.max_message_bytes != defaults.max_message_bytes {
             settings.push(("max.message.bytes", config.max_message_bytes.to_string()));
         }
+        self.create_topic_with(name, config.partitions, &settings)
+    }
+
+    /// Creates topic `name` (its name not checked against mqlite's rules:
+    /// internal topics start with `__`) with `partitions` partitions and
+    /// the topic configs `settings`, and waits until the metadata shows it.
+    pub(crate) fn create_topic_with(
+        &self,
+        name: &str,
+        partitions: u32,
+        settings: &[(&str, String)],
+    ) -> Result<()> {
         let mut topic = NewTopic::new(
             name,
-            config.partitions as i32,
+            partitions as i32,
             TopicReplication::Fixed(self.replication),
         );
-        for (k, v) in &settings {
+        for (k, v) in settings {
             topic = topic.set(k, v);
         }
         let results =
@@ -199,7 +212,7 @@ impl KafkaBroker {
         for r in results {
             r.map_err(|(t, code)| error::from_code(code, &t, &format!("creating topic {t:?}")))?;
         }
-        self.wait_for_topic(name, Some(config.partitions))
+        self.wait_for_topic(name, Some(partitions))
     }
 
     /// Waits until the cluster's metadata shows `name` (with `partitions`

@@ -19,29 +19,31 @@ use crate::producer::{Acks, BorrowedRecord, Partitioner, ProducerConfig, Record,
 use crate::sync::lock;
 
 /// What a sent record's delivery report goes to.
-enum Waiter {
+pub(super) enum Waiter {
     /// Slot `i` of a synchronous send's results.
     Slot(Arc<Results>, usize),
     /// A [`KafkaProducer::send_async`] callback (behind a lock: librdkafka
     /// wants what it carries shareable, and the callback runs once).
     Callback(Mutex<Option<crate::producer::DeliveryCallback>>),
+    /// Nobody: the outcome is learnt otherwise.
+    Ignore,
 }
 
 /// The results of a synchronous send, filled by delivery reports.
-struct Results {
+pub(super) struct Results {
     state: Mutex<(Vec<Option<Result<RecordMetadata>>>, usize)>,
     done: Condvar,
 }
 
 impl Results {
-    fn new(n: usize) -> Arc<Results> {
+    pub(super) fn new(n: usize) -> Arc<Results> {
         Arc::new(Results {
             state: Mutex::new(((0..n).map(|_| None).collect(), n)),
             done: Condvar::new(),
         })
     }
 
-    fn set(&self, i: usize, r: Result<RecordMetadata>) {
+    pub(super) fn set(&self, i: usize, r: Result<RecordMetadata>) {
         let mut st = lock(&self.state);
         if st.0[i].is_none() {
             st.1 -= 1;
@@ -53,7 +55,7 @@ impl Results {
     }
 
     /// Waits for every result.
-    fn wait(&self) -> Vec<Result<RecordMetadata>> {
+    pub(super) fn wait(&self) -> Vec<Result<RecordMetadata>> {
         let mut st = lock(&self.state);
         while st.1 > 0 {
             st = crate::sync::wait(&self.done, st);
@@ -65,7 +67,7 @@ impl Results {
 }
 
 /// Routes delivery reports to their waiters.
-struct Reports;
+pub(super) struct Reports;
 
 impl ClientContext for Reports {}
 
@@ -88,6 +90,7 @@ impl ProducerContext for Reports {
         };
         match *waiter {
             Waiter::Slot(results, i) => results.set(i, r),
+            Waiter::Ignore => {}
             Waiter::Callback(f) => {
                 if let Some(f) = lock(&f).take() {
                     // A panicking callback must not unwind into
@@ -121,7 +124,10 @@ impl ProducerContext for Reports {
 ///   `acks` says (Kafka's transactions need them); the producer registers
 ///   the id when made, fencing older producers with it. Its records go
 ///   through transactions only ([`KafkaTransaction`](super::KafkaTransaction)).
-/// - `name`: not on a cluster yet ([`Error::InvalidConfig`]).
+/// - `name`: the transactional id `mqlite.producer.<name>`, each send
+///   one transaction that also records the application sequences written
+///   (see [`super::named`]); `exclusive_with_fencing` access only, and not
+///   with a `transactional_id`.
 pub struct KafkaProducer {
     inner: ThreadedProducer<Reports>,
     config: ProducerConfig,
@@ -132,6 +138,8 @@ pub struct KafkaProducer {
     closed: std::sync::atomic::AtomicBool,
     /// A transaction is open.
     txn_open: std::sync::atomic::AtomicBool,
+    /// A named producer's sequences.
+    named: Option<super::named::Named>,
 }
 
 impl std::fmt::Debug for KafkaProducer {
@@ -155,12 +163,11 @@ fn compression_name(c: Compression) -> &'static str {
 impl KafkaProducer {
     pub(super) fn new(broker: &KafkaBroker, config: ProducerConfig) -> Result<KafkaProducer> {
         config.validate()?;
-        if config.name.is_some() {
-            return Err(Error::InvalidConfig(
-                "named producers are not available on a Kafka cluster yet".to_owned(),
-            ));
-        }
-        let transactional = config.transactional_id.is_some();
+        let txn_id = match &config.name {
+            Some(name) => Some(super::named::transactional_id(name, &config)?),
+            None => config.transactional_id.clone(),
+        };
+        let transactional = txn_id.is_some();
         // Kafka's transactions need an idempotent producer, so acks=all.
         let acks = match config.acks {
             _ if transactional => "all",
@@ -188,8 +195,8 @@ impl KafkaProducer {
                 broker.request_timeout().as_millis().to_string(),
             ),
         ];
-        if let Some(id) = &config.transactional_id {
-            props.push(("transactional.id", id.clone()));
+        if let Some(id) = txn_id {
+            props.push(("transactional.id", id));
             if config.transaction_timeout_ms > 0 {
                 props.push((
                     "transaction.timeout.ms",
@@ -212,6 +219,12 @@ impl KafkaProducer {
             .client_config(&[])
             .create()
             .map_err(|e| from_kafka(e, "making a producer"))?;
+        // Read after the registration above, which ended whatever the
+        // older producers of the name left open.
+        let named = match &config.name {
+            Some(name) => Some(super::named::Named::new(broker, &inner, name, &config)?),
+            None => None,
+        };
         Ok(KafkaProducer {
             inner,
             config,
@@ -220,6 +233,33 @@ impl KafkaProducer {
             meta,
             closed: std::sync::atomic::AtomicBool::new(false),
             txn_open: std::sync::atomic::AtomicBool::new(false),
+            named,
+        })
+    }
+
+    /// How long a call waits for the cluster.
+    pub(super) fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// `e`, met while `context`, as mqlite's error, or the producer's
+    /// fatal error when it has one ([`Error::ProducerFenced`] once
+    /// fenced).
+    pub(super) fn error_of(&self, e: rdkafka::error::KafkaError, context: &str) -> Error {
+        self.fatal_error().unwrap_or_else(|| from_kafka(e, context))
+    }
+
+    /// The error that ended the producer, as librdkafka holds it: after
+    /// one, it can send nothing more.
+    pub(super) fn fatal_error(&self) -> Option<Error> {
+        let (code, what) = self.inner.client().fatal_error()?;
+        Some(match code {
+            RDKafkaErrorCode::Fenced
+            | RDKafkaErrorCode::ProducerFenced
+            | RDKafkaErrorCode::InvalidProducerEpoch => {
+                from_code(RDKafkaErrorCode::ProducerFenced, "", "sending")
+            }
+            _ => super::error::cluster_error("sending", &what),
         })
     }
 
@@ -258,7 +298,7 @@ impl KafkaProducer {
         &self.config
     }
 
-    fn check_open(&self) -> Result<()> {
+    pub(super) fn check_open(&self) -> Result<()> {
         if self.closed.load(std::sync::atomic::Ordering::Acquire) {
             Err(Error::Closed("producer"))
         } else {
@@ -267,7 +307,7 @@ impl KafkaProducer {
     }
 
     /// The partition count of `topic` as the cluster reports it (cached).
-    fn partitions_of(&self, topic: &str) -> Result<u32> {
+    pub(super) fn partitions_of(&self, topic: &str) -> Result<u32> {
         if let Some(n) = lock(&self.counts).get(topic) {
             return Ok(*n);
         }
@@ -277,14 +317,13 @@ impl KafkaProducer {
         Ok(n)
     }
 
-    /// Hands `r` to librdkafka, waiting (up to `max_block_ms`) while its
-    /// queue is full.
-    fn produce(&self, r: &BorrowedRecord<'_>, waiter: Box<Waiter>) -> Result<()> {
+    /// Checks `r` and hands it to librdkafka, waiting (up to
+    /// `max_block_ms`) while its queue is full.
+    pub(super) fn produce(&self, r: &BorrowedRecord<'_>, waiter: Box<Waiter>) -> Result<()> {
         crate::topic::validate_topic_name(r.topic)?;
         if r.sequence.is_some() {
             return Err(Error::InvalidArgument(
-                "record sequences belong to named producers, not available on a Kafka cluster yet"
-                    .to_owned(),
+                "record sequences belong to named producers".to_owned(),
             ));
         }
         if r.headers
@@ -297,8 +336,28 @@ impl KafkaProducer {
         }
         let size = r.key.map_or(0, <[u8]>::len) + r.value.map_or(0, <[u8]>::len);
         let partition = match (&self.config.partitioner, r.partition) {
-            (_, Some(p)) => {
-                let n = self.partitions_of(r.topic)?;
+            (_, Some(_)) | (Partitioner::Custom(_), None) => Some(self.partition_for(r, None)?),
+            _ => None,
+        };
+        self.hand_over(r, partition, size, waiter)
+    }
+
+    /// The partition `r` goes to when this producer picks it (it has one,
+    /// or a custom partitioner picks, or its key does; a record with none
+    /// of these goes to `keyless` modulo the partition count, as a
+    /// directory places a record by its application sequence).
+    ///
+    /// # Errors
+    /// [`Error::UnknownPartition`]; [`Error::UnknownTopic`];
+    /// [`Error::InvalidArgument`] when a custom partitioner panics.
+    pub(super) fn partition_for(
+        &self,
+        r: &BorrowedRecord<'_>,
+        keyless: Option<u64>,
+    ) -> Result<u32> {
+        let n = self.partitions_of(r.topic)?;
+        Ok(match (&self.config.partitioner, r.partition, r.key) {
+            (_, Some(p), _) => {
                 if p >= n {
                     return Err(Error::UnknownPartition {
                         topic: r.topic.to_owned(),
@@ -306,14 +365,28 @@ impl KafkaProducer {
                         count: n,
                     });
                 }
-                Some(p)
+                p
             }
-            (Partitioner::Custom(select), None) => {
-                let n = self.partitions_of(r.topic)?;
-                Some(select(r, n) % n)
+            (Partitioner::Custom(select), None, _) => {
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| select(r, n)))
+                    .map_err(|_| Error::InvalidArgument("the partition selector panicked".into()))?
+                    % n
             }
-            _ => None,
-        };
+            (_, None, Some(key)) => crate::producer::partition_for_key(key, n),
+            (_, None, None) => (keyless.unwrap_or(0) % u64::from(n)) as u32,
+        })
+    }
+
+    /// Hands `r` to librdkafka (to `partition`, or where its partitioner
+    /// puts it), unchecked, waiting (up to `max_block_ms`) while its queue
+    /// is full. `size` is for the error of a record too large.
+    pub(super) fn hand_over(
+        &self,
+        r: &BorrowedRecord<'_>,
+        partition: Option<u32>,
+        size: usize,
+        waiter: Box<Waiter>,
+    ) -> Result<()> {
         let mut headers = OwnedHeaders::new_with_capacity(r.headers.len());
         for h in r.headers {
             headers = headers.insert(KHeader {
@@ -382,6 +455,12 @@ impl KafkaProducer {
     /// As [`KafkaProducer::send`].
     pub fn send_borrowed(&self, record: &BorrowedRecord<'_>) -> Result<RecordMetadata> {
         self.check_open()?;
+        if let Some(named) = &self.named {
+            return named
+                .send_batch(self, std::slice::from_ref(record))?
+                .pop()
+                .ok_or(Error::Closed("producer"));
+        }
         let results = Results::new(1);
         self.produce(record, Box::new(Waiter::Slot(Arc::clone(&results), 0)))?;
         results
@@ -392,12 +471,16 @@ impl KafkaProducer {
 
     /// Sends `records` and waits for all of them; the results in order.
     /// Unlike a directory's `send_batch`, a cluster does not take them as
-    /// one atomic write: when one fails, those before it may be written.
+    /// one atomic write: when one fails, those before it may be written
+    /// (except for a named producer, whose batch is one transaction).
     ///
     /// # Errors
     /// The first record's error.
     pub fn send_batch(&self, records: &[BorrowedRecord<'_>]) -> Result<Vec<RecordMetadata>> {
         self.check_open()?;
+        if let Some(named) = &self.named {
+            return named.send_batch(self, records);
+        }
         let results = Results::new(records.len());
         let mut handed = 0;
         let mut failed = None;
@@ -421,7 +504,9 @@ impl KafkaProducer {
     }
 
     /// Sends a record; `callback` gets its result from librdkafka's
-    /// thread once the cluster answers.
+    /// thread once the cluster answers. A named producer sends it as
+    /// [`KafkaProducer::send`] does (one transaction) and calls `callback`
+    /// before returning.
     ///
     /// # Errors
     /// As [`KafkaProducer::send`] for what fails before the record is
@@ -430,11 +515,7 @@ impl KafkaProducer {
     where
         F: FnOnce(Result<RecordMetadata>) + Send + 'static,
     {
-        self.check_open()?;
-        self.produce(
-            &record.as_borrowed(),
-            Box::new(Waiter::Callback(Mutex::new(Some(Box::new(callback))))),
-        )
+        self.send_async_borrowed(&record.as_borrowed(), Box::new(callback))
     }
 
     /// [`KafkaProducer::send_async`] of a borrowed record (its data is
@@ -448,6 +529,11 @@ impl KafkaProducer {
         callback: crate::producer::DeliveryCallback,
     ) -> Result<()> {
         self.check_open()?;
+        if self.named.is_some() {
+            crate::topic::validate_topic_name(record.topic)?;
+            callback(self.send_borrowed(record));
+            return Ok(());
+        }
         self.produce(
             record,
             Box::new(Waiter::Callback(Mutex::new(Some(callback)))),
@@ -501,6 +587,48 @@ impl KafkaProducer {
             return Ok(());
         }
         self.flush()
+    }
+
+    /// The producer's name, if it has one.
+    pub fn name(&self) -> Option<&str> {
+        self.config.name.as_deref()
+    }
+
+    /// A named producer's highest application sequence written to any
+    /// partition, as the cluster holds it (see
+    /// [`crate::Producer::last_sequence`]).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a producer without a name; the
+    /// cluster's errors reading the sequences again after a failed send.
+    pub fn last_sequence(&self) -> Result<Option<i64>> {
+        self.check_open()?;
+        self.named_or("last_sequence")?.last_sequence_of(self)
+    }
+
+    /// A named producer's first application sequence not written:
+    /// [`KafkaProducer::last_sequence`] + 1 (0 when none). Sends on a
+    /// cluster are committed one at a time, each before its call returns,
+    /// so no sequence after the last one is written.
+    ///
+    /// # Errors
+    /// As [`KafkaProducer::last_sequence`].
+    pub fn next_sequence(&self) -> Result<i64> {
+        Ok(self.last_sequence()?.map_or(0, |s| s + 1))
+    }
+
+    /// The sequence the next record sent without one gets, for a named
+    /// producer with `initial_sequence`.
+    pub fn next_auto_sequence(&self) -> Option<i64> {
+        self.named.as_ref()?.next_auto_sequence()
+    }
+
+    fn named_or(&self, what: &str) -> Result<&super::named::Named> {
+        self.named.as_ref().ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "{what}: on a Kafka cluster only a named producer keeps sequences"
+            ))
+        })
     }
 
     /// Whether [`KafkaProducer::close`] ran.

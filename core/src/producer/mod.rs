@@ -224,7 +224,7 @@ impl Producer {
     /// producer numbers its records itself
     /// ([`ProducerConfig::initial_sequence`]); `None` otherwise.
     pub fn next_auto_sequence(&self) -> Option<i64> {
-        on_cluster!(self, _k => None);
+        on_cluster!(self, k => k.next_auto_sequence());
         self.numbering().map(numbering::Numbering::peek)
     }
 
@@ -249,7 +249,7 @@ impl Producer {
 
     /// The producer's durable name, if any.
     pub fn name(&self) -> Option<&str> {
-        on_cluster!(self, _k => None);
+        on_cluster!(self, k => k.name());
         self.inner()
             .identity
             .as_ref()
@@ -527,7 +527,7 @@ impl Producer {
     /// [`Error::InvalidArgument`] when the producer is not idempotent; I/O
     /// errors reading the state.
     pub fn last_sequence(&self) -> Result<Option<i64>> {
-        on_cluster!(self, _k => Err(crate::kafka::not_on_cluster("last_sequence")));
+        on_cluster!(self, k => k.last_sequence());
         let inner = &**self.inner();
         let Some(id) = &inner.identity else {
             return Err(Error::InvalidArgument(

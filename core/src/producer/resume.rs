@@ -48,7 +48,7 @@ impl Producer {
     ///
     /// [`Record::sequence`]: crate::Record::sequence
     pub fn next_sequence(&self) -> Result<i64> {
-        on_cluster!(self, _k => Err(crate::kafka::not_on_cluster("next_sequence")));
+        on_cluster!(self, k => k.next_sequence());
         let inner = &**self.inner();
         let Some(id) = &inner.identity else {
             return Err(Error::InvalidArgument(
