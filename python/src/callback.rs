@@ -180,7 +180,8 @@ impl Delivery {
                             .wait_timeout_while(s, Duration::from_millis(100), |s| s.is_some())
                             .unwrap_or_else(PoisonError::into_inner);
                     });
-                    py.check_signals().ok();
+                    // A signal stays pending for the caller (checking it
+                    // here would consume it with nobody to raise it).
                 }
             }
         }
