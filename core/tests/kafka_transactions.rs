@@ -11,20 +11,12 @@
 
 use std::time::{Duration, Instant};
 
-use mqlite::{
-    Broker, Config, ConsumerConfig, Error, IsolationLevel, OffsetReset, ProducerConfig, Record,
-};
+use mqlite::{Broker, Config, ConsumerConfig, Error, OffsetReset, ProducerConfig, Record};
 use rdkafka::mocking::MockCluster;
 use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
 
-fn open(mock: &MockCluster<'static, rdkafka::producer::DefaultProducerContext>) -> Broker {
-    let url = format!("kafka://{}", mock.bootstrap_servers());
-    Broker::open(
-        url,
-        Config::default().kafka_property("request.timeout.ms", "10000"),
-    )
-    .unwrap()
-}
+mod kafka_mock;
+use kafka_mock::{committed_values, open};
 
 fn transactional(mq: &Broker, id: &str) -> mqlite::Producer {
     mq.producer(ProducerConfig {
@@ -32,33 +24,6 @@ fn transactional(mq: &Broker, id: &str) -> mqlite::Producer {
         ..ProducerConfig::default()
     })
     .unwrap()
-}
-
-/// The values a `read_committed` reader of `topic` (one partition) sees,
-/// read until `want` came or 10 s passed, then 300 ms more.
-fn committed_values(mq: &Broker, topic: &str, want: usize) -> Vec<String> {
-    let mut c = mq
-        .consumer(ConsumerConfig {
-            isolation_level: IsolationLevel::ReadCommitted,
-            auto_offset_reset: OffsetReset::Earliest,
-            ..ConsumerConfig::default()
-        })
-        .unwrap();
-    c.assign(&[(topic, 0)]).unwrap();
-    let mut out = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while out.len() < want && Instant::now() < deadline {
-        for m in c.poll(Duration::from_millis(100)).unwrap() {
-            out.push(String::from_utf8(m.value().unwrap().to_vec()).unwrap());
-        }
-    }
-    let more = Instant::now() + Duration::from_millis(300);
-    while Instant::now() < more {
-        for m in c.poll(Duration::from_millis(100)).unwrap() {
-            out.push(String::from_utf8(m.value().unwrap().to_vec()).unwrap());
-        }
-    }
-    out
 }
 
 #[test]
