@@ -51,7 +51,6 @@ from __future__ import annotations
 import datetime
 import json
 import os
-import platform
 import shutil
 import socket
 import statistics
@@ -61,7 +60,9 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from peers import git_commit, machine  # noqa: E402  (beside this script)
+
 BATCH = 1000
 WARMUP = 10
 THROUGHPUT_LINGER_MS = 5
@@ -426,31 +427,6 @@ def spread(values: list[float]) -> tuple[float, float, float]:
 
 def fmt_rate(rate: float) -> str:
     return f"{rate / 1e6:.2f} M" if rate >= 1e6 else f"{rate / 1e3:.1f} k"
-
-
-def git_commit() -> dict[str, Any]:
-    """The commit measured, and whether tracked files differed from it."""
-
-    def out(*args: str) -> Optional[str]:
-        try:
-            return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True, check=True).stdout
-        except (OSError, subprocess.CalledProcessError):
-            return None
-
-    commit = out("rev-parse", "HEAD")
-    status = out("status", "--porcelain", "--untracked-files=no")
-    return {"commit": commit.strip() if commit else None, "dirty": None if status is None else bool(status.strip())}
-
-
-def machine() -> dict[str, Any]:
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), cpu)
-    except OSError:
-        pass
-    return {"cpu": cpu, "cores": os.cpu_count(), "kernel": platform.release(),
-            "python": platform.python_version(), "rustc": None}
 
 
 def main() -> int:

@@ -94,8 +94,9 @@ struct State {
     last: HashMap<(String, u32), i64>,
     /// The next automatic sequence (`initial_sequence`).
     next_auto: Option<i64>,
-    /// A send failed in a way that leaves its outcome unknown: `last` is
-    /// read from the cluster again before it is used.
+    /// `last` is not known (not read yet, or a send failed in a way that
+    /// leaves its outcome unknown): it is read from the cluster before it
+    /// is used.
     stale: bool,
 }
 
@@ -103,8 +104,8 @@ struct State {
 enum Step<'a> {
     /// Drop it: a duplicate of one written before.
     Duplicate(RecordMetadata),
-    /// Write it (to this partition when the producer picked one).
-    Write(BorrowedRecord<'a>, Option<u32>),
+    /// Write it (its partition set when the producer picked one).
+    Write(BorrowedRecord<'a>),
 }
 
 /// A named producer's sequences (see the module's documentation).
@@ -158,18 +159,15 @@ impl Named {
         let named = Named {
             name: name.to_owned(),
             reader,
-            state: Mutex::new(State::default()),
+            // Read by the first use of the state, below.
+            state: Mutex::new(State {
+                next_auto: config.initial_sequence,
+                stale: true,
+                ..State::default()
+            }),
         };
         named.probe(producer, broker.request_timeout())?;
-        let last = named.load(broker.request_timeout())?;
-        {
-            let mut st = lock(&named.state);
-            st.next_auto = config.initial_sequence.map(|first| {
-                let after = last.values().max().map_or(0, |s| s + 1);
-                first.max(after)
-            });
-            st.last = last;
-        }
+        drop(named.current(broker.request_timeout())?);
         Ok(named)
     }
 
@@ -246,11 +244,12 @@ impl Named {
         outcome
     }
 
-    /// The state, read again first when a failed send left it unknown.
-    fn current(&self, p: &KafkaProducer) -> Result<std::sync::MutexGuard<'_, State>> {
+    /// The state, read from the cluster first when it is not known yet
+    /// (a new producer, or a failed send that left its outcome unknown).
+    fn current(&self, timeout: Duration) -> Result<std::sync::MutexGuard<'_, State>> {
         let mut st = lock(&self.state);
         if st.stale {
-            st.last = self.load(p.timeout())?;
+            st.last = self.load(timeout)?;
             let after = st.last.values().max().map_or(0, |s| s + 1);
             if let Some(auto) = st.next_auto.as_mut() {
                 *auto = (*auto).max(after);
@@ -261,8 +260,8 @@ impl Named {
     }
 
     /// The highest sequence written to any partition.
-    pub(super) fn last_sequence_of(&self, p: &KafkaProducer) -> Result<Option<i64>> {
-        Ok(self.current(p)?.last.values().max().copied())
+    pub(super) fn last_sequence(&self, timeout: Duration) -> Result<Option<i64>> {
+        Ok(self.current(timeout)?.last.values().max().copied())
     }
 
     /// The next automatic sequence.
@@ -288,7 +287,7 @@ impl Named {
         if let Some(e) = p.fatal_error() {
             return Err(e);
         }
-        let mut st = self.current(p)?;
+        let mut st = self.current(p.timeout())?;
         let mut auto = st.next_auto;
         // The partitions' new last sequences.
         let mut written: HashMap<(String, u32), i64> = HashMap::new();
@@ -308,7 +307,7 @@ impl Named {
                 ..*r
             };
             let Some(seq) = seq else {
-                steps.push(Step::Write(plain, None));
+                steps.push(Step::Write(plain));
                 continue;
             };
             if seq < 0 {
@@ -344,12 +343,12 @@ impl Named {
                 });
             }
             written.insert(at, seq);
-            steps.push(Step::Write(plain, Some(partition)));
+            steps.push(Step::Write(BorrowedRecord {
+                partition: Some(partition),
+                ..plain
+            }));
         }
-        let writes = steps
-            .iter()
-            .filter(|s| matches!(s, Step::Write(..)))
-            .count();
+        let writes = steps.iter().filter(|s| matches!(s, Step::Write(_))).count();
         let mut reports = if writes == 0 {
             Vec::new()
         } else {
@@ -369,7 +368,7 @@ impl Named {
             .into_iter()
             .map(|s| match s {
                 Step::Duplicate(md) => Ok(md),
-                Step::Write(..) => reports.next().unwrap_or(Err(Error::Closed("producer"))),
+                Step::Write(_) => reports.next().unwrap_or(Err(Error::Closed("producer"))),
             })
             .collect()
     }
@@ -391,31 +390,16 @@ impl Named {
             let aborted = p.txn_abort().is_ok();
             (e, aborted)
         };
+        // Nobody waits for the reports after an error: the slots of the
+        // records not handed over stay empty.
         let results = Results::new(writes);
-        let mut i = 0;
-        for s in steps {
-            if let Step::Write(r, partition) = s {
-                let waiter = Box::new(Waiter::Slot(Arc::clone(&results), i));
-                let sent = match partition {
-                    Some(_) => p.produce(
-                        &BorrowedRecord {
-                            partition: *partition,
-                            ..*r
-                        },
-                        waiter,
-                    ),
-                    None => p.produce(r, waiter),
-                };
-                if let Err(e) = sent {
-                    // The records handed over before get their reports at
-                    // the abort; the others never will.
-                    for j in i..writes {
-                        results.set(j, Err(Error::InvalidArgument("not sent".to_owned())));
-                    }
-                    return Err(abort(e));
-                }
-                i += 1;
-            }
+        let records = steps.iter().filter_map(|s| match s {
+            Step::Write(r) => Some(r),
+            Step::Duplicate(_) => None,
+        });
+        for (i, r) in records.enumerate() {
+            let waiter = Box::new(Waiter::Slot(Arc::clone(&results), i));
+            p.produce(r, waiter).map_err(abort)?;
         }
         let marks = Results::new(written.len());
         for (j, ((topic, partition), seq)) in written.iter().enumerate() {
@@ -429,12 +413,8 @@ impl Named {
                 ..BorrowedRecord::default()
             };
             let waiter = Box::new(Waiter::Slot(Arc::clone(&marks), j));
-            if let Err(e) = p.hand_over(&mark, Some(0), key.len() + value.len(), waiter) {
-                for k in j..written.len() {
-                    marks.set(k, Err(Error::InvalidArgument("not sent".to_owned())));
-                }
-                return Err(abort(e));
-            }
+            p.hand_over(&mark, Some(0), key.len() + value.len(), waiter)
+                .map_err(abort)?;
         }
         if let Err(e) = p.txn_commit() {
             let e = p.error_of(e, context);

@@ -603,7 +603,7 @@ impl KafkaProducer {
     /// cluster's errors reading the sequences again after a failed send.
     pub fn last_sequence(&self) -> Result<Option<i64>> {
         self.check_open()?;
-        self.named_or("last_sequence")?.last_sequence_of(self)
+        self.named_or("last_sequence")?.last_sequence(self.timeout)
     }
 
     /// A named producer's first application sequence not written:

@@ -596,6 +596,15 @@ fn run_to_cluster(
     producer.close()
 }
 
+/// Sets its flag when dropped.
+struct StopOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Release);
+    }
+}
+
 /// One copy from `cluster` to `dir`, until done, stopped or failed.
 fn run_from_cluster(
     cluster: &KafkaBroker,
@@ -624,16 +633,17 @@ fn run_from_cluster(
     };
     std::thread::scope(|s| {
         s.spawn(|| copy::watch_ends(cluster, topic, &ends, &stop));
-        let copied = copy::copy(
+        // Stops the watch however the copy ends (a panic too: the scope
+        // waits for the watch before it unwinds).
+        let _stop = StopOnDrop(&stop);
+        copy::copy(
             topic,
             &mut source,
             &mut |records| producer.send_batch(records).map(drop),
             plan,
             options,
             live,
-        );
-        stop.store(true, Ordering::Release);
-        copied
+        )
     })?;
     producer.close()
 }
