@@ -332,6 +332,61 @@ fn damage_found_on_first_use_is_an_error_of_that_partition() {
     );
 }
 
+/// A group member given a partition whose log does not open keeps it
+/// (nobody else reads it), warns, and reads it once it opens: it is never
+/// dropped from the member's share without a word.
+#[test]
+fn a_group_member_reads_a_partition_that_did_not_open_once_it_does() {
+    let _alone = alone();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let before = filled(dir);
+    // Partition 2's active log set aside, a directory in its place.
+    let log = segment_logs(dir, TOPIC, 2).pop().unwrap();
+    let aside = log.with_extension("aside");
+    std::fs::rename(&log, &aside).unwrap();
+    std::fs::create_dir(&log).unwrap();
+    let mq = Broker::open(dir, cfg()).unwrap();
+    let mut c = mq
+        .consumer(ConsumerConfig::group("fresh").auto_offset_reset(OffsetReset::Earliest))
+        .unwrap();
+    c.subscribe(&[TOPIC]).unwrap();
+    let mut got = [0u64; 6];
+    let others: u64 = before
+        .iter()
+        .filter(|p| p.partition != 2)
+        .map(|p| p.end_offset)
+        .sum();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while got.iter().sum::<u64>() < others {
+        assert!(std::time::Instant::now() < deadline, "read {got:?}");
+        for m in c.poll(Duration::from_millis(100)).unwrap() {
+            got[m.partition() as usize] += 1;
+        }
+    }
+    assert_eq!(got[2], 0);
+    assert!(!c.assignment().contains(&(TOPIC.to_owned(), 2)));
+    let group = mq.describe_group("fresh").unwrap();
+    assert!(
+        group
+            .members
+            .iter()
+            .any(|m| m.partitions.contains(&(TOPIC.to_owned(), 2))),
+        "the group still gives partition 2 to the member: {group:?}"
+    );
+    // Repaired: the next polls open it and read it from the start.
+    std::fs::remove_dir(&log).unwrap();
+    std::fs::rename(&aside, &log).unwrap();
+    while got[2] < before[2].end_offset {
+        assert!(std::time::Instant::now() < deadline, "read {got:?}");
+        for m in c.poll(Duration::from_millis(100)).unwrap() {
+            got[m.partition() as usize] += 1;
+        }
+    }
+    assert_eq!(got[2], before[2].end_offset);
+    assert!(c.assignment().contains(&(TOPIC.to_owned(), 2)));
+}
+
 /// The child: opens the directory (partitions open on first use), appends
 /// to partition 0 and ends at once, as `kill -9` would.
 #[test]

@@ -683,7 +683,9 @@ fn random_bytes_reader(env: &ChildEnv) {
         let _ = mq.topics();
         let _ = mq.topic("t");
         if last_progress.elapsed() > Duration::from_millis(20) {
-            std::fs::write(env.file("reader.progress"), got.to_string()).unwrap();
+            // Renamed into place: the parent never reads a half-written count.
+            std::fs::write(env.file("reader.progress.tmp"), got.to_string()).unwrap();
+            std::fs::rename(env.file("reader.progress.tmp"), env.file("reader.progress")).unwrap();
             last_progress = Instant::now();
         }
     }

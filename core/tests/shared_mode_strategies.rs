@@ -159,11 +159,16 @@ fn strategy_member() {
         .map(|(_, p)| p.to_string())
         .collect();
     let consumed: Vec<String> = got.iter().map(|(p, o)| format!("{p}:{o}")).collect();
+    // Written aside and renamed: the parent reads the file as soon as it
+    // exists, and must never see it half written.
+    let result = work.join(format!("{case}-{me}.result"));
+    let aside = work.join(format!("{case}-{me}.result.tmp"));
     std::fs::write(
-        work.join(format!("{case}-{me}.result")),
+        &aside,
         format!("{}\n{}\n", owned.join(","), consumed.join(",")),
     )
     .unwrap();
+    std::fs::rename(&aside, &result).unwrap();
     let stop = work.join("stop");
     let waiting = Instant::now();
     while !stop.exists() && waiting.elapsed() < Duration::from_secs(120) {

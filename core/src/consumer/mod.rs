@@ -119,6 +119,10 @@ struct Membership {
     generation: u64,
     /// The group's [`Group::epoch`] when this member last synced with it.
     epoch: u64,
+    /// Partitions the group gave this member whose logs did not open (a
+    /// damaged or unreadable file, found on first use): still this
+    /// member's, tried again at every sync until they open or are revoked.
+    unopened: Vec<(String, u32)>,
 }
 
 /// Reads records from assigned partitions or subscribed topics.
@@ -407,6 +411,7 @@ impl Consumer {
                 pattern,
                 generation: 0,
                 epoch: 0,
+                unopened: Vec::new(),
             });
             self.group_sync()?;
         } else {
@@ -484,7 +489,17 @@ impl Consumer {
             }
         }
         if let Some(mut l) = self.listener.take() {
-            l.on_revoke(&mut RebalanceContext::new(self), partitions);
+            // Only what it was told it got (not partitions whose log never
+            // opened).
+            let held = self.assignment();
+            let told: Vec<(String, u32)> = partitions
+                .iter()
+                .filter(|p| held.contains(p))
+                .cloned()
+                .collect();
+            if !told.is_empty() {
+                l.on_revoke(&mut RebalanceContext::new(self), &told);
+            }
             self.listener = Some(l);
         }
         self.assigned.retain(|a| {
@@ -492,8 +507,9 @@ impl Consumer {
                 .iter()
                 .any(|(t, p)| **a.topic.name() == **t && a.log.partition() == *p)
         });
-        if let Some(m) = &self.member {
-            let broker = Arc::clone(self.broker());
+        let broker = Arc::clone(self.broker());
+        if let Some(m) = &mut self.member {
+            m.unopened.retain(|u| !partitions.contains(u));
             m.group
                 .release(&m.id, partitions, &|t| broker.partition_count(t));
         }
@@ -530,7 +546,11 @@ impl Consumer {
             let spec = self.member_spec(&m.topics, m.pattern.as_ref());
             let broker = Arc::clone(self.broker());
             let id = group.join(&self.config.client_id, spec, &|t| broker.partition_count(t))?;
-            self.member = Some(Membership { id, ..m });
+            self.member = Some(Membership {
+                id,
+                unopened: Vec::new(),
+                ..m
+            });
             return self.group_sync();
         }
         let version = self.broker().topics_version();
@@ -562,23 +582,54 @@ impl Consumer {
         if !sync.revoke.is_empty() {
             self.revoke(&sync.revoke);
         }
-        if !sync.acquired.is_empty() {
-            self.put_back();
-            for (t, p) in &sync.acquired {
-                let Ok(topic) = self.broker().topic(t) else {
-                    continue;
-                };
-                let Ok(log) = topic.partition(*p) else {
-                    continue;
-                };
-                let mut a = self.keep_or_new(topic, log);
-                a.restart(group.resume(t, *p));
-                self.assigned.push(a);
+        let retries = self
+            .member
+            .as_mut()
+            .map(|m| std::mem::take(&mut m.unopened))
+            .unwrap_or_default();
+        if sync.acquired.is_empty() && retries.is_empty() {
+            return Ok(());
+        }
+        // A partition whose log does not open stays this member's (the
+        // group records it as owned, so nobody else reads it): it is
+        // tried again at the next sync rather than dropped.
+        let mut opened = Vec::new();
+        let mut unopened = Vec::new();
+        for (t, p) in sync.acquired.into_iter().chain(retries.iter().cloned()) {
+            match self.broker().topic(&t).and_then(|topic| {
+                let log = topic.partition(p)?;
+                Ok((topic, log))
+            }) {
+                Ok(found) => opened.push(((t, p), found)),
+                Err(e) => {
+                    if !retries.contains(&(t.clone(), p)) {
+                        ::log::warn!(
+                            "consumer {id} of group {}: {t}/{p} was assigned but does not open ({e}); \
+                             it is tried again at every poll",
+                            group.name()
+                        );
+                    }
+                    unopened.push((t, p));
+                }
             }
-            if let Some(mut l) = self.listener.take() {
-                l.on_assign(&mut RebalanceContext::new(self), &sync.acquired);
-                self.listener = Some(l);
-            }
+        }
+        if let Some(m) = &mut self.member {
+            m.unopened = unopened;
+        }
+        if opened.is_empty() {
+            return Ok(());
+        }
+        self.put_back();
+        let mut names = Vec::with_capacity(opened.len());
+        for ((t, p), (topic, log)) in opened {
+            let mut a = self.keep_or_new(topic, log);
+            a.restart(group.resume(&t, p));
+            self.assigned.push(a);
+            names.push((t, p));
+        }
+        if let Some(mut l) = self.listener.take() {
+            l.on_assign(&mut RebalanceContext::new(self), &names);
+            self.listener = Some(l);
         }
         Ok(())
     }
