@@ -16,9 +16,13 @@
 //!   `releases`.
 //! - `releases`: the futex word: bumped by an unlock that saw waiters.
 //!
-//! A locker that finds the lock held spins a little, then sleeps on
-//! `releases` in slices of [`WAIT_SLICE`], and asks whether the holder is
-//! alive before each sleep. Only a holder found dead (its process's lock
+//! A locker that finds the lock held spins a little, looking at the lock
+//! word less often as it goes on (1, 2, 4 ... up to [`MAX_BACKOFF`] spin
+//! turns between looks: the holder's process, which runs on another core,
+//! then often takes the lock again for its next append before the waiter
+//! looks, so the lock's words and the log's tail change cores less often),
+//! then sleeps on `releases` in slices of [`WAIT_SLICE`], and asks whether
+//! the holder is alive before each sleep. Only a holder found dead (its process's lock
 //! file released by the kernel) is robbed: the locker swaps the dead token
 //! for its own (a compare-and-swap, so of several lockers exactly one
 //! wins) and learns the `in_progress` end the dead holder left, up to which
@@ -45,6 +49,10 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 use super::futex;
+
+/// The most spin turns between two looks at the lock word (see the
+/// module documentation).
+pub(crate) const MAX_BACKOFF: u32 = 64;
 
 /// How long a locker sleeps on the futex before it looks at the holder
 /// again (a dead holder is noticed within about this long).
@@ -141,7 +149,8 @@ pub(crate) struct Processes;
 impl Platform for Processes {
     type A64 = AtomicU64;
     type A32 = AtomicU32;
-    const SPINS: u32 = 100;
+    // With the backoff, about 950 spin turns (some tens of microseconds).
+    const SPINS: u32 = 20;
 
     fn spin(&self) {
         std::hint::spin_loop();
@@ -208,6 +217,7 @@ impl<P: Platform> LockWords<'_, P> {
             return self.taken(None);
         };
         let mut spins = P::SPINS;
+        let mut backoff = 1u32;
         // The holder's liveness is asked after each sleep that ran out,
         // not before the first (a probe costs system calls, and most
         // waits end in an unlock) nor after one an unlock ended (that
@@ -226,7 +236,10 @@ impl<P: Platform> LockWords<'_, P> {
             }
             if spins > 0 {
                 spins -= 1;
-                self.platform.spin();
+                for _ in 0..backoff {
+                    self.platform.spin();
+                }
+                backoff = (backoff * 2).min(MAX_BACKOFF);
                 owner = self.owner.load(Ordering::Relaxed);
                 continue;
             }
@@ -256,6 +269,7 @@ impl<P: Platform> LockWords<'_, P> {
             if self.sleep(owner) {
                 // Woken by an unlock: spin again for the next one.
                 spins = P::SPINS;
+                backoff = 1;
                 probe = false;
             } else {
                 probe = true;
