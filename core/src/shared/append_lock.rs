@@ -52,7 +52,7 @@ use super::futex;
 
 /// The most spin turns between two looks at the lock word (see the
 /// module documentation).
-pub(crate) const MAX_BACKOFF: u32 = 64;
+pub(crate) const MAX_BACKOFF: u32 = 1024;
 
 /// How long a locker sleeps on the futex before it looks at the holder
 /// again (a dead holder is noticed within about this long).
@@ -149,7 +149,8 @@ pub(crate) struct Processes;
 impl Platform for Processes {
     type A64 = AtomicU64;
     type A32 = AtomicU32;
-    // With the backoff, about 950 spin turns (some tens of microseconds).
+    // With the backoff, about 11,000 spin turns (a few hundred
+    // microseconds) before a sleep.
     const SPINS: u32 = 20;
 
     fn spin(&self) {
