@@ -21,8 +21,10 @@
 //! turns between looks: the holder's process, which runs on another core,
 //! then often takes the lock again for its next append before the waiter
 //! looks, so the lock's words and the log's tail change cores less often),
-//! then sleeps on `releases` in slices of [`WAIT_SLICE`], and asks whether
-//! the holder is alive before each sleep. Only a holder found dead (its process's lock
+//! and gives its processor away once per look at the longest back-off (a
+//! holder whose process waits for a processor then runs), then sleeps on
+//! `releases` in slices of [`WAIT_SLICE`], and asks whether the holder is
+//! alive before each sleep. Only a holder found dead (its process's lock
 //! file released by the kernel) is robbed: the locker swaps the dead token
 //! for its own (a compare-and-swap, so of several lockers exactly one
 //! wins) and learns the `in_progress` end the dead holder left, up to which
@@ -132,6 +134,9 @@ pub(crate) trait Platform {
     const SPINS: u32;
     /// One turn of a spin.
     fn spin(&self);
+    /// Gives the processor to another runnable thread, if any (a long
+    /// spin's end, so that a holder waiting for a processor runs).
+    fn yield_now(&self) {}
     /// A memory fence.
     fn fence(&self, order: Ordering);
     /// Sleeps while `word` holds `seen`, one slice at most (returning
@@ -155,6 +160,10 @@ impl Platform for Processes {
 
     fn spin(&self) {
         std::hint::spin_loop();
+    }
+
+    fn yield_now(&self) {
+        std::thread::yield_now();
     }
 
     fn fence(&self, order: Ordering) {
@@ -239,6 +248,9 @@ impl<P: Platform> LockWords<'_, P> {
                 spins -= 1;
                 for _ in 0..backoff {
                     self.platform.spin();
+                }
+                if backoff == MAX_BACKOFF {
+                    self.platform.yield_now();
                 }
                 backoff = (backoff * 2).min(MAX_BACKOFF);
                 owner = self.owner.load(Ordering::Relaxed);
