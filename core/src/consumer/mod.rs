@@ -582,55 +582,7 @@ impl Consumer {
         if !sync.revoke.is_empty() {
             self.revoke(&sync.revoke);
         }
-        let retries = self
-            .member
-            .as_mut()
-            .map(|m| std::mem::take(&mut m.unopened))
-            .unwrap_or_default();
-        if sync.acquired.is_empty() && retries.is_empty() {
-            return Ok(());
-        }
-        // A partition whose log does not open stays this member's (the
-        // group records it as owned, so nobody else reads it): it is
-        // tried again at the next sync rather than dropped.
-        let mut opened = Vec::new();
-        let mut unopened = Vec::new();
-        for (t, p) in sync.acquired.into_iter().chain(retries.iter().cloned()) {
-            match self.broker().topic(&t).and_then(|topic| {
-                let log = topic.partition(p)?;
-                Ok((topic, log))
-            }) {
-                Ok(found) => opened.push(((t, p), found)),
-                Err(e) => {
-                    if !retries.contains(&(t.clone(), p)) {
-                        ::log::warn!(
-                            "consumer {id} of group {}: {t}/{p} was assigned but does not open ({e}); \
-                             it is tried again at every poll",
-                            group.name()
-                        );
-                    }
-                    unopened.push((t, p));
-                }
-            }
-        }
-        if let Some(m) = &mut self.member {
-            m.unopened = unopened;
-        }
-        if opened.is_empty() {
-            return Ok(());
-        }
-        self.put_back();
-        let mut names = Vec::with_capacity(opened.len());
-        for ((t, p), (topic, log)) in opened {
-            let mut a = self.keep_or_new(topic, log);
-            a.restart(group.resume(&t, p));
-            self.assigned.push(a);
-            names.push((t, p));
-        }
-        if let Some(mut l) = self.listener.take() {
-            l.on_assign(&mut RebalanceContext::new(self), &names);
-            self.listener = Some(l);
-        }
+        self.take_acquired(&group, &id, sync.acquired);
         Ok(())
     }
 

@@ -1,8 +1,10 @@
-//! Rebalance listeners (Kafka's `ConsumerRebalanceListener`) and the
-//! context they run with.
+//! Rebalance listeners (Kafka's `ConsumerRebalanceListener`), the
+//! context they run with, and how a group member takes the partitions its
+//! group gives it.
 
 use super::{Consumer, ConsumerStats};
 use crate::error::Result;
+use crate::group::Group;
 use crate::offsets::CommittedOffset;
 
 /// What a rebalance listener may do with its consumer while it runs:
@@ -145,5 +147,62 @@ pub trait RebalanceListener: Send {
     /// written there runs in both cases.
     fn on_lost(&mut self, ctx: &mut RebalanceContext<'_>, partitions: &[(String, u32)]) {
         self.on_revoke(ctx, partitions);
+    }
+}
+
+impl Consumer {
+    /// Takes the partitions the group gave this member (`acquired`) and
+    /// those whose logs did not open before: each starts at the group's
+    /// committed offset, and the listener hears of those that opened. A
+    /// partition whose log does not open stays this member's (the group
+    /// records it as owned, so nobody else reads it) and is tried again at
+    /// the next sync rather than dropped.
+    pub(super) fn take_acquired(&mut self, group: &Group, id: &str, acquired: Vec<(String, u32)>) {
+        let retries = self
+            .member
+            .as_mut()
+            .map(|m| std::mem::take(&mut m.unopened))
+            .unwrap_or_default();
+        if acquired.is_empty() && retries.is_empty() {
+            return;
+        }
+        let mut opened = Vec::new();
+        let mut unopened = Vec::new();
+        for (t, p) in acquired.into_iter().chain(retries.iter().cloned()) {
+            match self.broker().topic(&t).and_then(|topic| {
+                let log = topic.partition(p)?;
+                Ok((topic, log))
+            }) {
+                Ok(found) => opened.push(((t, p), found)),
+                Err(e) => {
+                    if !retries.contains(&(t.clone(), p)) {
+                        ::log::warn!(
+                            "consumer {id} of group {}: {t}/{p} was assigned but does not open ({e}); \
+                             it is tried again at every poll",
+                            group.name()
+                        );
+                    }
+                    unopened.push((t, p));
+                }
+            }
+        }
+        if let Some(m) = &mut self.member {
+            m.unopened = unopened;
+        }
+        if opened.is_empty() {
+            return;
+        }
+        self.put_back();
+        let mut names = Vec::with_capacity(opened.len());
+        for ((t, p), (topic, log)) in opened {
+            let mut a = self.keep_or_new(topic, log);
+            a.restart(group.resume(&t, p));
+            self.assigned.push(a);
+            names.push((t, p));
+        }
+        if let Some(mut l) = self.listener.take() {
+            l.on_assign(&mut RebalanceContext::new(self), &names);
+            self.listener = Some(l);
+        }
     }
 }
