@@ -491,10 +491,10 @@ impl Consumer {
         if let Some(mut l) = self.listener.take() {
             // Only what it was told it got (not partitions whose log never
             // opened).
-            let held = self.assignment();
+            let unopened = self.member.as_ref().map(|m| m.unopened.as_slice());
             let told: Vec<(String, u32)> = partitions
                 .iter()
-                .filter(|p| held.contains(p))
+                .filter(|p| !unopened.is_some_and(|u| u.contains(p)))
                 .cloned()
                 .collect();
             if !told.is_empty() {

@@ -168,14 +168,18 @@ impl Consumer {
         }
         let mut opened = Vec::new();
         let mut unopened = Vec::new();
-        for (t, p) in acquired.into_iter().chain(retries.iter().cloned()) {
+        let tries = acquired
+            .into_iter()
+            .map(|tp| (tp, false))
+            .chain(retries.into_iter().map(|tp| (tp, true)));
+        for ((t, p), retry) in tries {
             match self.broker().topic(&t).and_then(|topic| {
                 let log = topic.partition(p)?;
                 Ok((topic, log))
             }) {
                 Ok(found) => opened.push(((t, p), found)),
                 Err(e) => {
-                    if !retries.contains(&(t.clone(), p)) {
+                    if !retry {
                         ::log::warn!(
                             "consumer {id} of group {}: {t}/{p} was assigned but does not open ({e}); \
                              it is tried again at every poll",
