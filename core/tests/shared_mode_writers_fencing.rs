@@ -200,3 +200,59 @@ fn a_named_producer_in_a_second_client_of_one_process_fences_the_first() {
 fn a_named_producer_in_another_process_fences_the_first() {
     fencing(false);
 }
+
+/// Fields of a partition's tail page (see core/src/shared/tail.rs): the
+/// sequence lock and the append lock's holder.
+const TAIL_SEQ: u64 = 8;
+const TAIL_OWNER: u64 = 48;
+
+/// A writer process that died while writing a partition's tail page (its
+/// sequence left odd, the append lock still its own) hides nothing from a
+/// process that opens after it: a named producer there resumes after its
+/// last sequence, without a duplicate, and a consumer there reads every
+/// record.
+#[test]
+fn a_tail_page_left_half_written_hides_nothing_from_the_next_process() {
+    use std::os::unix::fs::FileExt;
+    let dirs = Dirs::new();
+    prepare(&dirs, "t", 1);
+    let send = |p: &mqlite::Producer, seq: u64| {
+        let r = Record::new("t").partition(0).value(payload("n", seq, 10));
+        p.send(r.sequence(seq as i64)).unwrap()
+    };
+    {
+        let mq = Broker::open(&dirs.data, shared()).unwrap();
+        let p = mq.producer(ProducerConfig::default().name("n")).unwrap();
+        for seq in 0..5 {
+            send(&p, seq);
+        }
+        p.close().unwrap();
+        mq.close().unwrap();
+    }
+    let tail = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(dirs.data.join("topics/t/0/tail"))
+        .unwrap();
+    let mut seq = [0u8; 4];
+    tail.read_exact_at(&mut seq, TAIL_SEQ).unwrap();
+    let odd = u32::from_le_bytes(seq) | 1;
+    tail.write_all_at(&odd.to_le_bytes(), TAIL_SEQ).unwrap();
+    // A token no live process holds.
+    tail.write_all_at(&0x5eed_0000_0001u64.to_le_bytes(), TAIL_OWNER)
+        .unwrap();
+
+    let mq = Broker::open(&dirs.data, shared()).unwrap();
+    let p = mq.producer(ProducerConfig::default().name("n")).unwrap();
+    assert_eq!(p.last_sequence().unwrap(), Some(4));
+    assert_eq!(p.next_sequence().unwrap(), 5);
+    let md = send(&p, 5);
+    assert!(!md.duplicate);
+    assert_eq!(md.offset, 5);
+    let read = read_all(&mq, "t", 0);
+    let seqs: Vec<u64> = read
+        .iter()
+        .map(|(_, v)| check_payload(v).unwrap().1)
+        .collect();
+    assert_eq!(seqs, (0..6).collect::<Vec<u64>>());
+}

@@ -246,13 +246,33 @@ impl PartitionLog {
     /// [`PartitionLog::refresh_locked`], and for a log this process
     /// appends to, the producers' state of the batches it took in (their
     /// sequences and epochs count in this process's dedup checks).
+    ///
+    /// A tail page in the middle of a write (its sequence odd) tells
+    /// nothing: its writer may be writing it now, or may have died doing
+    /// so, and then no read would ever learn the log's end (a process that
+    /// opened meanwhile would see none of the log, and a named producer none
+    /// of its sequences). A process that appends then takes the append
+    /// lock, which waits for a live writer and repairs after a dead one.
     pub(super) fn follow_others(&self, r: &ReaderState, w: &mut Writer) -> bool {
         let before = w.next_offset;
         let changed = self.refresh_locked(r, w);
         if r.writer.is_some() && w.producers_loaded && w.next_offset > before {
             self.observe_producers(w, before);
         }
-        changed
+        match &r.writer {
+            Some(sw) if sw.page.seq() & 1 == 1 => {
+                let settled = w.next_offset;
+                if let Err(e) = self.lock_for_append(w) {
+                    ::log::warn!(
+                        "{}/{}: settling a half-written tail page: {e}",
+                        self.topic,
+                        self.partition
+                    );
+                }
+                changed || w.next_offset != settled
+            }
+            _ => changed,
+        }
     }
 
     /// [`PartitionLog::refresh`] with the writer lock held.

@@ -323,7 +323,16 @@ pub fn wait_until(timeout: Duration, what: &str, mut f: impl FnMut() -> bool) {
 /// An append-only text file written one line per `write` (O_APPEND), so
 /// that lines of several processes interleave whole, in the order they
 /// were written.
+///
+/// A `write` that crosses a page of the file can be cut there by a
+/// `kill -9` (the kernel checks for a fatal signal between pages), leaving
+/// the start of a line without its end. So each write starts on a new line
+/// (a cut line never runs into the next writer's), and each line ends with
+/// [`LINE_END`]: [`read_lines`] keeps only the lines that have it.
 pub struct Journal(File);
+
+/// The mark that ends every whole line of a [`Journal`].
+const LINE_END: char = ';';
 
 impl Journal {
     /// Opens (creating) `path` for appending.
@@ -338,27 +347,34 @@ impl Journal {
         )
     }
 
-    /// Appends `line` and a newline in one write.
+    /// Appends `line` in one write.
     pub fn line(&mut self, line: &str) {
-        let mut s = String::with_capacity(line.len() + 1);
-        s.push_str(line);
-        s.push('\n');
-        self.0.write_all(s.as_bytes()).unwrap();
+        self.lines(line);
     }
 
-    /// Appends many lines in one write.
+    /// Appends the lines of `text` in one write.
     pub fn lines(&mut self, text: &str) {
-        if !text.is_empty() {
-            self.0.write_all(text.as_bytes()).unwrap();
+        if text.is_empty() {
+            return;
         }
+        let mut s = String::with_capacity(text.len() + 16);
+        s.push('\n');
+        for line in text.lines() {
+            s.push_str(line);
+            s.push(LINE_END);
+            s.push('\n');
+        }
+        self.0.write_all(s.as_bytes()).unwrap();
     }
 }
 
-/// The lines of a text file (none if it does not exist).
+/// The whole lines of a [`Journal`] (none if it does not exist): a line
+/// that a killed writer left without its end is left out.
 pub fn read_lines(path: &Path) -> Vec<String> {
     std::fs::read_to_string(path)
         .unwrap_or_default()
         .lines()
+        .filter_map(|l| l.strip_suffix(LINE_END))
         .map(str::to_owned)
         .collect()
 }
