@@ -12,7 +12,7 @@ mod shared_mode_procs;
 
 use std::time::Duration;
 
-use mqlite::{Broker, Error, ProducerConfig, Record, TopicConfig};
+use mqlite::{Broker, ConsumerConfig, Error, OffsetReset, ProducerConfig, Record, TopicConfig};
 use shared_mode_procs::{
     check_payload, fail, mark, ok, payload, read_all, read_lines, readonly, shared, spawn,
     wait_marker, ChildEnv, Dirs, Journal,
@@ -208,9 +208,9 @@ const TAIL_OWNER: u64 = 48;
 
 /// A writer process that died while writing a partition's tail page (its
 /// sequence left odd, the append lock still its own) hides nothing from a
-/// process that opens after it: a named producer there resumes after its
-/// last sequence, without a duplicate, and a consumer there reads every
-/// record.
+/// process that opens after it: one that only reads sees every record, a
+/// named producer in one that writes resumes after its last sequence,
+/// without a duplicate, and a consumer there reads every record.
 #[test]
 fn a_tail_page_left_half_written_hides_nothing_from_the_next_process() {
     use std::os::unix::fs::FileExt;
@@ -241,6 +241,21 @@ fn a_tail_page_left_half_written_hides_nothing_from_the_next_process() {
     // A token no live process holds.
     tail.write_all_at(&0x5eed_0000_0001u64.to_le_bytes(), TAIL_OWNER)
         .unwrap();
+
+    // A process that only reads, opened first, sees every record.
+    let ro = Broker::open(&dirs.data, readonly()).unwrap();
+    let mut c = ro
+        .consumer(ConsumerConfig::default().auto_offset_reset(OffsetReset::Earliest))
+        .unwrap();
+    c.assign(&[("t", 0)]).unwrap();
+    let mut seen = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while seen.len() < 5 && std::time::Instant::now() < deadline {
+        for m in c.poll(Duration::from_millis(50)).unwrap() {
+            seen.push(check_payload(m.value().unwrap()).unwrap().1);
+        }
+    }
+    assert_eq!(seen, (0..5).collect::<Vec<u64>>());
 
     let mq = Broker::open(&dirs.data, shared()).unwrap();
     let p = mq.producer(ProducerConfig::default().name("n")).unwrap();

@@ -289,7 +289,14 @@ impl PartitionLog {
             return self.scan_without_tail(w);
         };
         let Some((tail, seq)) = page.read_with_seq() else {
-            return false; // not a tail page, or a writer died writing it
+            // Not a tail page: ignored. In the middle of a write for longer
+            // than the reads above (its writer died writing it): a process
+            // that appends repairs it under the append lock (see
+            // `follow_others`); one that only reads takes in the active
+            // segment's whole, valid batches, as without a tail page. A
+            // dead writer's repair keeps those (its batch was whole before
+            // it published), so no reader sees a batch that then goes.
+            return r.writer.is_none() && page.seq() & 1 == 1 && self.scan_without_tail(w);
         };
         self.apply_tail(r, w, tail, seq).0
     }
