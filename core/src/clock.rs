@@ -249,7 +249,7 @@ pub(crate) fn monotonic_ms() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::{Duration, Instant};
+    use std::time::Instant;
 
     thread_local! {
         pub(super) static FRESH_READS: Cell<u64> = const { Cell::new(0) };
@@ -288,12 +288,13 @@ mod tests {
                 (Some(a), Some(b)) => (b - a).abs() > 50_000,
                 _ => true,
             };
-            if moved && !(before <= t && t <= after) {
+            let within = before <= t && t <= after;
+            if moved && !within {
                 set += 1;
                 continue;
             }
             assert!(
-                before <= t && t <= after,
+                within,
                 "{before} <= {t} <= {after}, window from {} ns for {} ticks",
                 LAST.get().ns,
                 LAST.get().valid_ticks

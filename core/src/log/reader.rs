@@ -247,58 +247,60 @@ impl PartitionLog {
     /// appends to, the producers' state of the batches it took in (their
     /// sequences and epochs count in this process's dedup checks).
     ///
-    /// A tail page in the middle of a write (its sequence odd) tells
-    /// nothing: its writer may be writing it now, or may have died doing
-    /// so, and then no read would ever learn the log's end (a process that
-    /// opened meanwhile would see none of the log, and a named producer none
-    /// of its sequences). A process that appends then takes the append
-    /// lock, which waits for a live writer and repairs after a dead one.
+    /// A tail page left in the middle of a write tells nothing: its writer
+    /// may still be writing it, or may have died doing so, and then no read
+    /// would ever learn the log's end (a process that opened meanwhile
+    /// would see none of the active segment, and a named producer none of
+    /// its sequences there). A process that appends then takes the append
+    /// lock, which waits for a live writer and repairs after a dead one, and
+    /// takes in the producers' state itself.
     pub(super) fn follow_others(&self, r: &ReaderState, w: &mut Writer) -> bool {
         let before = w.next_offset;
-        let changed = self.refresh_locked(r, w);
+        let Some(changed) = self.refresh_locked(r, w) else {
+            if let Err(e) = self.lock_for_append(w) {
+                ::log::warn!(
+                    "{}/{}: settling a half-written tail page: {e}",
+                    self.topic,
+                    self.partition
+                );
+            }
+            return w.next_offset != before;
+        };
         if r.writer.is_some() && w.producers_loaded && w.next_offset > before {
             self.observe_producers(w, before);
         }
-        match &r.writer {
-            Some(sw) if sw.page.seq() & 1 == 1 => {
-                let settled = w.next_offset;
-                if let Err(e) = self.lock_for_append(w) {
-                    ::log::warn!(
-                        "{}/{}: settling a half-written tail page: {e}",
-                        self.topic,
-                        self.partition
-                    );
-                }
-                changed || w.next_offset != settled
-            }
-            _ => changed,
-        }
+        changed
     }
 
-    /// [`PartitionLog::refresh`] with the writer lock held.
-    pub(super) fn refresh_locked(&self, r: &ReaderState, w: &mut Writer) -> bool {
+    /// [`PartitionLog::refresh`] with the writer lock held: whether
+    /// anything changed, or `None` when this process appends to the log
+    /// and its tail page is in the middle of a write for longer than the
+    /// reads here (see [`PartitionLog::follow_others`]).
+    pub(super) fn refresh_locked(&self, r: &ReaderState, w: &mut Writer) -> Option<bool> {
         if let Some(sw) = &r.writer {
             if sw
                 .page
                 .unchanged_since(sw.known_seq.load(Ordering::Acquire), w.next_offset)
             {
-                return false;
+                return Some(false);
             }
         }
         let Some(page) = self.tail_page(r) else {
-            return self.scan_without_tail(w);
+            return Some(self.scan_without_tail(w));
         };
         let Some((tail, seq)) = page.read_with_seq() else {
-            // Not a tail page: ignored. In the middle of a write for longer
-            // than the reads above (its writer died writing it): a process
-            // that appends repairs it under the append lock (see
-            // `follow_others`); one that only reads takes in the active
-            // segment's whole, valid batches, as without a tail page. A
-            // dead writer's repair keeps those (its batch was whole before
-            // it published), so no reader sees a batch that then goes.
-            return r.writer.is_none() && page.seq() & 1 == 1 && self.scan_without_tail(w);
+            if page.seq() & 1 == 0 {
+                return Some(false); // not a tail page: ignored
+            }
+            // In the middle of a write (its writer died writing it): a
+            // process that appends repairs it under the append lock; one
+            // that only reads takes in the active segment's whole, valid
+            // batches, as without a tail page. A dead writer's repair
+            // keeps those (its batch was whole before it published), so
+            // no reader sees a batch that then goes.
+            return r.writer.is_none().then(|| self.scan_without_tail(w));
         };
-        self.apply_tail(r, w, tail, seq).0
+        Some(self.apply_tail(r, w, tail, seq).0)
     }
 
     /// Moves the log to what `tail` says, after the checks in the module's
