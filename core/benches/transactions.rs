@@ -10,6 +10,9 @@
 //!   10 records (one call, the partition given per record), at `acks=1`
 //!   and at `acks=all`. Rates count records; each transaction row's
 //!   baseline is the `send_batch` row of the same `acks`, from the same run.
+//!   The same transactions in shared mode (one process), against the
+//!   exclusive-mode row: what the directory's transaction lock and log
+//!   catch-up cost per commit.
 //! - Read: `Consumer::poll_batch` of a log written by those transactions
 //!   (records and markers), with `isolation_level` read_committed against
 //!   read_uncommitted, interleaved.
@@ -37,16 +40,22 @@ fn fresh_dir(tag: &str) -> PathBuf {
 }
 
 fn open(dir: &PathBuf) -> Broker {
-    let mq = Broker::open(dir, Config::default()).unwrap();
+    open_in(dir, false)
+}
+
+/// Opens `dir` (shared mode with `shared`) with topic `t` of 2 partitions.
+fn open_in(dir: &PathBuf, shared: bool) -> Broker {
+    let mq = Broker::open(dir, Config::default().shared(shared)).unwrap();
     mq.create_topic("t", TopicConfig::new(2).segment_bytes(256 << 20))
         .unwrap();
     mq
 }
 
-/// Seconds for `n` transactions of [`PER_TXN`] records.
-fn transactions(acks: Acks, n: u64) -> f64 {
+/// Seconds for `n` transactions of [`PER_TXN`] records (in shared mode
+/// with `shared`).
+fn transactions(acks: Acks, n: u64, shared: bool) -> f64 {
     let dir = fresh_dir("tx");
-    let mq = open(&dir);
+    let mq = open_in(&dir, shared);
     let p = mq
         .producer(
             ProducerConfig::default()
@@ -108,8 +117,12 @@ fn commit_rows(h: &mut Harness) {
         let base = format!("{prefix}, send_batch");
         h.record(&base, &group, msgs, VALUE.len(), batches(acks, count), None);
         let row = format!("{prefix}, transaction");
-        let secs = transactions(acks, count);
+        let secs = transactions(acks, count, false);
         h.record(&row, &group, msgs, VALUE.len(), secs, Some(&base));
+        let shared = format!("{prefix}, transaction in shared mode");
+        let secs = transactions(acks, count, true);
+        let group = format!("transactions in shared mode against exclusive mode, {label}");
+        h.record(&shared, &group, msgs, VALUE.len(), secs, Some(&row));
     }
 }
 

@@ -100,6 +100,16 @@ fn fewer_descriptors_than_partitions_read_and_write_everything() {
     }
 }
 
+/// Held by each test that installs a sync hook, for as long as it counts:
+/// the hook is one for the whole process, and tests run on threads of one.
+static HOOK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Takes [`HOOK`] (a test that failed holding it does not fail the others).
+fn hold_hook() -> std::sync::MutexGuard<'static, ()> {
+    HOOK.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// Counts the file syncs (fsync, fdatasync) of files under `dir`.
 fn count_file_syncs(dir: &Path) -> Arc<AtomicU64> {
     let n = Arc::new(AtomicU64::new(0));
@@ -117,6 +127,7 @@ fn count_file_syncs(dir: &Path) -> Arc<AtomicU64> {
 /// sync for them all (the directory's session), not one each.
 #[test]
 fn first_appends_after_an_open_sync_once() {
+    let _hook = hold_hook();
     const PARTITIONS: u32 = 200;
     let tmp = tempfile::tempdir().unwrap();
     {
@@ -259,6 +270,7 @@ fn count_syncs_by_kind(dir: &Path, fail_fs: Option<u64>) -> (Arc<AtomicU64>, Arc
 /// per file; the topic opens with every partition empty and writable.
 #[test]
 fn creating_many_partitions_syncs_the_filesystem_not_each_file() {
+    let _hook = hold_hook();
     const PARTITIONS: u32 = 100;
     let tmp = tempfile::tempdir().unwrap();
     let mq = Broker::open(tmp.path(), cfg()).unwrap();
@@ -294,6 +306,7 @@ fn creating_many_partitions_syncs_the_filesystem_not_each_file() {
 /// everything again and recovers the same log.
 #[test]
 fn recovery_of_many_partitions_syncs_the_filesystem_not_each_file() {
+    let _hook = hold_hook();
     const PARTITIONS: u32 = 40;
     const TOPICS: [&str; 2] = [TOPIC, "u"];
     let tmp = tempfile::tempdir().unwrap();

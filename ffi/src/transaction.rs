@@ -78,9 +78,8 @@ impl mql_txn {
 /// (`mql_txn_begin`); making a producer with the same transactional id
 /// fences this one: its open transaction is aborted and its next call
 /// fails with `MQL_PRODUCER_FENCED`. 1 to 249 characters of
-/// `[A-Za-z0-9._-]` (`MQL_INVALID_ARGUMENT` otherwise). A producer with a
-/// transactional id cannot be made on a data directory opened in shared
-/// mode (`mql_producer_new` fails with `MQL_INVALID_ARGUMENT`).
+/// `[A-Za-z0-9._-]` (`MQL_INVALID_ARGUMENT` otherwise). In shared mode,
+/// transactions commit from any process that may write.
 ///
 /// Ownership: borrows `config` and `id` for the call (the id is copied).
 ///

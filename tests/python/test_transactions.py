@@ -352,11 +352,58 @@ def test_isolation_levels_read_the_same_records(topics: mqlite.Broker) -> None:
     assert c.lag() == {("b", 0): 0}
 
 
-def test_transactional_producer_refused_in_shared_mode(data_dir: Any) -> None:
-    with mqlite.open(data_dir / "s", shared=True) as mq:
-        mq.create_topic("t")
-        with pytest.raises(mqlite.InvalidArgument):
-            mq.producer(transactional_id="x")
+def shared_committer(path: str, name: str, n: int, start: Any, results: Any) -> None:
+    """Commits `n` transactions of two records (a/0 and a/1) and an offset
+    of group `g-<name>` on a/0 (the i-th commits offset i), from a process of its own in shared mode; reports
+    what it committed, or its error."""
+    out: dict[str, Any] = {"name": name, "error": None}
+    try:
+        with mqlite.open(path, shared=True, prefault=False) as mq:
+            p = mq.producer(transactional_id=name)
+            start.wait(60)
+            for i in range(n):
+                with p.transaction() as tx:
+                    tx.send("a", b"%s-%d-0" % (name.encode(), i), partition=0)
+                    tx.send("a", b"%s-%d-1" % (name.encode(), i), partition=1)
+                    tx.send_offsets_to(f"g-{name}", [("a", 0, i)])
+            p.close()
+    except BaseException as e:  # reported to the parent, which fails the test
+        out["error"] = f"{type(e).__name__}: {e}"
+        start.abort()
+    results.put(out)
+
+
+def test_transactions_commit_from_several_processes_in_shared_mode(data_dir: Any) -> None:
+    import multiprocessing
+
+    spawn = multiprocessing.get_context("spawn")
+    path = str(data_dir / "s")
+    n = 40
+    with mqlite.open(path, shared=True) as mq:
+        mq.create_topic("a", partitions=2)
+        mq.create_topic("b")
+    start = spawn.Barrier(3)
+    results = spawn.Queue()
+    procs = [spawn.Process(target=shared_committer, args=(path, f"t{w}", n, start, results)) for w in range(2)]
+    for pr in procs:
+        pr.start()
+    start.wait(60)
+    reports = [results.get(timeout=120) for _ in procs]
+    for pr in procs:
+        pr.join(60)
+    assert [r["error"] for r in reports] == [None, None], reports
+    with mqlite.open(path, shared=True) as mq:
+        a0, a1 = values(mq, "a", 0), values(mq, "a", 1)
+        # Every transaction whole, each process's in its order.
+        assert sorted(v[:-2] for v in a0) == sorted(v[:-2] for v in a1)
+        for w in ("t0", "t1"):
+            mine = [v for v in a0 if v.startswith(w.encode())]
+            assert mine == [b"%s-%d-0" % (w.encode(), i) for i in range(n)]
+            assert committed(mq, f"g-{w}", "a", 0)[0] == n - 1
+    # A read-only handle makes no transactional producer.
+    with mqlite.open(path, shared=True, readonly=True) as ro:
+        with pytest.raises(mqlite.ReadOnly):
+            ro.producer(transactional_id="x")
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork()")

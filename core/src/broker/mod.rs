@@ -251,7 +251,7 @@ pub(crate) struct BrokerInner {
     /// ([`Consumer::poll_one`]): dropped at close, so that no mapping
     /// outlives it but the messages the application itself holds.
     held: Mutex<Vec<Weak<Held>>>,
-    /// Exclusive mode: the transaction coordinator.
+    /// The transaction coordinator (none for a read-only handle).
     coordinator: Option<Coordinator>,
 }
 
@@ -853,12 +853,11 @@ impl BrokerInner {
     /// The transaction coordinator.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] in shared mode, where transactions are
-    /// not available.
+    /// [`Error::ReadOnly`] for a read-only handle.
     pub(crate) fn coordinator(&self) -> Result<&Coordinator> {
-        self.coordinator.as_ref().ok_or_else(|| {
-            Error::InvalidArgument("transactions are not available in shared mode".into())
-        })
+        self.coordinator
+            .as_ref()
+            .ok_or_else(|| Error::ReadOnly("transactions".into()))
     }
 
     /// The data directory.

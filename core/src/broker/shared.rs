@@ -98,14 +98,14 @@ pub(super) fn open(path: &Path, config: Config) -> Result<Broker> {
 fn open_engine(dir: std::path::PathBuf, config: Config) -> Result<Arc<BrokerInner>> {
     let mode = config.file_mode;
     let readonly = config.readonly;
-    let (share, ()) = DirShare::open(&dir, mode, !readonly, |opening| {
+    let (share, restarted) = DirShare::open(&dir, mode, !readonly, |opening| {
         if !opening.alone || readonly {
-            return Ok(());
+            return Ok(false);
         }
         // The first process in (no exclusive session runs): a commit an
         // exclusive session's crash interrupted is finished only by an
         // exclusive open, and its records would be written over here.
-        if crate::txn::has_commits(&dir)? {
+        if crate::txn::has_exclusive_commits(&dir)? {
             return Err(Error::Locked {
                 path: dir.clone(),
                 holder:
@@ -117,7 +117,7 @@ fn open_engine(dir: std::path::PathBuf, config: Config) -> Result<Arc<BrokerInne
         if opening.restarted {
             check_after_restart(&dir, &config)?;
         }
-        Ok(())
+        Ok(opening.restarted)
     })?;
     let share = Arc::new(share);
     let shared = if readonly {
@@ -149,6 +149,7 @@ fn open_engine(dir: std::path::PathBuf, config: Config) -> Result<Arc<BrokerInne
     }
     // Read before the listing: a change during it is seen next time.
     let seen = share.topics_version();
+    let dir_of = dir.clone();
     let inner = Arc::new(BrokerInner {
         registry,
         topics_version: AtomicU64::new(0),
@@ -173,10 +174,14 @@ fn open_engine(dir: std::path::PathBuf, config: Config) -> Result<Arc<BrokerInne
         ddl: Mutex::new(()),
         closed: AtomicBool::new(false),
         janitor: Mutex::new(None),
-        coordinator: None,
+        coordinator: (!readonly).then(|| crate::txn::Coordinator::open_shared(&dir_of, mode)),
     });
     inner.read_topics();
     inner.groups.load_all(&inner.dir, mode)?;
+    if let Some(c) = &inner.coordinator {
+        // Commits whose committer died after their commit point.
+        c.finish_at_open(&inner, restarted)?;
+    }
     for t in inner.topic_names() {
         inner.refresh_retention_floors(&t);
     }
@@ -211,7 +216,9 @@ fn check_after_restart(dir: &Path, config: &Config) -> Result<()> {
         files: Arc::new(FileCache::new(config.max_open_files)),
         shared: None,
         reader: false,
-        committed: None,
+        // Data of transactions past their commit point whose markers a
+        // power loss took is kept (the markers are written at the open).
+        committed: Some(crate::txn::committed_runs_in(dir)?),
     };
     // No summaries: every partition is opened (and checked if it must be).
     let (topics, damaged) = super::open_topics(&tdir, &options, &mut HashMap::new())?;

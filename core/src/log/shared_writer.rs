@@ -15,9 +15,11 @@
 //!    retention removed), and the producers' sequence state follows the
 //!    new batches' headers; the index entries the others wrote are taken
 //!    in before this process writes one;
-//! 2. after taking the lock from a dead holder, repairs: bytes it may have
-//!    written past the published end are zeroed (the tail page records
-//!    where its write in progress ended), and empty segment files it
+//! 2. after taking the lock from a dead holder, repairs: a transaction's
+//!    part it left unpublished after the transaction's commit point is
+//!    finished (see `txn_part.rs`); other bytes it may have written past
+//!    the published end are zeroed (the tail page records where its write
+//!    in progress ended), and empty segment files it
 //!    created but never published are removed (one holding data is
 //!    followed); a tail page it left half-written is rebuilt from the
 //!    files (the newest segment, read to its last whole valid batch);
@@ -131,6 +133,24 @@ impl PartitionLog {
         Ok(Some(guard))
     }
 
+    /// Shared mode, several writers: brings this process's view of the log
+    /// up to everything the others published, holding the append lock for
+    /// a moment (which also finishes or clears what a dead holder left).
+    /// Nothing for a log no other process appends to.
+    ///
+    /// # Errors
+    /// [`crate::Error::Closed`]; I/O errors of a repair.
+    pub(crate) fn catch_up(&self) -> Result<()> {
+        if self.shared_writer().is_none() {
+            return Ok(());
+        }
+        let mut w = sync::lock(&self.writer);
+        if w.closed {
+            return Err(self.closed_error());
+        }
+        self.lock_for_append(&mut w).map(drop)
+    }
+
     /// The lock was taken from a dead holder (`stolen`), or the tail page
     /// cannot be read: positions the log at its true end and repairs what
     /// the holder left (see the module doc), then publishes the end.
@@ -159,7 +179,6 @@ impl PartitionLog {
                 self.advance(w, &active, len as u64);
             }
         }
-        let end = w.active.end();
         w.active.refresh_lengths();
         let allocated = w.active.allocated();
         let dirty_to = match usize::try_from(stolen.in_progress_end) {
@@ -167,6 +186,10 @@ impl PartitionLog {
             // Not known: everything after the end may be left over.
             _ => allocated,
         };
+        // A committer that died after its commit point: its part is
+        // finished, not cleared.
+        self.restore_committed(w, &sw.writers.root, dirty_to);
+        let end = w.active.end();
         if dirty_to > end {
             let Writer {
                 active,

@@ -16,13 +16,22 @@
 //! transactions, the command-line tools). Recovery puts the length back
 //! when the commit record exists (and the coordinator writes the marker)
 //! and cuts the data otherwise (`recover.rs`).
+//!
+//! In shared mode the part also holds the partition's append lock from
+//! its prepare to its publish. A process that takes the lock over from a
+//! committer that died after the commit point finds the part unpublished
+//! and finishes it from the commit record ([`PartitionLog::restore_committed`]);
+//! before the commit point, what the committer left is cleared as any dead
+//! writer's is.
 
+use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::MutexGuard;
 
-use super::batch::{self, Marker, MarkerKind, ProducerFields, RecordRef};
+use super::batch::{self, Check, Marker, MarkerKind, ProducerFields, RecordRef};
 use super::{PartitionLog, Writer};
 use crate::error::{Error, Result};
+use crate::shared::AppendGuard;
 use crate::sync::lock;
 
 /// A transaction's data written in one partition, not yet published; the
@@ -42,6 +51,8 @@ pub(crate) struct PreparedPart<'a> {
     /// The first batch's length field, written at the commit.
     first_len: u32,
     published: bool,
+    /// Shared mode: the partition's append lock (let go after `w`).
+    shared: Option<AppendGuard<'a>>,
 }
 
 /// Splits `records` into runs whose batches fit in `max` bytes each.
@@ -80,11 +91,6 @@ impl PartitionLog {
         records: &[RecordRef<'_>],
         producer: ProducerFields,
     ) -> Result<PreparedPart<'_>> {
-        if self.config.shared.is_some() {
-            return Err(Error::InvalidArgument(
-                "transactions are not available in shared mode".into(),
-            ));
-        }
         let runs = split(records, self.config.max_batch())?;
         let attributes = batch::ATTR_TRANSACTIONAL;
         let data_len: usize = runs
@@ -106,12 +112,19 @@ impl PartitionLog {
             });
         }
         self.config.unclean.mark()?;
+        // Shared mode: the append lock, and what others appended since.
+        let shared = self.lock_for_append(&mut w)?;
         if w.active.end() + total > w.active.capacity() {
             self.roll(&mut w)?;
         }
         w.active.ensure_room(total)?;
         let first = w.next_offset;
         let pos = w.active.end();
+        if let Some(g) = &shared {
+            // A process taking the lock over after this one died knows
+            // what to finish or clear.
+            g.set_in_progress((pos + total) as u64);
+        }
         let mut max_ts = i64::MIN;
         let mut next = first;
         let first_len;
@@ -147,6 +160,7 @@ impl PartitionLog {
             producer,
             first_len,
             published: false,
+            shared,
         })
     }
 }
@@ -220,6 +234,9 @@ impl PreparedPart<'_> {
         w.max_ts = w.max_ts.max(max_ts);
         w.next_offset = self.marker_offset + 1;
         self.log.end_offset.store(w.next_offset, Ordering::Release);
+        if self.log.tail.is_some() || self.shared.is_some() {
+            self.log.write_tail(w.next_offset, &w.active);
+        }
         if w.active.growth_due() {
             self.log.grow_ahead(w);
         }
@@ -258,10 +275,13 @@ impl PartitionLog {
         if w.closed {
             return Err(self.closed_error());
         }
+        self.config.unclean.mark()?;
+        // Shared mode: taking the lock over from the committer, if it died
+        // holding it, finishes its part (then the marker is there).
+        let shared = self.lock_for_append(&mut w)?;
         if w.next_offset != marker_offset {
             return Ok(false);
         }
-        self.config.unclean.mark()?;
         if w.active.end() + batch::CONTROL_LEN > w.active.capacity() {
             self.roll(&mut w)?;
         }
@@ -276,8 +296,113 @@ impl PartitionLog {
         active.commit(active_writer, batch::CONTROL_LEN, None, marker.timestamp);
         w.next_offset = marker_offset + 1;
         self.end_offset.store(w.next_offset, Ordering::Release);
+        if self.tail.is_some() || shared.is_some() {
+            self.write_tail(w.next_offset, &w.active);
+        }
+        drop(shared);
         drop(w);
         self.wake_waiters();
         Ok(true)
+    }
+
+    /// Shared mode, the append lock taken over from a dead holder: when
+    /// what it left past the published end (up to byte `dirty_to` of the
+    /// active segment) is a transaction's part whose commit record is in
+    /// the transaction log of data directory `root` (the holder died after
+    /// the commit point), puts its first batch's length back, writes its
+    /// commit marker and takes both in as appended (the caller publishes
+    /// them). Returns whether it did; anything else is left for the caller
+    /// to clear.
+    pub(super) fn restore_committed(&self, w: &mut Writer, root: &Path, dirty_to: usize) -> bool {
+        let end = w.active.end();
+        let first = w.next_offset;
+        if dirty_to < end + batch::LENGTH_PREFIX {
+            return false;
+        }
+        let (base, length) = {
+            let Writer {
+                active,
+                active_writer,
+                ..
+            } = &mut *w;
+            let head = active.reserve(active_writer, batch::LENGTH_PREFIX);
+            let base = u64::from_le_bytes(head[0..8].try_into().unwrap_or_default());
+            (
+                base,
+                u32::from_le_bytes([head[8], head[9], head[10], head[11]]),
+            )
+        };
+        // Only a prepared part leaves a first batch with length 0.
+        if base != first || length != 0 {
+            return false;
+        }
+        let record = match crate::txn::find_commit(root, &self.topic, self.partition, first) {
+            Ok(Some(r)) => r,
+            Ok(None) => return false,
+            Err(e) => {
+                ::log::warn!(
+                    "{}/{}: reading the transaction log: {e}",
+                    self.topic,
+                    self.partition
+                );
+                return false;
+            }
+        };
+        let Some(part) = record
+            .parts
+            .iter()
+            .find(|p| p.topic == self.topic.as_ref() && p.partition == self.partition)
+        else {
+            return false;
+        };
+        let Writer {
+            active,
+            active_writer,
+            ..
+        } = &mut *w;
+        let buf = active.reserve(active_writer, dirty_to - end);
+        buf[8..12].copy_from_slice(&part.first_len.to_le_bytes());
+        let (mut at, mut next, mut max_ts) = (0, first, i64::MIN);
+        while next < part.marker {
+            match batch::check(&buf[at..]) {
+                Check::Valid(h)
+                    if h.base_offset == next
+                        && h.is_transactional()
+                        && h.producer.producer_id == record.producer_id =>
+                {
+                    at += h.total_len();
+                    next = h.next_offset();
+                    max_ts = max_ts.max(h.max_timestamp);
+                }
+                _ => break,
+            }
+        }
+        if next != part.marker || at + batch::CONTROL_LEN > buf.len() {
+            // Not the part the record names (or damaged): cleared.
+            buf[8..12].fill(0);
+            return false;
+        }
+        let marker = Marker {
+            kind: MarkerKind::Commit,
+            timestamp: record.timestamp,
+            producer_id: record.producer_id,
+            producer_epoch: record.epoch,
+            transaction: record.txn,
+        };
+        batch::encode_marker(&mut buf[at..], part.marker, &marker);
+        let max_ts = max_ts.max(record.timestamp);
+        active.commit(active_writer, at + batch::CONTROL_LEN, None, max_ts);
+        w.max_ts = w.max_ts.max(max_ts);
+        w.next_offset = part.marker + 1;
+        ::log::warn!(
+            "{}/{}: finished transaction {} ({:?}) at offsets {first}..{}: its committer died \
+             after the commit point",
+            self.topic,
+            self.partition,
+            record.txn,
+            record.transactional_id,
+            part.marker
+        );
+        true
     }
 }

@@ -141,7 +141,7 @@ impl Producer {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] without a transactional id, while another
-    /// transaction of this producer is open, or in shared mode;
+    /// transaction of this producer is open;
     /// [`Error::ProducerFenced`] when a newer producer took the
     /// transactional id; [`Error::Closed`] (the producer or its broker).
     pub fn begin_transaction(&self) -> Result<Transaction> {

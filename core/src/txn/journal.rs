@@ -9,7 +9,7 @@
 //! transaction did not commit) and is cut at the next open.
 
 use std::fs::{File, OpenOptions};
-use std::io::{Read, Write};
+use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
@@ -64,6 +64,11 @@ pub(crate) struct CommitRecord {
     pub timestamp: i64,
     pub parts: Vec<PartRecord>,
     pub offsets: Vec<OffsetRecord>,
+    /// Committed by a process in shared mode: any process that may write
+    /// finishes it if its committer died (an exclusive session's are
+    /// finished by the next exclusive open).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub shared: bool,
 }
 
 /// One entry of the log.
@@ -88,6 +93,51 @@ pub(crate) struct Loaded {
     pub applied: std::collections::HashSet<u64>,
     /// The next transaction number.
     pub next_txn: u64,
+}
+
+impl Loaded {
+    /// Takes in `entries`, read in the log's order.
+    fn take(&mut self, entries: Vec<Entry>) {
+        for e in entries {
+            match e {
+                Entry::Start { next } => self.next_txn = self.next_txn.max(next),
+                Entry::Commit(c) => {
+                    self.next_txn = self.next_txn.max(c.txn + 1);
+                    self.commits.push(c);
+                }
+                Entry::Applied { txn } => {
+                    self.applied.insert(txn);
+                }
+            }
+        }
+    }
+}
+
+/// Whether `a` and `b` are the same file.
+fn same_file(a: &File, b: &File) -> std::io::Result<bool> {
+    use std::os::unix::fs::MetadataExt;
+    let (a, b) = (a.metadata()?, b.metadata()?);
+    Ok(a.dev() == b.dev() && a.ino() == b.ino())
+}
+
+/// The commit record of the transaction whose data in `topic`/`partition`
+/// starts at offset `first`, if the log of data directory `dir` holds one
+/// (read without changing anything).
+pub(crate) fn find_commit(
+    dir: &Path,
+    topic: &str,
+    partition: u32,
+    first: u64,
+) -> Result<Option<CommitRecord>> {
+    Ok(Journal::open_read(dir)?
+        .commits
+        .into_iter()
+        .rev()
+        .find(|c| {
+            c.parts
+                .iter()
+                .any(|p| p.topic == topic && p.partition == partition && p.first == first)
+        }))
 }
 
 /// The open transaction log.
@@ -172,21 +222,66 @@ impl Journal {
             file.set_len(good as u64)
                 .map_err(|e| Error::io(format!("truncating {}", path.display()), e))?;
         }
-        for e in entries {
-            match e {
-                Entry::Start { next } => loaded.next_txn = loaded.next_txn.max(next),
-                Entry::Commit(c) => {
-                    loaded.next_txn = loaded.next_txn.max(c.txn + 1);
-                    loaded.commits.push(c);
-                }
-                Entry::Applied { txn } => {
-                    loaded.applied.insert(txn);
-                }
-            }
-        }
+        loaded.take(entries);
         journal.file = Some(file);
         journal.len = good as u64;
         Ok((journal, loaded))
+    }
+
+    /// Shared mode, under the directory's transaction lock: what other
+    /// processes appended since this process last read or wrote the log,
+    /// reading it again from the start when one of them emptied it (a new
+    /// file). A torn last entry (its writer died) is cut.
+    /// Returns what they appended, and whether the file was replaced.
+    pub(crate) fn refresh(&mut self) -> Result<(Loaded, bool)> {
+        let path = self.path.clone();
+        let mut loaded = Loaded::default();
+        let mut file = match OpenOptions::new().read(true).append(true).open(&path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let replaced = self.file.is_some();
+                self.file = None;
+                self.len = 0;
+                return Ok((loaded, replaced));
+            }
+            Err(e) => return Err(Error::io(format!("opening {}", path.display()), e)),
+        };
+        let same = match &self.file {
+            Some(old) => same_file(old, &file)
+                .map_err(|e| Error::io(format!("reading {}", path.display()), e))?,
+            None => false,
+        };
+        let from = if same { self.len } else { 0 };
+        let mut bytes = Vec::new();
+        file.seek(SeekFrom::Start(from))
+            .and_then(|_| file.read_to_end(&mut bytes))
+            .map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
+        let (entries, good) = parse(&bytes);
+        if good < bytes.len() {
+            ::log::warn!(
+                "{}: cutting {} bytes of a transaction entry a process left incomplete when it died",
+                path.display(),
+                bytes.len() - good
+            );
+            file.set_len(from + good as u64)
+                .map_err(|e| Error::io(format!("truncating {}", path.display()), e))?;
+        }
+        loaded.take(entries);
+        let replaced = !same && self.file.is_some();
+        self.file = Some(file);
+        self.len = from + good as u64;
+        Ok((loaded, replaced))
+    }
+
+    /// The log of data directory `dir`, not read yet (shared mode: the
+    /// first [`Journal::refresh`] reads it all).
+    pub(crate) fn unread(dir: &Path, mode: u32) -> Journal {
+        Journal {
+            path: dir.join(FILE_NAME),
+            file: None,
+            len: 0,
+            mode,
+        }
     }
 
     /// What the log of data directory `dir` holds, read without changing
@@ -300,6 +395,7 @@ mod tests {
                 first_len: 80,
             }],
             offsets: vec![],
+            shared: false,
         })
     }
 

@@ -21,9 +21,11 @@
 //! record exists, and cuts any other (`log/recover.rs`);
 //! [`Coordinator::recover`] then writes the missing markers and commits
 //! the offsets of every commit record not noted as applied. Commits are
-//! serialised by the coordinator.
+//! serialised by the coordinator; in shared mode, across processes, by the
+//! directory's transaction lock (`shared.rs`).
 
 mod journal;
+mod shared;
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
@@ -37,12 +39,14 @@ use crate::log::batch::{Marker, MarkerKind, ProducerFields, RecordRef};
 use crate::log::{now_ms, CommittedRuns, PartitionLog};
 use crate::offsets::CommittedOffset;
 use crate::sync::lock;
+pub(crate) use journal::{find_commit, OffsetRecord, PartRecord};
 use journal::{CommitRecord, Entry, Journal, Loaded};
-pub(crate) use journal::{OffsetRecord, PartRecord};
 
 /// Bytes of transaction log after which a commit first makes every marker
 /// durable and empties the log.
 const COMPACT_AT: u64 = 64 << 20;
+/// The same in shared mode.
+const COMPACT_AT_SHARED: u64 = 1 << 20;
 
 /// The data directory's transaction coordinator.
 #[derive(Debug)]
@@ -52,6 +56,10 @@ pub(crate) struct Coordinator {
     /// at open, with its first batch's length: recovery puts the length
     /// back and keeps their unmarked data.
     committed: Arc<HashMap<(String, u32, u64), u32>>,
+    /// Shared mode: the directory's transaction lock file.
+    lock_path: Option<std::path::PathBuf>,
+    /// Permission bits of the files it creates.
+    mode: u32,
 }
 
 #[derive(Debug)]
@@ -60,6 +68,7 @@ struct State {
     next_txn: u64,
     /// Commit records read at open (until [`Coordinator::recover`]): a
     /// crash may have lost the marker of any of them, applied or not.
+    /// Shared mode: the commit records in the log left to finish.
     loaded: Vec<CommitRecord>,
     /// Of those, the ones noted as applied.
     applied: HashSet<u64>,
@@ -111,6 +120,8 @@ impl Coordinator {
                 touched,
             }),
             committed: Arc::new(committed),
+            lock_path: None,
+            mode,
         })
     }
 
@@ -172,6 +183,9 @@ impl Coordinator {
     /// the next open).
     pub(crate) fn commit(&self, broker: &BrokerInner, c: Commit<'_>) -> Result<Vec<u64>> {
         let mut st = lock(&self.state);
+        // Shared mode: the directory's transaction lock, held to the end,
+        // and what the other processes committed.
+        let _held = self.hold(&mut st, broker, false)?;
         let current = c.identity.current_epoch();
         if current != c.epoch {
             return Err(Error::ProducerFenced {
@@ -180,7 +194,7 @@ impl Coordinator {
                 current_epoch: current,
             });
         }
-        if st.journal.len() > COMPACT_AT {
+        if st.journal.len() > self.compact_at() {
             compact(&mut st, broker)?;
         }
         check_members(broker, &c.offsets)?;
@@ -219,6 +233,7 @@ impl Coordinator {
                 })
                 .collect(),
             offsets: c.offsets,
+            shared: self.lock_path.is_some(),
         };
         st.journal.append(&Entry::Commit(record.clone()), c.sync)?;
         st.next_txn += 1;
@@ -239,8 +254,15 @@ impl Coordinator {
             st.touched.insert((p.topic.clone(), p.partition));
         }
         if record.offsets.is_empty() {
-            // Nothing to note: only offsets are applied again at open.
             commit_step(CommitStep::OffsetsApplied);
+            // Exclusive mode: nothing to note (only offsets are applied
+            // again at open). Shared mode: the others must know that
+            // nothing is left to finish.
+            if self.lock_path.is_some() {
+                if let Err(e) = st.journal.append(&Entry::Applied { txn }, false) {
+                    ::log::warn!("noting transaction {txn} applied: {e}");
+                }
+            }
             return Ok(firsts);
         }
         // Not noted as applied (nor the log emptied) until the offsets
@@ -250,7 +272,12 @@ impl Coordinator {
             .inspect(|()| commit_step(CommitStep::OffsetsApplied))
             .and_then(|()| st.journal.append(&Entry::Applied { txn }, false));
         if let Err(e) = applied {
-            st.pending.push(record);
+            if self.lock_path.is_some() {
+                // Any process's next commit finishes it.
+                st.loaded.push(record);
+            } else {
+                st.pending.push(record);
+            }
             return Err(e);
         }
         Ok(firsts)
@@ -258,6 +285,9 @@ impl Coordinator {
 
     /// At a clean close, after every log was flushed: empties the log.
     pub(crate) fn close(&self) {
+        if self.lock_path.is_some() {
+            return; // other processes may have commits to finish
+        }
         let mut st = lock(&self.state);
         if st.journal.len() > 0 && st.pending.is_empty() {
             let next = st.next_txn;
@@ -269,11 +299,28 @@ impl Coordinator {
 }
 
 /// Whether the transaction log of data directory `dir` holds commit
-/// records: an exclusive session is open, or ended without closing (its
-/// last commits may need their markers, and their first batches' lengths,
-/// written back by an exclusive open).
-pub(crate) fn has_commits(dir: &Path) -> Result<bool> {
-    Ok(!Journal::open_read(dir)?.commits.is_empty())
+/// records of an exclusive session: one is open, or ended without closing
+/// (its last commits may need their markers, and their first batches'
+/// lengths, written back by an exclusive open).
+pub(crate) fn has_exclusive_commits(dir: &Path) -> Result<bool> {
+    Ok(Journal::open_read(dir)?.commits.iter().any(|c| !c.shared))
+}
+
+/// What recovery asks about unmarked transaction data, from the log of
+/// data directory `dir` as it is (shared mode, the check after a restart
+/// of the machine).
+pub(crate) fn committed_runs_in(dir: &Path) -> Result<CommittedRuns> {
+    let mut set = HashMap::new();
+    for c in Journal::open_read(dir)?.commits {
+        for p in c.parts {
+            set.insert((p.topic, p.partition, p.first), p.first_len);
+        }
+    }
+    Ok(CommittedRuns(Arc::new(
+        move |topic: &str, partition, first| {
+            set.get(&(topic.to_owned(), partition, first)).copied()
+        },
+    )))
 }
 
 /// The commit marker of `c`.
@@ -336,11 +383,13 @@ fn apply_offsets(broker: &BrokerInner, offsets: &[OffsetRecord]) -> Result<()> {
 /// Makes every marker of the transactions in the log durable (their
 /// partitions flushed), then empties the log.
 fn compact(st: &mut State, broker: &BrokerInner) -> Result<()> {
-    if !st.pending.is_empty() {
+    if !st.pending.is_empty() || !st.loaded.is_empty() {
         return Ok(());
     }
     for (topic, partition) in &st.touched {
         if let Ok(log) = broker.topic(topic).and_then(|t| t.partition(*partition)) {
+            // Shared mode: markers other processes wrote are flushed too.
+            log.catch_up()?;
             log.flush()?;
         }
     }

@@ -1,0 +1,378 @@
+//! Transactions in shared mode: committed from several processes at once,
+//! whole or absent to readers in every process; a committer killed at
+//! every step of its commit leaves its transaction whole (after the commit
+//! point) or absent (before it), whichever process finishes it: one that
+//! appends to a partition, the next commit of another, the next open in
+//! shared or exclusive mode, the first open after a restart of the machine
+//! (which checks every log as after a power loss).
+#![allow(clippy::unwrap_used)]
+
+mod shared_mode_procs;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use mqlite::faults::{self, CommitStep};
+use mqlite::{Acks, Broker, ConsumerConfig, ProducerConfig, Record, TopicConfig};
+use shared_mode_procs::{
+    exclusive, ok, pick, read_all, read_lines, request_stop, shared, spawn, ChildEnv, Dirs,
+    Journal, Rng,
+};
+
+/// The partitions every transaction here writes.
+const PARTS: [(&str, u32); 3] = [("a", 0), ("a", 1), ("b", 0)];
+
+#[test]
+#[ignore = "a child process of the tests in this file"]
+fn child() {
+    let Some(env) = ChildEnv::get() else {
+        return;
+    };
+    match env.role.as_str() {
+        "crash" => crash_child(&env),
+        "committer" => committer_child(&env),
+        "after_restart" => after_restart_child(&env),
+        other => panic!("unknown role {other}"),
+    }
+}
+
+fn prepare(dirs: &Dirs) {
+    let mq = Broker::open(&dirs.data, shared()).unwrap();
+    mq.create_topic("a", TopicConfig::new(2)).unwrap();
+    mq.create_topic("b", TopicConfig::new(1)).unwrap();
+    mq.close().unwrap();
+}
+
+/// Sends `n` records of transaction `tag` over the three partitions.
+fn send_some(tx: &mqlite::Transaction, tag: &str, n: usize) {
+    for i in 0..n {
+        let (topic, p) = PARTS[i % 3];
+        ok(
+            "send",
+            tx.send(Record::new(topic).partition(p).value(format!("{tag}-{i}"))),
+        );
+    }
+}
+
+/// Every value of the three partitions, as `mq` reads them.
+fn values(mq: &Broker) -> Vec<String> {
+    let mut all = Vec::new();
+    for (t, p) in PARTS {
+        all.extend(
+            read_all(mq, t, p)
+                .into_iter()
+                .map(|(_, v)| String::from_utf8(v).unwrap()),
+        );
+    }
+    all
+}
+
+fn count(all: &[String], prefix: &str) -> usize {
+    all.iter().filter(|v| v.starts_with(prefix)).count()
+}
+
+const STEPS: [(&str, CommitStep); 6] = [
+    ("written", CommitStep::DataWritten),
+    ("synced", CommitStep::DataSynced),
+    ("committed", CommitStep::Committed),
+    ("part", CommitStep::PartPublished),
+    ("published", CommitStep::Published),
+    ("offsets", CommitStep::OffsetsApplied),
+];
+
+/// One committed transaction, then a second during whose commit the
+/// child kills itself at the step named by its argument (`<step>`), with
+/// `acks=all`.
+fn crash_child(env: &ChildEnv) {
+    let step = STEPS.iter().find(|(n, _)| *n == env.arg).unwrap().1;
+    let mq = ok("open", Broker::open(&env.data, shared()));
+    let plain = ok("producer", mq.producer(ProducerConfig::default()));
+    for i in 0..3 {
+        ok(
+            "send",
+            plain.send(Record::new("b").value(format!("in-{i}"))),
+        );
+    }
+    let p = ok(
+        "producer",
+        mq.producer(
+            ProducerConfig::default()
+                .transactional_id("etl")
+                .acks(Acks::All),
+        ),
+    );
+    let tx = ok("begin", p.begin_transaction());
+    send_some(&tx, "first", 6);
+    ok("offsets", tx.send_offsets_to("g", &[("b", 0, 1, "")]));
+    ok("commit", tx.commit());
+    faults::set_commit_hook(Some(std::sync::Arc::new(move |s| {
+        if s == step {
+            // SAFETY: kill(2) on this process with SIGKILL.
+            unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+        }
+    })));
+    let tx = ok("begin", p.begin_transaction());
+    send_some(&tx, "second", 6);
+    ok("offsets", tx.send_offsets_to("g", &[("b", 0, 3, "")]));
+    let _ = tx.commit();
+    std::process::exit(0);
+}
+
+/// Runs the crash child to `step` in a prepared directory; whether its
+/// second transaction passed its commit point.
+fn crash_at(dirs: &Dirs, step: &str, name: &str) -> bool {
+    let mut child = spawn("crash", name, dirs, step);
+    let status = child.wait_for(Duration::from_secs(60)).unwrap();
+    assert!(!status.success(), "{step}: {status}\n{}", child.output());
+    assert!(
+        !child.output().contains("ERROR"),
+        "{step}:\n{}",
+        child.output()
+    );
+    !matches!(step, "written" | "synced")
+}
+
+/// The committed offset of group `g` on b/0.
+fn committed_offset(mq: &Broker) -> u64 {
+    let mut c = mq.consumer(ConsumerConfig::group("g")).unwrap();
+    c.subscribe(&["b"]).unwrap();
+    c.committed("b", 0).unwrap().unwrap().offset
+}
+
+/// Checks what the three partitions hold after the crash at `step`.
+fn check_after(mq: &Broker, step: &str, committed: bool, how: &str) {
+    let all = values(mq);
+    let at = format!("step {step}, finished by {how}");
+    assert_eq!(count(&all, "first-"), 6, "{at}: {all:?}");
+    assert_eq!(count(&all, "in-"), 3, "{at}: {all:?}");
+    let whole = if committed { 6 } else { 0 };
+    assert_eq!(count(&all, "second-"), whole, "{at}: {all:?}");
+    assert_eq!(committed_offset(mq), if committed { 3 } else { 1 }, "{at}");
+    // Appends go on at the end, after any marker written back.
+    let plain = mq.producer(ProducerConfig::default()).unwrap();
+    for (t, p) in PARTS {
+        let md = plain
+            .send(Record::new(t).partition(p).value("after"))
+            .unwrap();
+        assert_eq!(
+            md.offset + 1,
+            mq.topic(t).unwrap().partitions[p as usize].end_offset,
+            "{at}"
+        );
+    }
+}
+
+#[test]
+fn a_committer_killed_at_every_step_leaves_its_transaction_whole_or_absent() {
+    for (step, _) in STEPS {
+        // Finished by a process that was open all along: its appends take
+        // each partition's append lock over from the dead committer, and
+        // its next commit finishes the offsets.
+        let dirs = Dirs::new();
+        prepare(&dirs);
+        let mq = Broker::open(&dirs.data, shared()).unwrap();
+        let committed = crash_at(&dirs, step, "crash-live");
+        let plain = mq.producer(ProducerConfig::default()).unwrap();
+        for (t, p) in PARTS {
+            plain
+                .send(Record::new(t).partition(p).value("bump"))
+                .unwrap();
+        }
+        let all = values(&mq);
+        assert_eq!(
+            count(&all, "second-"),
+            if committed { 6 } else { 0 },
+            "step {step}, appends: {all:?}"
+        );
+        let p = mq
+            .producer(ProducerConfig::default().transactional_id("other"))
+            .unwrap();
+        let tx = p.begin_transaction().unwrap();
+        tx.send(Record::new("b").value("other-0")).unwrap();
+        tx.commit().unwrap();
+        check_after(&mq, step, committed, "a live process");
+        drop((p, plain));
+        mq.close().unwrap();
+
+        // Finished by the next shared open, before anything is appended.
+        let dirs = Dirs::new();
+        prepare(&dirs);
+        let committed = crash_at(&dirs, step, "crash-open");
+        let mq = Broker::open(&dirs.data, shared()).unwrap();
+        check_after(&mq, step, committed, "a shared open");
+        mq.close().unwrap();
+
+        // Finished by the next exclusive open.
+        let dirs = Dirs::new();
+        prepare(&dirs);
+        let committed = crash_at(&dirs, step, "crash-excl");
+        let mq = Broker::open(&dirs.data, exclusive()).unwrap();
+        check_after(&mq, step, committed, "an exclusive open");
+        mq.close().unwrap();
+        // And shared mode goes on from there.
+        let mq = Broker::open(&dirs.data, shared()).unwrap();
+        assert_eq!(
+            count(&values(&mq), "second-"),
+            if committed { 6 } else { 0 }
+        );
+        mq.close().unwrap();
+    }
+}
+
+/// The first open after a restart of the machine (a new boot id: the
+/// open checks every partition as after a power loss, then finishes the
+/// transactions): prints `seconds <n>` and `offset <o>`.
+fn after_restart_child(env: &ChildEnv) {
+    faults::set_boot_id(Some(0x5eed_0000_0000_0000_0000_0000_0000_0001));
+    let mq = ok("open", Broker::open(&env.data, shared()));
+    println!("seconds {}", count(&values(&mq), "second-"));
+    println!("offset {}", committed_offset(&mq));
+    ok("close", mq.close());
+}
+
+#[test]
+fn the_first_open_after_a_restart_keeps_a_committed_transaction() {
+    for (step, _) in STEPS {
+        let dirs = Dirs::new();
+        prepare(&dirs);
+        let committed = crash_at(&dirs, step, "crash");
+        let mut child = spawn("after_restart", "restart", &dirs, "");
+        child.expect_success(Duration::from_secs(60));
+        let whole = if committed { 6 } else { 0 };
+        assert_eq!(
+            child.line("seconds"),
+            Some(format!("seconds {whole}")),
+            "step {step}:\n{}",
+            child.output()
+        );
+        let offset = if committed { 3 } else { 1 };
+        assert_eq!(child.line("offset"), Some(format!("offset {offset}")));
+        // The next open (no restart) agrees.
+        let mq = Broker::open(&dirs.data, shared()).unwrap();
+        check_after(&mq, step, committed, "the first open after a restart");
+        mq.close().unwrap();
+    }
+}
+
+/// Commits transactions of three records (one per partition) in a loop
+/// until asked to stop, as transactional id `<name>`; journals each
+/// committed one (`c <incarnation>:<i>`) after its commit returned. The
+/// argument is the incarnation. Every other transaction also commits a
+/// group offset.
+fn committer_child(env: &ChildEnv) {
+    let inc: u64 = env.arg.parse().unwrap();
+    let mq = ok("open", Broker::open(&env.data, shared()));
+    let p = ok(
+        "producer",
+        mq.producer(ProducerConfig::default().transactional_id(&env.name)),
+    );
+    let plain = ok("producer", mq.producer(ProducerConfig::default()));
+    let mut journal = Journal::open(&env.file(&format!("{}.journal", env.name)));
+    env.ready();
+    let mut i = 0u64;
+    while !env.stopping() {
+        let tx = ok("begin", p.begin_transaction());
+        for (k, (t, part)) in PARTS.iter().enumerate() {
+            let v = format!("{}:{inc}:{i}:{k}", env.name);
+            ok("send", tx.send(Record::new(*t).partition(*part).value(v)));
+        }
+        if i.is_multiple_of(2) {
+            ok(
+                "offsets",
+                tx.send_offsets_to(&format!("g-{}", env.name), &[("a", 0, i, "")]),
+            );
+        }
+        ok("commit", tx.commit());
+        journal.line(&format!("c {inc}:{i}"));
+        ok(
+            "plain",
+            plain.send(Record::new("a").partition(1).value("plain")),
+        );
+        i += 1;
+    }
+}
+
+#[test]
+fn transactions_from_processes_killed_at_random_are_whole_or_absent() {
+    let dirs = Dirs::new();
+    prepare(&dirs);
+    let names = ["t1", "t2"];
+    let mut rng = Rng::new("shared-mode transactions storm");
+    let mut inc = [0u64; 2];
+    let mut procs: Vec<_> = names
+        .iter()
+        .map(|n| spawn("committer", n, &dirs, "0"))
+        .collect();
+    for p in &mut procs {
+        p.wait_ready(Duration::from_secs(60));
+    }
+    let kills = pick(8, 60);
+    // A reader in this process sees every transaction whole while they run.
+    let mq = Broker::open(&dirs.data, shared()).unwrap();
+    for round in 0..kills {
+        std::thread::sleep(Duration::from_millis(rng.range(50, 250)));
+        let w = (round % 2) as usize;
+        procs[w].kill9();
+        check_whole(&mq, false);
+        inc[w] += 1;
+        procs[w] = spawn("committer", names[w], &dirs, &inc[w].to_string());
+        procs[w].wait_ready(Duration::from_secs(60));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    request_stop(&dirs.work);
+    for p in &mut procs {
+        p.expect_success(Duration::from_secs(60));
+    }
+    drop(mq);
+    let mq = Broker::open(&dirs.data, shared()).unwrap();
+    let seen = check_whole(&mq, true);
+    for n in names {
+        let journal = read_lines(&dirs.work.join(format!("{n}.journal")));
+        assert!(!journal.is_empty(), "{n} committed nothing");
+        for line in journal {
+            let id = line.trim_start_matches("c ");
+            assert!(
+                seen.contains(&format!("{n}:{id}")),
+                "{n} {id}: acknowledged, not found"
+            );
+        }
+    }
+    mq.close().unwrap();
+}
+
+/// Reads the three partitions through `mq` and checks that each holds
+/// the transactions' records in the order each process committed them.
+/// With `settled` (nothing runs), also that every transaction is whole:
+/// its three records, one in each partition. (While others commit, a
+/// transaction can be published in one partition and not yet in the next,
+/// as in Kafka.) Returns the transactions found
+/// (`<name>:<incarnation>:<i>`).
+fn check_whole(mq: &Broker, settled: bool) -> BTreeSet<String> {
+    let mut parts: BTreeMap<String, BTreeSet<u64>> = BTreeMap::new();
+    for (k, (t, p)) in PARTS.iter().enumerate() {
+        let records = read_all(mq, t, *p);
+        let mut last: BTreeMap<String, (u64, u64)> = BTreeMap::new();
+        for (_, v) in &records {
+            let v = String::from_utf8(v.clone()).unwrap();
+            if v == "plain" {
+                continue;
+            }
+            let f: Vec<&str> = v.split(':').collect();
+            assert_eq!(f.len(), 4, "{v}");
+            assert_eq!(f[3], k.to_string(), "{v} in {t}/{p}");
+            let (inc, i): (u64, u64) = (f[1].parse().unwrap(), f[2].parse().unwrap());
+            if let Some(prev) = last.insert(f[0].to_owned(), (inc, i)) {
+                assert!(prev < (inc, i), "{v} after {prev:?} in {t}/{p}");
+            }
+            parts
+                .entry(format!("{}:{inc}:{i}", f[0]))
+                .or_default()
+                .insert(k as u64);
+        }
+    }
+    if settled {
+        let torn: Vec<_> = parts.iter().filter(|(_, ks)| ks.len() != 3).collect();
+        assert!(torn.is_empty(), "transactions not whole: {torn:?}");
+    }
+    parts.into_keys().collect()
+}
