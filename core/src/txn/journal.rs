@@ -10,7 +10,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -113,11 +113,10 @@ impl Loaded {
     }
 }
 
-/// Whether `a` and `b` are the same file.
-fn same_file(a: &File, b: &File) -> std::io::Result<bool> {
-    use std::os::unix::fs::MetadataExt;
-    let (a, b) = (a.metadata()?, b.metadata()?);
-    Ok(a.dev() == b.dev() && a.ino() == b.ino())
+/// The device and inode of `file`.
+fn file_ident(file: &File) -> std::io::Result<(u64, u64)> {
+    let m = file.metadata()?;
+    Ok((m.dev(), m.ino()))
 }
 
 /// The commit record of the transaction whose data in `topic`/`partition`
@@ -146,6 +145,9 @@ pub(crate) struct Journal {
     path: PathBuf,
     /// `None` until the first entry (see [`Journal::open`]).
     file: Option<File>,
+    /// Device and inode of `file` (shared mode: whether another process
+    /// replaced the log since).
+    ident: Option<(u64, u64)>,
     /// Bytes of whole entries.
     len: u64,
     mode: u32,
@@ -195,6 +197,7 @@ impl Journal {
         let mut journal = Journal {
             path,
             file: None,
+            ident: None,
             len: 0,
             mode,
         };
@@ -223,7 +226,7 @@ impl Journal {
                 .map_err(|e| Error::io(format!("truncating {}", path.display()), e))?;
         }
         loaded.take(entries);
-        journal.file = Some(file);
+        journal.set_file(file);
         journal.len = good as u64;
         Ok((journal, loaded))
     }
@@ -236,21 +239,27 @@ impl Journal {
     pub(crate) fn refresh(&mut self) -> Result<(Loaded, bool)> {
         let path = self.path.clone();
         let mut loaded = Loaded::default();
+        // Most often nobody else committed since: one stat says so.
+        match std::fs::metadata(&path) {
+            Ok(m) if self.ident == Some((m.dev(), m.ino())) && m.len() == self.len => {
+                return Ok((loaded, false));
+            }
+            _ => {}
+        }
         let mut file = match OpenOptions::new().read(true).append(true).open(&path) {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 let replaced = self.file.is_some();
                 self.file = None;
+                self.ident = None;
                 self.len = 0;
                 return Ok((loaded, replaced));
             }
             Err(e) => return Err(Error::io(format!("opening {}", path.display()), e)),
         };
-        let same = match &self.file {
-            Some(old) => same_file(old, &file)
-                .map_err(|e| Error::io(format!("reading {}", path.display()), e))?,
-            None => false,
-        };
+        let ident =
+            file_ident(&file).map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
+        let same = self.ident == Some(ident);
         let from = if same { self.len } else { 0 };
         let mut bytes = Vec::new();
         file.seek(SeekFrom::Start(from))
@@ -269,8 +278,15 @@ impl Journal {
         loaded.take(entries);
         let replaced = !same && self.file.is_some();
         self.file = Some(file);
+        self.ident = Some(ident);
         self.len = from + good as u64;
         Ok((loaded, replaced))
+    }
+
+    /// Makes `file` the open log.
+    fn set_file(&mut self, file: File) {
+        self.ident = file_ident(&file).ok();
+        self.file = Some(file);
     }
 
     /// The log of data directory `dir`, not read yet (shared mode: the
@@ -279,6 +295,7 @@ impl Journal {
         Journal {
             path: dir.join(FILE_NAME),
             file: None,
+            ident: None,
             len: 0,
             mode,
         }
@@ -317,7 +334,7 @@ impl Journal {
             if let Some(dir) = self.path.parent() {
                 crate::log::PartitionLog::sync_dir(dir)?;
             }
-            self.file = Some(f);
+            self.set_file(f);
         }
         Ok(self.file.as_mut().expect("just opened"))
     }
@@ -360,7 +377,7 @@ impl Journal {
             .append(true)
             .open(&self.path)
             .map_err(|e| Error::io(format!("opening {}", self.path.display()), e))?;
-        self.file = Some(file);
+        self.set_file(file);
         self.len = bytes.len() as u64;
         Ok(())
     }
@@ -433,5 +450,45 @@ mod tests {
         drop(j);
         let (_, l) = Journal::open(tmp.path(), 0o600).unwrap();
         assert_eq!((l.commits.len(), l.next_txn), (0, 42));
+    }
+
+    #[test]
+    fn refresh_takes_in_what_another_writer_appended_or_replaced() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut mine = Journal::unread(tmp.path(), 0o600);
+        let mut other = Journal::unread(tmp.path(), 0o600);
+        assert_eq!(mine.refresh().unwrap().0.commits.len(), 0);
+        other.append(&commit(0), false).unwrap();
+        other.append(&Entry::Applied { txn: 0 }, false).unwrap();
+        let (l, replaced) = mine.refresh().unwrap();
+        assert!(!replaced);
+        assert_eq!((l.commits.len(), l.next_txn), (1, 1));
+        assert!(l.applied.contains(&0));
+        // Nothing new: nothing read.
+        let (l, _) = mine.refresh().unwrap();
+        assert!(l.commits.is_empty() && l.applied.is_empty());
+        // Its own entries are not read back.
+        mine.append(&commit(1), false).unwrap();
+        assert!(mine.refresh().unwrap().0.commits.is_empty());
+        // The other empties the log (a new file) and commits again.
+        other.refresh().unwrap();
+        other.reset(2).unwrap();
+        other.append(&commit(2), false).unwrap();
+        let (l, replaced) = mine.refresh().unwrap();
+        assert!(replaced);
+        assert_eq!(l.commits.iter().map(|c| c.txn).collect::<Vec<_>>(), [2]);
+        assert_eq!(l.next_txn, 3);
+        // A writer that died mid-entry: the torn entry is cut.
+        let path = tmp.path().join(FILE_NAME);
+        let whole = std::fs::metadata(&path).unwrap().len();
+        let torn = frame(&commit(3));
+        let mut f = OpenOptions::new().append(true).open(&path).unwrap();
+        f.write_all(&torn[..torn.len() / 2]).unwrap();
+        assert!(mine.refresh().unwrap().0.commits.is_empty());
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), whole);
+        mine.append(&commit(3), false).unwrap();
+        other.refresh().unwrap();
+        let (_, l) = Journal::open(tmp.path(), 0o600).unwrap();
+        assert_eq!(l.commits.iter().map(|c| c.txn).collect::<Vec<_>>(), [2, 3]);
     }
 }

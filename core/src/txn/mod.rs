@@ -79,6 +79,8 @@ struct State {
     /// The partitions written by transactions in the log: their markers
     /// are made durable before the log is emptied.
     touched: HashSet<(String, u32)>,
+    /// Shared mode: the directory's transaction lock file, once opened.
+    lock_file: Option<Arc<std::fs::File>>,
 }
 
 /// A transaction to commit, its records grouped by partition.
@@ -118,6 +120,7 @@ impl Coordinator {
                 applied,
                 pending: Vec::new(),
                 touched,
+                lock_file: None,
             }),
             committed: Arc::new(committed),
             lock_path: None,

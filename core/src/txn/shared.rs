@@ -15,14 +15,26 @@
 //! that note, so the log is emptied only when nothing is left to finish.
 
 use std::collections::{HashMap, HashSet};
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use super::journal::{CommitRecord, Entry, Journal};
 use super::{apply_offsets, marker_of, Coordinator, State};
 use crate::broker::BrokerInner;
-use crate::error::Result;
-use crate::shared::LiveLock;
+use crate::error::{IoContext, Result};
+
+/// The directory's transaction lock, held; let go when dropped.
+pub(super) struct Held(Arc<File>);
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        // Closing the file (at the engine's close, or the process's end)
+        // lets go too.
+        let _ = self.0.unlock();
+    }
+}
 
 /// The directory's transaction lock file.
 pub(crate) const LOCK_FILE: &str = "TXN";
@@ -40,6 +52,7 @@ impl Coordinator {
                 applied: HashSet::new(),
                 pending: Vec::new(),
                 touched: HashSet::new(),
+                lock_file: None,
             }),
             committed: Arc::new(HashMap::new()),
             lock_path: Some(dir.join(LOCK_FILE)),
@@ -69,11 +82,26 @@ impl Coordinator {
         st: &mut State,
         broker: &BrokerInner,
         all: bool,
-    ) -> Result<Option<LiveLock>> {
+    ) -> Result<Option<Held>> {
         let Some(path) = &self.lock_path else {
             return Ok(None);
         };
-        let held = LiveLock::hold(path, self.mode)?;
+        // Opened once, locked for each commit.
+        let file = if let Some(f) = &st.lock_file {
+            Arc::clone(f)
+        } else {
+            let f = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .mode(self.mode)
+                .open(path)
+                .ctx(|| format!("opening {}", path.display()))?;
+            Arc::clone(st.lock_file.insert(Arc::new(f)))
+        };
+        file.lock().ctx(|| format!("locking {}", path.display()))?;
+        let held = Held(file);
         let (new, replaced) = st.journal.refresh()?;
         if replaced {
             // Emptied by another process: everything in it was finished.
