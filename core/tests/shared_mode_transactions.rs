@@ -4,7 +4,8 @@
 //! point) or absent (before it), whichever process finishes it: one that
 //! appends to a partition, the next commit of another, the next open in
 //! shared or exclusive mode, the first open after a restart of the machine
-//! (which checks every log as after a power loss).
+//! (which checks every log as after a power loss). A newer producer of a
+//! transactional id in another process fences the older.
 #![allow(clippy::unwrap_used)]
 
 mod shared_mode_procs;
@@ -32,6 +33,18 @@ fn child() {
         "crash" => crash_child(&env),
         "committer" => committer_child(&env),
         "after_restart" => after_restart_child(&env),
+        "newer" => {
+            // A newer producer of transactional id `etl`, which fences the
+            // parent's; then one committed transaction.
+            let mq = ok("open", Broker::open(&env.data, shared()));
+            let p = ok(
+                "producer",
+                mq.producer(ProducerConfig::default().transactional_id("etl")),
+            );
+            let tx = ok("begin", p.begin_transaction());
+            ok("send", tx.send(Record::new("b").value("newer")));
+            ok("commit", tx.commit());
+        }
         other => panic!("unknown role {other}"),
     }
 }
@@ -217,6 +230,28 @@ fn a_committer_killed_at_every_step_leaves_its_transaction_whole_or_absent() {
         );
         mq.close().unwrap();
     }
+}
+
+#[test]
+fn a_newer_producer_in_another_process_fences_the_older() {
+    let dirs = Dirs::new();
+    prepare(&dirs);
+    let mq = Broker::open(&dirs.data, shared()).unwrap();
+    let p = mq
+        .producer(ProducerConfig::default().transactional_id("etl"))
+        .unwrap();
+    let tx = p.begin_transaction().unwrap();
+    tx.send(Record::new("b").value("older")).unwrap();
+    spawn("newer", "newer", &dirs, "").expect_success(Duration::from_secs(60));
+    let e = tx.commit().unwrap_err();
+    assert_eq!(e.kind(), mqlite::ErrorKind::ProducerFenced, "{e}");
+    let all = values(&mq);
+    assert_eq!(all, ["newer"], "the fenced transaction wrote nothing");
+    assert_eq!(
+        p.begin_transaction().unwrap_err().kind(),
+        mqlite::ErrorKind::ProducerFenced
+    );
+    mq.close().unwrap();
 }
 
 /// The first open after a restart of the machine (a new boot id: the
