@@ -33,6 +33,7 @@ fn child() {
         "crash" => crash_child(&env),
         "committer" => committer_child(&env),
         "after_restart" => after_restart_child(&env),
+        "recreate" => recreate_child(&env),
         "newer" => {
             // A newer producer of transactional id `etl`, which fences the
             // parent's; then one committed transaction.
@@ -251,6 +252,67 @@ fn a_newer_producer_in_another_process_fences_the_older() {
         p.begin_transaction().unwrap_err().kind(),
         mqlite::ErrorKind::ProducerFenced
     );
+    mq.close().unwrap();
+}
+
+/// Commits a transaction over a/0, a/1 and b/0, deletes topic `a` and
+/// creates it again, then dies before the commit point of a second
+/// transaction just like the first (its parts at the same offsets, of the
+/// same lengths, as the first's, whose commit record is still in the log).
+fn recreate_child(env: &ChildEnv) {
+    let mq = ok("open", Broker::open(&env.data, shared()));
+    let p = ok(
+        "producer",
+        mq.producer(ProducerConfig::default().transactional_id("etl")),
+    );
+    let tx = ok("begin", p.begin_transaction());
+    send_some(&tx, "first", 6);
+    ok("commit", tx.commit());
+    ok("delete", mq.delete_topic("a"));
+    ok("create", mq.create_topic("a", TopicConfig::new(2)));
+    faults::set_commit_hook(Some(std::sync::Arc::new(move |s| {
+        if s == CommitStep::DataWritten {
+            // SAFETY: kill(2) on this process with SIGKILL.
+            unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+        }
+    })));
+    let tx = ok("begin", p.begin_transaction());
+    send_some(&tx, "first", 6);
+    let _ = tx.commit();
+    std::process::exit(0);
+}
+
+#[test]
+fn a_commit_record_of_a_deleted_topic_finishes_nothing_in_its_successor() {
+    let dirs = Dirs::new();
+    prepare(&dirs);
+    let mut child = spawn("recreate", "recreate", &dirs, "");
+    let status = child.wait_for(Duration::from_secs(60)).unwrap();
+    assert!(
+        !status.success() && !child.output().contains("ERROR"),
+        "{}",
+        child.output()
+    );
+    let mq = Broker::open(&dirs.data, shared()).unwrap();
+    let plain = mq.producer(ProducerConfig::default()).unwrap();
+    for (t, p) in PARTS {
+        plain
+            .send(Record::new(t).partition(p).value("bump"))
+            .unwrap();
+    }
+    let got: Vec<Vec<String>> = PARTS
+        .iter()
+        .map(|(t, p)| {
+            read_all(&mq, t, *p)
+                .into_iter()
+                .map(|(_, v)| String::from_utf8(v).unwrap())
+                .collect()
+        })
+        .collect();
+    assert_eq!(got[0], ["bump"], "a/0");
+    assert_eq!(got[1], ["bump"], "a/1");
+    assert_eq!(got[2], ["first-2", "first-5", "bump"], "b/0");
+    drop(plain);
     mq.close().unwrap();
 }
 

@@ -50,6 +50,8 @@ pub(crate) struct PreparedPart<'a> {
     producer: ProducerFields,
     /// The first batch's length field, written at the commit.
     first_len: u32,
+    /// The first batch's CRC32C field.
+    first_crc: u32,
     published: bool,
     /// Shared mode: the partition's append lock (let go after `w`).
     shared: Option<AppendGuard<'a>>,
@@ -127,7 +129,7 @@ impl PartitionLog {
         }
         let mut max_ts = i64::MIN;
         let mut next = first;
-        let first_len;
+        let (first_len, first_crc);
         {
             let Writer {
                 active,
@@ -147,6 +149,7 @@ impl PartitionLog {
             // every reader (and a recovery that does not know of the
             // commit) the data ends here.
             first_len = u32::from_le_bytes([buf[8], buf[9], buf[10], buf[11]]);
+            first_crc = u32::from_le_bytes([buf[12], buf[13], buf[14], buf[15]]);
             buf[8..12].fill(0);
         }
         Ok(PreparedPart {
@@ -159,6 +162,7 @@ impl PartitionLog {
             max_ts,
             producer,
             first_len,
+            first_crc,
             published: false,
             shared,
         })
@@ -175,6 +179,11 @@ impl PreparedPart<'_> {
     /// see [`PreparedPart::publish`]).
     pub(crate) fn first_len(&self) -> u32 {
         self.first_len
+    }
+
+    /// The CRC32C field of its first batch.
+    pub(crate) fn first_crc(&self) -> u32 {
+        self.first_crc
     }
 
     /// The offset its commit marker will take.
@@ -316,7 +325,8 @@ impl PartitionLog {
     pub(super) fn restore_committed(&self, w: &mut Writer, root: &Path, dirty_to: usize) -> bool {
         let end = w.active.end();
         let first = w.next_offset;
-        if dirty_to < end + batch::LENGTH_PREFIX {
+        // The prefix and the CRC field, at least.
+        if dirty_to < end + batch::LENGTH_PREFIX + 4 {
             return false;
         }
         let (base, length) = {
@@ -361,6 +371,10 @@ impl PartitionLog {
             ..
         } = &mut *w;
         let buf = active.reserve(active_writer, dirty_to - end);
+        let crc = u32::from_le_bytes([buf[12], buf[13], buf[14], buf[15]]);
+        if part.first_crc.is_some_and(|c| c != crc) {
+            return false; // another part at this offset (the topic made again)
+        }
         buf[8..12].copy_from_slice(&part.first_len.to_le_bytes());
         let (mut at, mut next, mut max_ts) = (0, first, i64::MIN);
         while next < part.marker {

@@ -35,6 +35,12 @@ pub(crate) struct PartRecord {
     /// The `length` field of its first batch, written in the log only after
     /// this record (recovery puts it back).
     pub first_len: u32,
+    /// The CRC32C field of its first batch (shared mode: a process that
+    /// finishes the part after its committer died checks that the data
+    /// is this part's, not one written at the same offset after the
+    /// topic was deleted and created again). Absent in older logs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_crc: Option<u32>,
 }
 
 /// A consumer group offset committed by a transaction.
@@ -410,6 +416,7 @@ mod tests {
                 first: 10,
                 marker: 12,
                 first_len: 80,
+                first_crc: Some(5),
             }],
             offsets: vec![],
             shared: false,

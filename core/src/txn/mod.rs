@@ -233,6 +233,7 @@ impl Coordinator {
                     first: p.first_offset(),
                     marker: p.marker_offset(),
                     first_len: p.first_len(),
+                    first_crc: Some(p.first_crc()),
                 })
                 .collect(),
             offsets: c.offsets,
