@@ -646,6 +646,59 @@ fn no_transaction_begins_once_the_broker_is_closed() {
     assert!(matches!(plain.begin_transaction(), Err(Error::Closed(_))));
 }
 
+const RECREATE_DIR: &str = "MQLITE_TXN_RECREATE_DIR";
+
+/// The child: commits a transaction, deletes topic `a` and creates it
+/// again, then dies before the commit point of a second transaction just
+/// like the first (its parts at the same offsets, of the same lengths, as
+/// the first's, whose commit record is still in the transaction log). A
+/// no-op in a normal test run.
+#[test]
+fn txn_recreate_child() {
+    let Ok(dir) = std::env::var(RECREATE_DIR) else {
+        return;
+    };
+    let mq = open(Path::new(&dir));
+    setup(&mq);
+    let p = txn_producer(&mq, "etl");
+    let tx = p.begin_transaction().unwrap();
+    send_some(&tx, "first", 6);
+    tx.commit().unwrap();
+    mq.delete_topic("a").unwrap();
+    mq.create_topic("a", TopicConfig::new(2)).unwrap();
+    faults::set_commit_hook(Some(std::sync::Arc::new(|s| {
+        if s == CommitStep::DataWritten {
+            // SAFETY: kill(2) on this process with SIGKILL.
+            unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+        }
+    })));
+    let tx = p.begin_transaction().unwrap();
+    send_some(&tx, "first", 6);
+    let _ = tx.commit();
+    std::process::exit(0);
+}
+
+#[test]
+fn a_commit_record_of_a_deleted_topic_keeps_nothing_of_its_successor() {
+    let tmp = tempfile::tempdir().unwrap();
+    let status = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "txn_recreate_child",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(RECREATE_DIR, tmp.path())
+        .status()
+        .unwrap();
+    assert!(!status.success());
+    let mq = open(tmp.path());
+    assert_eq!(values(&mq, "a", 0), Vec::<String>::new());
+    assert_eq!(values(&mq, "a", 1), Vec::<String>::new());
+    assert_eq!(values(&mq, "b", 0), ["first-2", "first-5"]);
+    mq.close().unwrap();
+}
+
 /// Runs the crash child to `step` (`acks=1`) in a fresh directory.
 fn crashed_at(step: &str) -> tempfile::TempDir {
     let tmp = tempfile::tempdir().unwrap();

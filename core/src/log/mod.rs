@@ -94,14 +94,26 @@ pub(crate) struct LogConfig {
 /// Whether the transaction that wrote data into partition `(topic,
 /// partition)` from an offset on committed (its commit record is in the
 /// data directory's transaction log), and if so the `length` field of its
-/// first batch: recovery's question about transaction data that a crash
+/// first batch and, when known, its CRC32C field: recovery's question about transaction data that a crash
 /// left at the end of a log without its marker (see `recover.rs`).
 #[derive(Clone)]
 pub(crate) struct CommittedRuns(pub Arc<CommittedFn>);
 
 /// The question [`CommittedRuns`] answers: `(topic, partition, first
 /// offset)`.
-pub(crate) type CommittedFn = dyn Fn(&str, u32, u64) -> Option<u32> + Send + Sync;
+pub(crate) type CommittedFn = dyn Fn(&str, u32, u64) -> Option<CommittedRun> + Send + Sync;
+
+/// What the transaction log says of a committed transaction's first batch
+/// in a partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct CommittedRun {
+    /// Its `length` field.
+    pub len: u32,
+    /// Its CRC32C field (unknown in logs written before it was kept): a
+    /// run at the same offset whose first batch has another is not this
+    /// transaction's (its topic was deleted and made again).
+    pub crc: Option<u32>,
+}
 
 impl std::fmt::Debug for CommittedRuns {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -200,7 +200,7 @@ impl PartitionLog {
                     config
                         .committed
                         .is_some()
-                        .then_some(&ask as &dyn Fn(u64) -> Option<u32>),
+                        .then_some(&ask as &dyn Fn(u64) -> Option<super::CommittedRun>),
                 )?;
                 if rec.truncated {
                     recovery.truncated_bytes += rec.truncated_bytes;

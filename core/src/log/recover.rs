@@ -70,7 +70,7 @@ pub(super) fn recover(
     max_batch: usize,
     trust_index: bool,
     mode: u32,
-    committed: Option<&dyn Fn(u64) -> Option<u32>>,
+    committed: Option<&dyn Fn(u64) -> Option<super::CommittedRun>>,
 ) -> Recovered {
     let clean = trust_index;
     let log_path = log.path().to_owned();
@@ -143,9 +143,21 @@ pub(super) fn recover(
                 // A transaction's first batch before its commit point has
                 // length 0: when the commit record says it committed, the
                 // length goes back and the scan goes on through it.
+                // Its CRC32C field tells it from a part written at the
+                // same offset after the topic was deleted and made again.
                 let length = committed
-                    .filter(|_| restored_at != Some(pos) && pos + batch::LENGTH_PREFIX <= limit)
+                    .filter(|_| restored_at != Some(pos) && pos + batch::LENGTH_PREFIX + 4 <= limit)
                     .and_then(|c| c(expected))
+                    .filter(|run| {
+                        let crc = u32::from_le_bytes([
+                            bytes[pos + 12],
+                            bytes[pos + 13],
+                            bytes[pos + 14],
+                            bytes[pos + 15],
+                        ]);
+                        run.crc.is_none_or(|c| c == crc)
+                    })
+                    .map(|run| run.len)
                     .filter(|&len| pos + batch::LENGTH_PREFIX + len as usize <= limit);
                 if let Some(len) = length {
                     bytes[pos + 8..pos + 12].copy_from_slice(&len.to_le_bytes());

@@ -396,7 +396,7 @@ impl Segment {
         interval: usize,
         max_batch: usize,
         trust_index: bool,
-        committed: Option<&dyn Fn(u64) -> Option<u32>>,
+        committed: Option<&dyn Fn(u64) -> Option<super::CommittedRun>>,
     ) -> Result<(Segment, SegmentWriter, Recovered)> {
         let (mut log, log_token, file_len) = MappedFile::open_writable(
             &segment_path(dir, base, "log"),

@@ -36,7 +36,7 @@ use crate::dedup::NamedIdentity;
 use crate::error::{Error, Result};
 use crate::faults::{commit_step, CommitStep};
 use crate::log::batch::{Marker, MarkerKind, ProducerFields, RecordRef};
-use crate::log::{now_ms, CommittedRuns, PartitionLog};
+use crate::log::{now_ms, CommittedRun, CommittedRuns, PartitionLog};
 use crate::offsets::CommittedOffset;
 use crate::sync::lock;
 pub(crate) use journal::{find_commit, OffsetRecord, PartRecord};
@@ -55,7 +55,7 @@ pub(crate) struct Coordinator {
     /// `(topic, partition, first offset)` of every transaction in the log
     /// at open, with its first batch's length: recovery puts the length
     /// back and keeps their unmarked data.
-    committed: Arc<HashMap<(String, u32, u64), u32>>,
+    committed: Arc<HashMap<(String, u32, u64), CommittedRun>>,
     /// Shared mode: the directory's transaction lock file.
     lock_path: Option<std::path::PathBuf>,
     /// Permission bits of the files it creates.
@@ -108,7 +108,13 @@ impl Coordinator {
         let mut touched = HashSet::new();
         for c in &commits {
             for p in &c.parts {
-                committed.insert((p.topic.clone(), p.partition, p.first), p.first_len);
+                committed.insert(
+                    (p.topic.clone(), p.partition, p.first),
+                    CommittedRun {
+                        len: p.first_len,
+                        crc: p.first_crc,
+                    },
+                );
                 touched.insert((p.topic.clone(), p.partition));
             }
         }
@@ -317,7 +323,11 @@ pub(crate) fn committed_runs_in(dir: &Path) -> Result<CommittedRuns> {
     let mut set = HashMap::new();
     for c in Journal::open_read(dir)?.commits {
         for p in c.parts {
-            set.insert((p.topic, p.partition, p.first), p.first_len);
+            let run = CommittedRun {
+                len: p.first_len,
+                crc: p.first_crc,
+            };
+            set.insert((p.topic, p.partition, p.first), run);
         }
     }
     Ok(CommittedRuns(Arc::new(
