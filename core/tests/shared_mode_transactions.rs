@@ -34,6 +34,11 @@ fn child() {
         "committer" => committer_child(&env),
         "after_restart" => after_restart_child(&env),
         "recreate" => recreate_child(&env),
+        "bulk" => {
+            let mq = ok("open", Broker::open(&env.data, shared()));
+            env.ready();
+            commit_many(&mq, &env.name, env.arg.parse().unwrap());
+        }
         "newer" => {
             // A newer producer of transactional id `etl`, which fences the
             // parent's; then one committed transaction.
@@ -313,6 +318,66 @@ fn a_commit_record_of_a_deleted_topic_finishes_nothing_in_its_successor() {
     assert_eq!(got[1], ["bump"], "a/1");
     assert_eq!(got[2], ["first-2", "first-5", "bump"], "b/0");
     drop(plain);
+    mq.close().unwrap();
+}
+
+/// Commits `n` transactions of two records (a/0, a/1), `<name>:<i>`, as
+/// transactional id `name`.
+fn commit_many(mq: &Broker, name: &str, n: u64) {
+    let p = ok(
+        "producer",
+        mq.producer(ProducerConfig::default().transactional_id(name)),
+    );
+    for i in 0..n {
+        let tx = ok("begin", p.begin_transaction());
+        for part in 0..2 {
+            let v = format!("{name}:{i}");
+            ok("send", tx.send(Record::new("a").partition(part).value(v)));
+        }
+        ok("commit", tx.commit());
+    }
+}
+
+#[test]
+fn the_transaction_log_is_emptied_while_processes_commit() {
+    // Enough commits from two processes for the log to pass the size at
+    // which a commit empties it (1 MiB: a commit record and its note take
+    // about 250 bytes), several times.
+    let n = pick(3000, 12_000);
+    let dirs = Dirs::new();
+    prepare(&dirs);
+    let mq = Broker::open(&dirs.data, shared()).unwrap();
+    let mut child = spawn("bulk", "bulk", &dirs, &n.to_string());
+    child.wait_ready(Duration::from_secs(60));
+    commit_many(&mq, "here", n);
+    child.expect_success(Duration::from_secs(300));
+    for p in 0..2 {
+        let mut next: BTreeMap<String, u64> = BTreeMap::new();
+        for (_, v) in read_all(&mq, "a", p) {
+            let v = String::from_utf8(v).unwrap();
+            let (name, i) = v.split_once(':').unwrap();
+            let due = next.entry(name.to_owned()).or_default();
+            assert_eq!(i.parse::<u64>().unwrap(), *due, "a/{p}: {v}");
+            *due += 1;
+        }
+        assert_eq!(next.values().copied().collect::<Vec<_>>(), [n, n], "a/{p}");
+    }
+    // Emptied: it starts with a `start` entry (a frame: length, CRC, JSON).
+    let log = std::fs::read(dirs.data.join("transactions.log")).unwrap();
+    assert!(
+        log.len() < 1 << 20,
+        "transactions.log holds {} bytes",
+        log.len()
+    );
+    let first = u32::from_le_bytes(log[..4].try_into().unwrap()) as usize;
+    let entry = String::from_utf8_lossy(&log[8..8 + first]);
+    assert!(entry.starts_with("{\"start\""), "{entry}");
+    mq.close().unwrap();
+    // The numbering went on across the emptying: a new producer commits
+    // and a fresh open finds nothing to finish.
+    let mq = Broker::open(&dirs.data, shared()).unwrap();
+    commit_many(&mq, "later", 3);
+    assert_eq!(read_all(&mq, "a", 0).len() as u64, 2 * n + 3);
     mq.close().unwrap();
 }
 
