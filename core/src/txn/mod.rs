@@ -151,25 +151,7 @@ impl Coordinator {
         let mut st = lock(&self.state);
         let applied = std::mem::take(&mut st.applied);
         for c in std::mem::take(&mut st.loaded) {
-            for p in &c.parts {
-                let Ok(log) = broker
-                    .topic(&p.topic)
-                    .and_then(|t| t.partition(p.partition))
-                else {
-                    continue; // deleted since
-                };
-                let marker = marker_of(&c);
-                if !log.append_commit_marker(p.marker, &marker)? && log.end_offset() < p.marker {
-                    ::log::error!(
-                        "transaction {} ({:?}): its data in {}/{} from offset {} is gone (not synced before a power loss?)",
-                        c.txn,
-                        c.transactional_id,
-                        p.topic,
-                        p.partition,
-                        p.first
-                    );
-                }
-            }
+            write_missing_markers(broker, &c)?;
             if !applied.contains(&c.txn) && !c.offsets.is_empty() {
                 apply_offsets(broker, &c.offsets)?;
                 st.journal.append(&Entry::Applied { txn: c.txn }, false)?;
@@ -335,6 +317,33 @@ pub(crate) fn committed_runs_in(dir: &Path) -> Result<CommittedRuns> {
             set.get(&(topic.to_owned(), partition, first)).copied()
         },
     )))
+}
+
+/// Writes the marker of `c` in each of its partitions where it is
+/// missing at the end (its data kept by recovery, or finished by a
+/// take-over); says so where its data is gone.
+fn write_missing_markers(broker: &BrokerInner, c: &CommitRecord) -> Result<()> {
+    let marker = marker_of(c);
+    for p in &c.parts {
+        let Ok(log) = broker
+            .topic(&p.topic)
+            .and_then(|t| t.partition(p.partition))
+        else {
+            continue; // deleted since
+        };
+        if !log.append_commit_marker(p.marker, &marker)? && log.end_offset() < p.marker {
+            ::log::error!(
+                "transaction {} ({:?}): its data in {}/{} from offset {} is gone (not synced \
+                 before a power loss?)",
+                c.txn,
+                c.transactional_id,
+                p.topic,
+                p.partition,
+                p.first
+            );
+        }
+    }
+    Ok(())
 }
 
 /// The commit marker of `c`.

@@ -21,7 +21,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use super::journal::{CommitRecord, Entry, Journal};
-use super::{apply_offsets, marker_of, Coordinator, State};
+use super::{apply_offsets, write_missing_markers, Coordinator, State};
 use crate::broker::BrokerInner;
 use crate::error::{IoContext, Result};
 
@@ -150,26 +150,7 @@ impl Coordinator {
 /// Writes the markers of `c` where they are missing and, unless it is
 /// noted `applied`, commits its offsets and notes it so.
 fn finish(st: &mut State, broker: &BrokerInner, c: &CommitRecord, applied: bool) -> Result<()> {
-    let marker = marker_of(c);
-    for p in &c.parts {
-        let Ok(log) = broker
-            .topic(&p.topic)
-            .and_then(|t| t.partition(p.partition))
-        else {
-            continue; // deleted since
-        };
-        if !log.append_commit_marker(p.marker, &marker)? && log.end_offset() < p.marker {
-            ::log::error!(
-                "transaction {} ({:?}): its data in {}/{} from offset {} is gone (not synced \
-                 before a power loss?)",
-                c.txn,
-                c.transactional_id,
-                p.topic,
-                p.partition,
-                p.first
-            );
-        }
-    }
+    write_missing_markers(broker, c)?;
     if applied {
         return Ok(());
     }
