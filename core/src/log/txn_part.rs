@@ -329,19 +329,19 @@ impl PartitionLog {
         if dirty_to < end + batch::LENGTH_PREFIX + 4 {
             return false;
         }
-        let (base, length) = {
-            let Writer {
-                active,
-                active_writer,
-                ..
-            } = &mut *w;
-            let head = active.reserve(active_writer, batch::LENGTH_PREFIX);
-            let base = u64::from_le_bytes(head[0..8].try_into().unwrap_or_default());
-            (
-                base,
-                u32::from_le_bytes([head[8], head[9], head[10], head[11]]),
-            )
-        };
+        let Writer {
+            active,
+            active_writer,
+            ..
+        } = &mut *w;
+        let buf = active.reserve(active_writer, dirty_to - end);
+        let field =
+            |at: usize| u32::from_le_bytes([buf[at], buf[at + 1], buf[at + 2], buf[at + 3]]);
+        let (base, length, crc) = (
+            u64::from(field(0)) | u64::from(field(4)) << 32,
+            field(8),
+            field(12),
+        );
         // Only a prepared part leaves a first batch with length 0.
         if base != first || length != 0 {
             return false;
@@ -365,13 +365,6 @@ impl PartitionLog {
         else {
             return false;
         };
-        let Writer {
-            active,
-            active_writer,
-            ..
-        } = &mut *w;
-        let buf = active.reserve(active_writer, dirty_to - end);
-        let crc = u32::from_le_bytes([buf[12], buf[13], buf[14], buf[15]]);
         if part.first_crc.is_some_and(|c| c != crc) {
             return false; // another part at this offset (the topic made again)
         }
@@ -396,14 +389,7 @@ impl PartitionLog {
             buf[8..12].fill(0);
             return false;
         }
-        let marker = Marker {
-            kind: MarkerKind::Commit,
-            timestamp: record.timestamp,
-            producer_id: record.producer_id,
-            producer_epoch: record.epoch,
-            transaction: record.txn,
-        };
-        batch::encode_marker(&mut buf[at..], part.marker, &marker);
+        batch::encode_marker(&mut buf[at..], part.marker, &record.marker());
         let max_ts = max_ts.max(record.timestamp);
         active.commit(active_writer, at + batch::CONTROL_LEN, None, max_ts);
         w.max_ts = w.max_ts.max(max_ts);

@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::faults::{self, SyncKind};
+use crate::log::batch::{Marker, MarkerKind};
 
 /// The transaction log's file name in the data directory.
 pub(crate) const FILE_NAME: &str = "transactions.log";
@@ -99,6 +100,19 @@ pub(crate) struct Loaded {
     pub applied: std::collections::HashSet<u64>,
     /// The next transaction number.
     pub next_txn: u64,
+}
+
+impl CommitRecord {
+    /// Its commit marker (the same in each of its partitions).
+    pub(crate) fn marker(&self) -> Marker {
+        Marker {
+            kind: MarkerKind::Commit,
+            timestamp: self.timestamp,
+            producer_id: self.producer_id,
+            producer_epoch: self.epoch,
+            transaction: self.txn,
+        }
+    }
 }
 
 impl Loaded {
@@ -199,48 +213,16 @@ impl Journal {
     /// and returns what it holds. A directory that never ran a transaction
     /// has no log: it is created by the first commit.
     pub(crate) fn open(dir: &Path, mode: u32) -> Result<(Journal, Loaded)> {
-        let path = dir.join(FILE_NAME);
-        let mut journal = Journal {
-            path,
-            file: None,
-            ident: None,
-            len: 0,
-            mode,
-        };
-        let mut loaded = Loaded::default();
-        let mut file = match OpenOptions::new()
-            .read(true)
-            .append(true)
-            .open(&journal.path)
-        {
-            Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((journal, loaded)),
-            Err(e) => return Err(Error::io(format!("opening {}", journal.path.display()), e)),
-        };
-        let path = &journal.path;
-        let mut bytes = Vec::new();
-        file.read_to_end(&mut bytes)
-            .map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
-        let (entries, good) = parse(&bytes);
-        if good < bytes.len() {
-            ::log::warn!(
-                "{}: cutting {} bytes of a transaction entry left incomplete by a crash",
-                path.display(),
-                bytes.len() - good
-            );
-            file.set_len(good as u64)
-                .map_err(|e| Error::io(format!("truncating {}", path.display()), e))?;
-        }
-        loaded.take(entries);
-        journal.set_file(file);
-        journal.len = good as u64;
+        let mut journal = Journal::unread(dir, mode);
+        let (loaded, _) = journal.refresh()?;
         Ok((journal, loaded))
     }
 
-    /// Shared mode, under the directory's transaction lock: what other
-    /// processes appended since this process last read or wrote the log,
-    /// reading it again from the start when one of them emptied it (a new
-    /// file). A torn last entry (its writer died) is cut.
+    /// What was appended since this handle last read or wrote the log (all
+    /// of it on the first call; in shared mode, under the directory's
+    /// transaction lock, what other processes appended, reading it again
+    /// from the start when one of them emptied it: a new file). A torn
+    /// last entry (its writer died) is cut.
     /// Returns what they appended, and whether the file was replaced.
     pub(crate) fn refresh(&mut self) -> Result<(Loaded, bool)> {
         let path = self.path.clone();
@@ -274,7 +256,7 @@ impl Journal {
         let (entries, good) = parse(&bytes);
         if good < bytes.len() {
             ::log::warn!(
-                "{}: cutting {} bytes of a transaction entry a process left incomplete when it died",
+                "{}: cutting {} bytes of a transaction entry left incomplete by a crash",
                 path.display(),
                 bytes.len() - good
             );

@@ -35,7 +35,7 @@ use crate::broker::BrokerInner;
 use crate::dedup::NamedIdentity;
 use crate::error::{Error, Result};
 use crate::faults::{commit_step, CommitStep};
-use crate::log::batch::{Marker, MarkerKind, ProducerFields, RecordRef};
+use crate::log::batch::{ProducerFields, RecordRef};
 use crate::log::{now_ms, CommittedRun, CommittedRuns, PartitionLog};
 use crate::offsets::CommittedOffset;
 use crate::sync::lock;
@@ -323,7 +323,7 @@ pub(crate) fn committed_runs_in(dir: &Path) -> Result<CommittedRuns> {
 /// missing at the end (its data kept by recovery, or finished by a
 /// take-over); says so where its data is gone.
 fn write_missing_markers(broker: &BrokerInner, c: &CommitRecord) -> Result<()> {
-    let marker = marker_of(c);
+    let marker = c.marker();
     for p in &c.parts {
         let Ok(log) = broker
             .topic(&p.topic)
@@ -344,17 +344,6 @@ fn write_missing_markers(broker: &BrokerInner, c: &CommitRecord) -> Result<()> {
         }
     }
     Ok(())
-}
-
-/// The commit marker of `c`.
-fn marker_of(c: &CommitRecord) -> Marker {
-    Marker {
-        kind: MarkerKind::Commit,
-        timestamp: c.timestamp,
-        producer_id: c.producer_id,
-        producer_epoch: c.epoch,
-        transaction: c.txn,
-    }
 }
 
 /// Fails with [`Error::CommitFailed`] when a member that sent offsets no
