@@ -33,6 +33,7 @@ fn child() {
             let mq = ok("open", Broker::open(&env.data, shared()));
             fence_new(&env, &mq);
         }
+        "named_x" => named_x(&env),
         other => panic!("unknown role {other}"),
     }
 }
@@ -270,4 +271,55 @@ fn a_tail_page_left_half_written_hides_nothing_from_the_next_process() {
         .map(|(_, v)| check_payload(v).unwrap().1)
         .collect();
     assert_eq!(seqs, (0..6).collect::<Vec<u64>>());
+}
+
+/// Named producer `x` sends sequences 0..10 to topic `m`, partition 0.
+fn named_x(env: &ChildEnv) {
+    let mq = ok("open", Broker::open(&env.data, shared()));
+    let x = ok(
+        "named producer",
+        mq.producer(ProducerConfig::default().name("x")),
+    );
+    for seq in 0..10 {
+        let r = Record::new("m").partition(0).value(payload("x", seq, 10));
+        ok("send", x.send(r.sequence(seq as i64)));
+    }
+    ok("close", x.close());
+    ok("close", mq.close());
+    println!("DONE");
+}
+
+/// A process whose partition log loaded its producers' state (a named
+/// producer of its own appended there) takes in the named-producer batches
+/// another process appends after that, when it follows them (its
+/// follower, or its next append under the append lock): a named producer
+/// of the other process that then resumes in this one knows its last
+/// sequence, and a re-sent sequence is a duplicate.
+#[test]
+fn a_named_producer_resumes_in_a_process_that_loaded_its_producers_before_the_other_wrote() {
+    let dirs = Dirs::new();
+    prepare(&dirs, "m", 1);
+    let send = |p: &mqlite::Producer, who: &str, seq: u64| {
+        let r = Record::new("m").partition(0).value(payload(who, seq, 10));
+        p.send(r.sequence(seq as i64)).unwrap()
+    };
+    let mq = Broker::open(&dirs.data, shared()).unwrap();
+    let own = mq.producer(ProducerConfig::default().name("own")).unwrap();
+    send(&own, "own", 0);
+    spawn("named_x", "x", &dirs, "").expect_success(Duration::from_secs(60));
+    // Follows x's batches by now.
+    send(&own, "own", 1);
+    let x = mq.producer(ProducerConfig::default().name("x")).unwrap();
+    assert_eq!(x.last_sequence().unwrap(), Some(9), "x resumes after 9");
+    assert!(send(&x, "x", 5).duplicate, "sequence 5 was written");
+    assert!(!send(&x, "x", 10).duplicate);
+    let got: Vec<(String, u64)> = read_all(&mq, "m", 0)
+        .iter()
+        .map(|(_, v)| check_payload(v).unwrap())
+        .collect();
+    let mut want = vec![("own".to_owned(), 0)];
+    want.extend((0..10).map(|s| ("x".to_owned(), s)));
+    want.extend([("own".to_owned(), 1), ("x".to_owned(), 10)]);
+    assert_eq!(got, want);
+    mq.close().unwrap();
 }

@@ -300,11 +300,12 @@ impl PartitionLog {
             // no reader sees a batch that then goes.
             return r.writer.is_none().then(|| self.scan_without_tail(w));
         };
-        Some(self.apply_tail(r, w, tail, seq).0)
+        Some(self.apply_tail(r, w, tail, seq, Walk::Checked).0)
     }
 
     /// Moves the log to what `tail` says, after the checks in the module's
-    /// doc. Returns whether anything changed and whether all of it was
+    /// doc (`how` the new batches of the active segment are walked).
+    /// Returns whether anything changed and whether all of it was
     /// believed.
     /// `seq` is the sequence `tail` was read under.
     pub(super) fn apply_tail(
@@ -313,6 +314,7 @@ impl PartitionLog {
         w: &mut Writer,
         tail: Tail,
         seq: u32,
+        how: Walk,
     ) -> (bool, bool) {
         let mut seen = lock(&r.seen);
         if *seen == Some(tail) {
@@ -345,7 +347,10 @@ impl PartitionLog {
                 None => return (false, false),
             }
         };
-        match self.advance(w, &active, tail.published) {
+        // After a roll, the producers' state of the old segment's last
+        // batches was not observed: the caller observes from where it was.
+        let how = if changed { Walk::Checked } else { how };
+        match self.advance_by(w, &active, tail.published, how) {
             Advance::Moved => changed = true,
             Advance::Nothing => {}
             Advance::Partly => {
@@ -399,6 +404,11 @@ impl PartitionLog {
     /// old one at a roll) towards `claimed`, over whole valid batches
     /// only, and the log's end offset with it.
     pub(super) fn advance(&self, w: &mut Writer, seg: &Segment, claimed: u64) -> Advance {
+        self.advance_by(w, seg, claimed, Walk::Checked)
+    }
+
+    /// [`Self::advance`], walking the new batches as `how` says.
+    fn advance_by(&self, w: &mut Writer, seg: &Segment, claimed: u64, how: Walk) -> Advance {
         let log = seg.log_file();
         let from = log.published();
         let Ok(claimed) = usize::try_from(claimed) else {
@@ -417,7 +427,14 @@ impl PartitionLog {
                 _ => return Advance::Refused,
             }
         }
-        let (to, next) = walk(seg, claimed, self.end_offset(), !self.others_unflushed());
+        let flushed = !self.others_unflushed();
+        let (to, next) = match how {
+            Walk::Checked => walk(seg, claimed, self.end_offset(), flushed),
+            Walk::Trusted => {
+                let observe = w.producers_loaded.then_some(&mut w.producers);
+                walk_headers(seg, claimed, self.end_offset(), flushed, observe)
+            }
+        };
         if to == from {
             return Advance::Refused;
         }
@@ -522,6 +539,21 @@ impl PartitionLog {
         self.start_offset.store(segs[0].base(), Ordering::Release);
         true
     }
+}
+
+/// How a walk over batches another process published takes them in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Walk {
+    /// Each batch checks out (length, offsets following on, CRC32C)
+    /// before it is believed: what a process that only reads does, and
+    /// what the repair after a dead writer does.
+    Checked,
+    /// Headers only (lengths within the file, offsets following on), each
+    /// one's producer fields taken into the producer table when it is
+    /// loaded: for a process that holds the append lock, taken from a
+    /// live holder that published those batches whole. The read path
+    /// checks every batch's CRC32C before delivery.
+    Trusted,
 }
 
 /// What [`PartitionLog::advance`] did.
@@ -638,22 +670,28 @@ fn open_segments(
 /// for sealed segments in exclusive mode.
 fn seal_whole(seg: &Segment, flushed: bool) {
     if let Some(len) = seg.log_file().file_len() {
-        walk_headers(seg, len, flushed);
+        walk_headers(seg, len, seg.base(), flushed, None);
     }
     seg.mark_sealed_by_writer();
 }
 
-/// [`walk`] for a sealed segment: headers only (see [`seal_whole`]).
-fn walk_headers(seg: &Segment, limit: usize, flushed: bool) {
+/// [`walk`] over headers only (see [`Walk::Trusted`] and [`seal_whole`]),
+/// each one's producer fields taken into `observe` when given.
+fn walk_headers(
+    seg: &Segment,
+    limit: usize,
+    mut next: u64,
+    flushed: bool,
+    mut observe: Option<&mut ProducerTable>,
+) -> (usize, u64) {
     let log = seg.log_file();
     let from = log.published();
     let limit = limit.min(log.allocated());
     if limit <= from {
-        return;
+        return (from, next);
     }
     let bytes = log.unpublished(from, limit);
     let mut pos = 0;
-    let mut next = seg.base();
     while let Some(h) = batch::BatchHeader::parse(&bytes[pos..]) {
         let total = h.total_len();
         if h.length < batch::MIN_LENGTH || total > bytes.len() - pos || h.base_offset != next {
@@ -666,10 +704,14 @@ fn walk_headers(seg: &Segment, limit: usize, flushed: bool) {
             break;
         };
         seg.note_timestamp(h.max_timestamp);
+        if let Some(table) = observe.as_deref_mut() {
+            table.observe(&h);
+        }
         pos += total;
         next = after;
     }
     log.advance_published(from + pos, flushed);
+    (from + pos, next)
 }
 
 /// Publishes, in `seg` (a file this process only reads), the batches from

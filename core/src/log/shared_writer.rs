@@ -9,12 +9,17 @@
 //! 1. catches up with what the others appended since this process last
 //!    looked (nothing to do, two loads, when the tail page's sequence and
 //!    next offset are what this process last wrote or took in): the tail
-//!    page says where the log ends, and the same checks as a reader's move
-//!    this process's view there (each new batch's length, offsets and
-//!    CRC32C; a roll to a segment another process created; segments
-//!    retention removed), and the producers' sequence state follows the
-//!    new batches' headers; the index entries the others wrote are taken
-//!    in before this process writes one;
+//!    page says where the log ends, and this process's view moves there
+//!    (a roll to a segment another process created; segments retention
+//!    removed). The new batches of the active segment are walked by their
+//!    headers only (lengths within the file, offsets following on): a
+//!    live holder published them whole, and the read path checks every
+//!    batch's CRC32C before delivery. The walk takes each batch's
+//!    timestamp, and its producer fields into the producer table when it
+//!    is loaded (named producers' windows, epochs that fence older
+//!    instances). After a roll, or a tail page that fails its checks,
+//!    the checks are a reader's (CRC32C included). The index entries the
+//!    others wrote are taken in before this process writes one;
 //! 2. after taking the lock from a dead holder, repairs: a transaction's
 //!    part it left unpublished after the transaction's commit point is
 //!    finished (see `txn_part.rs`); other bytes it may have written past
@@ -35,7 +40,7 @@
 
 use std::sync::atomic::Ordering;
 
-use super::reader::{holds_data, list_bases, SharedWriter};
+use super::reader::{holds_data, list_bases, SharedWriter, Walk};
 use super::segment::segment_path;
 use super::{PartitionLog, Writer};
 use crate::error::Result;
@@ -100,6 +105,10 @@ impl PartitionLog {
             .page
             .lock_append(me, &|t| t == me || crate::shared::process_alive(root, t))?;
         let before = w.next_offset;
+        let base_before = w.active.base();
+        // Whether the producers' state follows every batch up to the end
+        // (a trusted walk of the active segment takes it in on the way).
+        let mut observed = false;
         match guard.stolen() {
             Some(stolen) => self.take_over(r, sw, w, stolen)?,
             None if sw
@@ -112,7 +121,10 @@ impl PartitionLog {
             }
             None => match sw.page.read_with_seq() {
                 Some((tail, seq)) => {
-                    self.apply_tail(r, w, tail, seq);
+                    // Published whole by a live holder (the lock was let
+                    // go, not taken over): headers only.
+                    self.apply_tail(r, w, tail, seq, Walk::Trusted);
+                    observed = w.active.base() == base_before;
                 }
                 // A page that is not a tail page (overwritten) or that a
                 // holder left half-written: rebuilt from the files.
@@ -127,7 +139,7 @@ impl PartitionLog {
                 )?,
             },
         }
-        if w.producers_loaded && w.next_offset > before {
+        if w.producers_loaded && w.next_offset > before && !observed {
             self.observe_producers(w, before);
         }
         Ok(Some(guard))
@@ -162,7 +174,7 @@ impl PartitionLog {
         stolen: Stolen,
     ) -> Result<()> {
         if let Some((tail, seq)) = sw.page.read_with_seq() {
-            self.apply_tail(r, w, tail, seq);
+            self.apply_tail(r, w, tail, seq, Walk::Checked);
             self.remove_unpublished_segments(w);
         } else {
             // The newest segment file is the active one (a roll creates it

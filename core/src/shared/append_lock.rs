@@ -16,17 +16,22 @@
 //!   `releases`.
 //! - `releases`: the futex word: bumped by an unlock that saw waiters.
 //!
-//! A locker that finds the lock held spins a little, looking at the lock
-//! word less often as it goes on (1, 2, 4 ... up to [`MAX_BACKOFF`] spin
-//! turns between looks: the holder's process, which runs on another core,
-//! then often takes the lock again for its next append before the waiter
-//! looks, so the lock's words and the log's tail change cores less often),
-//! and gives its processor away once per look at the longest back-off (a
-//! holder whose process waits for a processor then runs), then sleeps on
-//! `releases` in slices of [`WAIT_SLICE`], and asks whether the holder is
-//! alive before each sleep. Only a holder found dead (its process's lock
-//! file released by the kernel) is robbed: the locker swaps the dead token
-//! for its own (a compare-and-swap, so of several lockers exactly one
+//! A locker that finds the lock held first spins a little, looking at the
+//! lock word after 1, 2, 4 ... [`MAX_BACKOFF`] spin turns (a few
+//! microseconds in all: long enough for a holder that appends once to let
+//! go); then naps, looking again after each of the shortest sleeps the
+//! kernel gives (about 50 microseconds with the default timer slack);
+//! then sleeps on `releases` in slices of [`WAIT_SLICE`], and asks whether
+//! the holder is alive before each sleep. A holder that appends
+//! continuously (another process sending as fast as it can) takes the lock
+//! again for its next append while the waiter naps, so the processes take
+//! turns of a few hundred appends each: the lock's words and the log's
+//! tail change cores once per turn, not at every append, the waiter's core
+//! is free meanwhile (for the holder's kernel work), and the holder makes
+//! no system call for the waiter. The cost is the waiter's latency (a
+//! turn, about a hundred microseconds) under such contention. Only a
+//! holder found dead (its process's lock file released by the kernel) is
+//! robbed: the locker swaps the dead token for its own (a compare-and-swap, so of several lockers exactly one
 //! wins) and learns the `in_progress` end the dead holder left, up to which
 //! it zeroes the segment from the published length before it writes.
 //! Tokens are never reused, so a dead token in `owner` never comes back to
@@ -54,7 +59,11 @@ use super::futex;
 
 /// The most spin turns between two looks at the lock word (see the
 /// module documentation).
-pub(crate) const MAX_BACKOFF: u32 = 1024;
+pub(crate) const MAX_BACKOFF: u32 = 64;
+
+/// The shortest nap a locker asks for: the kernel rounds it up (by the
+/// thread's timer slack, 50 microseconds by default).
+const NAP: Duration = Duration::from_micros(1);
 
 /// How long a locker sleeps on the futex before it looks at the holder
 /// again (a dead holder is noticed within about this long).
@@ -130,13 +139,16 @@ pub(crate) trait Platform {
     type A64: Atomic64;
     /// The 32-bit words.
     type A32: Atomic32;
-    /// How many times a locker re-reads a held owner word before it sleeps.
+    /// How many times a locker re-reads a held owner word before it sleeps
+    /// on the futex.
     const SPINS: u32;
+    /// How many of those looks come after a spin (of 1, 2, 4 ... turns);
+    /// the others come after a nap.
+    const SPIN_LOOKS: u32;
     /// One turn of a spin.
     fn spin(&self);
-    /// Gives the processor to another runnable thread, if any (a long
-    /// spin's end, so that a holder waiting for a processor runs).
-    fn yield_now(&self) {}
+    /// A short sleep that needs nothing from the holder (no wake-up).
+    fn nap(&self) {}
     /// A memory fence.
     fn fence(&self, order: Ordering);
     /// Sleeps while `word` holds `seen`, one slice at most (returning
@@ -154,16 +166,17 @@ pub(crate) struct Processes;
 impl Platform for Processes {
     type A64 = AtomicU64;
     type A32 = AtomicU32;
-    // With the backoff, about 11,000 spin turns (a few hundred
-    // microseconds) before a sleep.
+    // 127 spin turns (a few microseconds), then 13 naps (most of a
+    // millisecond) before a sleep on the futex.
     const SPINS: u32 = 20;
+    const SPIN_LOOKS: u32 = MAX_BACKOFF.trailing_zeros() + 1;
 
     fn spin(&self) {
         std::hint::spin_loop();
     }
 
-    fn yield_now(&self) {
-        std::thread::yield_now();
+    fn nap(&self) {
+        std::thread::sleep(NAP);
     }
 
     fn fence(&self, order: Ordering) {
@@ -226,8 +239,8 @@ impl<P: Platform> LockWords<'_, P> {
         else {
             return self.taken(None);
         };
-        let mut spins = P::SPINS;
-        let mut backoff = 1u32;
+        // Looks at the owner word since the start or the last wake-up.
+        let mut looks = 0u32;
         // The holder's liveness is asked after each sleep that ran out,
         // not before the first (a probe costs system calls, and most
         // waits end in an unlock) nor after one an unlock ended (that
@@ -244,15 +257,15 @@ impl<P: Platform> LockWords<'_, P> {
                 }
                 continue;
             }
-            if spins > 0 {
-                spins -= 1;
-                for _ in 0..backoff {
-                    self.platform.spin();
+            if looks < P::SPINS {
+                if looks < P::SPIN_LOOKS {
+                    for _ in 0..1u32 << looks {
+                        self.platform.spin();
+                    }
+                } else {
+                    self.platform.nap();
                 }
-                if backoff == MAX_BACKOFF {
-                    self.platform.yield_now();
-                }
-                backoff = (backoff * 2).min(MAX_BACKOFF);
+                looks += 1;
                 owner = self.owner.load(Ordering::Relaxed);
                 continue;
             }
@@ -281,8 +294,7 @@ impl<P: Platform> LockWords<'_, P> {
             }
             if self.sleep(owner) {
                 // Woken by an unlock: spin again for the next one.
-                spins = P::SPINS;
-                backoff = 1;
+                looks = 0;
                 probe = false;
             } else {
                 probe = true;
@@ -442,6 +454,7 @@ mod model {
         type A64 = AtomicU64;
         type A32 = AtomicU32;
         const SPINS: u32 = 1;
+        const SPIN_LOOKS: u32 = 0;
 
         fn spin(&self) {}
         fn fence(&self, order: Ordering) {
@@ -468,6 +481,7 @@ mod model {
         type A64 = AtomicU64;
         type A32 = AtomicU32;
         const SPINS: u32 = 0;
+        const SPIN_LOOKS: u32 = 0;
 
         fn spin(&self) {}
         fn fence(&self, order: Ordering) {
