@@ -624,6 +624,31 @@ pub struct BatchHeader {
     pub record_count: u32,
 }
 
+/// The fields every layout starts with, read as they are (nothing
+/// checked): a prepared transaction part's first batch is told by its
+/// zero `length` and its CRC32C field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Prefix {
+    /// Offset of the first record.
+    pub base_offset: u64,
+    /// Bytes after the `length` field.
+    pub length: u32,
+    /// The CRC32C field.
+    pub crc: u32,
+}
+
+impl Prefix {
+    /// The prefix at the start of `b`; `None` when `b` is shorter.
+    pub(crate) fn read(b: &[u8]) -> Option<Prefix> {
+        let b = b.get(..CRC_START)?;
+        Some(Prefix {
+            base_offset: u64::from_le_bytes(rd(b, 0)),
+            length: u32::from_le_bytes(rd(b, OFF_LENGTH)),
+            crc: u32::from_le_bytes(rd(b, OFF_CRC)),
+        })
+    }
+}
+
 #[inline]
 fn rd<const N: usize>(b: &[u8], at: usize) -> [u8; N] {
     let mut a = [0u8; N];

@@ -94,8 +94,9 @@ pub(crate) struct LogConfig {
 /// Whether the transaction that wrote data into partition `(topic,
 /// partition)` from an offset on committed (its commit record is in the
 /// data directory's transaction log), and if so the `length` field of its
-/// first batch and, when known, its CRC32C field: recovery's question about transaction data that a crash
-/// left at the end of a log without its marker (see `recover.rs`).
+/// first batch and, when known, its CRC32C field: recovery's question
+/// about transaction data that a crash left at the end of a log without
+/// its marker (see `recover.rs`).
 #[derive(Clone)]
 pub(crate) struct CommittedRuns(pub Arc<CommittedFn>);
 

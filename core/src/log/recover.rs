@@ -146,16 +146,10 @@ pub(super) fn recover(
                 // Its CRC32C field tells it from a part written at the
                 // same offset after the topic was deleted and made again.
                 let length = committed
-                    .filter(|_| restored_at != Some(pos) && pos + batch::LENGTH_PREFIX + 4 <= limit)
-                    .and_then(|c| c(expected))
-                    .filter(|run| {
-                        let crc = u32::from_le_bytes([
-                            bytes[pos + 12],
-                            bytes[pos + 13],
-                            bytes[pos + 14],
-                            bytes[pos + 15],
-                        ]);
-                        run.crc.is_none_or(|c| c == crc)
+                    .filter(|_| restored_at != Some(pos))
+                    .zip(batch::Prefix::read(&bytes[pos..limit]))
+                    .and_then(|(c, prefix)| {
+                        c(expected).filter(|run| run.crc.is_none_or(|c| c == prefix.crc))
                     })
                     .map(|run| run.len)
                     .filter(|&len| pos + batch::LENGTH_PREFIX + len as usize <= limit);

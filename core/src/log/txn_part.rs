@@ -148,8 +148,8 @@ impl PartitionLog {
             // The first batch's length stays 0 until the commit point: to
             // every reader (and a recovery that does not know of the
             // commit) the data ends here.
-            first_len = u32::from_le_bytes([buf[8], buf[9], buf[10], buf[11]]);
-            first_crc = u32::from_le_bytes([buf[12], buf[13], buf[14], buf[15]]);
+            let prefix = batch::Prefix::read(buf).expect("a whole batch was encoded");
+            (first_len, first_crc) = (prefix.length, prefix.crc);
             buf[8..12].fill(0);
         }
         Ok(PreparedPart {
@@ -325,8 +325,7 @@ impl PartitionLog {
     pub(super) fn restore_committed(&self, w: &mut Writer, root: &Path, dirty_to: usize) -> bool {
         let end = w.active.end();
         let first = w.next_offset;
-        // The prefix and the CRC field, at least.
-        if dirty_to < end + batch::LENGTH_PREFIX + 4 {
+        if dirty_to <= end {
             return false;
         }
         let Writer {
@@ -335,17 +334,13 @@ impl PartitionLog {
             ..
         } = &mut *w;
         let buf = active.reserve(active_writer, dirty_to - end);
-        let field =
-            |at: usize| u32::from_le_bytes([buf[at], buf[at + 1], buf[at + 2], buf[at + 3]]);
-        let (base, length, crc) = (
-            u64::from(field(0)) | u64::from(field(4)) << 32,
-            field(8),
-            field(12),
-        );
         // Only a prepared part leaves a first batch with length 0.
-        if base != first || length != 0 {
+        let Some(crc) = batch::Prefix::read(buf)
+            .filter(|p| p.base_offset == first && p.length == 0)
+            .map(|p| p.crc)
+        else {
             return false;
-        }
+        };
         let record = match crate::txn::find_commit(root, &self.topic, self.partition, first) {
             Ok(Some(r)) => r,
             Ok(None) => return false,

@@ -133,6 +133,19 @@ impl Loaded {
     }
 }
 
+/// The log at `path` opened for reading and appending, with its device
+/// and inode; `None` when there is none.
+fn open_log(path: &Path) -> Result<Option<(File, (u64, u64))>> {
+    let file = match OpenOptions::new().read(true).append(true).open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(Error::io(format!("opening {}", path.display()), e)),
+    };
+    let ident =
+        file_ident(&file).map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
+    Ok(Some((file, ident)))
+}
+
 /// The device and inode of `file`.
 fn file_ident(file: &File) -> std::io::Result<(u64, u64)> {
     let m = file.metadata()?;
@@ -227,26 +240,25 @@ impl Journal {
     pub(crate) fn refresh(&mut self) -> Result<(Loaded, bool)> {
         let path = self.path.clone();
         let mut loaded = Loaded::default();
-        // Most often nobody else committed since: one stat says so.
-        match std::fs::metadata(&path) {
-            Ok(m) if self.ident == Some((m.dev(), m.ino())) && m.len() == self.len => {
-                return Ok((loaded, false));
+        // Most often nobody else committed since: one stat says so. The
+        // same file grown is read on from the open handle.
+        let same_file = match std::fs::metadata(&path) {
+            Ok(m) if self.ident == Some((m.dev(), m.ino())) => {
+                if m.len() == self.len {
+                    return Ok((loaded, false));
+                }
+                self.file.take().zip(self.ident)
             }
-            _ => {}
-        }
-        let mut file = match OpenOptions::new().read(true).append(true).open(&path) {
-            Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                let replaced = self.file.is_some();
-                self.file = None;
-                self.ident = None;
-                self.len = 0;
-                return Ok((loaded, replaced));
-            }
-            Err(e) => return Err(Error::io(format!("opening {}", path.display()), e)),
+            _ => None,
         };
-        let ident =
-            file_ident(&file).map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
+        let Some((mut file, ident)) = same_file.map_or_else(|| open_log(&path), |k| Ok(Some(k)))?
+        else {
+            let replaced = self.file.is_some();
+            self.file = None;
+            self.ident = None;
+            self.len = 0;
+            return Ok((loaded, replaced));
+        };
         let same = self.ident == Some(ident);
         let from = if same { self.len } else { 0 };
         let mut bytes = Vec::new();

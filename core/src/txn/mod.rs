@@ -225,7 +225,7 @@ impl Coordinator {
                 })
                 .collect(),
             offsets: c.offsets,
-            shared: self.lock_path.is_some(),
+            shared: self.is_shared(),
         };
         st.journal.append(&Entry::Commit(record.clone()), c.sync)?;
         st.next_txn += 1;
@@ -250,7 +250,7 @@ impl Coordinator {
             // Exclusive mode: nothing to note (only offsets are applied
             // again at open). Shared mode: the others must know that
             // nothing is left to finish.
-            if self.lock_path.is_some() {
+            if self.is_shared() {
                 if let Err(e) = st.journal.append(&Entry::Applied { txn }, false) {
                     ::log::warn!("noting transaction {txn} applied: {e}");
                 }
@@ -264,7 +264,7 @@ impl Coordinator {
             .inspect(|()| commit_step(CommitStep::OffsetsApplied))
             .and_then(|()| st.journal.append(&Entry::Applied { txn }, false));
         if let Err(e) = applied {
-            if self.lock_path.is_some() {
+            if self.is_shared() {
                 // Any process's next commit finishes it.
                 st.loaded.push(record);
             } else {
@@ -277,7 +277,7 @@ impl Coordinator {
 
     /// At a clean close, after every log was flushed: empties the log.
     pub(crate) fn close(&self) {
-        if self.lock_path.is_some() {
+        if self.is_shared() {
             return; // other processes may have commits to finish
         }
         let mut st = lock(&self.state);

@@ -135,11 +135,16 @@ impl Coordinator {
         Ok(Some(held))
     }
 
+    /// Whether this is a shared-mode coordinator.
+    pub(super) fn is_shared(&self) -> bool {
+        self.lock_path.is_some()
+    }
+
     /// Bytes of log after which a commit first empties it: smaller in
     /// shared mode, where every process reads the whole log at its first
     /// commit.
     pub(super) fn compact_at(&self) -> u64 {
-        if self.lock_path.is_some() {
+        if self.is_shared() {
             super::COMPACT_AT_SHARED
         } else {
             super::COMPACT_AT
