@@ -34,6 +34,24 @@ fn child() {
         "committer" => committer_child(&env),
         "after_restart" => after_restart_child(&env),
         "recreate" => recreate_child(&env),
+        "with_offsets" => {
+            // Three plain records in b/0, then one transaction committing
+            // group `g`'s offset there to 2.
+            let mq = ok("open", Broker::open(&env.data, shared()));
+            let plain = ok("producer", mq.producer(ProducerConfig::default()));
+            for i in 0..3 {
+                ok("send", plain.send(Record::new("b").value(format!("p{i}"))));
+            }
+            let p = ok(
+                "producer",
+                mq.producer(ProducerConfig::default().transactional_id("etl")),
+            );
+            let tx = ok("begin", p.begin_transaction());
+            ok("send", tx.send(Record::new("b").value("t1")));
+            ok("offsets", tx.send_offsets_to("g", &[("b", 0, 2, "")]));
+            ok("commit", tx.commit());
+            ok("close", mq.close());
+        }
         "bulk" => {
             let mq = ok("open", Broker::open(&env.data, shared()));
             env.ready();
@@ -414,6 +432,54 @@ fn the_first_open_after_a_restart_keeps_a_committed_transaction() {
         check_after(&mq, step, committed, "the first open after a restart");
         mq.close().unwrap();
     }
+}
+
+#[test]
+fn a_commit_that_ended_is_not_finished_again_by_the_next_process() {
+    // A commit that ended properly writes no `applied` note: the lock
+    // file's page says it ended. Finishing it again would commit its
+    // offsets again, over the later commit below.
+    let dirs = Dirs::new();
+    prepare(&dirs);
+    let mq = Broker::open(&dirs.data, shared()).unwrap();
+    spawn("with_offsets", "t1", &dirs, "").expect_success(Duration::from_secs(60));
+    assert_eq!(committed_offset(&mq), 2);
+    let plain = mq.producer(ProducerConfig::default()).unwrap();
+    for i in 3..6 {
+        plain.send(Record::new("b").value(format!("p{i}"))).unwrap();
+    }
+    let mut c = mq
+        .consumer(ConsumerConfig::group("g").enable_auto_commit(false))
+        .unwrap();
+    c.subscribe(&["b"]).unwrap();
+    c.commit_offsets(&[("b", 0, 5, "")]).unwrap();
+    drop(c);
+    assert_eq!(committed_offset(&mq), 5);
+    // This process's first commit reads the other's commit record.
+    let p = mq
+        .producer(ProducerConfig::default().transactional_id("other"))
+        .unwrap();
+    let tx = p.begin_transaction().unwrap();
+    tx.send(Record::new("a").partition(0).value("t2")).unwrap();
+    tx.commit().unwrap();
+    assert_eq!(
+        committed_offset(&mq),
+        5,
+        "finished again by the next commit"
+    );
+    mq.close().unwrap();
+    // Neither by the next open in shared mode, nor in exclusive mode.
+    let mq = Broker::open(&dirs.data, shared()).unwrap();
+    assert_eq!(committed_offset(&mq), 5, "finished again by a shared open");
+    mq.close().unwrap();
+    let mq = Broker::open(&dirs.data, exclusive()).unwrap();
+    assert_eq!(
+        committed_offset(&mq),
+        5,
+        "finished again by an exclusive open"
+    );
+    assert_eq!(count(&values(&mq), "t"), 2);
+    mq.close().unwrap();
 }
 
 /// Commits transactions of three records (one per partition) in a loop

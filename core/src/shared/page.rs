@@ -77,7 +77,7 @@ pub(crate) struct SharedPage {
     map: Map,
     /// Keeps the descriptor the map was made from (closing it would not
     /// end the map; kept so that the file's locks, if any, stay ours).
-    _file: File,
+    file: File,
 }
 
 impl SharedPage {
@@ -106,7 +106,7 @@ impl SharedPage {
         let map = map_read_write(&file).ctx(|| format!("mapping {}", path.display()))?;
         Ok(SharedPage {
             map: Map::ReadWrite(map),
-            _file: file,
+            file,
         })
     }
 
@@ -129,8 +129,13 @@ impl SharedPage {
         let map = map_read_only(&file).ctx(|| format!("mapping {}", path.display()))?;
         Ok(SharedPage {
             map: Map::ReadOnly(map),
-            _file: file,
+            file,
         })
+    }
+
+    /// The page's file (to lock it with `flock`).
+    pub(crate) fn file(&self) -> &File {
+        &self.file
     }
 
     /// Whether this page can be written.

@@ -76,6 +76,10 @@ pub(crate) struct CommitRecord {
     /// finished by the next exclusive open).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub shared: bool,
+    /// Where it was read: the bytes of the log up to its end (0 for a
+    /// record made in this process). Not written to the log.
+    #[serde(skip)]
+    pub end: u64,
 }
 
 /// One entry of the log.
@@ -116,13 +120,15 @@ impl CommitRecord {
 }
 
 impl Loaded {
-    /// Takes in `entries`, read in the log's order.
-    fn take(&mut self, entries: Vec<Entry>) {
-        for e in entries {
+    /// Takes in `entries`, read in the log's order, each with where it
+    /// ends counted from byte `from` of the log.
+    fn take(&mut self, entries: Vec<(Entry, usize)>, from: u64) {
+        for (e, end) in entries {
             match e {
                 Entry::Start { next } => self.next_txn = self.next_txn.max(next),
-                Entry::Commit(c) => {
+                Entry::Commit(mut c) => {
                     self.next_txn = self.next_txn.max(c.txn + 1);
+                    c.end = from + end as u64;
                     self.commits.push(c);
                 }
                 Entry::Applied { txn } => {
@@ -133,9 +139,9 @@ impl Loaded {
     }
 }
 
-/// The log at `path` opened for reading and appending, with its device
-/// and inode; `None` when there is none.
-fn open_log(path: &Path) -> Result<Option<(File, (u64, u64))>> {
+/// The log at `path` opened for reading and appending, with its identity;
+/// `None` when there is none.
+fn open_log(path: &Path) -> Result<Option<(File, LogIdent)>> {
     let file = match OpenOptions::new().read(true).append(true).open(path) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -146,10 +152,35 @@ fn open_log(path: &Path) -> Result<Option<(File, (u64, u64))>> {
     Ok(Some((file, ident)))
 }
 
-/// The device and inode of `file`.
-fn file_ident(file: &File) -> std::io::Result<(u64, u64)> {
-    let m = file.metadata()?;
-    Ok((m.dev(), m.ino()))
+/// Which file a log is: its device, inode and birth time (nanoseconds
+/// since the epoch, 0 where the filesystem does not keep it), so that an
+/// inode number reused by a later file is told apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct LogIdent {
+    pub dev: u64,
+    pub ino: u64,
+    pub born: u64,
+}
+
+impl LogIdent {
+    /// The identity of the file `m` describes.
+    fn of(m: &std::fs::Metadata) -> LogIdent {
+        let born = m
+            .created()
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+        LogIdent {
+            dev: m.dev(),
+            ino: m.ino(),
+            born,
+        }
+    }
+}
+
+/// The identity of `file`.
+fn file_ident(file: &File) -> std::io::Result<LogIdent> {
+    Ok(LogIdent::of(&file.metadata()?))
 }
 
 /// The commit record of the transaction whose data in `topic`/`partition`
@@ -178,9 +209,9 @@ pub(crate) struct Journal {
     path: PathBuf,
     /// `None` until the first entry (see [`Journal::open`]).
     file: Option<File>,
-    /// Device and inode of `file` (shared mode: whether another process
-    /// replaced the log since).
-    ident: Option<(u64, u64)>,
+    /// Identity of `file` (shared mode: whether another process replaced
+    /// the log since).
+    ident: Option<LogIdent>,
     /// Bytes of whole entries.
     len: u64,
     mode: u32,
@@ -195,9 +226,9 @@ fn frame(entry: &Entry) -> Vec<u8> {
     out
 }
 
-/// Parses the whole entries at the start of `bytes`; returns them and the
-/// bytes they take.
-fn parse(bytes: &[u8]) -> (Vec<Entry>, usize) {
+/// Parses the whole entries at the start of `bytes`; returns them, each
+/// with where it ends in `bytes`, and the bytes they take.
+fn parse(bytes: &[u8]) -> (Vec<(Entry, usize)>, usize) {
     let mut entries = Vec::new();
     let mut pos = 0;
     while let Some(head) = bytes.get(pos..pos + 8) {
@@ -215,8 +246,8 @@ fn parse(bytes: &[u8]) -> (Vec<Entry>, usize) {
         let Ok(entry) = serde_json::from_slice::<Entry>(payload) else {
             break;
         };
-        entries.push(entry);
         pos += 8 + len as usize;
+        entries.push((entry, pos));
     }
     (entries, pos)
 }
@@ -243,7 +274,7 @@ impl Journal {
         // Most often nobody else committed since: one stat says so. The
         // same file grown is read on from the open handle.
         let same_file = match std::fs::metadata(&path) {
-            Ok(m) if self.ident == Some((m.dev(), m.ino())) => {
+            Ok(m) if self.ident == Some(LogIdent::of(&m)) => {
                 if m.len() == self.len {
                     return Ok((loaded, false));
                 }
@@ -275,7 +306,7 @@ impl Journal {
             file.set_len(from + good as u64)
                 .map_err(|e| Error::io(format!("truncating {}", path.display()), e))?;
         }
-        loaded.take(entries);
+        loaded.take(entries, from);
         let replaced = !same && self.file.is_some();
         self.file = Some(file);
         self.ident = Some(ident);
@@ -311,8 +342,9 @@ impl Journal {
             Err(e) => return Err(Error::io(format!("reading {}", path.display()), e)),
         };
         let mut loaded = Loaded::default();
-        for e in parse(&bytes).0 {
-            if let Entry::Commit(c) = e {
+        for (e, end) in parse(&bytes).0 {
+            if let Entry::Commit(mut c) = e {
+                c.end = end as u64;
                 loaded.commits.push(c);
             }
         }
@@ -367,6 +399,12 @@ impl Journal {
         self.len
     }
 
+    /// The identity of the log as this handle last read or wrote it;
+    /// `None` before it read a log that exists.
+    pub(crate) fn ident(&self) -> Option<LogIdent> {
+        self.ident
+    }
+
     /// Replaces the log by one `Start { next }` entry, atomically (every
     /// commit record in it must be applied and its markers on disk).
     pub(crate) fn reset(&mut self, next: u64) -> Result<()> {
@@ -414,6 +452,7 @@ mod tests {
             }],
             offsets: vec![],
             shared: false,
+            end: 0,
         })
     }
 
@@ -423,6 +462,7 @@ mod tests {
         let (mut j, l) = Journal::open(tmp.path(), 0o600).unwrap();
         assert_eq!((l.commits.len(), l.next_txn), (0, 0));
         j.append(&commit(0), false).unwrap();
+        let first_end = j.len();
         j.append(&Entry::Applied { txn: 0 }, true).unwrap();
         j.append(&commit(1), false).unwrap();
         let whole = j.len();
@@ -437,6 +477,9 @@ mod tests {
         assert_eq!(j.len(), whole);
         assert_eq!(std::fs::metadata(&path).unwrap().len(), whole);
         assert_eq!(l.commits.len(), 2);
+        // Each commit record knows where it ends.
+        let ends: Vec<u64> = l.commits.iter().map(|c| c.end).collect();
+        assert_eq!(ends, [first_end, whole]);
         assert!(l.applied.contains(&0) && !l.applied.contains(&1));
         assert_eq!(l.next_txn, 2);
     }

@@ -80,7 +80,7 @@ struct State {
     /// are made durable before the log is emptied.
     touched: HashSet<(String, u32)>,
     /// Shared mode: the directory's transaction lock file, once opened.
-    lock_file: Option<Arc<std::fs::File>>,
+    lock_page: Option<Arc<crate::shared::SharedPage>>,
 }
 
 /// A transaction to commit, its records grouped by partition.
@@ -101,9 +101,18 @@ impl Coordinator {
         let (journal, loaded) = Journal::open(dir, mode)?;
         let Loaded {
             commits,
-            applied,
+            mut applied,
             next_txn,
         } = loaded;
+        // Shared commits that the last shared session finished (it wrote
+        // no note for them: see `shared.rs`).
+        let clean = shared::clean_bytes(dir, journal.ident(), journal.len());
+        applied.extend(
+            commits
+                .iter()
+                .filter(|c| c.shared && c.end <= clean)
+                .map(|c| c.txn),
+        );
         let mut committed = HashMap::new();
         let mut touched = HashSet::new();
         for c in &commits {
@@ -126,7 +135,7 @@ impl Coordinator {
                 applied,
                 pending: Vec::new(),
                 touched,
-                lock_file: None,
+                lock_page: None,
             }),
             committed: Arc::new(committed),
             lock_path: None,
@@ -160,6 +169,8 @@ impl Coordinator {
         if st.journal.len() > 0 {
             compact(&mut st, broker)?;
         }
+        // The page described the log just emptied.
+        shared::forget_page(broker.dir());
         Ok(())
     }
 
@@ -176,7 +187,16 @@ impl Coordinator {
         let mut st = lock(&self.state);
         // Shared mode: the directory's transaction lock, held to the end,
         // and what the other processes committed.
-        let _held = self.hold(&mut st, broker, false)?;
+        let held = self.hold(&mut st, broker, false)?;
+        let res = self.commit_held(&mut st, broker, c);
+        if let Some(h) = held {
+            h.release(&st);
+        }
+        res
+    }
+
+    /// [`Coordinator::commit`], the lock held.
+    fn commit_held(&self, st: &mut State, broker: &BrokerInner, c: Commit<'_>) -> Result<Vec<u64>> {
         let current = c.identity.current_epoch();
         if current != c.epoch {
             return Err(Error::ProducerFenced {
@@ -186,7 +206,7 @@ impl Coordinator {
             });
         }
         if st.journal.len() > self.compact_at() {
-            compact(&mut st, broker)?;
+            compact(st, broker)?;
         }
         check_members(broker, &c.offsets)?;
         let producer = ProducerFields {
@@ -226,6 +246,7 @@ impl Coordinator {
                 .collect(),
             offsets: c.offsets,
             shared: self.is_shared(),
+            end: 0,
         };
         st.journal.append(&Entry::Commit(record.clone()), c.sync)?;
         st.next_txn += 1;
@@ -246,23 +267,24 @@ impl Coordinator {
             st.touched.insert((p.topic.clone(), p.partition));
         }
         if record.offsets.is_empty() {
+            // Nothing to note: only offsets are applied again at open (in
+            // shared mode, the lock's page says the commit ended).
             commit_step(CommitStep::OffsetsApplied);
-            // Exclusive mode: nothing to note (only offsets are applied
-            // again at open). Shared mode: the others must know that
-            // nothing is left to finish.
-            if self.is_shared() {
-                if let Err(e) = st.journal.append(&Entry::Applied { txn }, false) {
-                    ::log::warn!("noting transaction {txn} applied: {e}");
-                }
-            }
             return Ok(firsts);
         }
         // Not noted as applied (nor the log emptied) until the offsets
         // are committed: the next open commits them again, to the same
-        // values. The note is not synced for the same reason.
+        // values. The note is not synced for the same reason; in shared
+        // mode the lock's page takes its place when the lock is let go.
         let applied = apply_offsets(broker, &record.offsets)
             .inspect(|()| commit_step(CommitStep::OffsetsApplied))
-            .and_then(|()| st.journal.append(&Entry::Applied { txn }, false));
+            .and_then(|()| {
+                if self.is_shared() {
+                    Ok(())
+                } else {
+                    st.journal.append(&Entry::Applied { txn }, false)
+                }
+            });
         if let Err(e) = applied {
             if self.is_shared() {
                 // Any process's next commit finishes it.
