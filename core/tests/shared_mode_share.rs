@@ -341,3 +341,82 @@ fn no_message_is_lost_when_member_processes_are_killed() {
     c.subscribe(&["jobs"]).unwrap();
     assert_eq!(c.backlog().unwrap(), mqlite::ShareBacklog::default());
 }
+
+#[test]
+fn a_group_lock_left_by_a_dead_process_is_taken_over() {
+    // The group's lock is a word in `groups/<g>.share.lock`'s page holding
+    // the holder's process token: a process killed holding it leaves its
+    // token there, and the next process takes the lock over once that
+    // process's liveness lock is gone, then reads the state file again
+    // (a record the dead holder cut short is dropped).
+    let dirs = Dirs::new();
+    let mq = Broker::open(&dirs.data, shared()).unwrap();
+    produce(&mq, 30);
+    let config = ShareConsumerConfig::group("w").lock_duration_ms(60_000);
+    let mut c = mq.share_consumer(config.clone()).unwrap();
+    c.subscribe(&["jobs"]).unwrap();
+    let end = Instant::now() + Duration::from_secs(10);
+    let mut held = Vec::new();
+    while held.len() < 30 && Instant::now() < end {
+        held.extend(c.poll(Duration::from_millis(50)).unwrap());
+    }
+    assert_eq!(held.len(), 30);
+    c.ack(&held[..10]).unwrap();
+    c.release(&held[10..], Duration::ZERO).unwrap();
+    drop(c);
+    let groups = dirs.data.join("groups");
+    let state = groups.join("w.share");
+    let whole = std::fs::metadata(&state).unwrap().len();
+    // A dead holder: a token no process holds, and half a record.
+    let lock = std::fs::OpenOptions::new()
+        .write(true)
+        .open(groups.join("w.share.lock"))
+        .unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&lock, &0xdead_beef_u64.to_le_bytes(), 8).unwrap();
+    let torn = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&state)
+        .unwrap();
+    std::io::Write::write_all(&mut &torn, &[0x40, 0, 0, 0, 1, 2, 3]).unwrap();
+    let started = Instant::now();
+    let mut c = mq.share_consumer(config).unwrap();
+    c.subscribe(&["jobs"]).unwrap();
+    let mut again = Vec::new();
+    let end = Instant::now() + Duration::from_secs(10);
+    while again.len() < 20 && Instant::now() < end {
+        again.extend(c.poll(Duration::from_millis(50)).unwrap());
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    let seqs = |ms: &[mqlite::ShareMessage]| -> Vec<u64> {
+        let mut v: Vec<u64> = ms
+            .iter()
+            .map(|m| check_payload(m.value().unwrap()).unwrap().1)
+            .collect();
+        v.sort_unstable();
+        v
+    };
+    assert_eq!(
+        seqs(&again),
+        seqs(&held[10..]),
+        "the released, not the acknowledged"
+    );
+    assert!(again.iter().all(|m| m.delivery_count() == 2));
+    c.ack(&again).unwrap();
+    drop(c);
+    // The torn record was cut before the next append.
+    let bytes = std::fs::read(&state).unwrap();
+    assert!(bytes.len() as u64 > whole);
+    assert_ne!(
+        &bytes[whole as usize..whole as usize + 7],
+        &[0x40, 0, 0, 0, 1, 2, 3]
+    );
+    mq.close().unwrap();
+    let mq = Broker::open(&dirs.data, shared()).unwrap();
+    let mut c = mq.share_consumer(ShareConsumerConfig::group("w")).unwrap();
+    c.subscribe(&["jobs"]).unwrap();
+    assert!(c.poll(Duration::from_millis(200)).unwrap().is_empty());
+}

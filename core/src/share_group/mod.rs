@@ -34,6 +34,7 @@
 mod engine;
 mod group;
 mod held;
+mod lock_page;
 #[cfg(test)]
 mod model_tests;
 mod state;

@@ -2,12 +2,13 @@
 //! `<dir>/groups/<group>.share`, with `<group>.share.lock`.
 //!
 //! In exclusive mode the one process that uses the group holds the lock
-//! (`flock`, exclusive) for as long as the group is open. In shared mode
-//! every process that uses the group takes the lock for each operation
-//! ([`Store::enter`]), reads the records the others appended since its
-//! last look (all of them again when another process rewrote the file),
-//! decides, appends, and lets go: the file is the group's state, each
-//! process's memory a copy of it.
+//! file (`flock`, exclusive) for as long as the group is open. In shared
+//! mode every process that uses the group takes the lock in that file's
+//! page for each operation ([`Store::enter`], see `lock_page`), reads the
+//! records the others appended since its last look (all of them again
+//! when another process rewrote the file; nothing when the page says the
+//! file is as this process left it), decides, appends, and lets go: the
+//! file is the group's state, each process's memory a copy of it.
 //!
 //! It has the layout of the commits journal: a 16-byte header (magic
 //! `MQSHRJ01`, generation) and records framed by length and CRC32C, read up
@@ -35,11 +36,12 @@
 
 use std::collections::HashMap;
 use std::fs::File;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::lock_page::{LockPage, View};
 use super::state::{is_foreign, Change, Entry, Part, State, Stored, FOREIGN};
 use crate::clock::monotonic_ms;
 use crate::error::{Error, IoContext, Result};
@@ -539,7 +541,7 @@ enum Access {
 /// What a store in shared mode needs.
 #[derive(Debug)]
 struct Shared {
-    lock: Arc<File>,
+    lock: Arc<LockPage>,
     /// This process's token (its acquisitions are written with it).
     token: u64,
     /// The data directory (where processes' liveness is looked up).
@@ -548,16 +550,7 @@ struct Shared {
     ino: u64,
 }
 
-/// The lock of a shared store, held for one operation (released when
-/// dropped).
-#[derive(Debug)]
-pub(crate) struct OpLock(Arc<File>);
-
-impl Drop for OpLock {
-    fn drop(&mut self) {
-        let _ = self.0.unlock();
-    }
-}
+pub(crate) use super::lock_page::OpLock;
 
 impl Store {
     /// Opens (creating it if needed) the store of `group` under
@@ -599,21 +592,15 @@ impl Store {
         let gdir = dir.join("groups");
         crate::private_dir::create_dir_all(&gdir, mode)?;
         let lock_path = gdir.join(format!("{group}.share.lock"));
-        let lock = Arc::new(
-            std::fs::OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create(true)
-                .truncate(false)
-                .mode(mode)
-                .open(&lock_path)
-                .ctx(|| format!("opening {}", lock_path.display()))?,
-        );
-        lock.lock()
-            .ctx(|| format!("locking {}", lock_path.display()))?;
-        let _held = OpLock(Arc::clone(&lock));
+        let lock = LockPage::open(&lock_path, mode, dir, token)?;
+        let (_held, _) = lock.lock();
         let loaded = Loaded::read(state_path(&gdir, group), mode, &mut liveness(dir))?;
         let ino = loaded.file.metadata().map_or(0, |m| m.ino());
+        lock.record(View {
+            ino,
+            generation: loaded.generation,
+            end: loaded.end,
+        });
         let access = Access::Shared(Shared {
             lock,
             token,
@@ -634,12 +621,36 @@ impl Store {
         let Access::Shared(sh) = &self.access else {
             return Ok(None);
         };
-        sh.lock
-            .lock()
-            .ctx(|| format!("locking the state of {}", self.path.display()))?;
-        let guard = OpLock(Arc::clone(&sh.lock));
+        let lock = Arc::clone(&sh.lock);
+        let (guard, stolen) = lock.lock();
+        if let Some(view) = self.view() {
+            if !stolen && lock.says(view) {
+                return Ok(Some(guard));
+            }
+        }
         self.catch_up(parts)?;
+        self.record();
         Ok(Some(guard))
+    }
+
+    /// Shared mode: the state file as this store last read or wrote it.
+    fn view(&self) -> Option<View> {
+        match &self.access {
+            Access::Shared(sh) => Some(View {
+                ino: sh.ino,
+                generation: self.generation,
+                end: self.end,
+            }),
+            Access::Exclusive { .. } => None,
+        }
+    }
+
+    /// Shared mode: records in the lock's page that the state file is as
+    /// this store last read or wrote it (the lock held).
+    fn record(&self) {
+        if let (Access::Shared(sh), Some(view)) = (&self.access, self.view()) {
+            sh.lock.record(view);
+        }
     }
 
     /// Applies what other processes appended since this store last read
@@ -737,6 +748,7 @@ impl Store {
         journal::append(&self.file, &self.path, self.end, &record)?;
         self.end += record.len() as u64;
         self.appended += record.len() as u64;
+        self.record();
         Ok(self.appended)
     }
 
@@ -767,6 +779,7 @@ impl Store {
         }
         self.file = Arc::new(file);
         self.end = HEADER_LEN + record.len() as u64;
+        self.record();
         Ok(())
     }
 
