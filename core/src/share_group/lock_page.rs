@@ -24,13 +24,16 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::error::Result;
-use crate::shared::{process_alive, LockWords, Processes, SharedPage, Word32, Word64};
+use crate::shared::{process_alive, LockLayout, LockWords, Processes, SharedPage, Word32, Word64};
 
 const MAGIC: [u8; 8] = *b"MQSHRL01";
 const OWNER: Word64 = Word64::at(8);
-const IN_PROGRESS: Word64 = Word64::at(16);
-const WAITERS: Word32 = Word32::at(24);
-const RELEASES: Word32 = Word32::at(28);
+const LOCK: LockLayout = LockLayout {
+    owner: OWNER,
+    in_progress: Word64::at(16),
+    waiters: Word32::at(24),
+    releases: Word32::at(28),
+};
 const INO: Word64 = Word64::at(32);
 const GENERATION: Word64 = Word64::at(40);
 const END: Word64 = Word64::at(48);
@@ -85,13 +88,7 @@ impl LockPage {
     }
 
     fn words(&self) -> Option<LockWords<'_, Processes>> {
-        Some(LockWords {
-            platform: &Processes,
-            owner: self.page.writable64(OWNER)?,
-            in_progress: self.page.writable64(IN_PROGRESS)?,
-            waiters: self.page.writable32(WAITERS)?,
-            releases: self.page.writable32(RELEASES)?,
-        })
+        LockWords::in_page(&self.page, LOCK)
     }
 
     /// Takes the lock, waiting while a live process holds it; returns it

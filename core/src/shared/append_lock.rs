@@ -56,6 +56,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 use super::futex;
+use super::page::{SharedPage, Word32, Word64};
 
 /// The most spin turns between two looks at the lock word (see the
 /// module documentation).
@@ -226,6 +227,28 @@ pub(crate) struct LockWords<'a, P: Platform> {
     pub waiters: &'a P::A32,
     /// Bumped by each unlock that saw sleepers.
     pub releases: &'a P::A32,
+}
+
+/// Where a lock's words are in a shared page.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LockLayout {
+    pub owner: Word64,
+    pub in_progress: Word64,
+    pub waiters: Word32,
+    pub releases: Word32,
+}
+
+impl<'a> LockWords<'a, Processes> {
+    /// The lock laid out as `at` in `page`; `None` on a read-only page.
+    pub(crate) fn in_page(page: &'a SharedPage, at: LockLayout) -> Option<Self> {
+        Some(LockWords {
+            platform: &Processes,
+            owner: page.writable64(at.owner)?,
+            in_progress: page.writable64(at.in_progress)?,
+            waiters: page.writable32(at.waiters)?,
+            releases: page.writable32(at.releases)?,
+        })
+    }
 }
 
 impl<P: Platform> LockWords<'_, P> {

@@ -18,7 +18,7 @@ mod page;
 mod procs;
 mod tail;
 
-pub(crate) use append_lock::{AppendGuard, LockWords, Processes, Stolen};
+pub(crate) use append_lock::{AppendGuard, LockLayout, LockWords, Processes, Stolen};
 pub(crate) use dir::{hold_exclusive, DirShare, ExclusiveHold, SHM_FILE};
 pub(crate) use fs_kind::{filesystem_kind, FsKind};
 pub(crate) use futex::WaitOutcome;

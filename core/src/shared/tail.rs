@@ -20,7 +20,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::append_lock::{AppendGuard, LockWords, Processes};
+use super::append_lock::{AppendGuard, LockLayout, LockWords, Processes};
 use super::{LiveLock, SharedPage, Word32, Word64};
 use crate::error::{Error, Result};
 
@@ -46,6 +46,13 @@ const RELEASES: Word32 = Word32::at(60);
 /// The end, in the active segment, of the write the holder is doing past
 /// the published length; 0 when none.
 const IN_PROGRESS: Word64 = Word64::at(64);
+/// The append lock's words.
+const LOCK: LockLayout = LockLayout {
+    owner: OWNER,
+    in_progress: IN_PROGRESS,
+    waiters: WAITERS,
+    releases: RELEASES,
+};
 
 /// How many times a reader tries to read a consistent tail.
 const READ_TRIES: usize = 64;
@@ -166,13 +173,7 @@ impl TailPage {
 
     /// The append lock's words; `None` on a read-only page.
     fn lock_words(&self) -> Option<LockWords<'_, Processes>> {
-        Some(LockWords {
-            platform: &Processes,
-            owner: self.page.writable64(OWNER)?,
-            in_progress: self.page.writable64(IN_PROGRESS)?,
-            waiters: self.page.writable32(WAITERS)?,
-            releases: self.page.writable32(RELEASES)?,
-        })
+        LockWords::in_page(&self.page, LOCK)
     }
 
     /// Publishes the log's end (the writer, after each append it
