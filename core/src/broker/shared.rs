@@ -125,7 +125,13 @@ fn open_engine(dir: std::path::PathBuf, config: Config) -> Result<Arc<BrokerInne
     } else {
         let ring = Arc::clone(&share);
         Some(SharedLog {
-            doorbell: Some(Doorbell(Arc::new(move || ring.ring()))),
+            doorbell: Some(Doorbell(Arc::new(move |fenced| {
+                if fenced {
+                    ring.ring_after_fence();
+                } else {
+                    ring.ring();
+                }
+            }))),
             writers: Some(SharedWriters {
                 slot: Arc::new(ProcessSlot::register(&dir, mode)?),
                 root: dir.as_path().into(),

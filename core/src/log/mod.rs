@@ -148,11 +148,14 @@ pub(crate) struct SharedWriters {
     pub root: Arc<std::path::Path>,
 }
 
-/// A hook the log calls after each publish in shared mode. It runs with
-/// the log's locks held (the writer's, or the segment list's during
-/// retention): it must be quick and must not call back into the log.
+/// A hook the log calls after each publish in shared mode, told whether
+/// the caller ran a sequentially consistent fence after the publish (the
+/// append lock's release does), so that the hook need not run its own. It
+/// may run with the log's locks held (the writer's, or the segment list's
+/// during retention): it must be quick and must not call back into the
+/// log.
 #[derive(Clone)]
-pub(crate) struct Doorbell(pub Arc<dyn Fn() + Send + Sync>);
+pub(crate) struct Doorbell(pub Arc<dyn Fn(bool) + Send + Sync>);
 
 impl std::fmt::Debug for Doorbell {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -964,6 +967,29 @@ impl PartitionLog {
     /// mode.
     #[inline]
     fn write_tail(&self, next_offset: u64, active: &Segment) {
+        if self.publish_tail(next_offset, active) {
+            self.ring_doorbell(false);
+        }
+    }
+
+    /// Rings the doorbell of shared mode (`fenced`: the caller ran a
+    /// sequentially consistent fence since its publish).
+    #[inline]
+    fn ring_doorbell(&self, fenced: bool) {
+        if let Some(Doorbell(ring)) = self
+            .config
+            .shared
+            .as_ref()
+            .and_then(|s| s.doorbell.as_ref())
+        {
+            ring(fenced);
+        }
+    }
+
+    /// [`PartitionLog::write_tail`] without the doorbell: whether a page
+    /// was written.
+    #[inline]
+    fn publish_tail(&self, next_offset: u64, active: &Segment) -> bool {
         let tail = Tail {
             next_offset,
             active_base: active.base(),
@@ -971,7 +997,7 @@ impl PartitionLog {
             log_start: self.start_offset(),
             cuts: 0,
         };
-        let written = if let Some(page) = &self.tail {
+        if let Some(page) = &self.tail {
             lock(page).write(tail);
             true
         } else if let Some(sw) = self.shared_writer() {
@@ -983,16 +1009,6 @@ impl PartitionLog {
             true
         } else {
             false
-        };
-        if written {
-            if let Some(Doorbell(ring)) = self
-                .config
-                .shared
-                .as_ref()
-                .and_then(|s| s.doorbell.as_ref())
-            {
-                ring();
-            }
         }
     }
 
@@ -1121,10 +1137,13 @@ impl PartitionLog {
     }
 
     #[inline]
-    fn wake_waiters(&self) {
+    fn wake_waiters(&self, fenced: bool) {
         // Pairs with the fence in `Consumer` between registering and
         // re-checking: either it sees our append or we see its waiter.
-        fence(Ordering::SeqCst);
+        // `fenced`: the caller ran one since the append was published.
+        if !fenced {
+            fence(Ordering::SeqCst);
+        }
         if self.waiters.count.load(Ordering::Relaxed) == 0 {
             return;
         }

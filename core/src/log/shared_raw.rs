@@ -62,7 +62,10 @@ impl Options {
             files: Arc::new(FileCache::new(64)),
             shared: self.shared.then(|| SharedLog {
                 writers: None,
-                doorbell: self.doorbell.clone().map(Doorbell),
+                doorbell: self.doorbell.clone().map(|ring| {
+                    // The hook given here runs its own fence, if any.
+                    Doorbell(Arc::new(move |_fenced| ring()))
+                }),
             }),
             committed: None,
         }

@@ -252,7 +252,7 @@ impl PreparedPart<'_> {
         self.published = true;
         let log = self.log;
         drop(self);
-        log.wake_waiters();
+        log.wake_waiters(false);
     }
 }
 
@@ -310,7 +310,7 @@ impl PartitionLog {
         }
         drop(shared);
         drop(w);
-        self.wake_waiters();
+        self.wake_waiters(false);
         Ok(true)
     }
 

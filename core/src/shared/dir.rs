@@ -233,6 +233,12 @@ impl DirShare {
         // Pairs with the fence in `prepare_wait`: either this load sees
         // the waiter counted, or the waiter's look for data sees the change.
         std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+        self.ring_after_fence();
+    }
+
+    /// [`DirShare::ring`] for a caller that ran a sequentially consistent
+    /// fence after its change (the append lock's release, say).
+    pub(crate) fn ring_after_fence(&self) {
         if self.page.load32(WAITERS) != 0 {
             self.ring_always();
         }
