@@ -1181,6 +1181,9 @@ impl BrokerInner {
         sync::lock(&self.lock).take();
         sync::lock(&self.exclusive).take();
         if let Some(share) = &self.share {
+            // No share group's lock is held under this process's token
+            // once it goes (new operations are refused since `closed`).
+            self.share_groups.wait_idle();
             share.leave();
         }
         first

@@ -156,6 +156,22 @@ impl Registry {
         }
     }
 
+    /// Waits until no operation of a share group open here is under way
+    /// (each takes its group's state for its whole length). For the
+    /// broker's close, once new operations are refused: in shared mode a
+    /// group's lock is held in the name of this process's token, which the
+    /// close then lets go, and no other process may take the lock over
+    /// while an operation of this one still writes.
+    pub(crate) fn wait_idle(&self) {
+        let groups: Vec<Arc<ShareGroup>> = lock(&self.groups)
+            .values()
+            .filter_map(Weak::upgrade)
+            .collect();
+        for g in groups {
+            drop(lock(&g.inner));
+        }
+    }
+
     /// Share group `name`, opened (its state read back) if no member has it
     /// open.
     ///
