@@ -1091,7 +1091,7 @@ impl Consumer {
         for a in &self.assigned {
             a.log.add_waiter(&waiter);
         }
-        // Pairs with the fence in the append path (see `wake_waiters`).
+        // Pairs with the fence in the append path (see `PartitionLog::announce`).
         fence(Ordering::SeqCst);
         if !self.has_data() {
             waiter.wait_until(deadline);

@@ -298,16 +298,10 @@ impl PartitionLog {
         w.max_ts = w.max_ts.max(max_ts);
         w.next_offset = base + count as u64;
         self.end_offset.store(w.next_offset, Ordering::Release);
-        // One sequentially consistent fence after the publish serves the
-        // doorbell and this process's waiters: the append lock's release
-        // runs one, else the doorbell's ring does.
         let published = self.publish_tail(w.next_offset, &w.active);
-        let mut fenced = shared.is_some();
+        // The append lock's release runs the fence `announce` needs.
+        let fenced = shared.is_some();
         drop(shared);
-        if published {
-            self.ring_doorbell(fenced);
-            fenced = true;
-        }
         if w.active.growth_due() {
             self.grow_ahead(&mut w);
         }
@@ -325,7 +319,7 @@ impl PartitionLog {
             }
         }
         drop(w);
-        self.wake_waiters(fenced);
+        self.announce(published, fenced);
         Ok(Appended {
             base_offset: base,
             duplicate: false,

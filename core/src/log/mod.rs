@@ -972,6 +972,23 @@ impl PartitionLog {
         }
     }
 
+    /// After an append or a commit published (the tail page written when
+    /// `published`): rings the doorbell of shared mode and wakes this
+    /// process's waiting readers. Each pairs the publish with a waiter's
+    /// count, so one sequentially consistent fence between the publish and
+    /// their loads serves both: run here unless `fenced` (the caller ran
+    /// one since, as the append lock's release does).
+    #[inline]
+    fn announce(&self, published: bool, fenced: bool) {
+        if !fenced {
+            fence(Ordering::SeqCst);
+        }
+        if published {
+            self.ring_doorbell(true);
+        }
+        self.wake_waiters_fenced();
+    }
+
     /// Rings the doorbell of shared mode (`fenced`: the caller ran a
     /// sequentially consistent fence since its publish).
     #[inline]
@@ -1136,14 +1153,13 @@ impl PartitionLog {
         self.waiters.count.store(list.len(), Ordering::SeqCst);
     }
 
+    /// Wakes this process's waiting readers, the caller having run a
+    /// sequentially consistent fence since its publish (see
+    /// [`PartitionLog::announce`]).
     #[inline]
-    fn wake_waiters(&self, fenced: bool) {
-        // Pairs with the fence in `Consumer` between registering and
-        // re-checking: either it sees our append or we see its waiter.
-        // `fenced`: the caller ran one since the append was published.
-        if !fenced {
-            fence(Ordering::SeqCst);
-        }
+    fn wake_waiters_fenced(&self) {
+        // The fence pairs with the one in `Consumer` between registering
+        // and re-checking: either it sees our append or we see its waiter.
         if self.waiters.count.load(Ordering::Relaxed) == 0 {
             return;
         }

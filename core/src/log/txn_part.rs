@@ -243,16 +243,17 @@ impl PreparedPart<'_> {
         w.max_ts = w.max_ts.max(max_ts);
         w.next_offset = self.marker_offset + 1;
         self.log.end_offset.store(w.next_offset, Ordering::Release);
-        if self.log.tail.is_some() || self.shared.is_some() {
-            self.log.write_tail(w.next_offset, &w.active);
-        }
+        let published = self.log.publish_tail(w.next_offset, &w.active);
         if w.active.growth_due() {
             self.log.grow_ahead(w);
         }
         self.published = true;
         let log = self.log;
+        // The append lock's release (dropping the part) runs the fence
+        // `announce` needs.
+        let fenced = self.shared.is_some();
         drop(self);
-        log.wake_waiters(false);
+        log.announce(published, fenced);
     }
 }
 
@@ -305,12 +306,11 @@ impl PartitionLog {
         active.commit(active_writer, batch::CONTROL_LEN, None, marker.timestamp);
         w.next_offset = marker_offset + 1;
         self.end_offset.store(w.next_offset, Ordering::Release);
-        if self.tail.is_some() || shared.is_some() {
-            self.write_tail(w.next_offset, &w.active);
-        }
+        let published = self.publish_tail(w.next_offset, &w.active);
+        let fenced = shared.is_some();
         drop(shared);
         drop(w);
-        self.wake_waiters(false);
+        self.announce(published, fenced);
         Ok(true)
     }
 

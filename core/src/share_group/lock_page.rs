@@ -87,6 +87,16 @@ impl LockPage {
         }))
     }
 
+    /// This process's token.
+    pub(crate) fn token(&self) -> u64 {
+        self.token
+    }
+
+    /// The data directory.
+    pub(crate) fn root(&self) -> &Path {
+        &self.root
+    }
+
     fn words(&self) -> Option<LockWords<'_, Processes>> {
         LockWords::in_page(&self.page, LOCK)
     }

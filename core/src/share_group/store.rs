@@ -541,11 +541,10 @@ enum Access {
 /// What a store in shared mode needs.
 #[derive(Debug)]
 struct Shared {
+    /// The group's lock, which also knows this process's token (its
+    /// acquisitions are written with it) and the data directory (where
+    /// processes' liveness is looked up).
     lock: Arc<LockPage>,
-    /// This process's token (its acquisitions are written with it).
-    token: u64,
-    /// The data directory (where processes' liveness is looked up).
-    root: PathBuf,
     /// The inode of the file as last read or written.
     ino: u64,
 }
@@ -596,18 +595,9 @@ impl Store {
         let (_held, _) = lock.lock();
         let loaded = Loaded::read(state_path(&gdir, group), mode, &mut liveness(dir))?;
         let ino = loaded.file.metadata().map_or(0, |m| m.ino());
-        lock.record(View {
-            ino,
-            generation: loaded.generation,
-            end: loaded.end,
-        });
-        let access = Access::Shared(Shared {
-            lock,
-            token,
-            root: dir.to_owned(),
-            ino,
-        });
-        Ok(loaded.into_store(mode, access))
+        let (store, parts) = loaded.into_store(mode, Access::Shared(Shared { lock, ino }));
+        store.record();
+        Ok((store, parts))
     }
 
     /// Begins an operation on the group's state. In shared mode, takes the
@@ -660,7 +650,7 @@ impl Store {
         let Access::Shared(sh) = &self.access else {
             return Ok(());
         };
-        let (seen_ino, token) = (sh.ino, sh.token);
+        let (seen_ino, token) = (sh.ino, sh.lock.token());
         // The common case, one system call: the file is still this one
         // (not unlinked by another process's rewrite) and nothing was
         // appended since.
@@ -669,7 +659,7 @@ impl Store {
                 return Ok(());
             }
         }
-        let root = sh.root.clone();
+        let root = sh.lock.root().to_owned();
         let mut alive = liveness(&root);
         let same = std::fs::metadata(&self.path).is_ok_and(|m| m.ino() == seen_ino);
         if same {

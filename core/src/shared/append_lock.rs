@@ -31,9 +31,10 @@
 //! no system call for the waiter. The cost is the waiter's latency (a
 //! turn, about a hundred microseconds) under such contention. Only a
 //! holder found dead (its process's lock file released by the kernel) is
-//! robbed: the locker swaps the dead token for its own (a compare-and-swap, so of several lockers exactly one
-//! wins) and learns the `in_progress` end the dead holder left, up to which
-//! it zeroes the segment from the published length before it writes.
+//! robbed: the locker swaps the dead token for its own (a
+//! compare-and-swap, so of several lockers exactly one wins) and learns
+//! the `in_progress` end the dead holder left, up to which it zeroes the
+//! segment from the published length before it writes.
 //! Tokens are never reused, so a dead token in `owner` never comes back to
 //! life, and the swap cannot take a lock from a live holder. A token no
 //! process registered (a garbage word) is dead by the same test.

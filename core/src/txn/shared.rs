@@ -37,7 +37,7 @@ use super::journal::{CommitRecord, Entry, Journal, LogIdent};
 use super::{apply_offsets, write_missing_markers, Coordinator, State};
 use crate::broker::BrokerInner;
 use crate::error::{IoContext, Result};
-use crate::shared::{SharedPage, Word64, PAGE_LEN};
+use crate::shared::{SharedPage, Word64};
 
 /// The directory's transaction lock file.
 pub(crate) const LOCK_FILE: &str = "TXN";
@@ -73,6 +73,18 @@ fn page_ident(page: &SharedPage) -> LogIdent {
     }
 }
 
+/// The bytes at the start of the log `ident` (of `len` bytes) within which
+/// the page says every commit record is finished; 0 unless the page
+/// describes that log.
+fn clean_in(page: &SharedPage, ident: Option<LogIdent>, len: u64) -> u64 {
+    match ident {
+        Some(ident) if page.has_magic(MAGIC) && page_ident(page) == ident => {
+            page.load64(CLEAN).min(len)
+        }
+        _ => 0,
+    }
+}
+
 /// The directory's transaction lock, held; let go when dropped (leaving
 /// the page saying that its holder died: the next holder reads the log)
 /// or with [`Held::release`].
@@ -92,15 +104,13 @@ impl Held {
     /// `st` knows of no unfinished commit.
     pub(super) fn release(self, st: &State) {
         let page = &self.0;
-        let ident = st.journal.ident().unwrap_or(NO_LOG);
         let len = st.journal.len();
         let clean = if st.loaded.is_empty() {
             len
-        } else if page.has_magic(MAGIC) && page_ident(page) == ident {
-            page.load64(CLEAN).min(len)
         } else {
-            0
+            clean_in(page, st.journal.ident(), len)
         };
+        let ident = st.journal.ident().unwrap_or(NO_LOG);
         page.store64(LOG_DEV, ident.dev);
         page.store64(LOG_INO, ident.ino);
         page.store64(LOG_BORN, ident.born);
@@ -111,30 +121,10 @@ impl Held {
     }
 }
 
-/// The bytes of the log at the start of which every shared commit record
-/// is finished, from the lock file's page of data directory `dir`, if the
-/// page describes the log `ident` (at most `len`); 0 when it does not.
-/// Read without mapping or changing the page.
+/// [`clean_in`] the lock file's page of data directory `dir` (mapped
+/// read-only; 0 when there is no whole page).
 pub(super) fn clean_bytes(dir: &Path, ident: Option<LogIdent>, len: u64) -> u64 {
-    let Some(ident) = ident else { return 0 };
-    let Ok(bytes) = std::fs::read(dir.join(LOCK_FILE)) else {
-        return 0;
-    };
-    let word = |at: usize| {
-        bytes
-            .get(at..at + 8)
-            .and_then(|b| b.try_into().ok())
-            .map_or(0, u64::from_le_bytes)
-    };
-    let described = LogIdent {
-        dev: word(16),
-        ino: word(24),
-        born: word(48),
-    };
-    if bytes.len() < PAGE_LEN || bytes[..8] != MAGIC || described != ident {
-        return 0;
-    }
-    word(40).min(len)
+    SharedPage::open_read_only(&dir.join(LOCK_FILE)).map_or(0, |p| clean_in(&p, ident, len))
 }
 
 /// Exclusive mode, once the log was taken in and emptied: empties the
@@ -233,12 +223,7 @@ impl Coordinator {
             st.touched.clear();
             st.loaded.clear();
         }
-        let clean = match st.journal.ident() {
-            Some(ident) if page.has_magic(MAGIC) && page_ident(page) == ident => {
-                page.load64(CLEAN).min(st.journal.len())
-            }
-            _ => 0,
-        };
+        let clean = clean_in(page, st.journal.ident(), st.journal.len());
         let done = |c: &CommitRecord| new.applied.contains(&c.txn) || (c.end > 0 && c.end <= clean);
         st.next_txn = st.next_txn.max(new.next_txn);
         let mut left_over = Vec::new();
