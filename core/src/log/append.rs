@@ -247,8 +247,7 @@ impl PartitionLog {
         let written = if let Some(g) = &mut gathered {
             // Published below only once the whole batch is in the file:
             // readers never see part of it.
-            let res =
-                g.write_with(|at, parts| active.write_vectored_at_end(active_writer, at, parts));
+            let res = g.write_with(|parts| active.write_vectored_at_end(active_writer, parts));
             if let Err(e) = res {
                 // Part of the batch may be in the file (a short write on a
                 // full disk): zeroed again through the map (its blocks are

@@ -32,17 +32,6 @@ const LENGTH_AT: usize = batch::LENGTH_PREFIX - 4;
 const CRC_AT: usize = batch::LENGTH_PREFIX;
 const CRC_FROM: usize = batch::LENGTH_PREFIX + 4;
 
-/// Batches up to this long are checksummed whole, then written with one
-/// `pwritev`, header included ([`Gathered::write_with`]): one call instead
-/// of a few, and the bytes just read by the checksum are still in the
-/// core's cache when the kernel copies them. Measured against the
-/// chunked write: 256 KiB records faster, 1 MiB ones slower (see
-/// docs/decisions.md).
-pub(super) const AT_ONCE: usize = 512 << 10;
-
-/// Bytes written per `pwritev` of a longer batch ([`Gathered::write_with`]).
-pub(super) const CHUNK: usize = 128 << 10;
-
 /// Capacity of the per-thread buffer kept between batches.
 const KEEP: usize = 4 << 20;
 
@@ -78,57 +67,21 @@ impl<'a> Gathered<'a> {
         self.len
     }
 
-    /// Computes the CRC and writes the batch with `write(at, parts)`: the
-    /// concatenation of `parts` goes to byte `at` of the batch. A batch up
-    /// to [`AT_ONCE`] long is checksummed, then written at once. A longer
-    /// one is written after its header, a [`CHUNK`] at a time, each
-    /// checksummed just before it is written (so that the kernel copies it
-    /// from the cache rather than from memory), then its header with the
-    /// CRC: the batch is whole only once every call succeeded.
-    pub(super) fn write_with(
-        &mut self,
-        mut write: impl FnMut(usize, &[&[u8]]) -> Result<()>,
-    ) -> Result<()> {
+    /// Computes the CRC, then writes the batch with `write(parts)` (the
+    /// concatenation of `parts` is the batch) in one call, header included. The bytes the checksum has just read are
+    /// still in the cache when the kernel copies them. Measured against
+    /// writing a longer batch a chunk at a time, each chunk checksummed
+    /// just before it was written: one call of a 1 MiB record is about a
+    /// third faster (see docs/decisions.md).
+    pub(super) fn write_with(&mut self, write: impl FnOnce(&[&[u8]]) -> Result<()>) -> Result<()> {
         let mut digest = crc_fast::Digest::new(crc_fast::CrcAlgorithm::Crc32Iscsi);
         digest.update(&self.own[CRC_FROM..batch::HEADER_LEN]);
-        if self.len <= AT_ONCE {
-            for (k, p) in self.parts().iter().enumerate() {
-                // The first piece starts with the header.
-                digest.update(if k == 0 { &p[batch::HEADER_LEN..] } else { p });
-            }
-            self.set_crc(&digest);
-            return write(0, &self.parts());
-        }
-        {
-            let parts = self.parts();
-            let mut at = batch::HEADER_LEN;
-            let mut chunk: Vec<&[u8]> = Vec::new();
-            let mut chunk_at = at;
-            let mut chunk_len = 0;
-            for (k, p) in parts.iter().enumerate() {
-                let mut p: &[u8] = if k == 0 { &p[batch::HEADER_LEN..] } else { p };
-                while !p.is_empty() {
-                    let take = p.len().min(CHUNK - chunk_len);
-                    let (head, rest) = p.split_at(take);
-                    digest.update(head);
-                    chunk.push(head);
-                    chunk_len += take;
-                    at += take;
-                    p = rest;
-                    if chunk_len == CHUNK {
-                        write(chunk_at, &chunk)?;
-                        chunk.clear();
-                        chunk_at = at;
-                        chunk_len = 0;
-                    }
-                }
-            }
-            if chunk_len > 0 {
-                write(chunk_at, &chunk)?;
-            }
+        for (k, p) in self.parts().iter().enumerate() {
+            // The first piece starts with the header.
+            digest.update(if k == 0 { &p[batch::HEADER_LEN..] } else { p });
         }
         self.set_crc(&digest);
-        write(0, &[&self.own[..batch::HEADER_LEN]])
+        write(&self.parts())
     }
 
     fn set_crc(&mut self, digest: &crc_fast::Digest) {
@@ -300,18 +253,17 @@ mod tests {
     use super::*;
     use crate::log::batch::{Check, Header, Records};
 
-    /// The batch as `write_with` writes it, and the number of writes.
-    fn concat(g: &mut Gathered<'_>) -> (Vec<u8>, usize) {
-        let mut out = vec![0xAAu8; g.len()];
-        let mut writes = 0;
-        g.write_with(|at, parts| {
-            let bytes = parts.concat();
-            out[at..at + bytes.len()].copy_from_slice(&bytes);
-            writes += 1;
+    /// The batch as `write_with` writes it (in one call, which its type
+    /// allows).
+    fn concat(g: &mut Gathered<'_>) -> Vec<u8> {
+        let mut out = Vec::new();
+        g.write_with(|parts| {
+            out = parts.concat();
             Ok(())
         })
         .expect("write");
-        (out, writes)
+        assert_eq!(out.len(), g.len());
+        out
     }
 
     /// Batches laid out here check out (length, CRC) and decode to the
@@ -319,10 +271,8 @@ mod tests {
     /// values and an append time; and have the length `batch_len` gives.
     #[test]
     fn laid_out_batches_decode_to_their_records() {
-        // Longer than `AT_ONCE`: written a chunk at a time.
-        let long: Vec<u8> = (0..(AT_ONCE + 300_000) as u32)
-            .map(|i| (i * 7 + 3) as u8)
-            .collect();
+        // Longer than a core's cache.
+        let long: Vec<u8> = (0..(3 << 20) as u32).map(|i| (i * 7 + 3) as u8).collect();
         let mid: Vec<u8> = (0..IN_PLACE_MIN as u32).map(|i| i as u8).collect();
         let headers = vec![Header::new("h", vec![1u8, 2, 3]), Header::new("k2", vec![])];
         let records = vec![
@@ -368,10 +318,8 @@ mod tests {
             assert_eq!(g.len(), len);
             // The long value and the 4 KiB key; the 4095-byte value is copied.
             assert_eq!(g.cuts.len(), 2, "long values and keys are borrowed");
-            let (bytes, writes) = concat(&mut g);
+            let bytes = concat(&mut g);
             assert_eq!(bytes.len(), len);
-            // Chunks of the body, then the header.
-            assert_eq!(writes, len.div_ceil(CHUNK) + 1);
             let h = match batch::check(&bytes) {
                 Check::Valid(h) => h,
                 other => panic!("invalid batch: {other:?}"),
@@ -418,43 +366,8 @@ mod tests {
         let mut want = vec![0u8; batch::section_batch_len(section.len())];
         let n =
             batch::write_section_batch(&mut want, 9, &section, info, ProducerFields::default(), 0);
-        let (bytes, writes) = concat(&mut g);
+        let bytes = concat(&mut g);
         assert_eq!(bytes, &want[..n]);
-        assert_eq!(writes, 1, "a batch up to `AT_ONCE` long is written at once");
         assert_eq!(in_place_bytes(&src), section.len());
-    }
-
-    /// A batch of one 300 KB record (longer than a chunk, up to `AT_ONCE`)
-    /// is written with one call, its header included, and checks out.
-    #[test]
-    fn records_up_to_at_once_are_written_at_once() {
-        let value: Vec<u8> = (0..300_000u32).map(|i| (i % 253) as u8).collect();
-        let records = [RecordRef {
-            key: None,
-            value: Some(&value),
-            headers: &[],
-            timestamp: 77,
-        }];
-        let len = batch::batch_len(&records);
-        assert!(len > CHUNK && len <= AT_ONCE);
-        let src = BatchSource::Records(&records, len);
-        let mut g = lay_out(&src, 5, ProducerFields::default(), 0, None);
-        let mut calls = Vec::new();
-        let mut out = Vec::new();
-        g.write_with(|at, parts| {
-            calls.push(at);
-            out.extend_from_slice(&parts.concat());
-            Ok(())
-        })
-        .expect("write");
-        assert_eq!(calls, [0], "one write, from the batch's first byte");
-        assert_eq!(out.len(), len);
-        let h = match batch::check(&out) {
-            Check::Valid(h) => h,
-            other => panic!("invalid batch: {other:?}"),
-        };
-        let got: Vec<_> = Records::new(&out, &h).map(|r| r.expect("record")).collect();
-        assert_eq!(got.len(), 1);
-        assert_eq!(got[0].value.clone().map(|v| &out[v]), Some(&value[..]));
     }
 }

@@ -732,18 +732,17 @@ impl Segment {
         self.log.unpublished_mut(&mut w.log, self.end(), len)
     }
 
-    /// Writes the concatenation of `parts` at byte `at` of the batch being
-    /// written at the end, with `pwritev` (see
+    /// Writes the concatenation of `parts` as the batch being written at
+    /// the end, with `pwritev` (see
     /// [`MappedFile::write_unpublished_vectored`]); publish the batch with
     /// [`Segment::commit`].
     pub(crate) fn write_vectored_at_end(
         &self,
         w: &mut SegmentWriter,
-        at: usize,
         parts: &[&[u8]],
     ) -> Result<()> {
         self.log
-            .write_unpublished_vectored(&mut w.log, self.end() + at, parts)
+            .write_unpublished_vectored(&mut w.log, self.end(), parts)
     }
 
     /// Publishes a batch written through [`Segment::reserve`] or
