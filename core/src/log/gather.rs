@@ -68,11 +68,10 @@ impl<'a> Gathered<'a> {
     }
 
     /// Computes the CRC, then writes the batch with `write(parts)` (the
-    /// concatenation of `parts` is the batch) in one call, header included. The bytes the checksum has just read are
-    /// still in the cache when the kernel copies them. Measured against
-    /// writing a longer batch a chunk at a time, each chunk checksummed
-    /// just before it was written: one call of a 1 MiB record is about a
-    /// third faster (see docs/decisions.md).
+    /// concatenation of `parts` is the batch) in one call, header
+    /// included. Measured against writing a long batch a chunk at a time,
+    /// each chunk checksummed just before it is written: one call of a
+    /// 1 MiB record is about a third faster (see docs/decisions.md).
     pub(super) fn write_with(&mut self, write: impl FnOnce(&[&[u8]]) -> Result<()>) -> Result<()> {
         let mut digest = crc_fast::Digest::new(crc_fast::CrcAlgorithm::Crc32Iscsi);
         digest.update(&self.own[CRC_FROM..batch::HEADER_LEN]);
@@ -271,7 +270,7 @@ mod tests {
     /// values and an append time; and have the length `batch_len` gives.
     #[test]
     fn laid_out_batches_decode_to_their_records() {
-        // Longer than a core's cache.
+        // A long value, borrowed: 3 MiB.
         let long: Vec<u8> = (0..(3 << 20) as u32).map(|i| (i * 7 + 3) as u8).collect();
         let mid: Vec<u8> = (0..IN_PLACE_MIN as u32).map(|i| i as u8).collect();
         let headers = vec![Header::new("h", vec![1u8, 2, 3]), Header::new("k2", vec![])];
