@@ -1,8 +1,8 @@
 //! Large records, written to the segment file with `pwritev` rather than
 //! through the map: a reader tailing the log sees each batch whole or not
 //! at all, and every record comes back as sent, whatever the acks, sizes
-//! around the thresholds, compression and `send_batch` of many mid-size
-//! records.
+//! around the thresholds, compression, `send_batch` of many mid-size
+//! records, and a batch of more pieces than one `pwritev` takes.
 #![allow(clippy::unwrap_used)]
 
 use std::time::{Duration, Instant};
@@ -131,6 +131,50 @@ fn batches_of_large_records_read_back_as_sent() {
     assert_eq!(p.recovery, mqlite::RecoveryStats::default());
     let read = read_all(&mq);
     assert!(read == want, "values differ after a reopen");
+}
+
+/// One batch of 1,500 records whose 4 KiB values are written from where
+/// they are: about 3,000 pieces, more than one `pwritev` takes (1,024), so
+/// the write goes on in further calls. The batch reads back whole, before
+/// and after a reopen, with nothing for recovery to cut.
+#[test]
+fn a_batch_of_more_pieces_than_one_write_takes_reads_back() {
+    let tmp = tempfile::tempdir().unwrap();
+    let values: Vec<Vec<u8>> = (0..1500u32)
+        .map(|i| {
+            (0..4096u32)
+                .map(|k| (k.wrapping_mul(31) ^ i.wrapping_mul(2_654_435_761)) as u8)
+                .collect()
+        })
+        .collect();
+    {
+        let mq = Broker::open(tmp.path(), Config::default()).unwrap();
+        mq.create_topic(
+            "t",
+            TopicConfig::new(1)
+                .segment_bytes(32 << 20)
+                .max_message_bytes(8 << 20),
+        )
+        .unwrap();
+        let log = mqlite::raw::partition_log(&mq, "t", 0).unwrap();
+        let records: Vec<mqlite::log::batch::RecordRef<'_>> = values
+            .iter()
+            .map(|v| mqlite::log::batch::RecordRef {
+                key: Some(b"k"),
+                value: Some(v),
+                headers: &[],
+                timestamp: 1,
+            })
+            .collect();
+        assert_eq!(log.append(&records).unwrap(), 0);
+        assert_eq!(log.end_offset(), 1500);
+        assert!(read_all(&mq) == values, "values differ");
+        mq.close().unwrap();
+    }
+    let mq = Broker::open(tmp.path(), Config::default()).unwrap();
+    let p = &mq.topic("t").unwrap().partitions[0];
+    assert_eq!(p.recovery, mqlite::RecoveryStats::default());
+    assert!(read_all(&mq) == values, "values differ after a reopen");
 }
 
 fn read_all(mq: &Broker) -> Vec<Vec<u8>> {
