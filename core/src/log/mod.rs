@@ -1004,10 +1004,10 @@ impl PartitionLog {
     }
 
     /// [`PartitionLog::write_tail`] without the doorbell: whether a page
-    /// was written.
+    /// was written (never in exclusive mode, which reads nothing for it).
     #[inline]
     fn publish_tail(&self, next_offset: u64, active: &Segment) -> bool {
-        let tail = Tail {
+        let tail = || Tail {
             next_offset,
             active_base: active.base(),
             published: active.end() as u64,
@@ -1015,13 +1015,13 @@ impl PartitionLog {
             cuts: 0,
         };
         if let Some(page) = &self.tail {
-            lock(page).write(tail);
+            lock(page).write(tail());
             true
         } else if let Some(sw) = self.shared_writer() {
             // Under the append lock. What this process wrote it knows: the
             // next append skips the catch-up unless another process wrote
             // since.
-            sw.page.write(tail);
+            sw.page.write(tail());
             sw.known_seq.store(sw.page.seq(), Ordering::Release);
             true
         } else {
