@@ -104,21 +104,38 @@ impl PartitionLog {
         let guard = sw
             .page
             .lock_append(me, &|t| t == me || crate::shared::process_alive(root, t))?;
+        let stolen = guard.stolen();
+        if stolen.is_some()
+            || !sw
+                .page
+                .unchanged_since(sw.known_seq.load(Ordering::Acquire), w.next_offset)
+        {
+            self.catch_up_locked(r, sw, w, stolen)?;
+        }
+        // Otherwise nobody else wrote since this process last did (or
+        // looked).
+        Ok(Some(guard))
+    }
+
+    /// [`PartitionLog::lock_for_append`] once the lock is held and the log
+    /// changed since this process last looked, or the lock was taken from
+    /// a dead holder (`stolen`).
+    #[cold]
+    #[inline(never)]
+    fn catch_up_locked(
+        &self,
+        r: &super::reader::ReaderState,
+        sw: &SharedWriter,
+        w: &mut Writer,
+        stolen: Option<Stolen>,
+    ) -> Result<()> {
         let before = w.next_offset;
         let base_before = w.active.base();
         // Whether the producers' state follows every batch up to the end
         // (a trusted walk of the active segment takes it in on the way).
         let mut observed = false;
-        match guard.stolen() {
+        match stolen {
             Some(stolen) => self.take_over(r, sw, w, stolen)?,
-            None if sw
-                .page
-                .unchanged_since(sw.known_seq.load(Ordering::Acquire), w.next_offset) =>
-            {
-                // Nobody else wrote since this process last did (or
-                // looked).
-                return Ok(Some(guard));
-            }
             None => match sw.page.read_with_seq() {
                 Some((tail, seq)) => {
                     // Published whole by a live holder (the lock was let
@@ -142,7 +159,7 @@ impl PartitionLog {
         if w.producers_loaded && w.next_offset > before && !observed {
             self.observe_producers(w, before);
         }
-        Ok(Some(guard))
+        Ok(())
     }
 
     /// Shared mode, several writers: brings this process's view of the log

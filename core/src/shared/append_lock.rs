@@ -256,13 +256,21 @@ impl<P: Platform> LockWords<'_, P> {
     /// Takes the lock for the process `me` (nonzero), stealing it from a
     /// holder only when `alive` says that holder is dead. Never gives up:
     /// it returns once it holds the lock.
+    #[inline]
     pub(crate) fn lock(&self, me: u64, alive: &dyn Fn(u64) -> bool) -> Taken {
-        let Err(mut owner) =
-            self.owner
-                .compare_exchange(0, me, Ordering::Acquire, Ordering::Relaxed)
-        else {
-            return self.taken(None);
-        };
+        match self
+            .owner
+            .compare_exchange(0, me, Ordering::Acquire, Ordering::Relaxed)
+        {
+            Ok(_) => self.taken(None),
+            Err(owner) => self.lock_held(me, owner, alive),
+        }
+    }
+
+    /// [`LockWords::lock`] once the lock was found held by `owner`.
+    #[cold]
+    #[inline(never)]
+    fn lock_held(&self, me: u64, mut owner: u64, alive: &dyn Fn(u64) -> bool) -> Taken {
         // Looks at the owner word since the start or the last wake-up.
         let mut looks = 0u32;
         // The holder's liveness is asked after each sleep that ran out,
@@ -327,6 +335,7 @@ impl<P: Platform> LockWords<'_, P> {
         }
     }
 
+    #[inline]
     fn taken(&self, stolen: Option<Stolen>) -> Taken {
         Taken {
             stolen,
@@ -390,6 +399,7 @@ pub(crate) struct AppendGuard<'a> {
 
 impl<'a> AppendGuard<'a> {
     /// Takes the lock held in `words`.
+    #[inline]
     pub(crate) fn lock(
         words: LockWords<'a, Processes>,
         me: u64,

@@ -148,6 +148,7 @@ impl TailPage {
     ///
     /// Fails with [`Error::ReadOnly`] on a page opened read-only and
     /// [`Error::InvalidArgument`] for the token 0, changing nothing.
+    #[inline]
     pub(crate) fn lock_append<'a>(
         &'a self,
         me: u64,
