@@ -77,6 +77,11 @@ pub enum CommitStep {
     DataSynced,
     /// The commit record is in the transaction log: the commit point.
     Committed,
+    /// A partition's data has its first batch's length back and its
+    /// marker is written, in the log's file but not yet published to the
+    /// other processes (called in each partition's publish; the last one
+    /// is called after [`CommitStep::PartPublished`]).
+    PartMarked,
     /// Some partitions' data and markers are published (called after each
     /// but the last).
     PartPublished,

@@ -108,10 +108,11 @@ fn count(all: &[String], prefix: &str) -> usize {
     all.iter().filter(|v| v.starts_with(prefix)).count()
 }
 
-const STEPS: [(&str, CommitStep); 6] = [
+const STEPS: [(&str, CommitStep); 7] = [
     ("written", CommitStep::DataWritten),
     ("synced", CommitStep::DataSynced),
     ("committed", CommitStep::Committed),
+    ("marked", CommitStep::PartMarked),
     ("part", CommitStep::PartPublished),
     ("published", CommitStep::Published),
     ("offsets", CommitStep::OffsetsApplied),

@@ -353,10 +353,11 @@ const CHILD_DIR: &str = "MQLITE_TXN_CHILD_DIR";
 const CHILD_STEP: &str = "MQLITE_TXN_CHILD_STEP";
 const CHILD_ACKS: &str = "MQLITE_TXN_CHILD_ACKS";
 
-const STEPS: [(&str, CommitStep); 6] = [
+const STEPS: [(&str, CommitStep); 7] = [
     ("written", CommitStep::DataWritten),
     ("synced", CommitStep::DataSynced),
     ("committed", CommitStep::Committed),
+    ("marked", CommitStep::PartMarked),
     ("part", CommitStep::PartPublished),
     ("published", CommitStep::Published),
     ("offsets", CommitStep::OffsetsApplied),

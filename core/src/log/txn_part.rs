@@ -233,6 +233,7 @@ impl PreparedPart<'_> {
             buf[8..12].copy_from_slice(&self.first_len.to_le_bytes());
             batch::encode_marker(&mut buf[self.data_len..], self.marker_offset, &marker);
         }
+        crate::faults::commit_step(crate::faults::CommitStep::PartMarked);
         let index = (self.pos > 0 && self.pos - w.last_index_pos >= interval)
             .then_some((self.first, w.max_ts));
         if index.is_some() {
@@ -334,11 +335,15 @@ impl PartitionLog {
             ..
         } = &mut *w;
         let buf = active.reserve(active_writer, dirty_to - end);
-        // Only a prepared part leaves a first batch with length 0.
-        let Some(crc) = batch::Prefix::read(buf)
-            .filter(|p| p.base_offset == first && p.length == 0)
-            .map(|p| p.crc)
-        else {
+        // A prepared part leaves a first batch with length 0, and a
+        // transactional one; a committer that died in the middle of its
+        // publish may have put the length back (and written the marker)
+        // without publishing either.
+        let Some(prefix) = batch::Prefix::read(buf).filter(|p| {
+            p.base_offset == first
+                && (p.length == 0
+                    || batch::BatchHeader::parse(buf).is_some_and(|h| h.is_transactional()))
+        }) else {
             return false;
         };
         let record = match crate::txn::find_commit(root, &self.topic, self.partition, first) {
@@ -360,7 +365,9 @@ impl PartitionLog {
         else {
             return false;
         };
-        if part.first_crc.is_some_and(|c| c != crc) {
+        if part.first_crc.is_some_and(|c| c != prefix.crc)
+            || (prefix.length != 0 && prefix.length != part.first_len)
+        {
             return false; // another part at this offset (the topic made again)
         }
         buf[8..12].copy_from_slice(&part.first_len.to_le_bytes());
