@@ -79,8 +79,8 @@ pub enum CommitStep {
     Committed,
     /// A partition's data has its first batch's length back and its
     /// marker is written, in the log's file but not yet published to the
-    /// other processes (called in each partition's publish; the last one
-    /// is called after [`CommitStep::PartPublished`]).
+    /// other processes (called in each partition's publish, before the
+    /// step that says that partition is published).
     PartMarked,
     /// Some partitions' data and markers are published (called after each
     /// but the last).

@@ -40,12 +40,17 @@ fn value(i: usize) -> Vec<u8> {
 }
 
 fn open(dir: &std::path::Path) -> Broker {
+    open_with(dir, 8 << 20, 2 << 20)
+}
+
+/// A broker on `dir` with topic `t` of one partition made there.
+fn open_with(dir: &std::path::Path, segment_bytes: u64, max_message_bytes: u32) -> Broker {
     let mq = Broker::open(dir, Config::default()).unwrap();
     mq.create_topic(
         "t",
         TopicConfig::new(1)
-            .segment_bytes(8 << 20)
-            .max_message_bytes(2 << 20),
+            .segment_bytes(segment_bytes)
+            .max_message_bytes(max_message_bytes),
     )
     .unwrap();
     mq
@@ -148,14 +153,7 @@ fn a_batch_of_more_pieces_than_one_write_takes_reads_back() {
         })
         .collect();
     {
-        let mq = Broker::open(tmp.path(), Config::default()).unwrap();
-        mq.create_topic(
-            "t",
-            TopicConfig::new(1)
-                .segment_bytes(32 << 20)
-                .max_message_bytes(8 << 20),
-        )
-        .unwrap();
+        let mq = open_with(tmp.path(), 32 << 20, 8 << 20);
         let log = mqlite::raw::partition_log(&mq, "t", 0).unwrap();
         let records: Vec<mqlite::log::batch::RecordRef<'_>> = values
             .iter()
