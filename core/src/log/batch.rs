@@ -148,70 +148,11 @@ pub struct RecordRef<'a> {
     pub timestamp: i64,
 }
 
-// ---------------------------------------------------------------- varints
+mod varint;
+pub use varint::varint_len;
+use varint::{get_varint, put_varint};
 
-/// Number of bytes the zigzag varint encoding of `v` takes.
-#[inline]
-pub fn varint_len(v: i64) -> usize {
-    let z = ((v << 1) ^ (v >> 63)) as u64;
-    // 1 byte per 7 bits, at least one.
-    let bits = 64 - (z | 1).leading_zeros() as usize;
-    bits.div_ceil(7)
-}
-
-#[inline]
-fn put_varint(buf: &mut [u8], mut pos: usize, v: i64) -> usize {
-    let mut z = ((v << 1) ^ (v >> 63)) as u64;
-    while z >= 0x80 {
-        buf[pos] = (z as u8) | 0x80;
-        z >>= 7;
-        pos += 1;
-    }
-    buf[pos] = z as u8;
-    pos + 1
-}
-
-/// Reads a zigzag varint at `*pos`, bounds-checked; at most 10 bytes.
 #[inline(always)]
-fn get_varint(buf: &[u8], pos: &mut usize) -> Option<i64> {
-    let first = *buf.get(*pos)?;
-    if first < 0x80 {
-        *pos += 1;
-        return Some(i64::from(first >> 1) ^ -i64::from(first & 1));
-    }
-    if let Some(&second) = buf.get(*pos + 1) {
-        if second < 0x80 {
-            *pos += 2;
-            let z = u64::from(first & 0x7f) | u64::from(second) << 7;
-            return Some(((z >> 1) as i64) ^ -((z & 1) as i64));
-        }
-    }
-    get_varint_slow(buf, pos)
-}
-
-#[inline(never)]
-fn get_varint_slow(buf: &[u8], pos: &mut usize) -> Option<i64> {
-    let mut z: u64 = 0;
-    let mut shift = 0;
-    loop {
-        let b = *buf.get(*pos)?;
-        *pos += 1;
-        if shift == 63 && b > 1 {
-            return None;
-        }
-        z |= u64::from(b & 0x7f) << shift;
-        if b < 0x80 {
-            break;
-        }
-        shift += 7;
-        if shift > 63 {
-            return None;
-        }
-    }
-    Some(((z >> 1) as i64) ^ -((z & 1) as i64))
-}
-
-#[inline]
 fn opt_len(b: Option<&[u8]>) -> usize {
     match b {
         Some(b) => varint_len(b.len() as i64) + b.len(),
@@ -220,7 +161,7 @@ fn opt_len(b: Option<&[u8]>) -> usize {
 }
 
 /// Size of a record's body (everything after its length varint).
-#[inline]
+#[inline(always)]
 fn record_body_len(r: &RecordRef<'_>, ts_delta: i64, off_delta: i64) -> usize {
     let mut n = 1 + varint_len(ts_delta) + varint_len(off_delta);
     n += opt_len(r.key) + opt_len(r.value);
@@ -232,7 +173,7 @@ fn record_body_len(r: &RecordRef<'_>, ts_delta: i64, off_delta: i64) -> usize {
     n
 }
 
-#[inline]
+#[inline(always)]
 fn put_opt(buf: &mut [u8], pos: usize, b: Option<&[u8]>) -> usize {
     match b {
         Some(b) => {
@@ -244,6 +185,15 @@ fn put_opt(buf: &mut [u8], pos: usize, b: Option<&[u8]>) -> usize {
     }
 }
 
+/// Writes record `r` at `pos` (its length varint, then its body); returns
+/// the position after it. `buf` must hold the record where it ends.
+///
+/// The body's length is known once the body is written: the body goes
+/// after room for the length varint of a lower bound of its size, and
+/// moves up a byte in the rare case where the body reaches 64 (or 8,192)
+/// bytes while the bound stays below. It never moves down, so it never
+/// passes the record's end.
+#[inline]
 fn put_record(
     buf: &mut [u8],
     pos: usize,
@@ -251,10 +201,13 @@ fn put_record(
     ts_delta: i64,
     off_delta: i64,
 ) -> usize {
-    let body = record_body_len(r, ts_delta, off_delta);
-    let mut p = put_varint(buf, pos, body as i64);
-    buf[p] = 0; // record attributes, unused
-    p += 1;
+    // Attributes, the two deltas, key, value and header count take a byte
+    // each at least, plus the key's and value's bytes.
+    let least = 6 + r.key.map_or(0, <[u8]>::len) + r.value.map_or(0, <[u8]>::len);
+    let room = varint_len(least as i64);
+    let start = pos + room;
+    buf[start] = 0; // record attributes, unused
+    let mut p = start + 1;
     p = put_varint(buf, p, ts_delta);
     p = put_varint(buf, p, off_delta);
     p = put_opt(buf, p, r.key);
@@ -264,7 +217,14 @@ fn put_record(
         p = put_opt(buf, p, Some(h.key.as_bytes()));
         p = put_opt(buf, p, Some(&h.value));
     }
-    p
+    let body = p - start;
+    debug_assert_eq!(body, record_body_len(r, ts_delta, off_delta));
+    let need = varint_len(body as i64);
+    if need != room {
+        buf.copy_within(start..p, pos + need);
+    }
+    put_varint(buf, pos, body as i64);
+    pos + need + body
 }
 
 /// Encoded size of a batch holding `records` (which must not be empty).
@@ -1031,7 +991,7 @@ impl<'a> Records<'a> {
 
 /// `None`: the buffer ended; `Some(None)`: the field is null.
 #[allow(clippy::option_option)]
-#[inline]
+#[inline(always)]
 fn get_opt(buf: &[u8], pos: &mut usize) -> Option<Option<Range<usize>>> {
     let n = get_varint(buf, pos)?;
     if n < 0 {
@@ -1115,7 +1075,7 @@ fn skip_headers(rec: &[u8], mut p: usize, count: u32) -> Option<usize> {
 impl Iterator for Records<'_> {
     type Item = Result<RecordView, &'static str>;
 
-    #[inline]
+    #[inline(always)]
     fn next(&mut self) -> Option<Self::Item> {
         if self.left == 0 {
             return None;
@@ -1187,14 +1147,49 @@ mod tests {
     use super::*;
 
     #[test]
-    fn varint_lengths_match_encoding() {
-        for v in [0i64, 1, -1, 63, 64, -64, -65, 1 << 20, i64::MAX, i64::MIN] {
-            let mut b = [0u8; 10];
-            let n = put_varint(&mut b, 0, v);
-            assert_eq!(n, varint_len(v), "{v}");
-            let mut p = 0;
-            assert_eq!(get_varint(&b, &mut p), Some(v));
-            assert_eq!(p, n);
+    fn records_whose_length_takes_a_byte_more_than_their_bound_encode_exactly() {
+        // Values around the sizes where a body's length varint grows
+        // (64 and 8,192 bytes of body), with and without keys and headers
+        // and with deltas of several bytes: each batch is exactly
+        // `batch_len` long, checks, and reads back the same records.
+        let data = vec![7u8; 9000];
+        let headers = [Header {
+            key: "h".into(),
+            value: vec![1; 40],
+        }];
+        let mut sizes: Vec<usize> = (0..140).collect();
+        sizes.extend(8100..8200);
+        for len in sizes {
+            for (key, hs, step) in [
+                (None, &headers[..0], 0i64),
+                (Some(&data[..3]), &headers[..], 1_000_000),
+            ] {
+                let recs: Vec<RecordRef<'_>> = (0..3)
+                    .map(|i| RecordRef {
+                        key,
+                        value: Some(&data[..len]),
+                        headers: hs,
+                        timestamp: 1_700_000_000_000 + i * step,
+                    })
+                    .collect();
+                let mut buf = vec![0u8; batch_len(&recs)];
+                let n = encode_batch(&mut buf, 5, &recs, ProducerFields::default(), 0);
+                assert_eq!(n, buf.len(), "value {len}");
+                let Check::Valid(h) = check(&buf) else {
+                    panic!("value {len}: batch does not check");
+                };
+                let got: Vec<RecordView> = Records::new(&buf, &h)
+                    .collect::<Result<_, _>>()
+                    .expect("records");
+                assert_eq!(got.len(), 3);
+                for (i, v) in got.iter().enumerate() {
+                    assert_eq!(v.value.clone().map(|r| r.len()), Some(len));
+                    assert_eq!(v.key.clone().map(|r| r.len()), key.map(<[u8]>::len));
+                    assert_eq!(v.offset_delta, i as u32);
+                    assert_eq!(v.timestamp_delta, i as i64 * step);
+                    assert_eq!(v.header_count as usize, hs.len());
+                }
+            }
         }
     }
 

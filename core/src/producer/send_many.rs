@@ -47,11 +47,17 @@ impl Inner {
         // Group of each record.
         let mut group_of: Vec<u32> = Vec::with_capacity(records.len());
         let mut run = usize::MAX;
+        // The previous record's topic: callers mostly pass one `&str` for
+        // all, which needs no string compare.
+        let mut last_topic: &str = "";
         let mut sequenced = false;
         for r in records {
             self.check_sequence(r)?;
             sequenced |= r.sequence.is_some();
-            if run == usize::MAX || &**runs[run].parts().name() != r.topic {
+            let same_topic = std::ptr::eq(r.topic, last_topic)
+                || (run != usize::MAX && &**runs[run].parts().name() == r.topic);
+            last_topic = r.topic;
+            if run == usize::MAX || !same_topic {
                 // Kept until the appends are done: the groups point into
                 // it (the per-thread cache then keeps the last topic only).
                 let known = runs.iter().position(|l| &**l.parts().name() == r.topic);
