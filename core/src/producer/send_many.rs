@@ -54,10 +54,10 @@ impl Inner {
         for r in records {
             self.check_sequence(r)?;
             sequenced |= r.sequence.is_some();
-            let same_topic = std::ptr::eq(r.topic, last_topic)
-                || (run != usize::MAX && &**runs[run].parts().name() == r.topic);
+            let same_topic = run != usize::MAX
+                && (std::ptr::eq(r.topic, last_topic) || &**runs[run].parts().name() == r.topic);
             last_topic = r.topic;
-            if run == usize::MAX || !same_topic {
+            if !same_topic {
                 // Kept until the appends are done: the groups point into
                 // it (the per-thread cache then keeps the last topic only).
                 let known = runs.iter().position(|l| &**l.parts().name() == r.topic);
