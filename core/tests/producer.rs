@@ -760,3 +760,42 @@ fn queued_counts_async_records_until_their_callbacks_ran() {
         .is_err());
     assert_eq!(p.queued(), 0);
 }
+
+/// `send_batch` with records whose topics take turns, named by the same
+/// `&str` and by equal strings elsewhere in memory: each record lands in
+/// its own topic, in order.
+#[test]
+fn send_batch_keeps_each_record_in_its_topic_when_topics_take_turns() {
+    let (_tmp, mq) = setup(1);
+    mq.create_topic("u", TopicConfig::new(1)).unwrap();
+    let p = mq.producer(ProducerConfig::default()).unwrap();
+    let u_elsewhere = String::from("u");
+    let values: Vec<Vec<u8>> = (0..6u8).map(|i| vec![i]).collect();
+    let topics = ["t", "t", "u", u_elsewhere.as_str(), "t", "u"];
+    let records: Vec<BorrowedRecord<'_>> = topics
+        .iter()
+        .zip(&values)
+        .map(|(&topic, v)| BorrowedRecord {
+            topic,
+            partition: None,
+            key: None,
+            value: Some(v),
+            headers: &[],
+            timestamp: None,
+            sequence: None,
+        })
+        .collect();
+    let mds = p.send_batch(&records).unwrap();
+    for (md, topic) in mds.iter().zip(topics) {
+        assert_eq!(&*md.topic, topic);
+    }
+    let values_in = |topic: &str| -> Vec<u8> {
+        read_partition(&mq, topic, 0)
+            .unwrap()
+            .iter()
+            .map(|m| m.value.as_ref().unwrap()[0])
+            .collect()
+    };
+    assert_eq!(values_in("t"), [0, 1, 4]);
+    assert_eq!(values_in("u"), [2, 3, 5]);
+}
