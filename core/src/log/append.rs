@@ -297,7 +297,7 @@ impl PartitionLog {
         w.max_ts = w.max_ts.max(max_ts);
         w.next_offset = base + count as u64;
         self.end_offset.store(w.next_offset, Ordering::Release);
-        let published = self.publish_tail(w.next_offset, &w.active);
+        let published = self.publish_tail(w.next_offset, &w.active, Some(written));
         // The append lock's release runs the fence `announce` needs.
         let fenced = shared.is_some();
         drop(shared);

@@ -38,7 +38,7 @@ use crate::background::{self, Pending, Pool};
 use crate::dedup::{self, ProducerTable};
 use crate::error::{Error, Result};
 use crate::files::FileCache;
-use crate::shared::{Tail, TailPage};
+use crate::shared::{LastBatch, Tail, TailPage};
 use crate::sync;
 use crate::sync::lock;
 pub(crate) use append::{Appended, BatchSource, UNKNOWN_OFFSET};
@@ -967,7 +967,7 @@ impl PartitionLog {
     /// mode.
     #[inline]
     fn write_tail(&self, next_offset: u64, active: &Segment) {
-        if self.publish_tail(next_offset, active) {
+        if self.publish_tail(next_offset, active, None) {
             self.ring_doorbell(false);
         }
     }
@@ -1005,14 +1005,25 @@ impl PartitionLog {
 
     /// [`PartitionLog::write_tail`] without the doorbell: whether a page
     /// was written (never in exclusive mode, which reads nothing for it).
+    /// `last_len`: the length of the batch just appended, which ends the
+    /// active segment's data (an append's publish), so that the next
+    /// holder of the append lock can check that one batch instead of
+    /// walking every new one.
     #[inline]
-    fn publish_tail(&self, next_offset: u64, active: &Segment) -> bool {
-        let tail = || Tail {
-            next_offset,
-            active_base: active.base(),
-            published: active.end() as u64,
-            log_start: self.start_offset(),
-            cuts: 0,
+    fn publish_tail(&self, next_offset: u64, active: &Segment, last_len: Option<usize>) -> bool {
+        let tail = || {
+            let end = active.end();
+            Tail {
+                next_offset,
+                active_base: active.base(),
+                published: end as u64,
+                log_start: self.start_offset(),
+                cuts: 0,
+                last_batch: last_len.filter(|&l| l <= end).map(|l| LastBatch {
+                    pos: (end - l) as u64,
+                    max_timestamp: active.max_timestamp(),
+                }),
+            }
         };
         if let Some(page) = &self.tail {
             lock(page).write(tail());

@@ -250,6 +250,7 @@ impl PartitionLog {
                     published: active.end() as u64,
                     log_start: start,
                     cuts: 0,
+                    last_batch: None,
                 });
                 Some(Mutex::new(page))
             }

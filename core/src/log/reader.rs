@@ -350,7 +350,12 @@ impl PartitionLog {
         // After a roll, the producers' state of the old segment's last
         // batches was not observed: the caller observes from where it was.
         let how = if changed { Walk::Checked } else { how };
-        match self.advance_by(w, &active, tail.published, how) {
+        let advanced = if how == Walk::Trusted && self.adopt_tail_end(w, &active, &tail) {
+            Advance::Moved
+        } else {
+            self.advance_by(w, &active, tail.published, how)
+        };
+        match advanced {
             Advance::Moved => changed = true,
             Advance::Nothing => {}
             Advance::Partly => {

@@ -17,9 +17,15 @@
 //!    batch's CRC32C before delivery. The walk takes each batch's
 //!    timestamp, and its producer fields into the producer table when it
 //!    is loaded (named producers' windows, epochs that fence older
-//!    instances). After a roll, or a tail page that fails its checks,
-//!    the checks are a reader's (CRC32C included). The index entries the
-//!    others wrote are taken in before this process writes one;
+//!    instances). When the producer table is not loaded, the walk is
+//!    skipped: the tail page names where the last batch its publisher
+//!    appended starts, and the active segment's largest timestamp; that
+//!    one header is checked (it ends at the published length, its
+//!    offsets at the tail's next offset) and the end believed
+//!    ([`PartitionLog::adopt_tail_end`]). After a roll, or a tail page
+//!    that fails its checks, the checks are a reader's (CRC32C included).
+//!    The index entries the others wrote are taken in before this process
+//!    writes one;
 //! 2. after taking the lock from a dead holder, repairs: a transaction's
 //!    part it left unpublished after the transaction's commit point is
 //!    finished (see `txn_part.rs`); other bytes it may have written past
@@ -40,9 +46,10 @@
 
 use std::sync::atomic::Ordering;
 
+use super::batch::{self, BatchHeader};
 use super::reader::{holds_data, list_bases, SharedWriter, Walk};
 use super::segment::segment_path;
-use super::{PartitionLog, Writer};
+use super::{PartitionLog, Segment, Writer};
 use crate::error::Result;
 use crate::shared::{AppendGuard, Stolen, Tail};
 use crate::sync;
@@ -85,6 +92,7 @@ impl PartitionLog {
             published: w.active.end() as u64,
             log_start: self.start_offset(),
             cuts: 0,
+            last_batch: None,
         }
     }
 
@@ -160,6 +168,57 @@ impl PartitionLog {
             self.observe_producers(w, before);
         }
         Ok(())
+    }
+
+    /// The catch-up of a process that took the append lock from a live
+    /// holder ([`Walk::Trusted`]), when its producer table is not loaded
+    /// (nothing in the new batches' headers is needed but their end):
+    /// believes the published end `tail` names in `seg` (the active
+    /// segment, no roll since this process last looked) once the one
+    /// batch its publisher appended last checks out: it starts at or after
+    /// this process's published length, its header parses, it ends exactly
+    /// at the published length and its offsets end at the tail's next
+    /// offset. The segment's largest timestamp is raised to the one the
+    /// publisher knew. Returns whether it did; otherwise nothing changed
+    /// and the caller walks the headers.
+    pub(super) fn adopt_tail_end(&self, w: &mut Writer, seg: &Segment, tail: &Tail) -> bool {
+        let Some(last) = tail.last_batch else {
+            return false;
+        };
+        if w.producers_loaded {
+            return false;
+        }
+        let log = seg.log_file();
+        let from = log.published();
+        let (Ok(pos), Ok(end)) = (usize::try_from(last.pos), usize::try_from(tail.published))
+        else {
+            return false;
+        };
+        // A file another process grew since this one looked is walked
+        // (which reads its length again).
+        if pos < from || pos >= end || end > log.allocated() || tail.next_offset <= w.next_offset {
+            return false;
+        }
+        let Some(h) = BatchHeader::parse(log.unpublished(pos, end)) else {
+            return false;
+        };
+        let ends_at_tail = h
+            .base_offset
+            .checked_add(u64::from(h.last_offset_delta) + 1)
+            == Some(tail.next_offset);
+        if h.length < batch::MIN_LENGTH
+            || h.total_len() != end - pos
+            || h.base_offset < w.next_offset
+            || !ends_at_tail
+        {
+            return false;
+        }
+        seg.note_timestamp(last.max_timestamp.max(h.max_timestamp));
+        // Published by another process: not flushed by this one.
+        log.advance_published(end, false);
+        self.end_offset.store(tail.next_offset, Ordering::Release);
+        w.next_offset = tail.next_offset;
+        true
     }
 
     /// Shared mode, several writers: brings this process's view of the log

@@ -244,7 +244,9 @@ impl PreparedPart<'_> {
         w.max_ts = w.max_ts.max(max_ts);
         w.next_offset = self.marker_offset + 1;
         self.log.end_offset.store(w.next_offset, Ordering::Release);
-        let published = self.log.publish_tail(w.next_offset, &w.active);
+        let published = self
+            .log
+            .publish_tail(w.next_offset, &w.active, Some(batch::CONTROL_LEN));
         if w.active.growth_due() {
             self.log.grow_ahead(w);
         }
@@ -307,7 +309,7 @@ impl PartitionLog {
         active.commit(active_writer, batch::CONTROL_LEN, None, marker.timestamp);
         w.next_offset = marker_offset + 1;
         self.end_offset.store(w.next_offset, Ordering::Release);
-        let published = self.publish_tail(w.next_offset, &w.active);
+        let published = self.publish_tail(w.next_offset, &w.active, Some(batch::CONTROL_LEN));
         let fenced = shared.is_some();
         drop(shared);
         drop(w);

@@ -813,6 +813,7 @@ mod tests {
             published,
             log_start: 0,
             cuts: 0,
+            last_batch: None,
         }
     }
 

@@ -25,4 +25,4 @@ pub(crate) use futex::WaitOutcome;
 pub(crate) use liveness::{LiveLock, Liveness};
 pub(crate) use page::{SharedPage, Word32, Word64, PAGE_LEN};
 pub(crate) use procs::{process_alive, ProcessSlot};
-pub(crate) use tail::{Tail, TailPage, TAIL_FILE};
+pub(crate) use tail::{LastBatch, Tail, TailPage, TAIL_FILE};

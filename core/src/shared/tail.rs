@@ -54,6 +54,16 @@ const LOCK: LockLayout = LockLayout {
     releases: RELEASES,
 };
 
+/// Where the last batch published in the active segment starts.
+const LAST_POS: Word64 = Word64::at(104);
+/// The active segment's largest record timestamp, as its last publisher
+/// knew it.
+const MAX_TS: Word64 = Word64::at(112);
+/// The sequence [`LAST_POS`] and [`MAX_TS`] belong to: a write that does
+/// not know them (or a writer of a version that did not keep them) leaves
+/// a value the sequence never takes after a whole write.
+const LAST_TAG: Word32 = Word32::at(100);
+
 /// How many times a reader tries to read a consistent tail.
 const READ_TRIES: usize = 64;
 
@@ -70,6 +80,23 @@ pub(crate) struct Tail {
     pub log_start: u64,
     /// How many times a writer cut the log below published data.
     pub cuts: u32,
+    /// The last batch the publisher appended, when it knows it (an
+    /// append's publish, not a roll's or a repair's).
+    pub last_batch: Option<LastBatch>,
+}
+
+/// The last batch of the active segment, as the process that appended it
+/// published it: lets a writer that takes the append lock next believe the
+/// published end after checking one batch header rather than every new
+/// one (see `log::shared_writer`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct LastBatch {
+    /// Where it starts in the active segment (it ends at the published
+    /// length).
+    pub pos: u64,
+    /// The active segment's largest record timestamp, this batch's
+    /// included.
+    pub max_timestamp: i64,
 }
 
 /// A partition's tail page.
@@ -202,6 +229,15 @@ impl TailPage {
         self.page.store64(PUBLISHED, tail.published);
         self.page.store64(LOG_START, tail.log_start);
         self.page.store32(CUTS, tail.cuts);
+        match tail.last_batch {
+            Some(last) => {
+                self.page.store64(LAST_POS, last.pos);
+                self.page.store64(MAX_TS, last.max_timestamp as u64);
+                self.page.store32(LAST_TAG, start.wrapping_add(1));
+            }
+            // Odd: no whole write leaves the sequence there.
+            None => self.page.store32(LAST_TAG, start),
+        }
         self.page.store32(SEQ, start.wrapping_add(1));
     }
 
@@ -229,6 +265,10 @@ impl TailPage {
                 published: self.page.load64(PUBLISHED),
                 log_start: self.page.load64(LOG_START),
                 cuts: self.page.load32(CUTS),
+                last_batch: (self.page.load32(LAST_TAG) == s1).then(|| LastBatch {
+                    pos: self.page.load64(LAST_POS),
+                    max_timestamp: self.page.load64(MAX_TS) as i64,
+                }),
             };
             std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
             if self.page.load32(SEQ) == s1 {
@@ -320,6 +360,7 @@ mod tests {
             published: n * 7,
             log_start: n / 2,
             cuts: 0,
+            last_batch: None,
         }
     }
 
@@ -362,6 +403,39 @@ mod tests {
         }
         stop.store(true, Ordering::Relaxed);
         writer.join().unwrap();
+    }
+
+    #[test]
+    fn the_last_batch_is_read_only_with_the_write_that_named_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let w = TailPage::open(dir.path(), 0o600).unwrap();
+        let r = TailPage::open_read_only(dir.path()).unwrap();
+        w.reset(tail(5));
+        assert_eq!(r.read().unwrap().last_batch, None);
+        let last = LastBatch {
+            pos: 300,
+            max_timestamp: -7,
+        };
+        let named = Tail {
+            last_batch: Some(last),
+            ..tail(6)
+        };
+        w.write(named);
+        assert_eq!(r.read(), Some(named));
+        // A write that does not know it (a roll, a repair) leaves none.
+        w.write(tail(7));
+        assert_eq!(r.read(), Some(tail(7)));
+        w.write(named);
+        // A writer that does not keep the last batch (an older version)
+        // writes the other fields under a new sequence: the stale words
+        // are not read.
+        let seq = w.page.load32(SEQ);
+        w.page.store32(SEQ, seq + 1);
+        w.page.store64(NEXT_OFFSET, 8);
+        w.page.store32(SEQ, seq + 2);
+        let read = r.read().unwrap();
+        assert_eq!(read.next_offset, 8);
+        assert_eq!(read.last_batch, None);
     }
 
     #[test]
