@@ -98,7 +98,7 @@ impl LockPage {
     }
 
     fn words(&self) -> Option<LockWords<'_, Processes>> {
-        LockWords::in_page(&self.page, LOCK)
+        LockWords::in_page(&self.page, LOCK, &Processes::SHORT_NAPS)
     }
 
     /// Takes the lock, waiting while a live process holds it; returns it

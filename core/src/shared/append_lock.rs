@@ -19,17 +19,18 @@
 //! A locker that finds the lock held first spins a little, looking at the
 //! lock word after 1, 2, 4 ... [`MAX_BACKOFF`] spin turns (a few
 //! microseconds in all: long enough for a holder that appends once to let
-//! go); then naps, looking again after each of the shortest sleeps the
-//! kernel gives (about 50 microseconds with the default timer slack);
-//! then sleeps on `releases` in slices of [`WAIT_SLICE`], and asks whether
-//! the holder is alive before each sleep. A holder that appends
+//! go); then naps, looking again after each nap (a partition's append
+//! lock: [`APPEND_NAP`], about 150 microseconds; a share group's: the
+//! shortest sleep the kernel gives, about 50 microseconds with the default
+//! timer slack); then sleeps on `releases` in slices of [`WAIT_SLICE`],
+//! and asks whether the holder is alive before each sleep. A holder that appends
 //! continuously (another process sending as fast as it can) takes the lock
 //! again for its next append while the waiter naps, so the processes take
 //! turns of a few hundred appends each: the lock's words and the log's
 //! tail change cores once per turn, not at every append, the waiter's core
 //! is free meanwhile (for the holder's kernel work), and the holder makes
 //! no system call for the waiter. The cost is the waiter's latency (a
-//! turn, about a hundred microseconds) under such contention. Only a
+//! turn, a few hundred microseconds) under such contention. Only a
 //! holder found dead (its process's lock file released by the kernel) is
 //! robbed: the locker swaps the dead token for its own (a
 //! compare-and-swap, so of several lockers exactly one wins) and learns
@@ -66,6 +67,16 @@ pub(crate) const MAX_BACKOFF: u32 = 64;
 /// The shortest nap a locker asks for: the kernel rounds it up (by the
 /// thread's timer slack, 50 microseconds by default).
 const NAP: Duration = Duration::from_micros(1);
+
+/// The nap a locker of a partition's append lock asks for (about 150
+/// microseconds with the default timer slack). A holder that appends
+/// continuously takes the lock again for its next append while the
+/// others nap, so the nap sets how often the lock is offered, that is
+/// how long the turns of processes that all send as fast as they can
+/// last, and how often the waiters wake on the cores the holder needs.
+/// Four processes on one partition sent more with this nap than with
+/// the shortest (see docs/decisions.md).
+const APPEND_NAP: Duration = Duration::from_micros(100);
 
 /// How long a locker sleeps on the futex before it looks at the holder
 /// again (a dead holder is noticed within about this long).
@@ -163,13 +174,27 @@ pub(crate) trait Platform {
 /// The engine's platform: words of a shared page, futex waits between
 /// processes.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Processes;
+pub(crate) struct Processes {
+    /// How long a locker asks to nap.
+    nap: Duration,
+}
+
+impl Processes {
+    /// For a lock held for short operations, each its own (a share
+    /// group's): the shortest naps, so that the lock is not left idle
+    /// long after a holder lets go.
+    pub(crate) const SHORT_NAPS: Processes = Processes { nap: NAP };
+
+    /// For a partition's append lock: naps of [`APPEND_NAP`].
+    pub(crate) const APPEND_NAPS: Processes = Processes { nap: APPEND_NAP };
+}
 
 impl Platform for Processes {
     type A64 = AtomicU64;
     type A32 = AtomicU32;
     // 127 spin turns (a few microseconds), then 13 naps (most of a
-    // millisecond) before a sleep on the futex.
+    // millisecond, or two with the append lock's) before a sleep on the
+    // futex.
     const SPINS: u32 = 20;
     const SPIN_LOOKS: u32 = MAX_BACKOFF.trailing_zeros() + 1;
 
@@ -178,7 +203,7 @@ impl Platform for Processes {
     }
 
     fn nap(&self) {
-        std::thread::sleep(NAP);
+        std::thread::sleep(self.nap);
     }
 
     fn fence(&self, order: Ordering) {
@@ -240,10 +265,15 @@ pub(crate) struct LockLayout {
 }
 
 impl<'a> LockWords<'a, Processes> {
-    /// The lock laid out as `at` in `page`; `None` on a read-only page.
-    pub(crate) fn in_page(page: &'a SharedPage, at: LockLayout) -> Option<Self> {
+    /// The lock laid out as `at` in `page`, waited for as `platform`
+    /// says; `None` on a read-only page.
+    pub(crate) fn in_page(
+        page: &'a SharedPage,
+        at: LockLayout,
+        platform: &'a Processes,
+    ) -> Option<Self> {
         Some(LockWords {
-            platform: &Processes,
+            platform,
             owner: page.writable64(at.owner)?,
             in_progress: page.writable64(at.in_progress)?,
             waiters: page.writable32(at.waiters)?,

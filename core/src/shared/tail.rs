@@ -201,7 +201,7 @@ impl TailPage {
 
     /// The append lock's words; `None` on a read-only page.
     fn lock_words(&self) -> Option<LockWords<'_, Processes>> {
-        LockWords::in_page(&self.page, LOCK)
+        LockWords::in_page(&self.page, LOCK, &Processes::APPEND_NAPS)
     }
 
     /// Publishes the log's end (the writer, after each append it
