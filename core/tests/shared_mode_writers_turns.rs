@@ -31,6 +31,7 @@ fn child() {
     };
     match env.role.as_str() {
         "turn" => turn(&env),
+        "late" => late(&env),
         other => panic!("unknown role {other}"),
     }
 }
@@ -54,6 +55,27 @@ fn turn(env: &ChildEnv) {
     drop(p);
     ok("close", mq.close());
     println!("DONE");
+}
+
+/// Opens the directory after the parent wrote records with timestamps
+/// 9,000-9,002 at offsets 0-2, sends one record (timestamp 5,000), then
+/// looks up timestamp 9,001 in its own view of the log: prints
+/// `FOUND <offset>` or `FOUND none`.
+fn late(env: &ChildEnv) {
+    let mq = ok("open", Broker::open(&env.data, shared()));
+    let p = ok("producer", mq.producer(ProducerConfig::default()));
+    let r = Record::new("t")
+        .partition(0)
+        .timestamp(5_000)
+        .value(payload("late", 3, 10));
+    let md = ok("send", p.send(r));
+    assert_eq!(md.offset, 3);
+    match ok("lookup", mq.offset_for_timestamp("t", 0, 9_001)) {
+        Some(o) => println!("FOUND {o}"),
+        None => println!("FOUND none"),
+    }
+    drop(p);
+    ok("close", mq.close());
 }
 
 /// Sends records `first..first + count` of `tag` to `t`/0, timestamps from
@@ -122,6 +144,20 @@ fn a_writer_taking_its_turn_after_another_process_keeps_offsets_dense_and_the_la
     let mq = Broker::open(&dirs.data, exclusive()).unwrap();
     assert_eq!(records(&mq), expected());
     assert_eq!(mq.offset_for_timestamp("t", 0, 5_002).unwrap(), Some(5));
+}
+
+#[test]
+fn a_process_that_opens_after_others_wrote_finds_their_timestamps() {
+    let dirs = Dirs::new();
+    let mq = Broker::open(&dirs.data, shared()).unwrap();
+    mq.create_topic("t", TopicConfig::new(1)).unwrap();
+    assert_eq!(send(&mq, "main", 0, 3, 9_000), [0, 1, 2]);
+    let mut c = spawn("late", "late", &dirs, "");
+    let status = c.wait_for(WAIT);
+    assert!(status.is_some_and(|s| s.success()), "{}", c.output());
+    assert!(c.output().contains("FOUND 1"), "{}", c.output());
+    assert_eq!(mq.offset_for_timestamp("t", 0, 9_001).unwrap(), Some(1));
+    assert_eq!(mq.offset_for_timestamp("t", 0, 4_000).unwrap(), Some(0));
 }
 
 /// The partition's tail page: the only file named `tail` under `dir`.
