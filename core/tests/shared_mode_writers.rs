@@ -21,7 +21,7 @@
 
 mod shared_mode_procs;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
@@ -76,39 +76,57 @@ fn parse_storm_tag(tag: &str) -> Option<(u64, i64, i64)> {
     it.next().is_none().then_some((i, first, count))
 }
 
+/// Anonymous writers' numbers: incarnation `k` of writer `i` is writer
+/// `k * ANONYMOUS + i` (see [`storm_writer`]).
+const ANONYMOUS: u64 = 1000;
+
 /// The key of application sequence `seq` in the keyed variant.
 fn storm_key(seq: i64) -> Vec<u8> {
     format!("k{}", seq / KEY_GROUP).into_bytes()
 }
 
-/// Writer `w<i>`, incarnation `k` (arg `i,k,keyed`): a named producer
-/// (`w<i>`), `acks=all` when `i + k` is even and `acks=1` otherwise, that
-/// resumes after its `last_sequence()` and sends batches of consecutive
-/// sequences (1 to 8 records to partition 0, or in the keyed variant 1 to
-/// 5 records of one key group) until `STOP`; after each batch is
-/// acknowledged it journals `w<i> seq partition offset` for each record
-/// (`acked`, one write per batch).
+/// Writer `w<i>`, incarnation `k` (arg `i,k,keyed,anonymous`): a named
+/// producer (`w<i>`), `acks=all` when `i + k` is even and `acks=1`
+/// otherwise, that resumes after its `last_sequence()` and sends batches
+/// of consecutive sequences (1 to 8 records to partition 0, or in the
+/// keyed variant 1 to 5 records of one key group) until `STOP`; after each
+/// batch is acknowledged it journals `w<i> seq partition offset` for each
+/// record (`acked`, one write per batch). With `anonymous`, the producer
+/// has no name and no application sequences, so nothing carries over from
+/// a killed incarnation: each one is a writer of its own, numbered
+/// `k * ANONYMOUS + i` in place of `i`, whose sequences start at 0 (its
+/// last batch may be in the log unacknowledged, and never in part).
 fn storm_writer(env: &ChildEnv) {
-    let [i, k, keyed] = env.nums()[..] else {
-        panic!("arg: i,k,keyed")
+    let [i, k, keyed, anonymous] = env.nums()[..] else {
+        panic!("arg: i,k,keyed,anonymous")
     };
     let keyed = keyed == 1;
+    let anonymous = anonymous == 1;
     let acks = if (i + k) % 2 == 0 {
         Acks::All
     } else {
         Acks::One
     };
     let mq = ok("open", Broker::open(&env.data, shared()));
-    let p = ok(
-        "producer",
-        mq.producer(ProducerConfig::default().name(format!("w{i}")).acks(acks)),
-    );
-    let last = ok("last_sequence", p.last_sequence());
-    let mut seq = last.map_or(0, |l| l + 1);
-    // Sends are synchronous and never skip, so the first missing sequence
-    // is the one after the last.
-    let next = ok("next_sequence", p.next_sequence());
-    assert_eq!(next, seq, "next_sequence against last_sequence + 1");
+    let (p, mut seq, i) = if anonymous {
+        let p = ok(
+            "producer",
+            mq.producer(ProducerConfig::default().acks(acks)),
+        );
+        (p, 0, k * ANONYMOUS + i)
+    } else {
+        let p = ok(
+            "producer",
+            mq.producer(ProducerConfig::default().name(format!("w{i}")).acks(acks)),
+        );
+        let last = ok("last_sequence", p.last_sequence());
+        let seq = last.map_or(0, |l| l + 1);
+        // Sends are synchronous and never skip, so the first missing
+        // sequence is the one after the last.
+        let next = ok("next_sequence", p.next_sequence());
+        assert_eq!(next, seq, "next_sequence against last_sequence + 1");
+        (p, seq, i)
+    };
     println!("RESUME w{i} incarnation {k} ({acks:?}) from {seq}");
     let mut acked = Journal::open(&env.file("acked"));
     let mut rng = Rng::new(&env.name);
@@ -132,7 +150,7 @@ fn storm_writer(env: &ChildEnv) {
                 partition: (!keyed).then_some(0),
                 key: keyed.then_some(key.as_slice()),
                 value: Some(v),
-                sequence: Some(s),
+                sequence: (!anonymous).then_some(s),
                 ..BorrowedRecord::default()
             })
             .collect();
@@ -260,8 +278,9 @@ fn storm_reader(env: &ChildEnv) {
 
 /// The writer storm with `writers` writer processes on the storm topic
 /// (one partition, or `partitions` with keys), two reader processes, and
-/// kills at random moments for `secs` seconds.
-fn storm(writers: u64, partitions: u32, keyed: bool, run: Duration) {
+/// kills at random moments for `secs` seconds. With `some_anonymous`, the
+/// writers of odd index use anonymous producers (see [`storm_writer`]).
+fn storm(writers: u64, partitions: u32, keyed: bool, some_anonymous: bool, run: Duration) {
     let dirs = Dirs::new();
     prepare(&dirs, STORM, partitions);
     let mut readers: Vec<Proc> = (0..2)
@@ -282,7 +301,11 @@ fn storm(writers: u64, partitions: u32, keyed: bool, run: Duration) {
             "storm_writer",
             &format!("w{i}-{k}"),
             &dirs,
-            &format!("{i},{k},{}", u8::from(keyed)),
+            &format!(
+                "{i},{k},{},{}",
+                u8::from(keyed),
+                u8::from(some_anonymous && i % 2 == 1)
+            ),
         );
         w.wait_ready(READY);
         w
@@ -338,8 +361,9 @@ fn storm(writers: u64, partitions: u32, keyed: bool, run: Duration) {
         assert!(follow.open.is_none(), "partition {p} ends inside a batch");
         logs.push(records.into_iter().collect());
     }
+    let wrote: BTreeSet<u64> = found.keys().map(|w| w % ANONYMOUS).collect();
     assert_eq!(
-        found.len() as u64,
+        wrote.len() as u64,
         writers,
         "every writer wrote: {:?}",
         found.keys()
@@ -401,6 +425,7 @@ fn writer_storm_one_writer_one_partition() {
         1,
         1,
         false,
+        false,
         pick(Duration::from_secs(5), Duration::from_secs(60)),
     );
 }
@@ -411,16 +436,25 @@ fn writer_storm_one_writer_four_keyed_partitions() {
         1,
         4,
         true,
+        false,
         pick(Duration::from_secs(5), Duration::from_secs(60)),
     );
 }
 
 #[test]
 fn writer_storm_several_writers_one_partition() {
-    storm(storm_writers(), 1, false, storm_secs());
+    storm(storm_writers(), 1, false, false, storm_secs());
+}
+
+/// Writers of anonymous producers catch up from the tail page's last
+/// batch (they keep no producer state), named ones by the batches'
+/// headers: both kinds on one partition under the storm.
+#[test]
+fn writer_storm_named_and_anonymous_writers_one_partition() {
+    storm(storm_writers(), 1, false, true, storm_secs());
 }
 
 #[test]
 fn writer_storm_several_writers_four_keyed_partitions() {
-    storm(storm_writers(), 4, true, storm_secs());
+    storm(storm_writers(), 4, true, false, storm_secs());
 }

@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 
 use super::resume::ByKey;
 use super::{
-    Live, MirrorOptions, MIRROR_OFFSET_HEADER, MIRROR_PARTITION_HEADER, MIRROR_PROGRESS_HEADER,
+    Live, MirrorOptions, MIRROR_COPIED_HEADER, MIRROR_OFFSET_HEADER, MIRROR_PARTITION_HEADER,
+    MIRROR_PROGRESS_HEADER,
 };
 use crate::error::{Error, Result};
 use crate::kafka::{KafkaBroker, KafkaConsumer};
@@ -223,12 +224,15 @@ fn write_of(msgs: &[Message], mapping: &Mapping, low: &[u64]) -> Vec<(u32, Vec<H
         }
         out.push((d, h));
     }
-    if matches!(mapping, Mapping::ByKey { .. }) {
+    if let Mapping::ByKey { resume, .. } = mapping {
         let progress = low.iter().map(u64::to_string).collect::<Vec<_>>().join(",");
         let mut seen = std::collections::HashSet::new();
         for (d, h) in out.iter_mut().rev() {
             if *d != u32::MAX && seen.insert(*d) {
                 h.push(Header::new(MIRROR_PROGRESS_HEADER, progress.clone()));
+                if let Some(copied) = resume.copied_above(*d, low) {
+                    h.push(Header::new(MIRROR_COPIED_HEADER, copied));
+                }
             }
         }
     }
@@ -370,6 +374,68 @@ mod tests {
         let w = write_of(&run, &mapping, &[11]);
         assert_eq!(w[0].0, u32::MAX);
         assert_eq!(w[1].0, 0);
+    }
+
+    #[test]
+    fn a_resumed_copy_keeps_saying_what_a_cut_copy_left_until_it_passes_it() {
+        // A copy cut short left source 0's records up to 97 in
+        // destination partition 0, above its starting point 92.
+        let mut resume = ByKey::new(3);
+        resume.last.insert((0, 0), 97);
+        let mapping = Mapping::ByKey {
+            partitions: 2,
+            resume,
+        };
+        // The resumed copy writes 20 runs of source 2 (no key: to 0)
+        // before it reads source 0 again, each a write of its own.
+        let topic: Arc<str> = "t".into();
+        let mut dest: Vec<Message> = vec![Message::from_fields(
+            &topic,
+            0,
+            0,
+            0,
+            None,
+            Some(b"v"),
+            &[
+                Header::new(MIRROR_OFFSET_HEADER, "97"),
+                Header::new(MIRROR_PARTITION_HEADER, "0"),
+                Header::new(MIRROR_PROGRESS_HEADER, "92,0,0"),
+            ],
+        )];
+        for i in 0..20 {
+            let w = write_of(&[msg(2, i, None)], &mapping, &[92, 0, i]);
+            assert_eq!(w[0].0, 0);
+            let copied = w[0].1.iter().find(|h| h.key == MIRROR_COPIED_HEADER);
+            assert_eq!(copied.map(|h| h.value.as_slice()), Some(&b"0:97"[..]));
+            let at = dest.len() as u64;
+            dest.push(Message::from_fields(
+                &topic,
+                0,
+                at,
+                0,
+                None,
+                Some(b"v"),
+                &w[0].1,
+            ));
+        }
+        // The next copy that resumes reads the partition's last writes only.
+        let mut next = ByKey::new(3);
+        next.learn(0, 0, dest.len() as u64, &mut |from, _| {
+            Ok(dest
+                .iter()
+                .filter(|m| m.offset() >= from)
+                .cloned()
+                .collect())
+        })
+        .unwrap();
+        assert_eq!(next.low, vec![92, 0, 19]);
+        assert!(next.copied(0, 0, 92), "source 0's 92 would be copied twice");
+        assert!(next.copied(0, 0, 97));
+        assert!(!next.copied(0, 0, 98));
+        assert!(!next.copied(0, 1, 94));
+        // Once the starting point passes them, the header goes.
+        let w = write_of(&[msg(2, 30, None)], &mapping, &[98, 0, 30]);
+        assert!(w[0].1.iter().all(|h| h.key != MIRROR_COPIED_HEADER));
     }
 
     #[test]

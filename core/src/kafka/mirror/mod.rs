@@ -58,10 +58,20 @@ pub const MIRROR_PARTITION_HEADER: &str = "mqlite.mirror.partition";
 /// write began (decimal ASCII, separated by commas).
 pub const MIRROR_PROGRESS_HEADER: &str = "mqlite.mirror.progress";
 
+/// The header the last record of each write in a destination partition
+/// carries, beside [`MIRROR_PROGRESS_HEADER`], when a copy cut short left
+/// records in that partition above the write's starting point: for each
+/// such source partition, `partition:offset`, the last of its offsets
+/// there (separated by commas). A copy that resumes passes over those
+/// records; every write it puts in the partition says so again until its
+/// starting point passes them, so that later writes never hide them from
+/// the next copy that resumes.
+pub const MIRROR_COPIED_HEADER: &str = "mqlite.mirror.copied";
+
 /// Whether `key` names a header a copy of a copy replaces with its own
 /// (the offset headers of each copy stay, the last one the newest).
 fn replaced_header(key: &str) -> bool {
-    key == MIRROR_PARTITION_HEADER || key == MIRROR_PROGRESS_HEADER
+    key == MIRROR_PARTITION_HEADER || key == MIRROR_PROGRESS_HEADER || key == MIRROR_COPIED_HEADER
 }
 
 /// The longest wait between two attempts of a continuous copy that fails.

@@ -3,7 +3,9 @@
 
 use std::collections::HashMap;
 
-use super::{MIRROR_OFFSET_HEADER, MIRROR_PARTITION_HEADER, MIRROR_PROGRESS_HEADER};
+use super::{
+    MIRROR_COPIED_HEADER, MIRROR_OFFSET_HEADER, MIRROR_PARTITION_HEADER, MIRROR_PROGRESS_HEADER,
+};
 use crate::error::Result;
 use crate::message::Message;
 
@@ -19,6 +21,10 @@ pub(super) struct Origin {
     /// partitions map by key: for each source partition, the offset below
     /// which every record was in the destination when that write began.
     pub progress: Option<Vec<u64>>,
+    /// On such a record: for source partitions a cut copy left records of
+    /// in this destination partition above `progress`, the last of their
+    /// offsets here (see [`MIRROR_COPIED_HEADER`]).
+    pub copied: Vec<(u32, u64)>,
 }
 
 impl Origin {
@@ -55,10 +61,21 @@ pub(super) fn origin(m: &Message) -> Option<Origin> {
         ),
         None => None,
     };
+    let copied = match header(&headers, MIRROR_COPIED_HEADER) {
+        Some(v) => v
+            .split(',')
+            .map(|e| {
+                let (p, o) = e.split_once(':')?;
+                Some((p.parse().ok()?, o.parse().ok()?))
+            })
+            .collect::<Option<Vec<(u32, u64)>>>()?,
+        None => Vec::new(),
+    };
     Some(Origin {
         partition,
         offset,
         progress,
+        copied,
     })
 }
 
@@ -139,6 +156,25 @@ impl ByKey {
         }
     }
 
+    /// For a write that begins at `low` (every source partition's next
+    /// offset to copy), the [`MIRROR_COPIED_HEADER`] value its last record
+    /// in destination partition `d` carries: what a cut copy left there
+    /// above `low`, `None` when nothing.
+    pub fn copied_above(&self, d: u32, low: &[u64]) -> Option<String> {
+        let mut above: Vec<(u32, u64)> = self
+            .last
+            .iter()
+            .filter(|&(&(p, dd), &o)| dd == d && o >= low.get(p as usize).copied().unwrap_or(0))
+            .map(|(&(p, _), &o)| (p, o))
+            .collect();
+        if above.is_empty() {
+            return None;
+        }
+        above.sort_unstable();
+        let entries: Vec<String> = above.iter().map(|(p, o)| format!("{p}:{o}")).collect();
+        Some(entries.join(","))
+    }
+
     /// Whether the record at `offset` of source partition `p`, mapped to
     /// destination partition `d`, is in the destination already.
     pub fn copied(&self, p: u32, d: u32, offset: u64) -> bool {
@@ -198,6 +234,10 @@ impl ByKey {
                     *low = (*low).max(q);
                 }
             }
+            for &(q, offset) in &o.copied {
+                let last = self.last.entry((q, d)).or_insert(offset);
+                *last = (*last).max(offset);
+            }
             if o.partition.is_none() {
                 if let Some(low) = self.low.get_mut(p as usize) {
                     *low = (*low).max(o.offset + 1);
@@ -251,7 +291,8 @@ mod tests {
             Some(Origin {
                 partition: Some(2),
                 offset: 41,
-                progress: Some(vec![3, 0, 40])
+                progress: Some(vec![3, 0, 40]),
+                copied: Vec::new(),
             })
         );
         assert_eq!(origin(&copy(0, &[])), None);
@@ -317,5 +358,65 @@ mod tests {
         assert!(!k.copied(1, 1, 3), "source 1 offset 3 went to 0, not 1");
         assert!(!k.copied(0, 1, 2));
         assert!(k.copied(0, 0, 2));
+    }
+
+    #[test]
+    fn what_a_cut_write_left_is_known_after_later_writes_bury_it() {
+        let rec = |dest_offset: u64, p: u32, o: u64, progress: &str, copied: Option<&str>| {
+            let mut h = vec![
+                (MIRROR_OFFSET_HEADER, o.to_string()),
+                (MIRROR_PARTITION_HEADER, p.to_string()),
+                (MIRROR_PROGRESS_HEADER, progress.to_string()),
+            ];
+            if let Some(c) = copied {
+                h.push((MIRROR_COPIED_HEADER, c.to_string()));
+            }
+            copy(dest_offset, &h)
+        };
+        // A write that began at (92, 0) put source 0's 92-97 in
+        // destination partition 0 and was cut short before its records
+        // for partition 1. The copy that resumed put 20 writes of source 1
+        // there before it read source 0 again, each saying what the cut
+        // write left above its starting point.
+        let mut d0 = vec![rec(0, 0, 97, "92,0", None)];
+        d0.extend((0..20).map(|i| rec(1 + i, 1, i, &format!("92,{i}"), Some("0:97"))));
+        let mut k = ByKey::new(2);
+        k.learn(0, 0, d0.len() as u64, &mut reader(&d0)).unwrap();
+        assert_eq!(k.low, vec![92, 19]);
+        assert!(k.copied(0, 0, 92));
+        assert!(k.copied(0, 0, 97));
+        assert!(!k.copied(0, 0, 98));
+        assert!(!k.copied(0, 1, 94), "source 0's 94 went to 1, not 0");
+        // Without the header, later writes hide the cut write's records.
+        let bare: Vec<Message> = (0..20)
+            .map(|i| rec(1 + i, 1, i, &format!("92,{i}"), None))
+            .collect();
+        let mut blind = ByKey::new(2);
+        blind.learn(0, 0, 21, &mut reader(&bare)).unwrap();
+        assert!(!blind.copied(0, 0, 92));
+    }
+
+    #[test]
+    fn a_damaged_copied_header_makes_no_origin() {
+        let m = copy(
+            3,
+            &[
+                (MIRROR_OFFSET_HEADER, "4".into()),
+                (MIRROR_PARTITION_HEADER, "0".into()),
+                (MIRROR_PROGRESS_HEADER, "1".into()),
+                (MIRROR_COPIED_HEADER, "0:x".into()),
+            ],
+        );
+        assert_eq!(origin(&m), None);
+        let m = copy(
+            3,
+            &[
+                (MIRROR_OFFSET_HEADER, "4".into()),
+                (MIRROR_PARTITION_HEADER, "0".into()),
+                (MIRROR_PROGRESS_HEADER, "1".into()),
+                (MIRROR_COPIED_HEADER, "0:9,2:7".into()),
+            ],
+        );
+        assert_eq!(origin(&m).unwrap().copied, vec![(0, 9), (2, 7)]);
     }
 }
