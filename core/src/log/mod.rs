@@ -1008,10 +1008,11 @@ impl PartitionLog {
     /// `last_len`: the length of the batch just appended, which ends the
     /// active segment's data (an append's publish), so that the next
     /// holder of the append lock can check that one batch instead of
-    /// walking every new one.
+    /// walking every new one (several writers only: a single writer's
+    /// readers never take the lock).
     #[inline]
     fn publish_tail(&self, next_offset: u64, active: &Segment, last_len: Option<usize>) -> bool {
-        let tail = || {
+        let tail = |last_len: Option<usize>| {
             let end = active.end();
             Tail {
                 next_offset,
@@ -1026,13 +1027,13 @@ impl PartitionLog {
             }
         };
         if let Some(page) = &self.tail {
-            lock(page).write(tail());
+            lock(page).write(tail(None));
             true
         } else if let Some(sw) = self.shared_writer() {
             // Under the append lock. What this process wrote it knows: the
             // next append skips the catch-up unless another process wrote
             // since.
-            sw.page.write(tail());
+            sw.page.write(tail(last_len));
             sw.known_seq.store(sw.page.seq(), Ordering::Release);
             true
         } else {
