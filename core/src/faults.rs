@@ -5,7 +5,7 @@
 
 use crate::sync;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 /// Where a sync happens.
@@ -130,4 +130,23 @@ pub fn set_boot_id(id: Option<u128>) {
 /// The boot id set by [`set_boot_id`].
 pub(crate) fn boot_id() -> Option<u128> {
     *sync::read(&BOOT_ID)
+}
+
+/// The size set by [`set_transaction_log_limit`]; 0: none.
+static TXN_LOG_LIMIT: AtomicU64 = AtomicU64::new(0);
+
+/// Makes this process's commits empty the transaction log once it passes
+/// `bytes` rather than 64 MiB (`None`: 64 MiB again). For tests of the
+/// emptying that should not write 64 MiB of commit records to reach it.
+pub fn set_transaction_log_limit(bytes: Option<u64>) {
+    TXN_LOG_LIMIT.store(bytes.unwrap_or(0), Ordering::Release);
+}
+
+/// The size set by [`set_transaction_log_limit`], if any.
+#[inline]
+pub(crate) fn transaction_log_limit() -> Option<u64> {
+    match TXN_LOG_LIMIT.load(Ordering::Acquire) {
+        0 => None,
+        n => Some(n),
+    }
 }

@@ -11,6 +11,8 @@
 mod shared_mode_procs;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use mqlite::faults::{self, CommitStep};
@@ -53,10 +55,23 @@ fn child() {
             ok("close", mq.close());
         }
         "bulk" => {
+            faults::set_transaction_log_limit(Some(LOG_LIMIT));
             let mq = ok("open", Broker::open(&env.data, shared()));
             env.ready();
             commit_many(&mq, &env.name, env.arg.parse().unwrap());
         }
+        "fill" => {
+            // Commits that leave the log longer than LOG_LIMIT (this process
+            // empties it only past 64 MiB), none of them flushed; then
+            // waits to be killed.
+            let mq = ok("open", Broker::open(&env.data, shared()));
+            commit_many(&mq, &env.name, env.arg.parse().unwrap());
+            env.ready();
+            loop {
+                std::thread::sleep(Duration::from_secs(1));
+            }
+        }
+        "empty_after_skip" => empty_after_skip_child(&env),
         "newer" => {
             // A newer producer of transactional id `etl`, which fences the
             // parent's; then one committed transaction.
@@ -357,11 +372,19 @@ fn commit_many(mq: &Broker, name: &str, n: u64) {
     }
 }
 
+/// The size at which the emptying test's processes empty the log (64 MiB
+/// without the hook).
+const LOG_LIMIT: u64 = 1 << 20;
+
 #[test]
 fn the_transaction_log_is_emptied_while_processes_commit() {
     // Enough commits from two processes for the log to pass the size at
-    // which a commit empties it (1 MiB): 6,000 commits left 2.2 MB with
-    // the emptying turned off (about 370 bytes a commit with its note).
+    // which a commit empties it (1 MiB here): 6,000 commits left 2.2 MB
+    // with the emptying turned off (about 370 bytes a commit with its
+    // note). Each process, from its second commit on, reads only what the
+    // lock's page does not say is finished, so the one that empties the
+    // log reads it whole first to learn the partitions to flush.
+    faults::set_transaction_log_limit(Some(LOG_LIMIT));
     let n = pick(3000, 12_000);
     let dirs = Dirs::new();
     prepare(&dirs);
@@ -384,7 +407,7 @@ fn the_transaction_log_is_emptied_while_processes_commit() {
     // Emptied: it starts with a `start` entry (a frame: length, CRC, JSON).
     let log = std::fs::read(dirs.data.join("transactions.log")).unwrap();
     assert!(
-        log.len() < 1 << 20,
+        log.len() < LOG_LIMIT as usize,
         "transactions.log holds {} bytes",
         log.len()
     );
@@ -398,6 +421,94 @@ fn the_transaction_log_is_emptied_while_processes_commit() {
     commit_many(&mq, "later", 3);
     assert_eq!(read_all(&mq, "a", 0).len() as u64, 2 * n + 3);
     mq.close().unwrap();
+}
+
+/// Opens the directory with the log's limit at [`LOG_LIMIT`] (past it, so
+/// the open empties the log), noting every file synced meanwhile: prints
+/// `log <bytes left>` and `synced <path in the directory>` for each.
+fn empty_after_skip_child(env: &ChildEnv) {
+    faults::set_transaction_log_limit(Some(LOG_LIMIT));
+    let synced = Arc::new(Mutex::new(BTreeSet::new()));
+    let seen = Arc::clone(&synced);
+    let data = env.data.clone();
+    faults::set_sync_hook(Some(Arc::new(move |path: &Path, _, before| {
+        if let (false, Ok(rel)) = (before, path.strip_prefix(&data)) {
+            seen.lock().unwrap().insert(rel.display().to_string());
+        }
+        Ok(())
+    })));
+    let mq = ok("open", Broker::open(&env.data, shared()));
+    let log = std::fs::metadata(env.data.join("transactions.log")).unwrap();
+    println!("log {}", log.len());
+    for p in synced.lock().unwrap().iter() {
+        println!("synced {p}");
+    }
+    ok("close", mq.close());
+}
+
+#[test]
+fn a_process_that_skipped_finished_commits_flushes_their_partitions_before_emptying() {
+    // Another process's commits, all finished, none flushed (it is killed
+    // after them): the next process's first look at the log skips them
+    // (the lock's page says they are finished), so it does not know which
+    // partitions they wrote; emptying the log (at its open here, the log
+    // being past the limit) must still make their markers durable first.
+    let dirs = Dirs::new();
+    prepare(&dirs);
+    let mut fill = spawn("fill", "fill", &dirs, "4000");
+    fill.wait_ready(Duration::from_secs(300));
+    fill.kill9();
+    let len = std::fs::metadata(dirs.data.join("transactions.log"))
+        .unwrap()
+        .len();
+    assert!(len > LOG_LIMIT, "transactions.log holds only {len} bytes");
+    let mut child = spawn("empty_after_skip", "empty", &dirs, "");
+    child.expect_success(Duration::from_secs(120));
+    let out = child.stdout();
+    let left: u64 = child.line("log ").unwrap()[4..].parse().unwrap();
+    assert!(left < 1024, "not emptied ({left} bytes left):\n{out}");
+    for part in ["topics/a/0/", "topics/a/1/"] {
+        assert!(
+            out.lines()
+                .any(|l| l.starts_with(&format!("synced {part}"))),
+            "{part} not flushed before the log was emptied:\n{out}"
+        );
+    }
+}
+
+/// The transaction numbers of the commit records in `dir`'s log.
+fn commit_numbers(dir: &Path) -> Vec<u64> {
+    let log = std::fs::read(dir.join("transactions.log")).unwrap();
+    let mut out = Vec::new();
+    let mut at = 0;
+    while at + 8 <= log.len() {
+        let len = u32::from_le_bytes(log[at..at + 4].try_into().unwrap()) as usize;
+        let entry: serde_json::Value = serde_json::from_slice(&log[at + 8..at + 8 + len]).unwrap();
+        if let Some(txn) = entry.get("commit").and_then(|c| c.get("txn")) {
+            out.push(txn.as_u64().unwrap());
+        }
+        at += 8 + len;
+    }
+    out
+}
+
+#[test]
+fn a_process_that_skipped_finished_commits_numbers_its_own_after_them() {
+    // The skipped commit records are where the numbering would come from:
+    // the lock's page says what to number from instead.
+    let dirs = Dirs::new();
+    prepare(&dirs);
+    let mut fill = spawn("fill", "fill", &dirs, "10");
+    fill.wait_ready(Duration::from_secs(60));
+    fill.kill9();
+    let before = commit_numbers(&dirs.data);
+    assert_eq!(before.len(), 10, "{before:?}");
+    let mq = Broker::open(&dirs.data, shared()).unwrap();
+    commit_many(&mq, "later", 2);
+    mq.close().unwrap();
+    let all = commit_numbers(&dirs.data);
+    assert_eq!(all.len(), 12, "{all:?}");
+    assert!(all.windows(2).all(|w| w[0] < w[1]), "{all:?}");
 }
 
 /// The first open after a restart of the machine (a new boot id: the

@@ -156,6 +156,12 @@ fn open_engine(dir: std::path::PathBuf, config: Config) -> Result<Arc<BrokerInne
     // Read before the listing: a change during it is seen next time.
     let seen = share.topics_version();
     let dir_of = dir.clone();
+    // A read-only handle has no registration, and commits nothing.
+    let writer_slot = options
+        .shared
+        .as_ref()
+        .and_then(|s| s.writers.as_ref())
+        .map(|w| Arc::clone(&w.slot));
     let inner = Arc::new(BrokerInner {
         registry,
         topics_version: AtomicU64::new(0),
@@ -180,7 +186,8 @@ fn open_engine(dir: std::path::PathBuf, config: Config) -> Result<Arc<BrokerInne
         ddl: Mutex::new(()),
         closed: AtomicBool::new(false),
         janitor: Mutex::new(None),
-        coordinator: (!readonly).then(|| crate::txn::Coordinator::open_shared(&dir_of, mode)),
+        coordinator: writer_slot
+            .map(|slot| crate::txn::Coordinator::open_shared(&dir_of, mode, slot)),
     });
     inner.read_topics();
     inner.groups.load_all(&inner.dir, mode)?;

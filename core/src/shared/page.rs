@@ -74,10 +74,9 @@ enum Map {
 /// A mapped shared page (see the module documentation).
 #[derive(Debug)]
 pub(crate) struct SharedPage {
+    /// The map (it outlives the descriptor it was made from, closed once
+    /// mapped).
     map: Map,
-    /// Keeps the descriptor the map was made from (closing it would not
-    /// end the map; kept so that the file's locks, if any, stay ours).
-    file: File,
 }
 
 impl SharedPage {
@@ -106,7 +105,6 @@ impl SharedPage {
         let map = map_read_write(&file).ctx(|| format!("mapping {}", path.display()))?;
         Ok(SharedPage {
             map: Map::ReadWrite(map),
-            file,
         })
     }
 
@@ -129,13 +127,7 @@ impl SharedPage {
         let map = map_read_only(&file).ctx(|| format!("mapping {}", path.display()))?;
         Ok(SharedPage {
             map: Map::ReadOnly(map),
-            file,
         })
-    }
-
-    /// The page's file (to lock it with `flock`).
-    pub(crate) fn file(&self) -> &File {
-        &self.file
     }
 
     /// Whether this page can be written.

@@ -269,6 +269,22 @@ impl Journal {
     /// last entry (its writer died) is cut.
     /// Returns what they appended, and whether the file was replaced.
     pub(crate) fn refresh(&mut self) -> Result<(Loaded, bool)> {
+        let (loaded, replaced, _) = self.refresh_skipping(None)?;
+        Ok((loaded, replaced))
+    }
+
+    /// [`Journal::refresh`], not reading the first `n` bytes of the log
+    /// when `skip` is `Some((ident, n))` and the log is still the file
+    /// `ident` (shared mode: bytes the transaction lock's page says hold
+    /// only finished commits, which this process needs nothing from).
+    /// Returns also whether bytes this handle had not read were skipped.
+    /// Should the entries not parse from there to the end, the log is read
+    /// from where this handle was instead, and nothing is skipped (a
+    /// skip that is not an entry's end must never cut the log).
+    pub(crate) fn refresh_skipping(
+        &mut self,
+        skip: Option<(LogIdent, u64)>,
+    ) -> Result<(Loaded, bool, bool)> {
         let path = self.path.clone();
         let mut loaded = Loaded::default();
         // Most often nobody else committed since: one stat says so. The
@@ -276,7 +292,7 @@ impl Journal {
         let same_file = match std::fs::metadata(&path) {
             Ok(m) if self.ident == Some(LogIdent::of(&m)) => {
                 if m.len() == self.len {
-                    return Ok((loaded, false));
+                    return Ok((loaded, false, false));
                 }
                 self.file.take().zip(self.ident)
             }
@@ -288,30 +304,48 @@ impl Journal {
             self.file = None;
             self.ident = None;
             self.len = 0;
-            return Ok((loaded, replaced));
+            return Ok((loaded, replaced, false));
         };
         let same = self.ident == Some(ident);
-        let from = if same { self.len } else { 0 };
-        let mut bytes = Vec::new();
-        file.seek(SeekFrom::Start(from))
-            .and_then(|_| file.read_to_end(&mut bytes))
-            .map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
-        let (entries, good) = parse(&bytes);
-        if good < bytes.len() {
-            ::log::warn!(
-                "{}: cutting {} bytes of a transaction entry left incomplete by a crash",
-                path.display(),
-                bytes.len() - good
-            );
-            file.set_len(from + good as u64)
-                .map_err(|e| Error::io(format!("truncating {}", path.display()), e))?;
-        }
+        let own = if same { self.len } else { 0 };
+        let mut from = match skip {
+            Some((at, n)) if at == ident && n > own => {
+                let len = file
+                    .metadata()
+                    .map_err(|e| Error::io(format!("reading the size of {}", path.display()), e))?
+                    .len();
+                n.min(len).max(own)
+            }
+            _ => own,
+        };
+        let (entries, good) = loop {
+            let mut bytes = Vec::new();
+            file.seek(SeekFrom::Start(from))
+                .and_then(|_| file.read_to_end(&mut bytes))
+                .map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
+            let (entries, good) = parse(&bytes);
+            if good < bytes.len() && from > own {
+                // Not an entry's end after all: read as without a skip.
+                from = own;
+                continue;
+            }
+            if good < bytes.len() {
+                ::log::warn!(
+                    "{}: cutting {} bytes of a transaction entry left incomplete by a crash",
+                    path.display(),
+                    bytes.len() - good
+                );
+                file.set_len(from + good as u64)
+                    .map_err(|e| Error::io(format!("truncating {}", path.display()), e))?;
+            }
+            break (entries, good);
+        };
         loaded.take(entries, from);
         let replaced = !same && self.file.is_some();
         self.file = Some(file);
         self.ident = Some(ident);
         self.len = from + good as u64;
-        Ok((loaded, replaced))
+        Ok((loaded, replaced, from > own))
     }
 
     /// Makes `file` the open log.
@@ -534,5 +568,44 @@ mod tests {
         other.refresh().unwrap();
         let (_, l) = Journal::open(tmp.path(), 0o600).unwrap();
         assert_eq!(l.commits.iter().map(|c| c.txn).collect::<Vec<_>>(), [2, 3]);
+    }
+
+    #[test]
+    fn a_skip_reads_on_from_an_entry_end_and_never_cuts_elsewhere() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut other = Journal::unread(tmp.path(), 0o600);
+        other.append(&commit(0), false).unwrap();
+        let first_end = other.len();
+        other.append(&commit(1), false).unwrap();
+        other.append(&commit(2), false).unwrap();
+        let whole = other.len();
+        let ident = other.ident().unwrap();
+        let txns = |l: &Loaded| l.commits.iter().map(|c| c.txn).collect::<Vec<_>>();
+        // From an entry's end: what comes after only.
+        let mut j = Journal::unread(tmp.path(), 0o600);
+        let (l, replaced, skipped) = j.refresh_skipping(Some((ident, first_end))).unwrap();
+        assert_eq!((txns(&l), replaced, skipped), (vec![1, 2], false, true));
+        assert_eq!(j.len(), whole);
+        // Not an entry's end: read from the start, nothing cut.
+        let mut j = Journal::unread(tmp.path(), 0o600);
+        let (l, _, skipped) = j.refresh_skipping(Some((ident, first_end + 3))).unwrap();
+        assert_eq!((txns(&l), skipped), (vec![0, 1, 2], false));
+        let path = tmp.path().join(FILE_NAME);
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), whole);
+        // Past the end: nothing to read, and the handle at the end.
+        let mut j = Journal::unread(tmp.path(), 0o600);
+        let (l, _, skipped) = j.refresh_skipping(Some((ident, whole + 100))).unwrap();
+        assert_eq!((txns(&l), skipped, j.len()), (vec![], true, whole));
+        // Of another file: ignored.
+        let mut j = Journal::unread(tmp.path(), 0o600);
+        let other_file = LogIdent {
+            ino: ident.ino + 1,
+            ..ident
+        };
+        let (l, _, skipped) = j.refresh_skipping(Some((other_file, first_end))).unwrap();
+        assert_eq!((txns(&l), skipped), (vec![0, 1, 2], false));
+        // Never back before what this handle read.
+        let (l, _, skipped) = j.refresh_skipping(Some((ident, first_end))).unwrap();
+        assert_eq!((txns(&l), skipped), (vec![], false));
     }
 }

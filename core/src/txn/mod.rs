@@ -43,10 +43,14 @@ pub(crate) use journal::{find_commit, OffsetRecord, PartRecord};
 use journal::{CommitRecord, Entry, Journal, Loaded};
 
 /// Bytes of transaction log after which a commit first makes every marker
-/// durable and empties the log.
+/// durable and empties the log (in shared mode too: a process reads only
+/// what the lock's page does not say is finished, see `shared.rs`).
 const COMPACT_AT: u64 = 64 << 20;
-/// The same in shared mode.
-const COMPACT_AT_SHARED: u64 = 1 << 20;
+
+/// [`COMPACT_AT`], or what a test set instead.
+fn compact_at() -> u64 {
+    crate::faults::transaction_log_limit().unwrap_or(COMPACT_AT)
+}
 
 /// The data directory's transaction coordinator.
 #[derive(Debug)]
@@ -56,8 +60,9 @@ pub(crate) struct Coordinator {
     /// at open, with its first batch's length: recovery puts the length
     /// back and keeps their unmarked data.
     committed: Arc<HashMap<(String, u32, u64), CommittedRun>>,
-    /// Shared mode: the directory's transaction lock file.
-    lock_path: Option<std::path::PathBuf>,
+    /// Shared mode: where the directory's transaction lock is, and the
+    /// process it is taken for.
+    lock_site: Option<shared::LockSite>,
     /// Permission bits of the files it creates.
     mode: u32,
 }
@@ -79,7 +84,11 @@ struct State {
     /// The partitions written by transactions in the log: their markers
     /// are made durable before the log is emptied.
     touched: HashSet<(String, u32)>,
-    /// Shared mode: the directory's transaction lock file, once opened.
+    /// Shared mode: bytes of the log were skipped (the lock's page said
+    /// their commits were finished), so `touched` may miss partitions:
+    /// the log is read whole before it is emptied.
+    touched_partly: bool,
+    /// Shared mode: the directory's transaction lock page, once mapped.
     lock_page: Option<Arc<crate::shared::SharedPage>>,
 }
 
@@ -135,10 +144,11 @@ impl Coordinator {
                 applied,
                 pending: Vec::new(),
                 touched,
+                touched_partly: false,
                 lock_page: None,
             }),
             committed: Arc::new(committed),
-            lock_path: None,
+            lock_site: None,
             mode,
         })
     }
@@ -205,7 +215,7 @@ impl Coordinator {
                 current_epoch: current,
             });
         }
-        if st.journal.len() > self.compact_at() {
+        if st.journal.len() > compact_at() {
             compact(st, broker)?;
         }
         check_members(broker, &c.offsets)?;
@@ -419,6 +429,15 @@ fn apply_offsets(broker: &BrokerInner, offsets: &[OffsetRecord]) -> Result<()> {
 fn compact(st: &mut State, broker: &BrokerInner) -> Result<()> {
     if !st.pending.is_empty() || !st.loaded.is_empty() {
         return Ok(());
+    }
+    if st.touched_partly {
+        // Partitions of the commits whose bytes were skipped.
+        for c in Journal::open_read(broker.dir())?.commits {
+            for p in c.parts {
+                st.touched.insert((p.topic, p.partition));
+            }
+        }
+        st.touched_partly = false;
     }
     for (topic, partition) in &st.touched {
         if let Ok(log) = broker.topic(topic).and_then(|t| t.partition(*partition)) {

@@ -1,16 +1,20 @@
 //! The coordinator in shared mode: every process that may write commits
 //! through the data directory's one transaction log.
 //!
-//! A commit holds the directory's transaction lock (`TXN`, an exclusive
-//! `flock` the kernel releases when its holder dies) from before it looks
+//! A commit holds the directory's transaction lock from before it looks
 //! at the log to after its offsets are committed, so whoever holds the
-//! lock knows that no commit is under way. The lock file's first page,
-//! mapped by every process, says what the last holder left ([`HOLDER`],
-//! [`LOG_LEN`], [`CLEAN`]):
+//! lock knows that no commit is under way. The lock is held in the first
+//! page of the file `TXN`, mapped by every process: the same lock words as
+//! a partition's append lock (see `shared::append_lock`: a
+//! compare-and-swap on the holder's process token, waiters napping then
+//! asleep on a futex, a lock whose holder's process is gone taken over),
+//! so that a commit costs no system call for the lock. The page also says
+//! what the last holder left ([`HOLDER`], [`LOG_LEN`], [`CLEAN`]):
 //!
 //! - a holder that let go properly cleared `HOLDER` and wrote the log's
 //!   length; when that is the length this process last saw, of the same
-//!   file, nobody committed since and nothing is read;
+//!   file, and the lock was not taken from a dead holder, nobody committed
+//!   since and nothing is read;
 //! - otherwise the holder takes in what the others appended to the log
 //!   since it last looked (all of it again when one of them emptied it: a
 //!   new file), and finishes every commit record that is neither within
@@ -28,22 +32,34 @@
 //! only. An exclusive open takes `CLEAN` in for the shared commits of the
 //! log it describes, then forgets the page. The log is emptied only when
 //! nothing is left to finish.
+//!
+//! Layout (little-endian): magic `MQLTXN01`; u64 at 8 [`HOLDER`]; u64 at
+//! 16, 24 and 48, the log's device, inode and birth time; u64 at 32
+//! [`LOG_LEN`]; u64 at 40 [`CLEAN`]; the lock words: u64 at 64, the
+//! holder's process token (0: free); u64 at 72, unused (the append lock's
+//! in-progress word); u32 at 80, the sleeping lockers; u32 at 84, the
+//! futex word bumped at unlock.
 
 use std::collections::{HashMap, HashSet};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use super::journal::{CommitRecord, Entry, Journal, LogIdent};
 use super::{apply_offsets, write_missing_markers, Coordinator, State};
 use crate::broker::BrokerInner;
-use crate::error::{IoContext, Result};
-use crate::shared::{SharedPage, Word64};
+use crate::error::{Error, Result};
+use crate::shared::{
+    process_alive, LockLayout, LockWords, ProcessSlot, Processes, SharedPage, Word32, Word64,
+};
 
 /// The directory's transaction lock file.
 pub(crate) const LOCK_FILE: &str = "TXN";
 
 /// The magic of the lock file's page.
-const MAGIC: [u8; 8] = *b"MQLTXN01";
+const MAGIC: [u8; 8] = *b"MQLTXN02";
+/// The magic of a page written before [`NEXT_TXN`] (its other words mean
+/// the same).
+const MAGIC_1: [u8; 8] = *b"MQLTXN01";
 /// The process id of the holder while it holds the lock; 0 once it let go
 /// properly (found set by the next holder: the last one died holding it).
 const HOLDER: Word64 = Word64::at(8);
@@ -56,6 +72,34 @@ const LOG_BORN: Word64 = Word64::at(48);
 const LOG_LEN: Word64 = Word64::at(32);
 /// Every commit record within the log's first `CLEAN` bytes is finished.
 const CLEAN: Word64 = Word64::at(40);
+/// Greater than the number of every transaction within the log's first
+/// [`LOG_LEN`] bytes: what a process that skips them numbers from.
+const NEXT_TXN: Word64 = Word64::at(56);
+
+/// The lock's words.
+const LOCK: LockLayout = LockLayout {
+    owner: Word64::at(64),
+    in_progress: Word64::at(72),
+    waiters: Word32::at(80),
+    releases: Word32::at(84),
+};
+
+/// Where a shared-mode coordinator's lock is, and whom it is taken for.
+#[derive(Debug)]
+pub(super) struct LockSite {
+    /// The lock file, `<dir>/TXN`.
+    path: PathBuf,
+    /// The data directory, where holders' liveness is looked up.
+    root: PathBuf,
+    /// This process's registration: the token the lock is held under,
+    /// kept alive while the coordinator may hold the lock.
+    slot: Arc<ProcessSlot>,
+}
+
+/// The lock's words in `page` (mapped read-write: never `None` there).
+fn lock_words(page: &SharedPage) -> Option<LockWords<'_, Processes>> {
+    LockWords::in_page(page, LOCK, &Processes::SHORT_NAPS)
+}
 
 /// What the page says for "no log".
 const NO_LOG: LogIdent = LogIdent {
@@ -78,7 +122,9 @@ fn page_ident(page: &SharedPage) -> LogIdent {
 /// describes that log.
 fn clean_in(page: &SharedPage, ident: Option<LogIdent>, len: u64) -> u64 {
     match ident {
-        Some(ident) if page.has_magic(MAGIC) && page_ident(page) == ident => {
+        Some(ident)
+            if (page.has_magic(MAGIC) || page.has_magic(MAGIC_1)) && page_ident(page) == ident =>
+        {
             page.load64(CLEAN).min(len)
         }
         _ => 0,
@@ -87,14 +133,16 @@ fn clean_in(page: &SharedPage, ident: Option<LogIdent>, len: u64) -> u64 {
 
 /// The directory's transaction lock, held; let go when dropped (leaving
 /// the page saying that its holder died: the next holder reads the log)
-/// or with [`Held::release`].
+/// or with [`Held::release`]. A process that ends holding it leaves its
+/// token in the lock word, and the next locker takes it over once the
+/// token's `.live` lock is free.
 pub(super) struct Held(Arc<SharedPage>);
 
 impl Drop for Held {
     fn drop(&mut self) {
-        // Closing the file (at the engine's close, or the process's end)
-        // lets go too.
-        let _ = self.0.file().unlock();
+        if let Some(w) = lock_words(&self.0) {
+            w.unlock(true);
+        }
     }
 }
 
@@ -116,6 +164,7 @@ impl Held {
         page.store64(LOG_BORN, ident.born);
         page.store64(LOG_LEN, len);
         page.store64(CLEAN, clean);
+        page.store64(NEXT_TXN, st.next_txn);
         page.set_magic(MAGIC);
         page.store64(HOLDER, 0);
     }
@@ -146,10 +195,11 @@ fn holder_id() -> u64 {
 }
 
 impl Coordinator {
-    /// Shared mode: the coordinator of data directory `dir` for a process
-    /// that may write. The log is read under the lock, at each commit and
-    /// at [`Coordinator::finish_at_open`].
-    pub(crate) fn open_shared(dir: &Path, mode: u32) -> Coordinator {
+    /// Shared mode: the coordinator of data directory `dir` for the
+    /// process registered there as `slot`, which may write. The log is
+    /// read under the lock, at each commit and at
+    /// [`Coordinator::finish_at_open`].
+    pub(crate) fn open_shared(dir: &Path, mode: u32, slot: Arc<ProcessSlot>) -> Coordinator {
         Coordinator {
             state: Mutex::new(State {
                 journal: Journal::unread(dir, mode),
@@ -158,10 +208,15 @@ impl Coordinator {
                 applied: HashSet::new(),
                 pending: Vec::new(),
                 touched: HashSet::new(),
+                touched_partly: false,
                 lock_page: None,
             }),
             committed: Arc::new(HashMap::new()),
-            lock_path: Some(dir.join(LOCK_FILE)),
+            lock_site: Some(LockSite {
+                path: dir.join(LOCK_FILE),
+                root: dir.to_owned(),
+                slot,
+            }),
             mode,
         }
     }
@@ -174,7 +229,7 @@ impl Coordinator {
     pub(crate) fn finish_at_open(&self, broker: &BrokerInner, restarted: bool) -> Result<()> {
         let mut st = crate::sync::lock(&self.state);
         let held = self.hold(&mut st, broker, restarted)?;
-        let res = if st.journal.len() > self.compact_at() {
+        let res = if st.journal.len() > super::compact_at() {
             super::compact(&mut st, broker)
         } else {
             Ok(())
@@ -194,22 +249,28 @@ impl Coordinator {
         broker: &BrokerInner,
         all: bool,
     ) -> Result<Option<Held>> {
-        let Some(path) = &self.lock_path else {
+        let Some(site) = &self.lock_site else {
             return Ok(None);
         };
-        // Opened once, locked for each commit.
+        // Mapped once, locked for each commit.
         let page = if let Some(p) = &st.lock_page {
             Arc::clone(p)
         } else {
-            let p = SharedPage::open(path, self.mode)?;
+            let p = SharedPage::open(&site.path, self.mode)?;
             Arc::clone(st.lock_page.insert(Arc::new(p)))
         };
-        page.file()
-            .lock()
-            .ctx(|| format!("locking {}", path.display()))?;
-        let held = Held(page);
+        let Some(words) = lock_words(&page) else {
+            return Err(Error::ReadOnly(format!(
+                "{} is mapped read-only",
+                site.path.display()
+            )));
+        };
+        let root = &site.root;
+        let taken = words.lock(site.slot.token(), &|t| process_alive(root, t));
+        let held = Held(Arc::clone(&page));
         let page = &held.0;
-        let proper = page.has_magic(MAGIC) && page.load64(HOLDER) == 0;
+        // A holder that died may have appended without writing the page.
+        let proper = taken.stolen.is_none() && page.has_magic(MAGIC) && page.load64(HOLDER) == 0;
         let seen = st.journal.ident().unwrap_or(NO_LOG);
         let unchanged =
             proper && page_ident(page) == seen && page.load64(LOG_LEN) == st.journal.len();
@@ -217,11 +278,20 @@ impl Coordinator {
         if unchanged && !all && st.loaded.is_empty() {
             return Ok(Some(held));
         }
-        let (new, replaced) = st.journal.refresh()?;
+        // The bytes the page says are finished are not read (unless every
+        // commit is wanted): nothing there is left to do, and the page
+        // says what to number from.
+        let skip = (!all && page.has_magic(MAGIC)).then(|| (page_ident(page), page.load64(CLEAN)));
+        let (new, replaced, skipped) = st.journal.refresh_skipping(skip)?;
         if replaced {
             // Emptied by another process: everything in it was finished.
             st.touched.clear();
             st.loaded.clear();
+            st.touched_partly = false;
+        }
+        if skipped {
+            st.next_txn = st.next_txn.max(page.load64(NEXT_TXN));
+            st.touched_partly = true;
         }
         let clean = clean_in(page, st.journal.ident(), st.journal.len());
         let done = |c: &CommitRecord| new.applied.contains(&c.txn) || (c.end > 0 && c.end <= clean);
@@ -256,18 +326,7 @@ impl Coordinator {
 
     /// Whether this is a shared-mode coordinator.
     pub(super) fn is_shared(&self) -> bool {
-        self.lock_path.is_some()
-    }
-
-    /// Bytes of log after which a commit first empties it: smaller in
-    /// shared mode, where every process reads the whole log at its first
-    /// commit.
-    pub(super) fn compact_at(&self) -> u64 {
-        if self.is_shared() {
-            super::COMPACT_AT_SHARED
-        } else {
-            super::COMPACT_AT
-        }
+        self.lock_site.is_some()
     }
 }
 
