@@ -146,6 +146,39 @@ fn a_shared_open_is_locked_while_an_exclusive_handle_exists() {
 }
 
 #[test]
+fn a_shared_open_waits_out_a_child_that_holds_a_copy_of_this_process_s_exclusive_lock() {
+    // A child forked while this process had the directory open in
+    // exclusive mode holds copies of its locks' descriptors until its
+    // exec (here: until it exits, 100 ms on); a shared open right after
+    // the exclusive handle closed waits for it, as an exclusive open does.
+    let dirs = Dirs::new();
+    prepare(&dirs.data, 1);
+    let mq = Broker::open(&dirs.data, exclusive()).unwrap();
+    // SAFETY: the child calls only async-signal-safe functions
+    // (`nanosleep`, `_exit`) before it ends.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        let nap = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 100_000_000,
+        };
+        // SAFETY: as above.
+        unsafe {
+            libc::nanosleep(&raw const nap, std::ptr::null_mut());
+            libc::_exit(0);
+        }
+    }
+    assert!(pid > 0, "fork failed");
+    mq.close().unwrap();
+    let opened = Broker::open(&dirs.data, shared());
+    let mut status = 0;
+    // SAFETY: waits for the child forked above.
+    unsafe { libc::waitpid(pid, &raw mut status, 0) };
+    let mq = opened.unwrap();
+    assert_eq!(mq.topics(), vec!["t".to_owned()]);
+}
+
+#[test]
 fn writer_processes_append_and_change_topics_beside_each_other() {
     let dirs = Dirs::new();
     prepare(&dirs.data, 2);

@@ -95,13 +95,18 @@ pub(crate) fn hold_exclusive(dir: &Path, mode: u32) -> Result<ExclusiveHold> {
     }
 }
 
+/// The pid that `dir`'s `LOCK` names: the last process that opened it in
+/// exclusive mode.
+fn exclusive_pid(dir: &Path) -> Option<u32> {
+    std::fs::read_to_string(dir.join(crate::broker::LOCK_FILE))
+        .ok()
+        .and_then(|s| s.trim().parse::<u32>().ok())
+}
+
 /// Who holds `dir` in exclusive mode, for an error message: the pid its
 /// `LOCK` names.
 fn exclusive_holder(dir: &Path) -> String {
-    match std::fs::read_to_string(dir.join(crate::broker::LOCK_FILE))
-        .ok()
-        .and_then(|s| s.trim().parse::<u32>().ok())
-    {
+    match exclusive_pid(dir) {
         Some(pid) => format!("process {pid}, which opened it in exclusive mode"),
         None => "a process that opened it in exclusive mode".to_owned(),
     }
@@ -151,7 +156,24 @@ impl DirShare {
         }
         let _init = LiveLock::hold(&dir.join(INIT_FILE), mode)?;
         let live_path = dir.join(LIVE_FILE);
-        let alone = LiveLock::try_hold(&live_path, mode)?;
+        let start = std::time::Instant::now();
+        let alone = loop {
+            if let Some(live) = LiveLock::try_hold(&live_path, mode)? {
+                break Some(live);
+            }
+            // Held shared by other processes (this one is not alone), or
+            // exclusively: by a process in exclusive mode, or for a moment
+            // by a child this process is spawning, whose copy of the
+            // descriptor of an exclusive lock this process just let go of
+            // lives until its exec. Only the last is waited out.
+            if LiveLock::try_hold_shared(&live_path, mode)?.is_some()
+                || exclusive_pid(dir) != Some(std::process::id())
+                || start.elapsed() >= crate::broker::SPAWN_GRACE
+            {
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        };
         let is_alone = alone.is_some();
         let page = SharedPage::open(&dir.join(SHM_FILE), mode)?;
         let recorded = if page.has_magic(MAGIC) {

@@ -164,7 +164,7 @@ pub(crate) struct LogIdent {
 
 impl LogIdent {
     /// The identity of the file `m` describes.
-    fn of(m: &std::fs::Metadata) -> LogIdent {
+    pub(super) fn of(m: &std::fs::Metadata) -> LogIdent {
         let born = m
             .created()
             .ok()

@@ -327,6 +327,10 @@ impl Coordinator {
 /// (its last commits may need their markers, and their first batches'
 /// lengths, written back by an exclusive open).
 pub(crate) fn has_exclusive_commits(dir: &Path) -> Result<bool> {
+    if shared::log_as_page_left(dir) {
+        // Only shared holders wrote it since it was last checked.
+        return Ok(false);
+    }
     Ok(Journal::open_read(dir)?.commits.iter().any(|c| !c.shared))
 }
 

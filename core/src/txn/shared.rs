@@ -176,6 +176,23 @@ pub(super) fn clean_bytes(dir: &Path, ident: Option<LogIdent>, len: u64) -> u64 
     SharedPage::open_read_only(&dir.join(LOCK_FILE)).map_or(0, |p| clean_in(&p, ident, len))
 }
 
+/// Whether the log of data directory `dir` is exactly the file, of the
+/// length, that the lock file's page says the last holder left: then no
+/// exclusive session wrote to it since (an exclusive session's appends
+/// lengthen it, and its emptying makes a new file), and a shared open
+/// need not read it to learn so. `false` when either is missing.
+pub(super) fn log_as_page_left(dir: &Path) -> bool {
+    let Ok(page) = SharedPage::open_read_only(&dir.join(LOCK_FILE)) else {
+        return false;
+    };
+    let Ok(m) = std::fs::metadata(dir.join(super::journal::FILE_NAME)) else {
+        return false;
+    };
+    (page.has_magic(MAGIC) || page.has_magic(MAGIC_1))
+        && page_ident(&page) == LogIdent::of(&m)
+        && page.load64(LOG_LEN) == m.len()
+}
+
 /// Exclusive mode, once the log was taken in and emptied: empties the
 /// lock file, so that no page outlives the log it describes.
 pub(super) fn forget_page(dir: &Path) {
@@ -379,5 +396,37 @@ mod tests {
         forget_page(dir);
         assert_eq!(std::fs::metadata(dir.join(LOCK_FILE)).unwrap().len(), 0);
         assert_eq!(clean_bytes(dir, ident, 100), 0, "an emptied lock file");
+    }
+
+    #[test]
+    fn a_log_is_vouched_for_only_as_the_page_left_it() {
+        use std::io::Write;
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        let log = dir.join(super::super::journal::FILE_NAME);
+        std::fs::write(&log, b"0123456789").unwrap();
+        assert!(!log_as_page_left(dir), "no page");
+        let page = SharedPage::open(&dir.join(LOCK_FILE), 0o600).unwrap();
+        let ident = LogIdent::of(&std::fs::metadata(&log).unwrap());
+        page.store64(LOG_DEV, ident.dev);
+        page.store64(LOG_INO, ident.ino);
+        page.store64(LOG_BORN, ident.born);
+        page.store64(LOG_LEN, 10);
+        assert!(!log_as_page_left(dir), "a blank page");
+        page.set_magic(MAGIC);
+        assert!(log_as_page_left(dir));
+        // Appended to since (an exclusive session's commit, say).
+        let mut f = std::fs::OpenOptions::new().append(true).open(&log).unwrap();
+        f.write_all(b"x").unwrap();
+        assert!(!log_as_page_left(dir), "longer");
+        page.store64(LOG_LEN, 11);
+        assert!(log_as_page_left(dir));
+        // Replaced by another file of the same length.
+        std::fs::remove_file(&log).unwrap();
+        std::fs::write(&log, b"01234567890").unwrap();
+        let now = LogIdent::of(&std::fs::metadata(&log).unwrap());
+        assert_eq!(log_as_page_left(dir), now == ident, "another file");
+        std::fs::remove_file(&log).unwrap();
+        assert!(!log_as_page_left(dir), "no log");
     }
 }
