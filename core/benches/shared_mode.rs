@@ -6,6 +6,11 @@
 //! show what crossing a process costs, not what shared mode costs (the
 //! `shared_log` bench has that).
 //!
+//! Readers: one consumer in shared mode against exclusive mode, in this
+//! process, over records written beforehand: `poll_batch` of 500 with no
+//! group; a group member committing (synced) after each poll of 500; a
+//! group member committing after each message with `commit_acks=1`.
+//!
 //! Writers: one writer in shared mode against exclusive mode (send rate,
 //! batches of 1 and of 100, in this process), then writer processes (this
 //! binary run again) sending at once: 2 and 4 on one partition, 2 and 4 on
@@ -258,6 +263,7 @@ fn percentile_us(sorted: &[u64], q: f64) -> f64 {
 }
 
 fn one_run(h: &mut Harness) {
+    reader_rows(h);
     writer_rows(h);
     if filter_matches("latency") {
         let n = scaled(20_000);
@@ -464,33 +470,126 @@ fn skipped(h: &mut Harness, name: &str, error: &str) {
     }
 }
 
+/// How a reader row reads: without a group, committing after each poll,
+/// or after each message.
+#[derive(Clone, Copy)]
+enum Reads {
+    Plain,
+    CommitPerPoll,
+    CommitPerMessage,
+}
+
+/// Seconds for one consumer opened with `cfg` to read `n` records written
+/// beforehand (not timed), as `how` says.
+fn one_reader(cfg: Config, n: u64, how: Reads) -> f64 {
+    let dir = tempfile::tempdir().unwrap();
+    let mq = Broker::open(dir.path(), cfg).unwrap();
+    mq.create_topic("r", TopicConfig::new(1)).unwrap();
+    write_records(&mq, "r", n, &[7; SIZE]);
+    let t = Instant::now();
+    let per_poll = match how {
+        Reads::CommitPerMessage => 1,
+        _ => 500,
+    };
+    let mut c = match how {
+        Reads::Plain => {
+            let config = ConsumerConfig::default()
+                .auto_offset_reset(OffsetReset::Earliest)
+                .max_poll_records(per_poll);
+            let mut c = mq.consumer(config).unwrap();
+            c.assign(&[("r", 0)]).unwrap();
+            c
+        }
+        _ => {
+            let acks = match how {
+                Reads::CommitPerMessage => Acks::One,
+                _ => Acks::All,
+            };
+            let config = ConsumerConfig::group("g")
+                .enable_auto_commit(false)
+                .commit_acks(acks)
+                .auto_offset_reset(OffsetReset::Earliest)
+                .max_poll_records(per_poll);
+            let mut c = mq.consumer(config).unwrap();
+            c.subscribe(&["r"]).unwrap();
+            c
+        }
+    };
+    let mut got = 0u64;
+    while got < n {
+        let batch = c.poll_batch(Duration::from_secs(5)).unwrap();
+        got += batch.len() as u64;
+        if !matches!(how, Reads::Plain) && !batch.is_empty() {
+            c.commit().unwrap();
+        }
+    }
+    let secs = t.elapsed().as_secs_f64();
+    drop(c);
+    mq.close().unwrap();
+    secs
+}
+
+fn reader_rows(h: &mut Harness) {
+    let group = format!("readers ({SIZE} B)");
+    for (label, how, n) in [
+        ("poll_batch of 500", Reads::Plain, scaled(2_000_000)),
+        (
+            "group, commit after each poll of 500",
+            Reads::CommitPerPoll,
+            scaled(500_000),
+        ),
+        (
+            "group, commit_acks=1 after each message",
+            Reads::CommitPerMessage,
+            scaled(100_000),
+        ),
+    ] {
+        let base = format!("exclusive mode, consume, {label} ({SIZE} B)");
+        let shared = format!("shared mode, consume, {label} ({SIZE} B)");
+        both_modes(h, &group, [&base, &shared], n, |cfg| {
+            one_reader(cfg, n, how)
+        });
+    }
+}
+
+/// Records the row `names[0]` timed by `time` in exclusive mode and the
+/// row `names[1]` in shared mode, against it; which goes first alternates
+/// from run to run.
+fn both_modes(
+    h: &mut Harness,
+    group: &str,
+    names: [&str; 2],
+    n: u64,
+    time: impl Fn(Config) -> f64,
+) {
+    let [base, shared] = names;
+    let mut pair = [
+        (base, Config::default().prefault(false), None),
+        (shared, config(), Some(base)),
+    ];
+    if RUN.load(std::sync::atomic::Ordering::Relaxed) % 2 == 1 {
+        pair.reverse();
+    }
+    for (name, cfg, baseline) in pair {
+        if filter_matches(name) {
+            let secs = time(cfg);
+            h.record(name, group, n, SIZE, secs, baseline);
+        }
+    }
+}
+
 /// Runs of [`writer_rows`] so far.
 static RUN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 fn writer_rows(h: &mut Harness) {
     let group = format!("writers ({SIZE} B)");
-    let exclusive = Config::default().prefault(false);
     for (batch, n) in [(1, scaled(200_000)), (100, scaled(2_000_000))] {
         let base = format!("exclusive mode, batches of {batch} ({SIZE} B)");
         let shared =
             format!("shared mode, one writer, batches of {batch} (target >= 0.9x) ({SIZE} B)");
-        if filter_matches(&base) || filter_matches(&shared) {
-            // Which of the two goes first alternates from run to run.
-            let mut pair = [
-                (&base, exclusive.clone(), None),
-                (&shared, config(), Some(&base)),
-            ];
-            if RUN.load(std::sync::atomic::Ordering::Relaxed) % 2 == 1 {
-                pair.reverse();
-            }
-            for (name, cfg, baseline) in pair {
-                if !filter_matches(name) {
-                    continue;
-                }
-                let secs = one_writer(cfg, n, batch);
-                h.record(name, &group, n, SIZE, secs, baseline.map(String::as_str));
-            }
-        }
+        both_modes(h, &group, [&base, &shared], n, |cfg| {
+            one_writer(cfg, n, batch)
+        });
     }
     let group = format!("writer processes ({SIZE} B, one record per send)");
     let n = scaled(400_000);

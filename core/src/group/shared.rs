@@ -473,9 +473,17 @@ impl SharedStore {
 
     /// Runs `f` on the state under the group's lock, without changing it:
     /// for a commit's ownership check and write, which other processes
-    /// must not interleave with a hand-over.
+    /// must not interleave with a hand-over. Reads the state file only:
+    /// members' poll times stay in their slots (nothing here needs them),
+    /// so nothing is written back.
     pub(crate) fn with_lock<R>(&self, f: impl FnOnce(&State) -> Result<R>) -> Result<R> {
-        self.locked(None, |_, st| f(st)).map(|(r, _)| r)
+        let c = lock(&self.cache);
+        c.lock_file
+            .lock()
+            .ctx(|| format!("locking the state of group {:?}", self.group))?;
+        let res = f(&self.load());
+        let _ = c.lock_file.unlock();
+        res
     }
 
     /// Whether any process has members in the group now.

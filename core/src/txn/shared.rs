@@ -33,12 +33,18 @@
 //! log it describes, then forgets the page. The log is emptied only when
 //! nothing is left to finish.
 //!
-//! Layout (little-endian): magic `MQLTXN01`; u64 at 8 [`HOLDER`]; u64 at
+//! A holder reads no commit record within the first `CLEAN` bytes that it
+//! had not read before ([`NEXT_TXN`] says what to number from instead), so
+//! a process's first look costs what is left to finish, not the log; it
+//! reads the log whole only before emptying it, to learn which partitions
+//! those skipped commits wrote.
+//!
+//! Layout (little-endian): magic `MQLTXN02`; u64 at 8 [`HOLDER`]; u64 at
 //! 16, 24 and 48, the log's device, inode and birth time; u64 at 32
-//! [`LOG_LEN`]; u64 at 40 [`CLEAN`]; the lock words: u64 at 64, the
-//! holder's process token (0: free); u64 at 72, unused (the append lock's
-//! in-progress word); u32 at 80, the sleeping lockers; u32 at 84, the
-//! futex word bumped at unlock.
+//! [`LOG_LEN`]; u64 at 40 [`CLEAN`]; u64 at 56 [`NEXT_TXN`]; the lock
+//! words: u64 at 64, the holder's process token (0: free); u64 at 72,
+//! unused (the append lock's in-progress word); u32 at 80, the sleeping
+//! lockers; u32 at 84, the futex word bumped at unlock.
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
