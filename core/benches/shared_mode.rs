@@ -487,33 +487,26 @@ fn one_reader(cfg: Config, n: u64, how: Reads) -> f64 {
     mq.create_topic("r", TopicConfig::new(1)).unwrap();
     write_records(&mq, "r", n, &[7; SIZE]);
     let t = Instant::now();
-    let per_poll = match how {
-        Reads::CommitPerMessage => 1,
-        _ => 500,
+    let (per_poll, acks) = match how {
+        Reads::CommitPerMessage => (1, Acks::One),
+        _ => (500, Acks::All),
     };
-    let mut c = match how {
-        Reads::Plain => {
-            let config = ConsumerConfig::default()
-                .auto_offset_reset(OffsetReset::Earliest)
-                .max_poll_records(per_poll);
-            let mut c = mq.consumer(config).unwrap();
-            c.assign(&[("r", 0)]).unwrap();
-            c
-        }
-        _ => {
-            let acks = match how {
-                Reads::CommitPerMessage => Acks::One,
-                _ => Acks::All,
-            };
-            let config = ConsumerConfig::group("g")
-                .enable_auto_commit(false)
-                .commit_acks(acks)
-                .auto_offset_reset(OffsetReset::Earliest)
-                .max_poll_records(per_poll);
-            let mut c = mq.consumer(config).unwrap();
-            c.subscribe(&["r"]).unwrap();
-            c
-        }
+    let mut c = if matches!(how, Reads::Plain) {
+        let config = ConsumerConfig::default()
+            .auto_offset_reset(OffsetReset::Earliest)
+            .max_poll_records(per_poll);
+        let mut c = mq.consumer(config).unwrap();
+        c.assign(&[("r", 0)]).unwrap();
+        c
+    } else {
+        let config = ConsumerConfig::group("g")
+            .enable_auto_commit(false)
+            .commit_acks(acks)
+            .auto_offset_reset(OffsetReset::Earliest)
+            .max_poll_records(per_poll);
+        let mut c = mq.consumer(config).unwrap();
+        c.subscribe(&["r"]).unwrap();
+        c
     };
     let mut got = 0u64;
     while got < n {
