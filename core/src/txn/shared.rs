@@ -93,9 +93,8 @@ const LOCK: LockLayout = LockLayout {
 /// Where a shared-mode coordinator's lock is, and whom it is taken for.
 #[derive(Debug)]
 pub(super) struct LockSite {
-    /// The lock file, `<dir>/TXN`.
-    path: PathBuf,
-    /// The data directory, where holders' liveness is looked up.
+    /// The data directory: its [`LOCK_FILE`] holds the lock, its
+    /// processes' files say whether a holder lives.
     root: PathBuf,
     /// This process's registration: the token the lock is held under,
     /// kept alive while the coordinator may hold the lock.
@@ -236,7 +235,6 @@ impl Coordinator {
             }),
             committed: Arc::new(HashMap::new()),
             lock_site: Some(LockSite {
-                path: dir.join(LOCK_FILE),
                 root: dir.to_owned(),
                 slot,
             }),
@@ -279,18 +277,18 @@ impl Coordinator {
         let page = if let Some(p) = &st.lock_page {
             Arc::clone(p)
         } else {
-            let p = SharedPage::open(&site.path, self.mode)?;
+            let p = SharedPage::open(&site.root.join(LOCK_FILE), self.mode)?;
             Arc::clone(st.lock_page.insert(Arc::new(p)))
         };
         let Some(words) = lock_words(&page) else {
             return Err(Error::ReadOnly(format!(
                 "{} is mapped read-only",
-                site.path.display()
+                site.root.join(LOCK_FILE).display()
             )));
         };
         let root = &site.root;
         let taken = words.lock(site.slot.token(), &|t| process_alive(root, t));
-        let held = Held(Arc::clone(&page));
+        let held = Held(page);
         let page = &held.0;
         // A holder that died may have appended without writing the page.
         let proper = taken.stolen.is_none() && page.has_magic(MAGIC) && page.load64(HOLDER) == 0;
