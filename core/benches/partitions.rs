@@ -1,7 +1,9 @@
 //! What idle partitions cost: for P partitions, the time to create them,
 //! to open them (cleanly closed, and after a `kill -9`-style exit), the RSS
 //! and descriptors an open holds, and the time, syncs and RSS of sending
-//! one message to each partition after the open.
+//! one message to each partition after the open. Each partition count
+//! runs in exclusive mode (rows `P=n`) and then in shared mode (rows
+//! `shared mode, P=n`: every open of the directory is a shared one).
 //!
 //! `cargo bench -p mqlite --bench partitions`. Each measurement runs in a
 //! child process of its own (this binary, run again), so that RSS and
@@ -92,9 +94,9 @@ fn count_syncs(dir: &Path) -> Arc<AtomicU64> {
     n
 }
 
-/// The child: one step on `dir` with `p` partitions; prints `key=value`
-/// pairs on stdout.
-fn child(step: &str, p: u32, dir: &Path) {
+/// The child: one step on `dir` with `p` partitions, in shared mode or
+/// not; prints `key=value` pairs on stdout.
+fn child(step: &str, p: u32, shared: bool, dir: &Path) {
     let nofile: u64 = std::env::var("MQLITE_BENCH_NOFILE")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -110,7 +112,7 @@ fn child(step: &str, p: u32, dir: &Path) {
         limit.rlim_cur = nofile.min(limit.rlim_max);
         libc::setrlimit(libc::RLIMIT_NOFILE, &raw const limit);
     }
-    let config = Config::default();
+    let config = Config::default().shared(shared);
     let base_rss = {
         // The empty broker: the baseline every RSS figure is counted from.
         let empty = dir.with_extension("empty");
@@ -181,10 +183,10 @@ fn child(step: &str, p: u32, dir: &Path) {
     set_sync_hook(None);
 }
 
-fn run_child(step: &str, p: u32, dir: &Path) -> Vec<(String, f64)> {
+fn run_child(step: &str, p: u32, shared: bool, dir: &Path) -> Vec<(String, f64)> {
     let exe = std::env::current_exe().unwrap();
     let out = Command::new(exe)
-        .env(CHILD_ENV, format!("{step}:{p}:{}", dir.display()))
+        .env(CHILD_ENV, format!("{step}:{p}:{shared}:{}", dir.display()))
         .output()
         .unwrap();
     if !out.status.success() {
@@ -215,13 +217,14 @@ fn fresh_dir(p: u32) -> PathBuf {
 
 fn main() {
     if let Ok(spec) = std::env::var(CHILD_ENV) {
-        let mut it = spec.splitn(3, ':');
-        let (step, p, dir) = (
+        let mut it = spec.splitn(4, ':');
+        let (step, p, shared, dir) = (
             it.next().unwrap(),
             it.next().unwrap().parse().unwrap(),
+            it.next().unwrap() == "true",
             it.next().unwrap(),
         );
-        child(step, p, Path::new(dir));
+        child(step, p, shared, Path::new(dir));
         return;
     }
     harness::run_bench(
@@ -240,20 +243,28 @@ fn main() {
 /// send to each partition again.
 fn one_run(h: &mut Harness) {
     let limit = scaled(10_000).min(10_000) as u32;
-    for p in [1u32, 10, 100, 1000, 10_000] {
-        let row = format!("P={p}");
+    let counts = [1u32, 10, 100, 1000, 10_000];
+    for (shared, p) in [false, true]
+        .into_iter()
+        .flat_map(|s| counts.map(|p| (s, p)))
+    {
+        let row = if shared {
+            format!("shared mode, P={p}")
+        } else {
+            format!("P={p}")
+        };
         if p > limit || !filter_matches(&row) {
             continue;
         }
         let dir = fresh_dir(p);
-        let c = run_child("create", p, &dir);
+        let c = run_child("create", p, shared, &dir);
         h.figure(&format!("{row}: create"), "ms", get(&c, "create_s") * 1e3);
         h.figure(
             &format!("{row}: create, syncs"),
             "syncs",
             get(&c, "create_syncs"),
         );
-        let o = run_child("clean", p, &dir);
+        let o = run_child("clean", p, shared, &dir);
         let kib = |b: f64| b / 1024.0;
         h.figure(&format!("{row}: open"), "ms", get(&o, "open_s") * 1e3);
         h.figure(
@@ -310,8 +321,8 @@ fn one_run(h: &mut Harness) {
                 get(&o, "send_rss") / per,
             );
         }
-        let _ = run_child("crash", p, &dir);
-        let r = run_child("clean", p, &dir);
+        let _ = run_child("crash", p, shared, &dir);
+        let r = run_child("clean", p, shared, &dir);
         h.figure(
             &format!("{row}: open after kill -9"),
             "ms",
