@@ -330,10 +330,17 @@ impl Group {
     }
 
     /// The committed offsets, read again first if another process may
-    /// have changed them.
+    /// have changed them (in a shared group: unless the lock page says
+    /// that no process wrote them since this one last read or wrote them).
     fn offsets(&self) -> std::sync::MutexGuard<'_, OffsetStore> {
+        // Asked before the offsets are locked: a commit holds the group's
+        // state, then the offsets.
+        let as_seen = match &self.store {
+            Store::Shared(s) => s.offsets_as_seen(),
+            Store::Local(_) => false,
+        };
         let mut o = lock(&self.offsets);
-        if self.follows_file {
+        if self.follows_file && !as_seen {
             if let Err(e) = o.refresh() {
                 ::log::warn!("group {:?}: reading committed offsets: {e}", self.name);
             }
