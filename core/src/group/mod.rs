@@ -330,17 +330,10 @@ impl Group {
     }
 
     /// The committed offsets, read again first if another process may
-    /// have changed them (in a shared group: unless the lock page says
-    /// that no process wrote them since this one last read or wrote them).
+    /// have changed them.
     fn offsets(&self) -> std::sync::MutexGuard<'_, OffsetStore> {
-        // Asked before the offsets are locked: a commit holds the group's
-        // state, then the offsets.
-        let as_seen = match &self.store {
-            Store::Shared(s) => s.offsets_as_seen(),
-            Store::Local(_) => false,
-        };
         let mut o = lock(&self.offsets);
-        if self.follows_file && !as_seen {
+        if self.follows_file {
             if let Err(e) = o.refresh() {
                 ::log::warn!("group {:?}: reading committed offsets: {e}", self.name);
             }

@@ -592,15 +592,6 @@ impl SharedStore {
         res
     }
 
-    /// Whether the committed offsets are, as far as the lock page says,
-    /// as this process last read or wrote them. Read without the lock: a
-    /// commit another process is making now may not be counted yet, as
-    /// when the files themselves are read without it.
-    pub(crate) fn offsets_as_seen(&self) -> bool {
-        let c = lock(&self.cache);
-        self.lock.has_magic(LOCK_MAGIC) && c.offsets_seen == Some(self.lock.load64(OFFSETS_VERSION))
-    }
-
     /// Whether any process has members in the group now.
     pub(crate) fn has_members(&self) -> bool {
         !lock(&self.cache).state.members.is_empty()
