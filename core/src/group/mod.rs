@@ -32,7 +32,6 @@ use crate::clock::monotonic_ms;
 use crate::error::{Error, Result};
 use crate::log::Waiter;
 use crate::offsets::{CommittedOffset, OffsetStore};
-use crate::shared::ProcessSlot;
 use crate::sync::lock;
 
 use shared::{Changed, SharedStore};
@@ -130,16 +129,9 @@ impl Group {
 
     /// Opens the group `name` shared with other processes (see
     /// [`shared`]).
-    /// `slot` is this process's registration in the data directory: the
-    /// group's lock is held under its token.
-    pub(crate) fn open_shared(
-        dir: &Path,
-        name: &str,
-        mode: u32,
-        slot: &Arc<ProcessSlot>,
-    ) -> Result<Group> {
+    pub(crate) fn open_shared(dir: &Path, name: &str, mode: u32) -> Result<Group> {
         let offsets = OffsetStore::open(dir, name, mode)?;
-        let store = SharedStore::open(dir, name, mode, Arc::clone(slot))?;
+        let store = SharedStore::open(&dir.join("groups"), name, mode)?;
         Ok(Group {
             name: name.to_owned(),
             store: Store::Shared(Box::new(store)),
@@ -345,15 +337,7 @@ impl Group {
     pub(crate) fn remove_topic(&self, topic: &str) -> Result<()> {
         match &self.store {
             Store::Local(_) => lock(&self.offsets).remove_topic(topic),
-            Store::Shared(s) => s.with_lock(true, |_, seen| {
-                let mut o = lock(&self.offsets);
-                if !seen {
-                    if let Err(e) = o.refresh() {
-                        ::log::warn!("group {:?}: reading committed offsets: {e}", self.name);
-                    }
-                }
-                o.remove_topic(topic)
-            }),
+            Store::Shared(s) => s.with_lock(|_| self.offsets().remove_topic(topic)),
         }
     }
 
@@ -409,7 +393,7 @@ impl Group {
         let check = |st: &State| self.owned_by(st, member, offsets.iter().map(|(t, p)| (t, *p)));
         match &self.store {
             Store::Local(st) => check(&lock(st)),
-            Store::Shared(s) => s.with_lock(false, |st, _| check(st)),
+            Store::Shared(s) => s.with_lock(|st| check(st)),
         }
     }
 
@@ -471,14 +455,10 @@ impl Group {
             }
             // Under the group's lock: no hand-over in another process
             // comes between the check and the write.
-            // The offsets are read again unless no process wrote them
-            // since this one last read or wrote them.
-            Store::Shared(s) => s.with_lock(true, |st, seen| {
+            Store::Shared(s) => s.with_lock(|st| {
                 check(st)?;
                 let mut o = lock(&self.offsets);
-                if !seen {
-                    o.refresh()?;
-                }
+                o.refresh()?;
                 o.commit(offsets, durable)
             })?,
         };
@@ -496,10 +476,9 @@ impl Group {
 /// The groups of one data directory.
 #[derive(Debug, Default)]
 pub(crate) struct Groups {
-    /// Shared with other processes (their state in files), this
-    /// process's registration in the data directory; `None`: kept in
-    /// memory.
-    shared: Option<Arc<ProcessSlot>>,
+    /// Whether groups are shared with other processes (their state in
+    /// files) or kept in memory.
+    shared: bool,
     /// Whether groups are opened for a read-only handle (see
     /// [`Group::open_read_only`]).
     read_only: bool,
@@ -510,11 +489,11 @@ pub(crate) struct Groups {
 }
 
 impl Groups {
-    /// The groups of a data directory shared with other processes, for
-    /// the process registered there as `slot`.
-    pub(crate) fn shared(slot: Arc<ProcessSlot>) -> Groups {
+    /// The groups of a data directory, shared with other processes or kept
+    /// in memory.
+    pub(crate) fn new(shared: bool) -> Groups {
         Groups {
-            shared: Some(slot),
+            shared,
             ..Groups::default()
         }
     }
@@ -537,8 +516,7 @@ impl Groups {
             let name = e.file_name().to_string_lossy().into_owned();
             let key = name.strip_suffix(".offsets").or_else(|| {
                 // Shared, a group may have members and nothing committed.
-                name.strip_suffix(".state")
-                    .filter(|_| self.shared.is_some())
+                name.strip_suffix(".state").filter(|_| self.shared)
             });
             if let Some(g) = key {
                 if crate::offsets::is_valid_key(g) {
@@ -624,8 +602,8 @@ impl Groups {
         }
         let g = Arc::new(if self.read_only {
             Group::open_read_only(dir, name, mode)?
-        } else if let Some(slot) = &self.shared {
-            Group::open_shared(dir, name, mode, slot)?
+        } else if self.shared {
+            Group::open_shared(dir, name, mode)?
         } else {
             Group::open(dir, name, mode)?
         });
