@@ -767,7 +767,8 @@ enum Damage {
     /// Random bytes over the whole length.
     Overwrite,
     /// Random bytes, or grown with random bytes, or cut: a file that
-    /// processes map (`mqlite.shm`, `tail`, `*.shm`) only inside its last
+    /// processes map (`mqlite.shm`, `tail`, `*.shm`, a group's lock page
+    /// `*.lock`) only inside its last
     /// page, so that every page mapped stays backed; the others to 0 or an
     /// odd length.
     Cut,
@@ -778,7 +779,7 @@ enum Damage {
 /// Whether processes map `path` (a shared page).
 fn is_mapped(path: &Path) -> bool {
     let name = path.file_name().unwrap().to_string_lossy();
-    name == "tail" || name.ends_with(".shm")
+    name == "tail" || name.ends_with(".shm") || name.ends_with(".lock")
 }
 
 /// Damages every shared file once (see [`Damage`]).
@@ -908,7 +909,8 @@ fn shared_files_cut_or_grown_give_errors_or_fallbacks_never_a_crash() {
 
 #[test]
 #[ignore = "a documented limit (docs/shared-mode.md): a process using mqlite.shm, a tail \
-            page or a group's .shm dies of SIGBUS when something else cuts that file to 0 bytes"]
+            page or a group's .shm or .lock dies of SIGBUS when something else cuts that file to \
+            0 bytes"]
 fn shared_pages_cut_to_nothing_give_errors_or_fallbacks_never_a_crash() {
     random_bytes_run(Damage::CutMapped);
 }

@@ -177,7 +177,10 @@ fn tail_file(dir: &Path) -> Option<PathBuf> {
 // Words of the tail page (see `core/src/shared/tail.rs`).
 const SEQ: u64 = 8;
 const NEXT_OFFSET: u64 = 16;
+const ACTIVE_BASE: u64 = 24;
 const PUBLISHED: u64 = 32;
+const OWNER: u64 = 48;
+const IN_PROGRESS: u64 = 64;
 const LAST_TAG: u64 = 100;
 const LAST_POS: u64 = 104;
 
@@ -195,6 +198,33 @@ fn read_u64(f: &std::fs::File, at: u64) -> u64 {
 
 /// Damages an open tail page in place.
 type Damage = fn(&std::fs::File);
+
+/// The parent sends offsets 0-2 and a child 3-5 to `t`/0; `look` checks
+/// the tail page, `damage` damages it; the parent's next send must get
+/// offset 6, and the log read back (in shared mode, then alone) what
+/// [`expected`] says.
+fn after_damage(what: &str, look: impl Fn(&std::fs::File), damage: Damage) {
+    let dirs = Dirs::new();
+    let mq = Broker::open(&dirs.data, shared()).unwrap();
+    mq.create_topic("t", TopicConfig::new(1)).unwrap();
+    assert_eq!(send(&mq, "main", 0, 3, 1_000), [0, 1, 2], "{what}");
+    child_turn(&dirs, "turn", "5000,3,3");
+    {
+        let f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(tail_file(&dirs.data).expect("no tail page"))
+            .unwrap();
+        look(&f);
+        damage(&f);
+    }
+    assert_eq!(send(&mq, "main", 6, 1, 1_003), [6], "{what}");
+    assert_eq!(records(&mq), expected(), "{what}");
+    mq.close().unwrap();
+    let mq = Broker::open(&dirs.data, exclusive()).unwrap();
+    assert_eq!(records(&mq), expected(), "{what}: on disk");
+    mq.close().unwrap();
+}
 
 #[test]
 fn a_tail_page_whose_last_batch_does_not_check_out_is_walked_instead() {
@@ -217,27 +247,65 @@ fn a_tail_page_whose_last_batch_does_not_check_out_is_walked_instead() {
         }),
     ];
     for (what, damage) in damages {
-        let dirs = Dirs::new();
-        let mq = Broker::open(&dirs.data, shared()).unwrap();
-        mq.create_topic("t", TopicConfig::new(1)).unwrap();
-        assert_eq!(send(&mq, "main", 0, 3, 1_000), [0, 1, 2], "{what}");
-        child_turn(&dirs, "turn", "5000,3,3");
-        {
-            let f = OpenOptions::new()
-                .read(true)
-                .write(true)
-                .open(tail_file(&dirs.data).expect("no tail page"))
-                .unwrap();
-            let seq = read_u32(&f, SEQ);
-            assert_eq!(seq % 2, 0, "{what}: a write under way");
-            assert_eq!(read_u32(&f, LAST_TAG), seq, "{what}: no last batch");
-            damage(&f);
-        }
-        assert_eq!(send(&mq, "main", 6, 1, 1_003), [6], "{what}");
-        assert_eq!(records(&mq), expected(), "{what}");
-        mq.close().unwrap();
-        let mq = Broker::open(&dirs.data, exclusive()).unwrap();
-        assert_eq!(records(&mq), expected(), "{what}: on disk");
-        mq.close().unwrap();
+        after_damage(
+            what,
+            |f| {
+                let seq = read_u32(f, SEQ);
+                assert_eq!(seq % 2, 0, "{what}: a write under way");
+                assert_eq!(read_u32(f, LAST_TAG), seq, "{what}: no last batch");
+            },
+            damage,
+        );
+    }
+}
+
+#[test]
+fn a_tail_page_that_cannot_be_believed_is_rebuilt_from_the_files_losing_nothing_published() {
+    // The parent last looked at the log when it ended at offset 3; a child
+    // then appended offsets 3-5 and published them; then the page is
+    // damaged. The parent's next append must find the true end in the
+    // files, not start from where it last looked (which would clear or
+    // overwrite the child's records).
+    let damages: [(&str, Damage); 4] = [
+        (
+            "an active segment past the next offset, held by a dead process",
+            |f| {
+                f.write_all_at(&(1u64 << 40).to_le_bytes(), ACTIVE_BASE)
+                    .unwrap();
+                f.write_all_at(&0x5eed_dead_beef_u64.to_le_bytes(), OWNER)
+                    .unwrap();
+                f.write_all_at(&(1u64 << 20).to_le_bytes(), IN_PROGRESS)
+                    .unwrap();
+            },
+        ),
+        (
+            "an active segment past the next offset, the lock free",
+            |f| {
+                f.write_all_at(&(1u64 << 40).to_le_bytes(), ACTIVE_BASE)
+                    .unwrap();
+            },
+        ),
+        (
+            "every word after the next offset zeroed (a cut file)",
+            |f| {
+                f.write_all_at(&[0; 4096 - 24], 24).unwrap();
+            },
+        ),
+        (
+            "a published end inside a batch, held by a dead process",
+            |f| {
+                let end = read_u64(f, PUBLISHED);
+                f.write_all_at(&(end - 3).to_le_bytes(), PUBLISHED).unwrap();
+                f.write_all_at(&0x5eed_dead_beef_u64.to_le_bytes(), OWNER)
+                    .unwrap();
+            },
+        ),
+    ];
+    for (what, damage) in damages {
+        after_damage(
+            what,
+            |f| assert_eq!(read_u64(f, NEXT_OFFSET), 6, "{what}"),
+            damage,
+        );
     }
 }

@@ -165,10 +165,9 @@ fn open_engine(dir: std::path::PathBuf, config: Config) -> Result<Arc<BrokerInne
     let inner = Arc::new(BrokerInner {
         registry,
         topics_version: AtomicU64::new(0),
-        groups: if config.readonly {
-            Groups::read_only()
-        } else {
-            Groups::new(true)
+        groups: match &writer_slot {
+            Some(slot) => Groups::shared(Arc::clone(slot)),
+            None => Groups::read_only(),
         },
         share_groups: crate::share_group::Registry::default(),
         mover: crate::delayed::MoverSlot::default(),

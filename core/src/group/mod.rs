@@ -32,6 +32,7 @@ use crate::clock::monotonic_ms;
 use crate::error::{Error, Result};
 use crate::log::Waiter;
 use crate::offsets::{CommittedOffset, OffsetStore};
+use crate::shared::ProcessSlot;
 use crate::sync::lock;
 
 use shared::{Changed, SharedStore};
@@ -129,9 +130,16 @@ impl Group {
 
     /// Opens the group `name` shared with other processes (see
     /// [`shared`]).
-    pub(crate) fn open_shared(dir: &Path, name: &str, mode: u32) -> Result<Group> {
+    /// `slot` is this process's registration in the data directory: the
+    /// group's lock is held under its token.
+    pub(crate) fn open_shared(
+        dir: &Path,
+        name: &str,
+        mode: u32,
+        slot: &Arc<ProcessSlot>,
+    ) -> Result<Group> {
         let offsets = OffsetStore::open(dir, name, mode)?;
-        let store = SharedStore::open(&dir.join("groups"), name, mode)?;
+        let store = SharedStore::open(dir, name, mode, Arc::clone(slot))?;
         Ok(Group {
             name: name.to_owned(),
             store: Store::Shared(Box::new(store)),
@@ -322,10 +330,17 @@ impl Group {
     }
 
     /// The committed offsets, read again first if another process may
-    /// have changed them.
+    /// have changed them (in a shared group: unless the lock page says
+    /// that no process wrote them since this one last read or wrote them).
     fn offsets(&self) -> std::sync::MutexGuard<'_, OffsetStore> {
+        // Asked before the offsets are locked: a commit holds the group's
+        // state, then the offsets.
+        let as_seen = match &self.store {
+            Store::Shared(s) => s.offsets_as_seen(),
+            Store::Local(_) => false,
+        };
         let mut o = lock(&self.offsets);
-        if self.follows_file {
+        if self.follows_file && !as_seen {
             if let Err(e) = o.refresh() {
                 ::log::warn!("group {:?}: reading committed offsets: {e}", self.name);
             }
@@ -337,7 +352,15 @@ impl Group {
     pub(crate) fn remove_topic(&self, topic: &str) -> Result<()> {
         match &self.store {
             Store::Local(_) => lock(&self.offsets).remove_topic(topic),
-            Store::Shared(s) => s.with_lock(|_| self.offsets().remove_topic(topic)),
+            Store::Shared(s) => s.with_lock(true, |_, seen| {
+                let mut o = lock(&self.offsets);
+                if !seen {
+                    if let Err(e) = o.refresh() {
+                        ::log::warn!("group {:?}: reading committed offsets: {e}", self.name);
+                    }
+                }
+                o.remove_topic(topic)
+            }),
         }
     }
 
@@ -393,7 +416,7 @@ impl Group {
         let check = |st: &State| self.owned_by(st, member, offsets.iter().map(|(t, p)| (t, *p)));
         match &self.store {
             Store::Local(st) => check(&lock(st)),
-            Store::Shared(s) => s.with_lock(|st| check(st)),
+            Store::Shared(s) => s.with_lock(false, |st, _| check(st)),
         }
     }
 
@@ -455,10 +478,14 @@ impl Group {
             }
             // Under the group's lock: no hand-over in another process
             // comes between the check and the write.
-            Store::Shared(s) => s.with_lock(|st| {
+            // The offsets are read again unless no process wrote them
+            // since this one last read or wrote them.
+            Store::Shared(s) => s.with_lock(true, |st, seen| {
                 check(st)?;
                 let mut o = lock(&self.offsets);
-                o.refresh()?;
+                if !seen {
+                    o.refresh()?;
+                }
                 o.commit(offsets, durable)
             })?,
         };
@@ -476,9 +503,10 @@ impl Group {
 /// The groups of one data directory.
 #[derive(Debug, Default)]
 pub(crate) struct Groups {
-    /// Whether groups are shared with other processes (their state in
-    /// files) or kept in memory.
-    shared: bool,
+    /// Shared with other processes (their state in files), this
+    /// process's registration in the data directory; `None`: kept in
+    /// memory.
+    shared: Option<Arc<ProcessSlot>>,
     /// Whether groups are opened for a read-only handle (see
     /// [`Group::open_read_only`]).
     read_only: bool,
@@ -489,11 +517,11 @@ pub(crate) struct Groups {
 }
 
 impl Groups {
-    /// The groups of a data directory, shared with other processes or kept
-    /// in memory.
-    pub(crate) fn new(shared: bool) -> Groups {
+    /// The groups of a data directory shared with other processes, for
+    /// the process registered there as `slot`.
+    pub(crate) fn shared(slot: Arc<ProcessSlot>) -> Groups {
         Groups {
-            shared,
+            shared: Some(slot),
             ..Groups::default()
         }
     }
@@ -516,7 +544,8 @@ impl Groups {
             let name = e.file_name().to_string_lossy().into_owned();
             let key = name.strip_suffix(".offsets").or_else(|| {
                 // Shared, a group may have members and nothing committed.
-                name.strip_suffix(".state").filter(|_| self.shared)
+                name.strip_suffix(".state")
+                    .filter(|_| self.shared.is_some())
             });
             if let Some(g) = key {
                 if crate::offsets::is_valid_key(g) {
@@ -602,8 +631,8 @@ impl Groups {
         }
         let g = Arc::new(if self.read_only {
             Group::open_read_only(dir, name, mode)?
-        } else if self.shared {
-            Group::open_shared(dir, name, mode)?
+        } else if let Some(slot) = &self.shared {
+            Group::open_shared(dir, name, mode, slot)?
         } else {
             Group::open(dir, name, mode)?
         });

@@ -2,8 +2,16 @@
 //! every member's process reads and writes under one lock.
 //!
 //! Files of group `g` in `<dir>/groups/`:
-//! - `g.lock`: an exclusive `flock` held for each read-modify-write of the
-//!   state (short: read, change, write back).
+//! - `g.lock`: the group's lock, a [`LockPage`] held for each
+//!   read-modify-write of the state and for each commit (short: read,
+//!   change, write back). Beside the lock's words, the page holds a
+//!   version of the state file and one of the group's committed offsets
+//!   (`g.offsets` and its journal), each bumped by the holder that wrote
+//!   them: a holder whose process last saw the version the page holds
+//!   reads it again (a commit that finds both as its process left them
+//!   makes one system call, its append). A lock taken over from
+//!   a dead holder, or a page new or foreign, gets new versions, which no
+//!   process has seen: every process reads then.
 //! - `g.state`: the [`State`] as JSON, replaced atomically (a temporary
 //!   file renamed over it). It is not synced: membership describes live
 //!   processes, and after a power loss none of them is.
@@ -28,14 +36,16 @@
 //! slot whose tag does not match its member is ignored.
 
 use std::collections::HashMap;
-use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use super::state::{Counts, Handover, MemberSpec, State};
 use crate::clock::monotonic_ms;
-use crate::error::{Error, IoContext, Result};
-use crate::shared::{LiveLock, Liveness, SharedPage, Word32, Word64, PAGE_LEN};
+use crate::error::{Error, Result};
+use crate::shared::{
+    LiveLock, Liveness, LockPage, OpLock, ProcessSlot, SharedPage, Word32, Word64, FREE_AT,
+    PAGE_LEN,
+};
 use crate::sync::lock;
 
 /// How often a polling member looks for dead members, in ms.
@@ -49,6 +59,27 @@ const SLOTS_AT: usize = 64;
 const SLOT_LEN: usize = 16;
 /// The most members a shared group holds at once.
 pub(crate) const MAX_MEMBERS: usize = (PAGE_LEN - SLOTS_AT) / SLOT_LEN;
+
+/// The magic of the lock page (`g.lock`).
+const LOCK_MAGIC: [u8; 8] = *b"MQGRPL01";
+/// The state file's version: bumped by each holder that writes it.
+const STATE_VERSION: Word64 = Word64::at(FREE_AT);
+/// The committed offsets' version: bumped by each holder that writes them.
+const OFFSETS_VERSION: Word64 = Word64::at(FREE_AT + 8);
+
+/// A version no process has seen: random, so that a page reset or taken
+/// over never comes back to a version some process saw before.
+fn fresh_version() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(std::process::id());
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    h.finish()
+}
 
 /// A member's slot: a tag naming the member, then its last poll.
 fn slot_words(slot: u32) -> Option<(Word64, Word64)> {
@@ -69,9 +100,14 @@ fn tag_of(id: &str) -> u64 {
 
 #[derive(Debug)]
 struct Cache {
-    lock_file: File,
     /// The state as last read or written.
     state: State,
+    /// The state file's version (in the lock page) that `state` is, when
+    /// known: `None` after a write that failed.
+    state_seen: Option<u64>,
+    /// The committed offsets' version (in the lock page) that the group's
+    /// offset store holds, when known.
+    offsets_seen: Option<u64>,
     /// The page's epoch when `state` was read or written.
     epoch: u64,
     /// For each member of this process, the epoch when it last took the
@@ -91,6 +127,11 @@ pub(crate) struct SharedStore {
     state_path: PathBuf,
     lives_dir: PathBuf,
     page: SharedPage,
+    /// The group's lock, held under this process's token.
+    lock: Arc<LockPage>,
+    /// This process's registration, kept while the group may hold its
+    /// lock (a token let go is taken for a dead holder's).
+    _slot: Arc<ProcessSlot>,
     mode: u32,
     cache: Mutex<Cache>,
 }
@@ -105,17 +146,17 @@ pub(crate) enum Changed {
 }
 
 impl SharedStore {
-    /// Opens the shared state of group (storage name) `key` in `gdir`
-    /// (`<dir>/groups`, which exists).
-    pub(crate) fn open(gdir: &Path, key: &str, mode: u32) -> Result<SharedStore> {
-        let lock_path = gdir.join(format!("{key}.lock"));
-        let lock_file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&lock_path)
-            .ctx(|| format!("opening {}", lock_path.display()))?;
+    /// Opens the shared state of group (storage name) `key` in data
+    /// directory `dir` (whose `groups` exists), for the process registered
+    /// there as `slot`.
+    pub(crate) fn open(
+        dir: &Path,
+        key: &str,
+        mode: u32,
+        slot: Arc<ProcessSlot>,
+    ) -> Result<SharedStore> {
+        let gdir = dir.join("groups");
+        let lock = LockPage::open(&gdir.join(format!("{key}.lock")), mode, dir, slot.token())?;
         let lives_dir = gdir.join(format!("{key}.members"));
         crate::private_dir::create_dir_all(&lives_dir, mode)?;
         let page = SharedPage::open(&gdir.join(format!("{key}.shm")), mode)?;
@@ -124,10 +165,13 @@ impl SharedStore {
             state_path: gdir.join(format!("{key}.state")),
             lives_dir,
             page,
+            lock,
+            _slot: slot,
             mode,
             cache: Mutex::new(Cache {
-                lock_file,
                 state: State::default(),
+                state_seen: None,
+                offsets_seen: None,
                 epoch: u64::MAX,
                 synced: HashMap::new(),
                 lives: HashMap::new(),
@@ -150,25 +194,28 @@ impl SharedStore {
     }
 
     /// Reads the state file; a missing one is an empty state, a damaged
-    /// one too (logged).
-    fn load(&self) -> State {
+    /// one too (logged, and `None`).
+    fn load(&self) -> Option<State> {
         match crate::atomic_file::read_small(&self.state_path) {
-            Ok(Some(bytes)) => serde_json::from_slice(&bytes).unwrap_or_else(|e| {
-                ::log::error!(
-                    "group {:?}: state file {} is not valid ({e}); starting from an empty state, members join again",
-                    self.group,
-                    self.state_path.display()
-                );
-                State::default()
-            }),
-            Ok(None) => State::default(),
+            Ok(Some(bytes)) => match serde_json::from_slice(&bytes) {
+                Ok(st) => Some(st),
+                Err(e) => {
+                    ::log::error!(
+                        "group {:?}: state file {} is not valid ({e}); starting from an empty state, members join again",
+                        self.group,
+                        self.state_path.display()
+                    );
+                    None
+                }
+            },
+            Ok(None) => Some(State::default()),
             Err(e) => {
                 ::log::error!(
                     "group {:?}: reading {}: {e}; starting from an empty state, members join again",
                     self.group,
                     self.state_path.display()
                 );
-                State::default()
+                None
             }
         }
     }
@@ -225,6 +272,51 @@ impl SharedStore {
         }
     }
 
+    /// Takes the group's lock. A lock taken over from a dead holder (who
+    /// may have written without saying so) or a page new or foreign gets
+    /// versions no process has seen.
+    fn take(&self) -> OpLock {
+        let (held, stolen) = self.lock.lock();
+        if stolen || !self.lock.has_magic(LOCK_MAGIC) {
+            self.lock.store64(STATE_VERSION, fresh_version());
+            self.lock.store64(OFFSETS_VERSION, fresh_version());
+            self.lock.set_magic(LOCK_MAGIC);
+        }
+        held
+    }
+
+    /// Bumps the version at `w` (the lock held); returns the new one.
+    fn bump(&self, w: Word64) -> u64 {
+        let v = self.lock.load64(w).wrapping_add(1);
+        self.lock.store64(w, v);
+        v
+    }
+
+    /// The state as the file has it, the lock held: the cached one when
+    /// the page says the file is the version it was read or written as.
+    /// A damaged file is replaced by an empty state, with a new version
+    /// and epoch: every process reads the same state then, and members
+    /// learn at their next look that they were removed.
+    fn state_now(&self, c: &mut Cache) {
+        let mut version = self.lock.load64(STATE_VERSION);
+        if c.state_seen == Some(version) {
+            return;
+        }
+        c.state = self.load().unwrap_or_else(|| {
+            let empty = State::default();
+            if let Err(e) = self.store(&empty) {
+                ::log::warn!("group {:?}: replacing its damaged state: {e}", self.group);
+            }
+            version = self.bump(STATE_VERSION);
+            self.page.add64(EPOCH, 1);
+            self.page.add32(CHANGES, 1);
+            self.page.wake32(CHANGES);
+            empty
+        });
+        c.state_seen = Some(version);
+        c.epoch = self.epoch();
+    }
+
     /// Runs `f` on the state under the group's lock: reads the state,
     /// removes dead members, runs `f`, writes the state back if it changed
     /// and bumps the epoch if members must learn of it.
@@ -238,12 +330,8 @@ impl SharedStore {
         f: impl FnOnce(&mut Cache, &mut State) -> Result<R>,
     ) -> Result<(R, Changed)> {
         let mut c = lock(&self.cache);
-        c.lock_file
-            .lock()
-            .ctx(|| format!("locking the state of group {:?}", self.group))?;
-        let res = self.locked_inner(&mut c, counts, f);
-        let _ = c.lock_file.unlock();
-        res
+        let _held = self.take();
+        self.locked_inner(&mut c, counts, f)
     }
 
     fn locked_inner<R>(
@@ -257,7 +345,8 @@ impl SharedStore {
             // (the state file still has their last polls).
             self.page.reset(MAGIC);
         }
-        let loaded = self.load();
+        self.state_now(c);
+        let loaded = c.state.clone();
         let mut st = loaded.clone();
         self.merge_polls(&mut st);
         let dead: Vec<String> = match counts {
@@ -300,7 +389,12 @@ impl SharedStore {
         let changes = st.changes;
         let r = f(c, &mut st)?;
         if st != loaded {
-            self.store(&st)?;
+            c.state_seen = None;
+            let stored = self.store(&st);
+            // Written or not, the file may have changed.
+            let version = self.bump(STATE_VERSION);
+            stored?;
+            c.state_seen = Some(version);
         }
         let changed = if st.changes == changes {
             Changed::No
@@ -473,17 +567,38 @@ impl SharedStore {
 
     /// Runs `f` on the state under the group's lock, without changing it:
     /// for a commit's ownership check and write, which other processes
-    /// must not interleave with a hand-over. Reads the state file only:
-    /// members' poll times stay in their slots (nothing here needs them),
-    /// so nothing is written back.
-    pub(crate) fn with_lock<R>(&self, f: impl FnOnce(&State) -> Result<R>) -> Result<R> {
-        let c = lock(&self.cache);
-        c.lock_file
-            .lock()
-            .ctx(|| format!("locking the state of group {:?}", self.group))?;
-        let res = f(&self.load());
-        let _ = c.lock_file.unlock();
+    /// must not interleave with a hand-over. Reads the state file only
+    /// when it changed since this process last read or wrote it, and
+    /// writes nothing back: members' poll times stay in their slots
+    /// (nothing here needs them). `f` also learns whether the group's
+    /// offset store holds the committed offsets as they are (no process
+    /// wrote them since it last read or wrote them); with
+    /// `writes_offsets`, `f` may write them, and the next holders learn
+    /// that they changed.
+    pub(crate) fn with_lock<R>(
+        &self,
+        writes_offsets: bool,
+        f: impl FnOnce(&State, bool) -> Result<R>,
+    ) -> Result<R> {
+        let mut c = lock(&self.cache);
+        let _held = self.take();
+        self.state_now(&mut c);
+        let offsets_seen = c.offsets_seen == Some(self.lock.load64(OFFSETS_VERSION));
+        let res = f(&c.state, offsets_seen);
+        if writes_offsets {
+            let version = self.bump(OFFSETS_VERSION);
+            c.offsets_seen = res.is_ok().then_some(version);
+        }
         res
+    }
+
+    /// Whether the committed offsets are, as far as the lock page says,
+    /// as this process last read or wrote them. Read without the lock: a
+    /// commit another process is making now may not be counted yet, as
+    /// when the files themselves are read without it.
+    pub(crate) fn offsets_as_seen(&self) -> bool {
+        let c = lock(&self.cache);
+        self.lock.has_magic(LOCK_MAGIC) && c.offsets_seen == Some(self.lock.load64(OFFSETS_VERSION))
     }
 
     /// Whether any process has members in the group now.

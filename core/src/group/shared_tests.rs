@@ -1,6 +1,6 @@
 //! Groups shared by processes. Two `Group`s opened on one directory behave
-//! as two processes would: each has its own descriptors (so its own
-//! `flock`s) and its own map of the shared page. One test runs a member in
+//! as two processes would: each has its own registration (so its own
+//! token in the group's lock) and its own map of the shared pages. One test runs a member in
 //! a child process and kills it.
 #![allow(clippy::unwrap_used)]
 
@@ -26,9 +26,12 @@ fn counts(t: &str) -> Option<u32> {
     (t == "t").then_some(6)
 }
 
+/// The group `g` as a process of its own would open it (its own
+/// registration, so its own token for the group's lock).
 fn open(dir: &Path) -> Group {
     std::fs::create_dir_all(dir.join("groups")).unwrap();
-    Group::open_shared(dir, "g", 0o600).unwrap()
+    let slot = Arc::new(crate::shared::ProcessSlot::register(dir, 0o600).unwrap());
+    Group::open_shared(dir, "g", 0o600, &slot).unwrap()
 }
 
 /// Syncs `id` until it has nothing to revoke, releasing what it must;
@@ -184,16 +187,24 @@ fn garbage_in_the_shared_files_is_survived() {
         *b = x as u8;
     }
     std::fs::write(gdir.join("g.state"), &noise[..3000]).unwrap();
-    std::fs::write(gdir.join("g.shm"), &noise[..4096]).unwrap();
-    // The state is gone: a finds itself removed and joins again.
+    // The state is gone: the next process to read it replaces it with an
+    // empty one, and a finds itself removed and joins again.
     let g2 = open(dir.path());
     assert!(!g1.is_member(&a, &counts));
     let a2 = g1.join("c", spec(60_000), &counts).unwrap();
     let mut oa2 = BTreeSet::new();
     settle(&g1, &a2, &mut oa2);
     assert_eq!(oa2.len(), 6);
+    // Noise in the pages: the group's page is reset (members' slots are
+    // lost), the lock's holder is taken for dead and its versions for
+    // unknown (every process reads the state file again).
+    std::fs::write(gdir.join("g.shm"), &noise[..4096]).unwrap();
+    std::fs::write(gdir.join("g.lock"), &noise[4096..]).unwrap();
     let (_, members) = g2.describe(&counts);
     assert_eq!(members.len(), 1);
+    assert!(g1.is_member(&a2, &counts));
+    settle(&g1, &a2, &mut oa2);
+    assert_eq!(oa2.len(), 6);
 }
 
 const CHILD_ENV: &str = "MQLITE_TEST_GROUP_CHILD";
@@ -255,4 +266,101 @@ fn a_member_in_a_killed_process_is_removed() {
     settle(&g, &a, &mut oa);
     assert_eq!(oa.len(), 6, "the killed member's partitions are taken over");
     assert_eq!(g.describe(&counts).1.len(), 1);
+}
+
+fn at(offset: u64) -> CommittedOffset {
+    CommittedOffset {
+        offset,
+        metadata: String::new(),
+        timestamp: 0,
+    }
+}
+
+/// The committed offsets as a process opening the group now reads them.
+fn on_disk(dir: &Path) -> Vec<(String, u32, u64)> {
+    let mut v: Vec<_> = OffsetStore::open(dir, "g", 0o600)
+        .unwrap()
+        .all()
+        .into_iter()
+        .map(|(t, p, c)| (t, p, c.offset))
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn a_commit_reads_what_another_process_committed_since_its_own_last_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let (g1, g2) = (open(dir.path()), open(dir.path()));
+    let t = || "t".to_owned();
+    g1.commit(None, &[(t(), 0, at(1))]).unwrap();
+    g1.commit(None, &[(t(), 0, at(2))]).unwrap();
+    g2.commit(None, &[(t(), 1, at(5))]).unwrap();
+    // g1's view is one commit behind: it reads g2's before it appends
+    // (appending at the end it knew would overwrite it).
+    g1.commit(None, &[(t(), 0, at(3))]).unwrap();
+    g2.commit(None, &[(t(), 1, at(6))]).unwrap();
+    g1.commit(None, &[(t(), 2, at(7))]).unwrap();
+    let want = vec![(t(), 0, 3), (t(), 1, 6), (t(), 2, 7)];
+    assert_eq!(on_disk(dir.path()), want);
+    assert_eq!(g1.committed("t", 1).unwrap().offset, 6);
+    assert_eq!(g2.committed("t", 2).unwrap().offset, 7);
+}
+
+#[test]
+fn a_commit_after_a_holder_died_reads_what_it_may_have_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let g1 = open(dir.path());
+    let t = || "t".to_owned();
+    g1.commit(None, &[(t(), 0, at(1))]).unwrap();
+    // A process commits and dies holding the lock, before it could say in
+    // the page that the offsets changed.
+    OffsetStore::open(dir.path(), "g", 0o600)
+        .unwrap()
+        .commit(&[(t(), 1, at(4))], true)
+        .unwrap();
+    let slot = crate::shared::ProcessSlot::register(dir.path(), 0o600).unwrap();
+    let page = crate::shared::LockPage::open(
+        &dir.path().join("groups/g.lock"),
+        0o600,
+        dir.path(),
+        slot.token(),
+    )
+    .unwrap();
+    page.leave_held_by(0x1234_5678);
+    g1.commit(None, &[(t(), 0, at(2))]).unwrap();
+    assert_eq!(on_disk(dir.path()), vec![(t(), 0, 2), (t(), 1, 4)]);
+}
+
+#[test]
+fn a_state_changed_by_another_process_is_read_and_one_unchanged_is_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let (g1, g2) = (open(dir.path()), open(dir.path()));
+    let a = g1.join("c", spec(60_000), &counts).unwrap();
+    let mut oa = BTreeSet::new();
+    settle(&g1, &a, &mut oa);
+    let mine = oa.iter().next().unwrap().clone();
+    // Unchanged since g1 wrote it: the commit's check does not read the
+    // file (a file made unreadable behind the lock's back is not seen).
+    let state = dir.path().join("groups/g.state");
+    let kept = std::fs::read(&state).unwrap();
+    std::fs::write(&state, b"not json").unwrap();
+    g1.commit(Some(&a), &[(mine.0.clone(), mine.1, at(1))])
+        .unwrap();
+    std::fs::write(&state, &kept).unwrap();
+    // g2 joins (the state changes): g1's next commit reads it, and finds
+    // the partitions it must hand over still its own until it releases.
+    let b = g2.join("c", spec(60_000), &counts).unwrap();
+    g1.commit(Some(&a), &[(mine.0.clone(), mine.1, at(2))])
+        .unwrap();
+    let h = g1.sync(&a, &counts, None).unwrap();
+    g1.release(&a, &h.revoke, &counts);
+    for tp in &h.revoke {
+        let err = g1
+            .commit(Some(&a), &[(tp.0.clone(), tp.1, at(3))])
+            .unwrap_err();
+        assert!(matches!(err, Error::CommitFailed(_)), "{err}");
+    }
+    assert_eq!(h.revoke.len(), 3, "{h:?}");
+    assert!(g2.is_member(&b, &counts));
 }

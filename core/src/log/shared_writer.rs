@@ -32,8 +32,11 @@
 //!    the published end are zeroed (the tail page records where its write
 //!    in progress ended), and empty segment files it
 //!    created but never published are removed (one holding data is
-//!    followed); a tail page it left half-written is rebuilt from the
-//!    files (the newest segment, read to its last whole valid batch);
+//!    followed); a tail page it left half-written, or whose words the
+//!    files do not bear out (damaged), is rebuilt from the files (the
+//!    newest segment, read to its last whole valid batch), never from
+//!    this process's own view, which may be older than what others
+//!    published;
 //! 3. appends as a single writer does, records where its write will end
 //!    before writing past the published end, publishes the new end in the
 //!    tail page and lets go.
@@ -145,15 +148,15 @@ impl PartitionLog {
         match stolen {
             Some(stolen) => self.take_over(r, sw, w, stolen)?,
             None => match sw.page.read_with_seq() {
-                Some((tail, seq)) => {
-                    // Published whole by a live holder (the lock was let
-                    // go, not taken over): headers only.
-                    self.apply_tail(r, w, tail, seq, Walk::Trusted);
+                // Published whole by a live holder (the lock was let go,
+                // not taken over): headers only.
+                Some((tail, seq)) if self.believe_tail(r, w, tail, seq, Walk::Trusted) => {
                     observed = w.active.base() == base_before;
                 }
-                // A page that is not a tail page (overwritten) or that a
-                // holder left half-written: rebuilt from the files.
-                None => self.take_over(
+                // A page that is not a tail page (overwritten), that a
+                // holder left half-written, or whose words the files do
+                // not bear out: rebuilt from the files.
+                _ => self.take_over(
                     r,
                     sw,
                     w,
@@ -249,10 +252,16 @@ impl PartitionLog {
         w: &mut Writer,
         stolen: Stolen,
     ) -> Result<()> {
-        if let Some((tail, seq)) = sw.page.read_with_seq() {
-            self.apply_tail(r, w, tail, seq, Walk::Checked);
+        let believed = sw
+            .page
+            .read_with_seq()
+            .is_some_and(|(tail, seq)| self.believe_tail(r, w, tail, seq, Walk::Checked));
+        if believed {
             self.remove_unpublished_segments(w);
         } else {
+            // Not a tail page, half-written, or damaged: this process's
+            // view may be older than what the others published, which the
+            // files hold as whole valid batches.
             // The newest segment file is the active one (a roll creates it
             // at the offset the old one ends at), read to its last whole
             // valid batch.
@@ -269,16 +278,22 @@ impl PartitionLog {
         }
         w.active.refresh_lengths();
         let allocated = w.active.allocated();
+        // Where the dead holder's write ended, from a page that holds:
+        // only then is anything past the end cleared. A page that fails
+        // its checks may have had its lock's words damaged too, and then
+        // the holder taken for dead may be a live process writing past the
+        // end at this moment. What is left there is never read: readers
+        // stop at the published end, the next append writes over it, and
+        // a lone open's recovery cuts it.
         let dirty_to = match usize::try_from(stolen.in_progress_end) {
-            Ok(ip) if stolen.from != 0 => ip.min(allocated),
-            // Not known: everything after the end may be left over.
-            _ => allocated,
+            Ok(ip) if stolen.from != 0 && believed => Some(ip.min(allocated)),
+            _ => None,
         };
         // A committer that died after its commit point: its part is
         // finished, not cleared.
-        self.restore_committed(w, &sw.writers.root, dirty_to);
+        self.restore_committed(w, &sw.writers.root, dirty_to.unwrap_or(allocated));
         let end = w.active.end();
-        if dirty_to > end {
+        if let Some(dirty_to) = dirty_to.filter(|&d| d > end) {
             let Writer {
                 active,
                 active_writer,
@@ -299,6 +314,28 @@ impl PartitionLog {
         self.end_offset.store(w.next_offset, Ordering::Release);
         self.write_tail(w.next_offset, &w.active);
         Ok(())
+    }
+
+    /// Moves the log to what `tail` says ([`PartitionLog::apply_tail`],
+    /// walking as `how` says) and returns whether the page is to be
+    /// believed: every batch up to its published end checked out, and the
+    /// log now ends where it says (its active segment, published length
+    /// and next offset). A page that fails this was damaged: a process
+    /// that went by it would take its own older view for the log's end,
+    /// then clear or overwrite what others published after it.
+    fn believe_tail(
+        &self,
+        r: &super::reader::ReaderState,
+        w: &mut Writer,
+        tail: Tail,
+        seq: u32,
+        how: Walk,
+    ) -> bool {
+        let (_, applied) = self.apply_tail(r, w, tail, seq, how);
+        applied
+            && w.next_offset == tail.next_offset
+            && w.active.base() == tail.active_base
+            && w.active.log_file().published() as u64 == tail.published
     }
 
     /// Removes the files of empty segments after the active one: created

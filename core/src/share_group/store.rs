@@ -41,7 +41,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::lock_page::{LockPage, View};
+use super::lock_page::{LockPage, StateView, View};
 use super::state::{is_foreign, Change, Entry, Part, State, Stored, FOREIGN};
 use crate::clock::monotonic_ms;
 use crate::error::{Error, IoContext, Result};

@@ -398,13 +398,27 @@ impl<P: Platform> LockWords<'_, P> {
         self.in_progress.store(end, Ordering::Release);
     }
 
-    /// Releases the lock (held by this caller), clearing `in_progress`
-    /// first when `clear_in_progress`; wakes sleepers if there are any.
-    pub(crate) fn unlock(&self, clear_in_progress: bool) {
+    /// Releases the lock held by `me`, clearing `in_progress` first when
+    /// `clear_in_progress`; wakes sleepers if there are any. A lock that
+    /// is no longer `me`'s is left as it is: another locker took it over
+    /// because something overwrote the owner word (a garbage token names
+    /// no live process), and freeing it would let a third locker in
+    /// beside that holder, while it repairs what it believes a dead
+    /// holder left.
+    pub(crate) fn unlock(&self, me: u64, clear_in_progress: bool) {
+        if self.owner.load(Ordering::Relaxed) != me {
+            return;
+        }
         if clear_in_progress {
             self.in_progress.store(0, Ordering::Relaxed);
         }
-        self.owner.store(0, Ordering::Release);
+        if self
+            .owner
+            .compare_exchange(me, 0, Ordering::Release, Ordering::Relaxed)
+            .is_err()
+        {
+            return;
+        }
         // Pairs with the fence in `sleep`.
         self.platform.fence(Ordering::SeqCst);
         if self.waiters.load(Ordering::Relaxed) > 0 {
@@ -422,6 +436,8 @@ impl<P: Platform> LockWords<'_, P> {
 #[derive(Debug)]
 pub(crate) struct AppendGuard<'a> {
     words: LockWords<'a, Processes>,
+    /// The holder's token.
+    me: u64,
     taken: Taken,
     /// Whether `in_progress` may be nonzero, to be cleared at release.
     in_progress_set: Cell<bool>,
@@ -438,6 +454,7 @@ impl<'a> AppendGuard<'a> {
         let taken = words.lock(me, alive);
         AppendGuard {
             words,
+            me,
             taken,
             in_progress_set: Cell::new(taken.unfinished != 0),
         }
@@ -479,7 +496,7 @@ impl<'a> AppendGuard<'a> {
 
 impl Drop for AppendGuard<'_> {
     fn drop(&mut self) {
-        self.words.unlock(self.in_progress_set.get());
+        self.words.unlock(self.me, self.in_progress_set.get());
     }
 }
 
@@ -681,7 +698,7 @@ mod model {
                     d.store(true, Ordering::Release);
                 }
             } else {
-                words.unlock(true);
+                words.unlock(me, true);
             }
             published
         }
@@ -939,6 +956,33 @@ mod tests {
         assert_eq!(steals.load(Ordering::Relaxed), 1);
         let page = TailPage::open(dir.path(), 0o600).unwrap();
         assert_eq!(page.read().unwrap().published, appended);
+        assert_eq!(page.append_owner(), 0);
+    }
+
+    /// Something overwrites the owner word of a held lock: the next locker
+    /// takes the lock over (the garbage names no live process), and the
+    /// first holder's release leaves it to that locker instead of freeing
+    /// it under it.
+    #[test]
+    fn a_release_leaves_a_lock_taken_over_to_its_new_holder() {
+        use std::os::unix::fs::FileExt;
+        let dir = tempfile::tempdir().unwrap();
+        let page = TailPage::open(dir.path(), 0o600).unwrap();
+        page.init_if_new(|| tail(0)).unwrap();
+        let alive = |t: u64| t == 1 || t == 2;
+        let first = page.lock_append(1, &alive).unwrap();
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(dir.path().join(crate::shared::TAIL_FILE))
+            .unwrap()
+            .write_all_at(&0x5eed_u64.to_le_bytes(), 48)
+            .unwrap();
+        let other = TailPage::open(dir.path(), 0o600).unwrap();
+        let second = other.lock_append(2, &alive).unwrap();
+        assert_eq!(second.stolen().map(|s| s.from), Some(0x5eed));
+        drop(first);
+        assert_eq!(page.append_owner(), 2, "freed under its new holder");
+        drop(second);
         assert_eq!(page.append_owner(), 0);
     }
 

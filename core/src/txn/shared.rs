@@ -140,13 +140,13 @@ fn clean_in(page: &SharedPage, ident: Option<LogIdent>, len: u64) -> u64 {
 /// the page saying that its holder died: the next holder reads the log)
 /// or with [`Held::release`]. A process that ends holding it leaves its
 /// token in the lock word, and the next locker takes it over once the
-/// token's `.live` lock is free.
-pub(super) struct Held(Arc<SharedPage>);
+/// token's `.live` lock is free. Holds the page and this process's token.
+pub(super) struct Held(Arc<SharedPage>, u64);
 
 impl Drop for Held {
     fn drop(&mut self) {
         if let Some(w) = lock_words(&self.0) {
-            w.unlock(true);
+            w.unlock(self.1, true);
         }
     }
 }
@@ -287,8 +287,9 @@ impl Coordinator {
             )));
         };
         let root = &site.root;
-        let taken = words.lock(site.slot.token(), &|t| process_alive(root, t));
-        let held = Held(page);
+        let me = site.slot.token();
+        let taken = words.lock(me, &|t| process_alive(root, t));
+        let held = Held(page, me);
         let page = &held.0;
         // A holder that died may have appended without writing the page.
         let proper = taken.stolen.is_none() && page.has_magic(MAGIC) && page.load64(HOLDER) == 0;
