@@ -251,3 +251,106 @@ fn a_reader_never_delivers_a_damaged_batch_of_a_sealed_segment() {
         .all(|v| v.starts_with(b"value-0000") && v != b"value-00002"));
     assert!(got.len() <= 2, "{} delivered", got.len());
 }
+
+/// A damaged batch header in a sealed segment (its length field) is an
+/// error for a reader in another engine, never a skip to the next segment.
+#[test]
+fn a_reader_meets_a_damaged_header_of_a_sealed_segment_as_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let x = Broker::open(dir.path(), shared()).unwrap();
+        x.create_topic("t", TopicConfig::new(1).segment_bytes(4096))
+            .unwrap();
+        let values: Vec<String> = (0..200).map(|i| format!("value-{i:05}")).collect();
+        let refs: Vec<&str> = values.iter().map(String::as_str).collect();
+        send(&x, "t", 0, &refs);
+    }
+    // The third batch of the first (sealed) segment claims more bytes than
+    // the segment holds.
+    let seg = dir.path().join("topics/t/0/00000000000000000000.log");
+    let mut bytes = std::fs::read(&seg).unwrap();
+    let mut at = 0;
+    for _ in 0..2 {
+        at += 12 + u32::from_le_bytes(bytes[at + 8..at + 12].try_into().unwrap()) as usize;
+    }
+    bytes[at + 8..at + 12].copy_from_slice(&0x00ff_fff0_u32.to_le_bytes());
+    std::fs::write(&seg, &bytes).unwrap();
+    for config in [readonly(), shared()] {
+        let r = Broker::open(dir.path(), config).unwrap();
+        let mut c = r.consumer(ConsumerConfig::default()).unwrap();
+        c.assign(&[("t", 0)]).unwrap();
+        let mut got = Vec::new();
+        let mut err = None;
+        for _ in 0..10 {
+            match c.poll(Duration::from_millis(100)) {
+                Ok(ms) => got.extend(ms.iter().map(mqlite::Message::offset)),
+                Err(e) => {
+                    err = Some(e);
+                    break;
+                }
+            }
+        }
+        assert_eq!(got, [0, 1], "only the batches before the damage");
+        match err {
+            Some(Error::Corrupt { position, .. }) => assert_eq!(position, at as u64),
+            other => panic!("{other:?}"),
+        }
+        drop(c);
+        r.close().unwrap();
+    }
+}
+
+/// A damaged batch in the middle of the active segment, under what the
+/// tail page says was published: a reader that opens then meets it as an
+/// error, never as the end of the log.
+#[test]
+fn a_reader_meets_a_damaged_batch_of_the_active_segment_as_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let w = Broker::open(dir.path(), shared()).unwrap();
+    w.create_topic("t", TopicConfig::new(1)).unwrap();
+    let values: Vec<String> = (0..20).map(|i| format!("value-{i:05}")).collect();
+    let refs: Vec<&str> = values.iter().map(String::as_str).collect();
+    send(&w, "t", 0, &refs);
+    let seg = dir.path().join("topics/t/0/00000000000000000000.log");
+    let mut bytes = std::fs::read(&seg).unwrap();
+    let at = bytes.windows(11).position(|v| v == b"value-00005").unwrap();
+    bytes[at + 10] ^= 0x01;
+    std::fs::write(&seg, &bytes).unwrap();
+    let r = Broker::open(dir.path(), readonly()).unwrap();
+    let mut c = r.consumer(ConsumerConfig::default()).unwrap();
+    c.assign(&[("t", 0)]).unwrap();
+    let mut got = Vec::new();
+    let mut err = None;
+    for _ in 0..20 {
+        match c.poll(Duration::from_millis(100)) {
+            Ok(ms) => got.extend(ms.iter().map(mqlite::Message::offset)),
+            Err(e) => {
+                err = Some(e);
+                break;
+            }
+        }
+    }
+    assert_eq!(got, [0, 1, 2, 3, 4], "only the batches before the damage");
+    assert_eq!(err.map(|e| e.kind()), Some(ErrorKind::Corrupt));
+    drop(c);
+    r.close().unwrap();
+    w.close().unwrap();
+}
+
+/// A topic created in shared mode has its partitions' tail pages from the
+/// start: their first use creates no file.
+#[test]
+fn a_topic_created_in_shared_mode_has_its_tail_pages() {
+    let dir = tempfile::tempdir().unwrap();
+    let w = Broker::open(dir.path(), shared()).unwrap();
+    w.create_topic("t", TopicConfig::new(3)).unwrap();
+    for p in 0..3 {
+        let page = dir.path().join(format!("topics/t/{p}/tail"));
+        assert_eq!(std::fs::metadata(&page).unwrap().len(), 4096, "{p}");
+    }
+    send(&w, "t", 2, &["a", "b"]);
+    let r = Broker::open(dir.path(), readonly()).unwrap();
+    assert_eq!(read_all(&r, "t", 2, 2), ["a", "b"]);
+    r.close().unwrap();
+    w.close().unwrap();
+}

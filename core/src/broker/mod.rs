@@ -1016,9 +1016,18 @@ impl BrokerInner {
         let topic = if shared_ddl.is_some() {
             // Shared mode: written as an exclusive writer would, then
             // opened as every topic is in this mode.
+            let partitions = config.partitions;
             let made = Topic::create(dir.clone(), name, config, self.plain_topic_options())?;
             made.close()?;
             drop(made);
+            // Each partition's tail page is made with it, so that its first
+            // use creates no file.
+            for p in 0..partitions {
+                crate::shared::TailPage::create_empty(
+                    &dir.join(p.to_string()),
+                    self.config.file_mode,
+                )?;
+            }
             Topic::open_reader(dir, self.topic_options())?.ok_or_else(|| {
                 Error::InvalidArgument(format!("topic {name:?} vanished while being created"))
             })?

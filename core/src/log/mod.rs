@@ -19,6 +19,7 @@ mod prefetch;
 mod reader;
 mod recover;
 mod run;
+mod seal_end;
 mod segment;
 #[doc(hidden)]
 pub mod shared_raw;

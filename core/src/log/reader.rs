@@ -350,7 +350,14 @@ impl PartitionLog {
         // After a roll, the producers' state of the old segment's last
         // batches was not observed: the caller observes from where it was.
         let how = if changed { Walk::Checked } else { how };
-        let advanced = if how == Walk::Trusted && self.adopt_tail_end(w, &active, &tail) {
+        // A first look (this process opened the log) believes the end the
+        // page names once the batch its publisher appended last checks
+        // out, as a writer catching up does: walking everything before it
+        // would read the whole active segment at every open, and the read
+        // path checks each batch before delivery.
+        let first = seen.is_none() && active.log_file().published() == 0;
+        let advanced = if (how == Walk::Trusted || first) && self.adopt_tail_end(w, &active, &tail)
+        {
             Advance::Moved
         } else {
             self.advance_by(w, &active, tail.published, how)
@@ -389,6 +396,12 @@ impl PartitionLog {
         let Some(active) = sync::read(&self.segments).last().cloned() else {
             return false; // closed
         };
+        if active.log_file().published() == 0 && !holds_data(&self.dir, active.base()) {
+            // Nothing appended yet (a new partition, or a roll's new
+            // segment): told by a read of the file, which maps none of its
+            // pages in.
+            return false;
+        }
         match active.log_file().file_len() {
             Some(len) => matches!(
                 self.advance(w, &active, len as u64),
@@ -510,8 +523,8 @@ impl PartitionLog {
             old.log_file().release_file();
         }
         // Segments in between are read whole now.
-        for seg in &opened[..opened.len().saturating_sub(1)] {
-            seal_whole(seg, !appends);
+        for pair in opened.windows(2) {
+            seal_whole(&pair[0], pair[1].base(), !appends);
         }
         let new = Arc::clone(opened.last()?);
         sync::write(&self.segments).extend(opened);
@@ -653,7 +666,7 @@ fn open_segments(
     // Those wholly below `durable` count as flushed.
     for (i, seg) in segments.iter().enumerate() {
         let next = bases.get(i + 1).copied().unwrap_or(u64::MAX);
-        seal_whole(seg, next <= durable);
+        seal_whole(seg, next, next <= durable);
     }
     let writer = if let Some(sizes) = writable {
         let (seg, w) = Segment::open_shared_active(dir, last, sizes)?;
@@ -666,16 +679,35 @@ fn open_segments(
     Ok((segments, writer))
 }
 
-/// Publishes, in a segment the writer sealed, its batches up to its file's
-/// length (the zeros after its data stop the walk), and marks it sealed.
-/// Sealed data is never written again: the walk reads only the headers
+/// Publishes, in a segment the writer sealed (the segment based at
+/// `next_base` follows it), its batches up to its file's length (the zeros
+/// after its data stop the walk), and marks it sealed. Its seal entry,
+/// when the files bear it out, says where the data ends without a walk
+/// (see `seal_end.rs`). Otherwise the batch headers are walked: sealed
+/// data is never written again, so the walk reads only the headers
 /// (lengths within the file, base offsets following on), not the CRC of
-/// every byte, so an open costs a read of the headers, not of the whole
-/// log. The read path checks each batch's CRC before delivery, as it does
-/// for sealed segments in exclusive mode.
-fn seal_whole(seg: &Segment, flushed: bool) {
+/// every byte. The read path checks each batch's CRC before delivery, as
+/// it does for sealed segments in exclusive mode.
+fn seal_whole(seg: &Segment, next_base: u64, flushed: bool) {
     if let Some(len) = seg.log_file().file_len() {
-        walk_headers(seg, len, seg.base(), flushed, None);
+        let adopted = super::seal_end::seal_end(seg.dir(), seg.base(), next_base, len as u64)
+            .is_some_and(|s| seg.adopt_seal_end(s.end, s.max_timestamp, flushed));
+        if !adopted {
+            let (to, _) = walk_headers(seg, len, seg.base(), flushed, None);
+            let len = len.min(seg.log_file().capacity());
+            // A walk stopped before the file's end by damage rather than
+            // by the zeros after the data: the rest is published too, so
+            // that a reader meets the damage (an error naming it) instead
+            // of going on to the next segment past it.
+            if to < len
+                && !matches!(
+                    batch::check(seg.log_file().unpublished(to, len)),
+                    Check::End
+                )
+            {
+                seg.log_file().advance_published(len, flushed);
+            }
+        }
     }
     seg.mark_sealed_by_writer();
 }

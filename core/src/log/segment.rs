@@ -380,6 +380,21 @@ impl Segment {
         &self.log
     }
 
+    /// A segment this process only reads, sealed by its writer: publishes
+    /// its data up to `end` (where its checked seal entry says it ends)
+    /// and takes `max_ts` as its largest timestamp, checked against the
+    /// batch headers when time retention or a time lookup first asks.
+    /// Returns false, changing nothing, when `end` lies past the mapping.
+    pub(crate) fn adopt_seal_end(&self, end: usize, max_ts: i64, flushed: bool) -> bool {
+        if end > self.log.capacity() {
+            return false;
+        }
+        self.log.advance_published(end, flushed);
+        self.max_timestamp.fetch_max(max_ts, Ordering::Relaxed);
+        self.time_state.store(TIME_UNCHECKED, Ordering::Release);
+        true
+    }
+
     /// Marks a segment this process only reads as sealed: the writer
     /// rolled past it, and readers at its end go on to the next one.
     pub(crate) fn mark_sealed_by_writer(&self) {
@@ -612,6 +627,11 @@ impl Segment {
         // In the active segment, an entry past the walked end is the one
         // being committed now, or nonsense that `entry_checks_out` rejects.
         (ok, max, complete)
+    }
+
+    /// The partition directory the segment's files are in.
+    pub(crate) fn dir(&self) -> &Path {
+        &self.dir
     }
 
     /// Path of the log file.

@@ -118,6 +118,23 @@ impl TailPage {
         })
     }
 
+    /// Makes the tail page of a partition just created in `dir` (nothing
+    /// appended to it yet), so that its first use creates no file: an
+    /// empty log, unless a process that opened it meanwhile made the page
+    /// first.
+    pub(crate) fn create_empty(dir: &Path, mode: u32) -> Result<()> {
+        TailPage::open(dir, mode)?
+            .init_if_new(|| Tail {
+                next_offset: 0,
+                active_base: 0,
+                published: 0,
+                log_start: 0,
+                cuts: 0,
+                last_batch: None,
+            })
+            .map(drop)
+    }
+
     /// Opens the tail page of the partition in `dir` for reading only
     /// (its append lock cannot be taken: [`TailPage::lock_append`] fails
     /// with [`Error::ReadOnly`]).
