@@ -611,19 +611,7 @@ fn produce_durable(n: u64, size: usize, threads: u64) -> f64 {
 /// full segments of 16 MiB (median of 5 opens): open reads only the tail of
 /// the active segment, so this must not grow with the log.
 fn open_time(segments: u64) -> f64 {
-    let dir = fresh_dir("open");
-    {
-        let mq = Broker::open(&dir, Config::default().prefault(false)).expect("open");
-        mq.create_topic("t", TopicConfig::new(1).segment_bytes(16 << 20))
-            .expect("create");
-        let log = partition_log(&mq, "t", 0).expect("log");
-        let value = vec![7u8; 1000];
-        let recs: Vec<RecordRef<'_>> = (0..100).map(|_| record(&value)).collect();
-        let per_segment = (16 << 20) / batch::batch_len(&recs) as u64;
-        for _ in 0..segments * per_segment + per_segment / 2 {
-            log.append(&recs).expect("append");
-        }
-    }
+    let dir = open_dir(segments);
     let secs = median(
         (0..5)
             .map(|_| {
@@ -638,6 +626,52 @@ fn open_time(segments: u64) -> f64 {
     );
     let _ = std::fs::remove_dir_all(&dir);
     secs
+}
+
+/// Seconds to open the data directory of [`open_time`] (`segments` full
+/// segments of 16 MiB and half of one, written in exclusive mode) in
+/// exclusive or `shared` mode and send one record to its partition (median
+/// of 5, after one such open not timed): a shared open learns where each
+/// sealed segment ends from its seal entry and where the active one ends
+/// from the tail page, without reading their batches, so this must not
+/// grow with the log either.
+fn open_and_send_time(segments: u64, shared: bool) -> f64 {
+    let dir = open_dir(segments);
+    let config = Config::default().prefault(false).shared(shared);
+    let once = || {
+        let t = Instant::now();
+        let mq = Broker::open(&dir, config.clone()).expect("open");
+        let p = mq.producer(ProducerConfig::default()).expect("producer");
+        p.send(mqlite::Record::new("t").partition(0).value(&b"x"[..]))
+            .expect("send");
+        let secs = t.elapsed().as_secs_f64();
+        drop(p);
+        drop(mq); // the close (a flush) is not timed
+        secs
+    };
+    once();
+    let secs = median((0..5).map(|_| once()).collect());
+    let _ = std::fs::remove_dir_all(&dir);
+    secs
+}
+
+/// A data directory whose one partition holds `segments` full segments of
+/// 16 MiB and half of one, of 100-record batches of 1,000-byte records.
+fn open_dir(segments: u64) -> PathBuf {
+    let dir = fresh_dir("open");
+    {
+        let mq = Broker::open(&dir, Config::default().prefault(false)).expect("open");
+        mq.create_topic("t", TopicConfig::new(1).segment_bytes(16 << 20))
+            .expect("create");
+        let log = partition_log(&mq, "t", 0).expect("log");
+        let value = vec![7u8; 1000];
+        let recs: Vec<RecordRef<'_>> = (0..100).map(|_| record(&value)).collect();
+        let per_segment = (16 << 20) / batch::batch_len(&recs) as u64;
+        for _ in 0..segments * per_segment + per_segment / 2 {
+            log.append(&recs).expect("append");
+        }
+    }
+    dir
 }
 
 /// `n` messages of `size` bytes spread evenly over `partitions` partitions
@@ -895,6 +929,23 @@ fn one_run(h: &mut Harness) {
             "open, cost per extra segment",
             "us",
             (large - small) * 1e6 / 63.0,
+        );
+        let exclusive = open_and_send_time(64, false);
+        let shared = open_and_send_time(64, true);
+        h.figure(
+            "open and one send, 64 segments of 16 MiB, exclusive mode",
+            "ms",
+            exclusive * 1e3,
+        );
+        h.figure(
+            "open and one send, 64 segments of 16 MiB, shared mode",
+            "ms",
+            shared * 1e3,
+        );
+        h.figure(
+            "open and one send, 64 segments of 16 MiB, shared over exclusive mode",
+            "x",
+            shared / exclusive,
         );
     }
 }
