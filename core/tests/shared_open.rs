@@ -40,6 +40,27 @@ fn read_all(b: &Broker, topic: &str, partition: u32, want: usize) -> Vec<String>
     got
 }
 
+/// Polls `partition` of `topic` from its start, through a consumer of
+/// `b`, until a poll fails or `polls` polls went by: the messages
+/// delivered before, and the error.
+fn poll_until_error(
+    b: &Broker,
+    topic: &str,
+    partition: u32,
+    polls: usize,
+) -> (Vec<mqlite::Message>, Option<Error>) {
+    let mut c = b.consumer(ConsumerConfig::default()).unwrap();
+    c.assign(&[(topic, partition)]).unwrap();
+    let mut got = Vec::new();
+    for _ in 0..polls {
+        match c.poll(Duration::from_millis(100)) {
+            Ok(ms) => got.extend(ms),
+            Err(e) => return (got, Some(e)),
+        }
+    }
+    (got, None)
+}
+
 #[test]
 fn a_reader_sees_what_the_writer_appends_and_creates() {
     let dir = tempfile::tempdir().unwrap();
@@ -232,23 +253,12 @@ fn a_reader_never_delivers_a_damaged_batch_of_a_sealed_segment() {
     bytes[at + 10] ^= 0x01;
     std::fs::write(&seg, &bytes).unwrap();
     let r = Broker::open(dir.path(), readonly()).unwrap();
-    let mut c = r.consumer(ConsumerConfig::default()).unwrap();
-    c.assign(&[("t", 0)]).unwrap();
-    let mut got = Vec::new();
-    let mut err = None;
-    for _ in 0..10 {
-        match c.poll(Duration::from_millis(100)) {
-            Ok(ms) => got.extend(ms.iter().map(|m| m.value().unwrap().to_vec())),
-            Err(e) => {
-                err = Some(e);
-                break;
-            }
-        }
-    }
+    let (got, err) = poll_until_error(&r, "t", 0, 10);
+    let got: Vec<&[u8]> = got.iter().map(|m| m.value().unwrap()).collect();
     assert_eq!(err.map(|e| e.kind()), Some(ErrorKind::Corrupt));
     assert!(got
         .iter()
-        .all(|v| v.starts_with(b"value-0000") && v != b"value-00002"));
+        .all(|v| v.starts_with(b"value-0000") && *v != b"value-00002"));
     assert!(got.len() <= 2, "{} delivered", got.len());
 }
 
@@ -277,25 +287,13 @@ fn a_reader_meets_a_damaged_header_of_a_sealed_segment_as_an_error() {
     std::fs::write(&seg, &bytes).unwrap();
     for config in [readonly(), shared()] {
         let r = Broker::open(dir.path(), config).unwrap();
-        let mut c = r.consumer(ConsumerConfig::default()).unwrap();
-        c.assign(&[("t", 0)]).unwrap();
-        let mut got = Vec::new();
-        let mut err = None;
-        for _ in 0..10 {
-            match c.poll(Duration::from_millis(100)) {
-                Ok(ms) => got.extend(ms.iter().map(mqlite::Message::offset)),
-                Err(e) => {
-                    err = Some(e);
-                    break;
-                }
-            }
-        }
+        let (got, err) = poll_until_error(&r, "t", 0, 10);
+        let got: Vec<u64> = got.iter().map(mqlite::Message::offset).collect();
         assert_eq!(got, [0, 1], "only the batches before the damage");
         match err {
             Some(Error::Corrupt { position, .. }) => assert_eq!(position, at as u64),
             other => panic!("{other:?}"),
         }
-        drop(c);
         r.close().unwrap();
     }
 }
@@ -317,22 +315,10 @@ fn a_reader_meets_a_damaged_batch_of_the_active_segment_as_an_error() {
     bytes[at + 10] ^= 0x01;
     std::fs::write(&seg, &bytes).unwrap();
     let r = Broker::open(dir.path(), readonly()).unwrap();
-    let mut c = r.consumer(ConsumerConfig::default()).unwrap();
-    c.assign(&[("t", 0)]).unwrap();
-    let mut got = Vec::new();
-    let mut err = None;
-    for _ in 0..20 {
-        match c.poll(Duration::from_millis(100)) {
-            Ok(ms) => got.extend(ms.iter().map(mqlite::Message::offset)),
-            Err(e) => {
-                err = Some(e);
-                break;
-            }
-        }
-    }
+    let (got, err) = poll_until_error(&r, "t", 0, 20);
+    let got: Vec<u64> = got.iter().map(mqlite::Message::offset).collect();
     assert_eq!(got, [0, 1, 2, 3, 4], "only the batches before the damage");
     assert_eq!(err.map(|e| e.kind()), Some(ErrorKind::Corrupt));
-    drop(c);
     r.close().unwrap();
     w.close().unwrap();
 }
