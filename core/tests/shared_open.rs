@@ -40,6 +40,20 @@ fn read_all(b: &Broker, topic: &str, partition: u32, want: usize) -> Vec<String>
     got
 }
 
+/// A data directory, written with `config`, whose topic `t` holds
+/// `value-00000` to `value-00199` in 4 KiB segments, a record a batch.
+fn sealed_values(config: Config) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let x = Broker::open(dir.path(), config).unwrap();
+    x.create_topic("t", TopicConfig::new(1).segment_bytes(4096))
+        .unwrap();
+    let values: Vec<String> = (0..200).map(|i| format!("value-{i:05}")).collect();
+    let refs: Vec<&str> = values.iter().map(String::as_str).collect();
+    send(&x, "t", 0, &refs);
+    x.close().unwrap();
+    dir
+}
+
 /// Polls `partition` of `topic` from its start, through a consumer of
 /// `b`, until a poll fails or `polls` polls went by: the messages
 /// delivered before, and the error.
@@ -237,15 +251,7 @@ fn groups_committed_elsewhere_are_listed_and_described() {
 
 #[test]
 fn a_reader_never_delivers_a_damaged_batch_of_a_sealed_segment() {
-    let dir = tempfile::tempdir().unwrap();
-    {
-        let x = Broker::open(dir.path(), Config::default()).unwrap();
-        x.create_topic("t", TopicConfig::new(1).segment_bytes(4096))
-            .unwrap();
-        let values: Vec<String> = (0..200).map(|i| format!("value-{i:05}")).collect();
-        let refs: Vec<&str> = values.iter().map(String::as_str).collect();
-        send(&x, "t", 0, &refs);
-    }
+    let dir = sealed_values(Config::default());
     // A payload byte of the first (sealed) segment's third batch.
     let seg = dir.path().join("topics/t/0/00000000000000000000.log");
     let mut bytes = std::fs::read(&seg).unwrap();
@@ -266,15 +272,7 @@ fn a_reader_never_delivers_a_damaged_batch_of_a_sealed_segment() {
 /// error for a reader in another engine, never a skip to the next segment.
 #[test]
 fn a_reader_meets_a_damaged_header_of_a_sealed_segment_as_an_error() {
-    let dir = tempfile::tempdir().unwrap();
-    {
-        let x = Broker::open(dir.path(), shared()).unwrap();
-        x.create_topic("t", TopicConfig::new(1).segment_bytes(4096))
-            .unwrap();
-        let values: Vec<String> = (0..200).map(|i| format!("value-{i:05}")).collect();
-        let refs: Vec<&str> = values.iter().map(String::as_str).collect();
-        send(&x, "t", 0, &refs);
-    }
+    let dir = sealed_values(shared());
     // The third batch of the first (sealed) segment claims more bytes than
     // the segment holds.
     let seg = dir.path().join("topics/t/0/00000000000000000000.log");

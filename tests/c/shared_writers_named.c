@@ -269,12 +269,11 @@ static void fence_old(const char *path, int up, int down) {
     exit(0);
 }
 
-static void fencing(const char *dir) {
-    char path[4096];
-    join_path(path, sizeof path, dir, "fencing");
-    mql_broker *mq = open_shared(path);
-    make_topic(mq, "fenced", 1);
-    CHECK_OK(mql_close(mq));
+/* Forks a child that runs `child(path, up, down)` (it must exit): `up`
+ * carries bytes from the child, `down` to it. Returns its pid; the
+ * parent's ends are in up_r and down_w. */
+static pid_t fork_child(const char *path, void (*child)(const char *, int, int), int *up_r,
+                        int *down_w) {
     int up[2], down[2];
     CHECK(pipe(up) == 0 && pipe(down) == 0);
     fflush(NULL);
@@ -283,15 +282,28 @@ static void fencing(const char *dir) {
     if (pid == 0) {
         close(up[0]);
         close(down[1]);
-        fence_old(path, up[1], down[0]);
+        child(path, up[1], down[0]);
     }
     close(up[1]);
     close(down[0]);
+    *up_r = up[0];
+    *down_w = down[1];
+    return pid;
+}
+
+static void fencing(const char *dir) {
+    char path[4096];
+    join_path(path, sizeof path, dir, "fencing");
+    mql_broker *mq = open_shared(path);
+    make_topic(mq, "fenced", 1);
+    CHECK_OK(mql_close(mq));
+    int up, down;
+    pid_t pid = fork_child(path, fence_old, &up, &down);
     int64_t old_id = 0;
     int16_t old_epoch = 0;
-    CHECK(read(up[0], &old_id, sizeof old_id) == sizeof old_id);
-    CHECK(read(up[0], &old_epoch, sizeof old_epoch) == sizeof old_epoch);
-    CHECK(get_byte(up[0]) == 's');
+    CHECK(read(up, &old_id, sizeof old_id) == sizeof old_id);
+    CHECK(read(up, &old_epoch, sizeof old_epoch) == sizeof old_epoch);
+    CHECK(get_byte(up) == 's');
     mq = open_shared(path);
     mql_producer *p = named(mq, "f", 1);
     int64_t id = 0, last = -2;
@@ -302,13 +314,13 @@ static void fencing(const char *dir) {
     CHECK(id == old_id);     /* one name, one producer id */
     CHECK(epoch > old_epoch); /* the newer instance has the higher epoch */
     CHECK(last == 49);        /* and resumes after the older one's sequences */
-    put_byte(down[1], 'n');
+    put_byte(down, 'n');
     int status = 0;
     CHECK(waitpid(pid, &status, 0) == pid);
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
         FAIL_AT("the older instance failed (wait status %#x)", status);
-    close(up[0]);
-    close(down[1]);
+    close(up);
+    close(down);
     for (int seq = 50; seq < 100; seq++) {
         char v[16];
         snprintf(v, sizeof v, "new-%d", seq);
@@ -371,30 +383,20 @@ static void delete_while_writing(const char *dir) {
     mql_broker *mq = open_shared(path);
     make_topic(mq, "d", 1);
     CHECK_OK(mql_close(mq));
-    int up[2], down[2];
-    CHECK(pipe(up) == 0 && pipe(down) == 0);
-    fflush(NULL);
-    pid_t pid = fork();
-    CHECK(pid >= 0);
-    if (pid == 0) {
-        close(up[0]);
-        close(down[1]);
-        delete_producer(path, up[1], down[0]);
-    }
-    close(up[1]);
-    close(down[0]);
-    char b = get_byte(up[0]);
+    int up, down;
+    pid_t pid = fork_child(path, delete_producer, &up, &down);
+    char b = get_byte(up);
     mq = open_shared(path);
     if (b == 'p') {
         CHECK_OK(mql_topic_delete(mq, "d"));
-        b = get_byte(up[0]);
+        b = get_byte(up);
     }
     if (b == 'f') {
         make_topic(mq, "d", 1);
-        put_byte(down[1], 'r');
+        put_byte(down, 'r');
     }
-    close(up[0]);
-    close(down[1]);
+    close(up);
+    close(down);
     int status = 0;
     CHECK(waitpid(pid, &status, 0) == pid);
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)

@@ -48,7 +48,8 @@ pub(crate) struct TimeEntry {
     pub pos: u32,
 }
 
-fn u32_at(b: &[u8], at: usize) -> u32 {
+/// The little-endian `u32` at byte `at` of `b`.
+pub(super) fn u32_at(b: &[u8], at: usize) -> u32 {
     u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
 }
 

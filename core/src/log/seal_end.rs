@@ -24,7 +24,7 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use super::batch::{self, BatchHeader};
-use super::index::{OFFSET_ENTRY, TIME_ENTRY};
+use super::index::{u32_at, OFFSET_ENTRY, TIME_ENTRY};
 use super::segment::{segment_path, shared_sealed_len};
 
 /// The most batch headers read after the offset index's last entry: the
@@ -107,10 +107,6 @@ fn last_entry(path: &Path, width: usize) -> Option<Vec<u8>> {
     let mut b = vec![0u8; width];
     file.read_exact_at(&mut b, at).ok()?;
     (!b.iter().all(|&x| x == 0)).then_some(b)
-}
-
-fn u32_at(b: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
 }
 
 fn i64_at(b: &[u8], at: usize) -> i64 {
