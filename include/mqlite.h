@@ -1573,17 +1573,8 @@ enum mql_status mql_config_set_max_commit_metadata_bytes(struct mql_config *conf
 enum mql_status mql_config_set_max_open_files(struct mql_config *config, size_t max_open_files);
 
 /**
- * Shared mode (default false): any number of processes may open the
- * data directory at once, each with shared mode set, and a second
- * `mql_open` of it in this process shares one engine with the first. One
- * process at a time is the writer: the role is taken by its first producer
- * (`mql_producer_new`) or topic change (create, delete, add partitions)
- * and held until that process closes the directory or dies; a write from
- * another process meanwhile fails with `MQL_LOCKED`, whose text names the
- * holder's pid. Every process may consume, join consumer groups and
- * commit. With false (exclusive mode) one handle owns the directory; an
- * exclusive open and shared opens fail with `MQL_LOCKED` while the other
- * kind holds it.
+ * Shared mode (true) or exclusive mode (false), whatever the filesystem:
+ * `mql_config_set_mode` with "shared" or "exclusive" (the default).
  *
  * Ownership: borrows `config` for the call; the caller still owns it.
  *
@@ -2276,8 +2267,9 @@ enum mql_status mql_consumer_config_set_enable_auto_offset_store(struct mql_cons
                                                                  bool on);
 
 /**
- * Opens (creating if needed) the data directory at `path`, takes its
- * exclusive lock and recovers every topic. `config` may be NULL for the
+ * Opens (creating if needed) the data directory at `path` in the mode the
+ * config asks for (`mql_config_set_mode`; `mql_mode` tells which one
+ * "auto" took) and recovers every topic. `config` may be NULL for the
  * defaults; it is copied, so it may be freed right after. On Unix `path`
  * may be any bytes (it is not required to be UTF-8).
  *
@@ -2286,8 +2278,11 @@ enum mql_status mql_consumer_config_set_enable_auto_offset_store(struct mql_cons
  * same calls and statuses (docs/kafka.md says what differs); librdkafka
  * properties come from `mql_config_set_kafka_property`.
  *
- * Fails with `MQL_LOCKED` when another handle (in this process or another)
- * holds the directory; the error text names the holder.
+ * Fails with `MQL_LOCKED` in exclusive mode when another handle (in this
+ * process or another) holds the directory, and in shared mode while a
+ * process holds it in exclusive mode; the error text names the holder.
+ * Fails with `MQL_INVALID_CONFIG` for shared mode ("shared") on a network
+ * filesystem.
  *
  * Ownership: on `MQL_OK`, `*out` is a new broker owned by the caller;
  * close and release it with `mql_close`.
@@ -2299,6 +2294,42 @@ enum mql_status mql_consumer_config_set_enable_auto_offset_store(struct mql_cons
 enum mql_status mql_open(const char *path,
                          const struct mql_config *config,
                          struct mql_broker **out);
+
+/**
+ * How processes share the data directory (the engine's `OpenMode`):
+ * "exclusive" (the default), "shared", or "auto" (shared mode on a local
+ * filesystem, exclusive mode on a network or user-space one such as NFS,
+ * CIFS, 9p or FUSE); ASCII case is ignored.
+ *
+ * In shared mode any number of processes open the directory at once, and
+ * every one of them produces, consumes, joins consumer groups and changes
+ * topics; a second `mql_open` of it in this process shares one engine with
+ * the first. In exclusive mode one handle owns the directory. See
+ * docs/shared-mode.md.
+ *
+ * Errors: `MQL_INVALID_ARGUMENT` for another name (the config is left as
+ * it was).
+ *
+ * Ownership: borrows `config` and `mode` for the call.
+ *
+ * # Safety
+ * `config` is NULL or a live config not used by another thread meanwhile;
+ * `mode` is NULL or a NUL-terminated string.
+ */
+enum mql_status mql_config_set_mode(struct mql_config *config, const char *mode);
+
+/**
+ * The mode the directory is open in, "shared" or "exclusive" (never
+ * "auto": what it took), to `*mode`: a static string, valid for the life
+ * of the program. A broker on a Kafka cluster is "shared".
+ *
+ * Ownership: borrows `broker` for the call; `*mode` is not to be freed.
+ *
+ * # Safety
+ * `broker` is NULL or a live broker; `mode` is NULL or valid for writing
+ * a pointer.
+ */
+enum mql_status mql_mode(const struct mql_broker *broker, const char **mode);
 
 /**
  * Adds a librdkafka property (`key` = `value`, for example

@@ -69,7 +69,7 @@ pub use assign::{
     TopicPartition, DEFAULT_VIRTUAL_NODES,
 };
 pub use broker::{
-    Broker, Config, GroupInfo, GroupMember, DEFAULT_MAX_COMMIT_METADATA_BYTES,
+    Broker, Config, GroupInfo, GroupMember, OpenMode, DEFAULT_MAX_COMMIT_METADATA_BYTES,
     DEFAULT_MAX_OPEN_FILES, LOCK_FILE,
 };
 pub use consumer::{

@@ -8,7 +8,9 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use mqlite::{Broker, Config, ConsumerConfig, Error, ProducerConfig, Record, TopicConfig};
+use mqlite::{
+    Broker, Config, ConsumerConfig, Error, OpenMode, ProducerConfig, Record, TopicConfig,
+};
 
 const HOSTILE_NAMES: &[&str] = &[
     "",
@@ -246,11 +248,15 @@ fn victims(root: &Path) -> Vec<PathBuf> {
     v
 }
 
-/// Opens the directory and uses it: errors are fine, a hang, a panic or a
-/// huge allocation is not.
-fn open_and_use(root: PathBuf) -> Result<(), String> {
-    let mq = Broker::open(&root, Config::default().retention_check_interval_ms(0))
-        .map_err(|e| e.to_string())?;
+/// Opens the directory in `mode` (read-only with `None`) and uses it:
+/// errors are fine, a hang, a panic or a huge allocation is not.
+fn open_and_use(root: PathBuf, mode: Option<OpenMode>) -> Result<(), String> {
+    let config = Config::default().retention_check_interval_ms(0);
+    let config = match mode {
+        Some(m) => config.mode(m),
+        None => config.readonly(true),
+    };
+    let mq = Broker::open(&root, config).map_err(|e| e.to_string())?;
     let mut c = mq
         .consumer(ConsumerConfig::group("g"))
         .map_err(|e| e.to_string())?;
@@ -267,28 +273,33 @@ fn fifos_devices_and_huge_files_are_errors_not_hangs() {
     for kind in ["fifo", "dev-zero", "dev-urandom", "huge-sparse"] {
         let template = prepared();
         for i in 0..victims(template.path()).len() {
-            let tmp = tempfile::tempdir().unwrap();
-            copy_tree(template.path(), tmp.path());
-            let victim = victims(tmp.path())[i].clone();
-            if !victim.exists() {
-                continue;
-            }
-            match kind {
-                "fifo" => replace_with_fifo(&victim),
-                "dev-zero" => replace_with_symlink(&victim, Path::new("/dev/zero")),
-                "dev-urandom" => replace_with_symlink(&victim, Path::new("/dev/urandom")),
-                _ => {
-                    let f = std::fs::OpenOptions::new()
-                        .write(true)
-                        .open(&victim)
-                        .unwrap();
-                    f.set_len(1 << 40).unwrap(); // 1 TiB, sparse
+            // Each mode opens the files its own way (shared mode and a
+            // read-only handle find a sealed segment's end from its seal
+            // entry, without a walk), each on a fresh copy.
+            for mode in [Some(OpenMode::Exclusive), Some(OpenMode::Shared), None] {
+                let tmp = tempfile::tempdir().unwrap();
+                copy_tree(template.path(), tmp.path());
+                let victim = victims(tmp.path())[i].clone();
+                if !victim.exists() {
+                    continue;
                 }
+                match kind {
+                    "fifo" => replace_with_fifo(&victim),
+                    "dev-zero" => replace_with_symlink(&victim, Path::new("/dev/zero")),
+                    "dev-urandom" => replace_with_symlink(&victim, Path::new("/dev/urandom")),
+                    _ => {
+                        let f = std::fs::OpenOptions::new()
+                            .write(true)
+                            .open(&victim)
+                            .unwrap();
+                        f.set_len(1 << 40).unwrap(); // 1 TiB, sparse
+                    }
+                }
+                let root = tmp.path().to_path_buf();
+                let what = format!("{kind} as {} ({mode:?})", victim.display());
+                let outcome = within_10s(&what, move || open_and_use(root, mode));
+                println!("{what}: {outcome:?}");
             }
-            let root = tmp.path().to_path_buf();
-            let what = format!("{kind} as {}", victim.display());
-            let outcome = within_10s(&what, move || open_and_use(root));
-            println!("{what}: {outcome:?}");
         }
     }
 }

@@ -7,7 +7,7 @@
 use std::time::{Duration, Instant};
 
 use mqlite::{
-    Broker, Config, ConsumerConfig, Error, ErrorKind, ProducerConfig, Record, TopicConfig,
+    Broker, Config, ConsumerConfig, Error, ErrorKind, OpenMode, ProducerConfig, Record, TopicConfig,
 };
 
 fn shared() -> Config {
@@ -180,6 +180,42 @@ fn exclusive_and_shared_opens_exclude_each_other() {
     assert_eq!(e.kind(), ErrorKind::Locked);
     drop(x);
     Broker::open(dir.path(), shared()).unwrap();
+}
+
+#[test]
+fn auto_mode_is_shared_mode_on_a_local_filesystem_and_mode_says_which_was_taken() {
+    let dir = tempfile::tempdir().unwrap();
+    let auto = || Config::default().mode(OpenMode::Auto);
+    let a = Broker::open(dir.path(), auto()).unwrap();
+    assert_eq!(a.mode(), OpenMode::Shared);
+    a.create_topic("t", TopicConfig::new(1)).unwrap();
+    // A shared open in this process shares the engine the auto open made.
+    let b = Broker::open(dir.path(), shared()).unwrap();
+    assert_eq!(b.mode(), OpenMode::Shared);
+    assert_eq!(b.topics(), vec!["t".to_owned()]);
+    let exclusive = || Config::default().mode(OpenMode::Exclusive);
+    let e = Broker::open(dir.path(), exclusive()).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Locked);
+    a.close().unwrap();
+    b.close().unwrap();
+    let x = Broker::open(dir.path(), exclusive()).unwrap();
+    assert_eq!(x.mode(), OpenMode::Exclusive);
+    let e = Broker::open(dir.path(), auto()).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Locked);
+    x.close().unwrap();
+    // `shared(false)` asks for exclusive mode; the default is exclusive.
+    let y = Broker::open(dir.path(), auto().shared(false)).unwrap();
+    assert_eq!(y.mode(), OpenMode::Exclusive);
+    y.close().unwrap();
+    assert_eq!(
+        Broker::open(dir.path(), Config::default()).unwrap().mode(),
+        OpenMode::Exclusive
+    );
+    // A directory that does not exist yet: its parent's filesystem decides.
+    let nested = dir.path().join("a/b");
+    let n = Broker::open(&nested, auto()).unwrap();
+    assert_eq!(n.mode(), OpenMode::Shared);
+    assert!(nested.is_dir());
 }
 
 #[test]

@@ -2,7 +2,7 @@
 
 use std::ffi::c_char;
 
-use mqlite::{Broker, Config, PartitionInfo, TopicConfig};
+use mqlite::{Broker, Config, OpenMode, PartitionInfo, TopicConfig};
 
 use crate::config::{mql_config, mql_topic_config};
 use crate::error::{guard, mql_status, Failure, FfiResult};
@@ -15,8 +15,9 @@ pub struct mql_broker {
     pub(crate) inner: Broker,
 }
 
-/// Opens (creating if needed) the data directory at `path`, takes its
-/// exclusive lock and recovers every topic. `config` may be NULL for the
+/// Opens (creating if needed) the data directory at `path` in the mode the
+/// config asks for (`mql_config_set_mode`; `mql_mode` tells which one
+/// "auto" took) and recovers every topic. `config` may be NULL for the
 /// defaults; it is copied, so it may be freed right after. On Unix `path`
 /// may be any bytes (it is not required to be UTF-8).
 ///
@@ -25,8 +26,11 @@ pub struct mql_broker {
 /// same calls and statuses (docs/kafka.md says what differs); librdkafka
 /// properties come from `mql_config_set_kafka_property`.
 ///
-/// Fails with `MQL_LOCKED` when another handle (in this process or another)
-/// holds the directory; the error text names the holder.
+/// Fails with `MQL_LOCKED` in exclusive mode when another handle (in this
+/// process or another) holds the directory, and in shared mode while a
+/// process holds it in exclusive mode; the error text names the holder.
+/// Fails with `MQL_INVALID_CONFIG` for shared mode ("shared") on a network
+/// filesystem.
 ///
 /// Ownership: on `MQL_OK`, `*out` is a new broker owned by the caller;
 /// close and release it with `mql_close`.
@@ -48,6 +52,67 @@ pub unsafe extern "C" fn mql_open(
         let inner = Broker::open(path, config)?;
         // SAFETY: `out` is valid for writes by the caller's contract.
         unsafe { out.write(into_handle(mql_broker { inner })) };
+        Ok(())
+    })
+}
+
+/// How processes share the data directory (the engine's `OpenMode`):
+/// "exclusive" (the default), "shared", or "auto" (shared mode on a local
+/// filesystem, exclusive mode on a network or user-space one such as NFS,
+/// CIFS, 9p or FUSE); ASCII case is ignored.
+///
+/// In shared mode any number of processes open the directory at once, and
+/// every one of them produces, consumes, joins consumer groups and changes
+/// topics; a second `mql_open` of it in this process shares one engine with
+/// the first. In exclusive mode one handle owns the directory. See
+/// docs/shared-mode.md.
+///
+/// Errors: `MQL_INVALID_ARGUMENT` for another name (the config is left as
+/// it was).
+///
+/// Ownership: borrows `config` and `mode` for the call.
+///
+/// # Safety
+/// `config` is NULL or a live config not used by another thread meanwhile;
+/// `mode` is NULL or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn mql_config_set_mode(
+    config: *mut mql_config,
+    mode: *const c_char,
+) -> mql_status {
+    guard(|| {
+        let c = arg!(mut config);
+        let mode = arg!(str mode).parse::<OpenMode>()?;
+        c.inner = c.inner.clone().mode(mode);
+        c.inner.shared = false;
+        Ok(())
+    })
+}
+
+/// The mode the directory is open in, "shared" or "exclusive" (never
+/// "auto": what it took), to `*mode`: a static string, valid for the life
+/// of the program. A broker on a Kafka cluster is "shared".
+///
+/// Ownership: borrows `broker` for the call; `*mode` is not to be freed.
+///
+/// # Safety
+/// `broker` is NULL or a live broker; `mode` is NULL or valid for writing
+/// a pointer.
+#[no_mangle]
+pub unsafe extern "C" fn mql_mode(
+    broker: *const mql_broker,
+    mode: *mut *const c_char,
+) -> mql_status {
+    guard(|| {
+        let b = arg!(ref broker);
+        let out = out!(mode);
+        let name = match b.inner.mode() {
+            OpenMode::Shared => c"shared",
+            OpenMode::Exclusive => c"exclusive",
+            OpenMode::Auto => c"auto",
+        };
+        // SAFETY: `mode` is valid for writes by the caller's contract.
+        unsafe { out.write(name.as_ptr()) };
         Ok(())
     })
 }

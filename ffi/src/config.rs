@@ -170,17 +170,8 @@ pub unsafe extern "C" fn mql_config_set_max_open_files(
     )
 }
 
-/// Shared mode (default false): any number of processes may open the
-/// data directory at once, each with shared mode set, and a second
-/// `mql_open` of it in this process shares one engine with the first. One
-/// process at a time is the writer: the role is taken by its first producer
-/// (`mql_producer_new`) or topic change (create, delete, add partitions)
-/// and held until that process closes the directory or dies; a write from
-/// another process meanwhile fails with `MQL_LOCKED`, whose text names the
-/// holder's pid. Every process may consume, join consumer groups and
-/// commit. With false (exclusive mode) one handle owns the directory; an
-/// exclusive open and shared opens fail with `MQL_LOCKED` while the other
-/// kind holds it.
+/// Shared mode (true) or exclusive mode (false), whatever the filesystem:
+/// `mql_config_set_mode` with "shared" or "exclusive" (the default).
 ///
 /// Ownership: borrows `config` for the call; the caller still owns it.
 ///
@@ -191,7 +182,11 @@ pub unsafe extern "C" fn mql_config_set_shared(
     config: *mut mql_config,
     shared: bool,
 ) -> mql_status {
-    set!(config, shared = shared)
+    guard(|| {
+        let c = arg!(mut config);
+        c.inner = c.inner.clone().shared(shared);
+        Ok(())
+    })
 }
 
 /// Read-only (default false; true implies shared mode, see

@@ -105,8 +105,8 @@ these objects report ``closed`` and every method raises ``mqlite.Closed``
 garbage-collecting the objects leaves the parent's broker untouched.
 Messages received before the fork stay readable. The child may open a
 broker of its own: on another directory, on the parent's once the parent
-has closed it (until then ``mqlite.Locked``), or at once with
-``shared=True`` when the parent opened it shared (the child inherits none
+has closed it (until then ``mqlite.Locked``), or at once in shared mode
+when the parent opened it shared (the child inherits none
 of the parent's locks: not its append locks, not its group memberships).
 The parent is not affected,
 and its ``close()`` releases the directory even while children live. With
@@ -239,7 +239,8 @@ def open(  # noqa: A001 - shadows the builtin on purpose, like gzip.open
     retention_check_interval_ms: int = 60_000,
     max_commit_metadata_bytes: int = 4096,
     max_open_files: int = 256,
-    shared: bool = False,
+    mode: Optional[str] = None,
+    shared: Optional[bool] = None,
     readonly: bool = False,
     auto_create_topics: bool = False,
     default_partitions: int = 1,
@@ -247,19 +248,22 @@ def open(  # noqa: A001 - shadows the builtin on purpose, like gzip.open
 ) -> Broker:
     """Opens (creating if needed) the data directory at ``path``.
 
-    Takes the directory's lock and recovers every topic. Use the result as
-    a context manager, or call ``close()`` when done.
+    Joins the processes that have the directory open, or takes it alone,
+    and recovers every topic. Use the result as a context manager, or call
+    ``close()`` when done.
 
-    By default the lock is exclusive: one handle owns the directory. With
-    ``shared=True`` any number of processes may open it at once (see
-    *Several processes* in the README)::
+    By default one handle owns the directory, and every other ``open()``
+    of it raises ``mqlite.Locked``. In shared mode (``mode="shared"``, or
+    ``mode="auto"`` on a local filesystem) any number of processes may open
+    it at once, and every one of them produces and consumes (see *Several
+    processes* in the README)::
 
         # the application
-        mq = mqlite.open("data", shared=True)
+        mq = mqlite.open("data", mode="shared")
         mq.producer().send("orders", b"paid")
 
         # a worker process, at the same time: produces and consumes too
-        mq = mqlite.open("data", shared=True)
+        mq = mqlite.open("data", mode="shared")
         mq.producer().send("orders", b"refunded")
         consumer = mq.consumer("billing")
         consumer.subscribe(["orders"])
@@ -285,18 +289,21 @@ def open(  # noqa: A001 - shadows the builtin on purpose, like gzip.open
             (like RocksDB's ``max_open_files``): active segments and recovery
             points, in a cache that closes the least recently used and opens
             a file again when it is needed. At least 1.
-        shared: Shared mode: any number of processes may open the directory
-            at once, each with ``shared=True``, and a second ``open()`` of it
-            in this process shares one engine with the first. One process at
-            a time is the writer: the role is taken by its first
-            ``producer()`` or topic change (create, delete, add partitions)
-            and held until that process closes the directory or dies; a
-            write from another process meanwhile raises ``mqlite.Locked``
-            naming the holder's pid. Every process may consume, join
-            consumer groups (members in different processes share the
-            partitions) and commit.
+        mode: How processes share the directory: ``"exclusive"`` (the
+            default), ``"shared"``, or ``"auto"`` (shared mode on a local
+            filesystem, exclusive mode on a network or user-space one such
+            as NFS, CIFS, 9p or FUSE). In shared mode any number of processes open
+            the directory at once, and every one of them produces, consumes,
+            joins consumer groups (members in different processes share the
+            partitions), commits and changes topics; a second ``open()`` of
+            it in this process shares one engine with the first. In
+            exclusive mode one handle owns the directory. ``Broker.mode``
+            says which one was taken.
+        shared: ``True`` for shared mode and ``False`` for exclusive mode,
+            whatever the filesystem (``mode="shared"`` or
+            ``mode="exclusive"``).
         readonly: Never write the directory's logs, offsets, topics or
-            producer state, not even recovery (implies ``shared``; like
+            producer state, not even recovery (implies shared mode; like
             every shared handle it takes the shared-mode lock files):
             ``producer()``, topic changes and commits raise
             ``mqlite.ReadOnly``. For tools looking at a directory an
@@ -323,10 +330,12 @@ def open(  # noqa: A001 - shadows the builtin on purpose, like gzip.open
             (exclusive against shared), or any handle does in exclusive mode;
             the message names the holder.
         mqlite.InvalidArgument: ``path`` is empty or holds a NUL byte, or
-            ``file_mode`` or the interval is out of range, or ``readonly``
+            ``file_mode`` or the interval is out of range, or ``mode`` is
+            not a mode's name or disagrees with ``shared``, or ``readonly``
             is set and ``path`` is not a data directory.
         mqlite.InvalidConfig: ``max_open_files`` is 0, or
-            ``default_partitions`` is out of range.
+            ``default_partitions`` is out of range, or shared mode was asked
+            for on a network filesystem.
         mqlite.IoError: The directory cannot be created or read.
         mqlite.Corrupt: A topic's metadata is unreadable.
     """
@@ -337,6 +346,7 @@ def open(  # noqa: A001 - shadows the builtin on purpose, like gzip.open
         retention_check_interval_ms=retention_check_interval_ms,
         max_commit_metadata_bytes=max_commit_metadata_bytes,
         max_open_files=max_open_files,
+        mode=mode,
         shared=shared,
         readonly=readonly,
         auto_create_topics=auto_create_topics,

@@ -665,7 +665,8 @@ class Broker:
         retention_check_interval_ms: int = 60000,
         max_commit_metadata_bytes: int = 4096,
         max_open_files: int = 256,
-        shared: bool = False,
+        mode: Optional[str] = None,
+        shared: Optional[bool] = None,
         readonly: bool = False,
         auto_create_topics: bool = False,
         default_partitions: int = 1,
@@ -673,6 +674,8 @@ class Broker:
     ) -> Self: ...
     @property
     def path(self) -> str: ...
+    @property
+    def mode(self) -> Literal["shared", "exclusive"]: ...
     @property
     def closed(self) -> bool: ...
     def create_topic(

@@ -16,9 +16,9 @@ use crate::util::{arg_u32, arg_u64, config_u32, config_u64};
 
 /// An open data directory: the entry point of the engine.
 ///
-/// Made by `mqlite.open(path)`. Holds the directory's lock until `close()`
-/// (or the end of a `with` block, or garbage collection): exclusive by
-/// default, shared with other processes with `shared=True`. Producers and
+/// Made by `mqlite.open(path)`. Holds the directory until `close()` (or the
+/// end of a `with` block, or garbage collection): alone by default, or
+/// shared with other processes (`mode`). Producers and
 /// consumers made from it keep it alive, and fail with `mqlite.Closed` once
 /// it is closed.
 ///
@@ -40,16 +40,19 @@ use crate::util::{arg_u32, arg_u64, config_u32, config_u64};
 ///         (like RocksDB's `max_open_files`): active segments and recovery
 ///         points, in a cache that closes the least recently used and opens
 ///         a file again when it is needed. At least 1.
-///     shared: Shared mode: any number of processes may open the directory
-///         at once, each with `shared=True`, and a second `open()` of it in
-///         this process shares one engine with the first. One process at a
-///         time is the writer: the role is taken by its first `producer()`
-///         or topic change (create, delete, add partitions) and held until
-///         that process closes the directory or dies; a write from another
-///         process meanwhile raises `mqlite.Locked` naming the holder's pid.
-///         Every process may consume, join consumer groups and commit.
+///     mode: How processes share the directory: "exclusive" (the
+///         default), "shared", or "auto" (shared mode on a local
+///         filesystem, exclusive mode on a network or user-space one such
+///         as NFS, CIFS, 9p or FUSE). In shared mode any number of processes open the
+///         directory at once, and every one of them produces, consumes,
+///         joins consumer groups and changes topics; a second `open()` of
+///         it in this process shares one engine with the first. In
+///         exclusive mode one handle owns the directory. `Broker.mode`
+///         says which one was taken. See docs/shared-mode.md.
+///     shared: True for shared mode and False for exclusive mode, whatever
+///         the filesystem (`mode="shared"` or `mode="exclusive"`).
 ///     readonly: Never write the directory's logs, offsets, topics or
-///         producer state, not even recovery (implies `shared`; like every
+///         producer state, not even recovery (implies shared mode; like every
 ///         shared handle it takes the shared-mode lock files): `producer()`,
 ///         topic changes and commits raise `mqlite.ReadOnly`. For tools
 ///         looking at a directory an application has open. The directory
@@ -72,10 +75,12 @@ use crate::util::{arg_u32, arg_u64, config_u32, config_u64};
 ///         (exclusive against shared), or any handle does in exclusive mode;
 ///         the message names the holder.
 ///     mqlite.InvalidArgument: `path` is empty or holds a NUL byte, or
-///         `file_mode` or the interval is out of range, or `readonly` is
-///         set and `path` is not a data directory.
+///         `file_mode` or the interval is out of range, or `mode` is not a
+///         mode's name or disagrees with `shared`, or `readonly` is set
+///         and `path` is not a data directory.
 ///     mqlite.InvalidConfig: `max_open_files` is 0, or `default_partitions`
-///         is out of range.
+///         is out of range, or shared mode was asked for on a network
+///         filesystem.
 ///     mqlite.IoError: The directory cannot be created or read.
 ///     mqlite.Corrupt: A topic's metadata is unreadable.
 ///
@@ -87,13 +92,15 @@ use crate::util::{arg_u32, arg_u64, config_u32, config_u64};
 /// `os.fork()`, the broker and everything made from it report `closed`,
 /// their methods raise `mqlite.Closed` (`close()` does nothing), and the
 /// child may open brokers of its own: on another directory, on this one
-/// once the parent has closed it, or on this one at once with `shared=True`
+/// once the parent has closed it, or on this one at once in shared mode
 /// when this broker is shared.
 #[pyclass(frozen, module = "mqlite")]
 pub struct Broker {
     /// Leaked instead of closed in a forked child (`fork.rs`).
     pub(crate) inner: Local<mqlite::Broker>,
     path: String,
+    /// The mode the directory is open in.
+    mode: mqlite::OpenMode,
     /// The directory lock's entry in `fork::LOCKS`.
     lock_token: Option<u64>,
     /// Closed by `close()`: they hold their share groups open.
@@ -121,6 +128,36 @@ impl Broker {
     /// Whether closed, or unusable in a forked child.
     pub(crate) fn is_closed(&self) -> bool {
         self.inner.forked() || self.inner.is_closed()
+    }
+}
+
+/// `open()`'s mode from its `mode` and `shared` arguments.
+fn open_mode(
+    py: Python<'_>,
+    mode: Option<&str>,
+    shared: Option<bool>,
+) -> PyResult<mqlite::OpenMode> {
+    let named = mode
+        .map(str::parse::<mqlite::OpenMode>)
+        .transpose()
+        .py_err(py)?;
+    let forced = shared.map(|on| {
+        if on {
+            mqlite::OpenMode::Shared
+        } else {
+            mqlite::OpenMode::Exclusive
+        }
+    });
+    match (named, forced) {
+        (Some(m), Some(f)) if m != f => Err(invalid_argument(
+            py,
+            format!(
+                "mode={:?} disagrees with shared={}",
+                m.name(),
+                f == mqlite::OpenMode::Shared
+            ),
+        )),
+        (m, f) => Ok(f.or(m).unwrap_or(mqlite::Config::default().mode)),
     }
 }
 
@@ -165,9 +202,9 @@ impl Broker {
     #[pyo3(
         signature = (path, *, prefault = true, file_mode = 0o600, retention_check_interval_ms = 60_000,
                      max_commit_metadata_bytes = mqlite::DEFAULT_MAX_COMMIT_METADATA_BYTES as i64,
-                     max_open_files = mqlite::DEFAULT_MAX_OPEN_FILES as i64, shared = false,
-                     readonly = false, auto_create_topics = false, default_partitions = 1, kafka = None),
-        text_signature = "(path, *, prefault=True, file_mode=0o600, retention_check_interval_ms=60000, max_commit_metadata_bytes=4096, max_open_files=256, shared=False, readonly=False, auto_create_topics=False, default_partitions=1, kafka=None)"
+                     max_open_files = mqlite::DEFAULT_MAX_OPEN_FILES as i64, mode = None,
+                     shared = None, readonly = false, auto_create_topics = false, default_partitions = 1, kafka = None),
+        text_signature = "(path, *, prefault=True, file_mode=0o600, retention_check_interval_ms=60000, max_commit_metadata_bytes=4096, max_open_files=256, mode=None, shared=None, readonly=False, auto_create_topics=False, default_partitions=1, kafka=None)"
     )]
     #[allow(clippy::too_many_arguments, clippy::fn_params_excessive_bools)] // the keyword arguments of `open()`
     fn new(
@@ -178,7 +215,8 @@ impl Broker {
         retention_check_interval_ms: i64,
         max_commit_metadata_bytes: i64,
         max_open_files: i64,
-        shared: bool,
+        mode: Option<&str>,
+        shared: Option<bool>,
         readonly: bool,
         auto_create_topics: bool,
         default_partitions: i64,
@@ -224,13 +262,14 @@ impl Broker {
                 format!("max_open_files must not be negative, got {max_open_files}"),
             )
         })?;
+        let mode = open_mode(py, mode, shared)?;
         let config = mqlite::Config::default()
+            .mode(mode)
             .prefault(prefault)
             .file_mode(file_mode as u32)
             .retention_check_interval_ms(interval)
             .max_commit_metadata_bytes(max_metadata)
             .max_open_files(max_open_files)
-            .shared(shared)
             .readonly(readonly)
             // Topic creation on first use (out of range: checked by open).
             .auto_create_topics(auto_create_topics)
@@ -253,6 +292,7 @@ impl Broker {
         Ok(Broker {
             lock_token: fork::register_lock(&path),
             path: path.to_string_lossy().into_owned(),
+            mode: inner.mode(),
             inner: Local::new(inner),
             share_consumers: crate::share_consumer::Registry::default(),
         })
@@ -262,6 +302,13 @@ impl Broker {
     #[getter]
     fn path(&self) -> &str {
         &self.path
+    }
+
+    /// str: The mode the directory is open in, "shared" or "exclusive"
+    /// (never "auto": the one it took).
+    #[getter]
+    fn mode(&self) -> &'static str {
+        self.mode.name()
     }
 
     /// bool: Whether `close()` was called (always True in a process forked
@@ -531,8 +578,8 @@ impl Broker {
     ///         `transactional.id`, the naming rules of `name`): it may run
     ///         transactions (`transaction()`, `begin_transaction()`), and
     ///         making one with the same id fences this one (its open
-    ///         transaction is aborted; its calls raise `ProducerFenced`).
-    ///         Not available in shared mode.
+    ///         transaction is aborted; its calls raise `ProducerFenced`),
+    ///         in this process or, in shared mode, another.
     ///     max_transaction_bytes: Most bytes of records one transaction may
     ///         buffer (default 64 MiB); past it a send raises
     ///         `TransactionTooLarge`.

@@ -111,6 +111,7 @@ STRINGS_BY_FUNCTION = {
     ("mql_producer_config_set_partitioner", "name"): '"sticky"',
     ("mql_config_set_kafka_property", "key"): '"client.id"',
     ("mql_config_set_kafka_property", "value"): '"c"',
+    ("mql_config_set_mode", "mode"): '"exclusive"',
 }
 
 # Valid scalar values by parameter name (others: 0 / false, or 1 for a

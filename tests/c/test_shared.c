@@ -1,4 +1,5 @@
-/* Shared mode (mql_config_set_shared, mql_config_set_readonly) across
+/* Shared mode (mql_config_set_shared, mql_config_set_mode, mql_mode,
+ * mql_config_set_readonly) across
  * processes made with fork(). The parent opens the data directory shared,
  * creates a topic and writes to it with a producer; the
  * children each open the directory with a handle of their own and:
@@ -264,6 +265,28 @@ int main(int argc, char **argv) {
     mql_broker *other = NULL;
     CHECK_FAIL(mql_open(path, cfg, &other), MQL_LOCKED, "");
     CHECK(other == NULL);
+
+    /* The mode by name: "auto" takes shared mode here (a local filesystem)
+     * and shares this process's engine; an unknown name changes nothing. */
+    const char *mode = NULL;
+    CHECK_OK(mql_mode(mq, &mode));
+    CHECK(strcmp(mode, "shared") == 0);
+    CHECK_FAIL(mql_config_set_mode(cfg, "both"), MQL_INVALID_ARGUMENT, "mode must be");
+    CHECK_FAIL(mql_open(path, cfg, &other), MQL_LOCKED, "");
+    CHECK_OK(mql_config_set_mode(cfg, "AUTO"));
+    CHECK_OK(mql_open(path, cfg, &other));
+    mode = NULL;
+    CHECK_OK(mql_mode(other, &mode));
+    CHECK(strcmp(mode, "shared") == 0);
+    CHECK(end_of(other, "t", 0) + end_of(other, "t", 1) == HALF);
+    CHECK_OK(mql_close(other));
+    other = NULL;
+    CHECK_OK(mql_config_set_mode(cfg, "exclusive"));
+    CHECK_FAIL(mql_open(path, cfg, &other), MQL_LOCKED, "");
+    CHECK(other == NULL);
+    CHECK_FAIL(mql_mode(NULL, &mode), MQL_NULL_ARGUMENT, "");
+    CHECK_FAIL(mql_mode(mq, NULL), MQL_NULL_ARGUMENT, "");
+    CHECK_FAIL(mql_config_set_mode(cfg, NULL), MQL_NULL_ARGUMENT, "");
     mql_config_free(cfg);
 
     write_byte(ro.go);
@@ -292,6 +315,13 @@ int main(int argc, char **argv) {
     close(lt.ready);
 
     mql_producer_free(p);
+    CHECK_OK(mql_close(mq));
+
+    /* Every handle closed: the default is exclusive mode, and says so. */
+    CHECK_OK(mql_open(path, NULL, &mq));
+    mode = NULL;
+    CHECK_OK(mql_mode(mq, &mode));
+    CHECK(strcmp(mode, "exclusive") == 0);
     CHECK_OK(mql_close(mq));
     return 0;
 }

@@ -1,4 +1,4 @@
-"""Shared mode (``mqlite.open(path, shared=True)`` and ``readonly=True``):
+"""Shared mode (``mqlite.open(path, shared=True)``, ``mode=...`` and ``readonly=True``):
 several processes on one data directory.
 
 The worker processes are started with ``multiprocessing``'s "spawn"
@@ -364,6 +364,28 @@ def test_exclusive_and_shared_exclude_each_other(data_dir: Path) -> None:
             open_shared(path)
         with pytest.raises(mqlite.Locked):
             mqlite.open(path, readonly=True)
+
+
+def test_mode_names_the_mode_and_auto_takes_shared_mode_here(data_dir: Path) -> None:
+    path = str(data_dir)
+    with mqlite.open(path, mode="auto", prefault=False) as a:
+        assert a.mode == "shared"
+        # Another handle in this process shares the engine; exclusive mode
+        # is refused while it is open, by name or by shared=False.
+        with mqlite.open(path, mode="SHARED") as b:
+            assert b.mode == "shared"
+        for kwargs in ({"mode": "exclusive"}, {"shared": False}, {}):
+            with pytest.raises(mqlite.Locked):
+                mqlite.open(path, **kwargs)
+    with mqlite.open(path) as x:
+        assert x.mode == "exclusive"
+    with mqlite.open(path, shared=True, mode="shared") as y:
+        assert y.mode == "shared"
+    for kwargs in ({"mode": "both"}, {"mode": "exclusive", "shared": True}, {"mode": "shared", "shared": False}):
+        with pytest.raises(mqlite.InvalidArgument):
+            mqlite.open(path, **kwargs)
+    with pytest.raises(TypeError):
+        mqlite.open(path, mode=1)
 
 
 def test_a_second_process_writes_beside_the_first(data_dir: Path) -> None:

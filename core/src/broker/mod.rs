@@ -26,184 +26,13 @@ use crate::sync;
 use crate::topic::{validate_topic_name, Topic, TopicConfig, TopicInfo, TopicOptions};
 use crate::txn::Coordinator;
 
+mod config;
 mod shared;
+
+pub use config::{Config, OpenMode, DEFAULT_MAX_COMMIT_METADATA_BYTES, DEFAULT_MAX_OPEN_FILES};
 
 /// Name of the lock file in the data directory.
 pub const LOCK_FILE: &str = "LOCK";
-
-/// Settings of a data directory handle.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Config {
-    /// Fault in segment pages in the background before the writer reaches
-    /// them (default true): the active segment once it holds 16 KiB, the
-    /// next one once the active one is half full. The work runs on the
-    /// broker's two background threads, shared by every partition.
-    pub prefault: bool,
-    /// Unix permission bits of created data files (default `0o600`).
-    pub file_mode: u32,
-    /// How often a background thread applies retention, in ms (default
-    /// 60,000; 0 turns the thread off, retention then runs on segment roll
-    /// and on [`Broker::enforce_retention`]).
-    pub retention_check_interval_ms: u64,
-    /// Largest metadata string a commit may carry, in bytes (default
-    /// [`DEFAULT_MAX_COMMIT_METADATA_BYTES`], Kafka's
-    /// `offset.metadata.max.bytes`); a longer one is refused with
-    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument).
-    pub max_commit_metadata_bytes: usize,
-    /// Most descriptors the broker keeps open for its files (default
-    /// [`DEFAULT_MAX_OPEN_FILES`], like RocksDB's `max_open_files`): those
-    /// of active segments and recovery points, in a cache that closes the
-    /// least recently used and opens a file again when it is needed. Data
-    /// is read through memory maps, which need none. At least 1; 0 is
-    /// refused by [`Broker::open`] with [`Error::InvalidConfig`].
-    pub max_open_files: usize,
-    /// Shared mode (default false): any number of processes may open the
-    /// directory at once, each with `shared` set. One of them at a time
-    /// is the writer (the role is taken by its first producer or topic
-    /// change); the others read, consume and join consumer groups. In
-    /// exclusive mode (false) one handle owns the directory and every
-    /// other open gets [`Error::Locked`]. See docs/shared-mode.md.
-    pub shared: bool,
-    /// Read-only (default false, implies `shared`): the handle never
-    /// writes a file of the directory, not even recovery; producers, topic
-    /// changes and commits are refused with [`Error::ReadOnly`]. For tools
-    /// looking at a directory an application has open.
-    pub readonly: bool,
-    // Topic creation on first use.
-    /// Create a topic on first use (default false; Kafka's
-    /// `auto.create.topics.enable`, Pulsar's `allowAutoTopicCreation`): a
-    /// send to a missing topic, and a consumer's `subscribe` or `assign`
-    /// naming one (not a pattern subscription), create it with
-    /// [`Config::default_partitions`] partitions and the default
-    /// [`TopicConfig`]. An invalid name still fails with
-    /// [`Error::InvalidTopicName`] and creates nothing. A read-only handle
-    /// never creates: it keeps reporting [`Error::UnknownTopic`].
-    pub auto_create_topics: bool,
-    /// Partitions of a topic created on first use (default 1, Kafka's
-    /// `num.partitions`).
-    pub default_partitions: u32,
-    /// librdkafka properties for a broker on a Kafka cluster (opened with a
-    /// `kafka://host:port,...` address; see [`crate::kafka::KafkaBroker::open`]);
-    /// a data directory ignores them.
-    pub kafka_properties: Vec<(String, String)>,
-}
-
-pub use crate::files::DEFAULT_MAX_OPEN_FILES;
-
-/// Default of [`Config::max_commit_metadata_bytes`]: 4 KiB, as in Kafka.
-pub const DEFAULT_MAX_COMMIT_METADATA_BYTES: usize = 4096;
-
-impl Default for Config {
-    fn default() -> Self {
-        Config {
-            prefault: true,
-            file_mode: 0o600,
-            retention_check_interval_ms: 60_000,
-            max_commit_metadata_bytes: DEFAULT_MAX_COMMIT_METADATA_BYTES,
-            max_open_files: DEFAULT_MAX_OPEN_FILES,
-            shared: false,
-            readonly: false,
-            // Topic creation on first use.
-            auto_create_topics: false,
-            default_partitions: 1,
-            kafka_properties: Vec::new(),
-        }
-    }
-}
-
-impl Config {
-    /// Adds a librdkafka property for a broker on a Kafka cluster
-    /// ([`Config::kafka_properties`]).
-    pub fn kafka_property(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
-        self.kafka_properties.push((key.into(), value.into()));
-        self
-    }
-
-    /// Sets `prefault`.
-    pub fn prefault(mut self, on: bool) -> Self {
-        self.prefault = on;
-        self
-    }
-
-    /// Sets `file_mode`.
-    pub fn file_mode(mut self, mode: u32) -> Self {
-        self.file_mode = mode;
-        self
-    }
-
-    /// Sets `retention_check_interval_ms`.
-    pub fn retention_check_interval_ms(mut self, ms: u64) -> Self {
-        self.retention_check_interval_ms = ms;
-        self
-    }
-
-    /// Sets `max_commit_metadata_bytes`.
-    pub fn max_commit_metadata_bytes(mut self, bytes: usize) -> Self {
-        self.max_commit_metadata_bytes = bytes;
-        self
-    }
-
-    /// Sets `max_open_files` (checked by [`Broker::open`]: 0 is an
-    /// [`Error::InvalidConfig`]).
-    pub fn max_open_files(mut self, n: usize) -> Self {
-        self.max_open_files = n;
-        self
-    }
-
-    /// Sets `shared`.
-    pub fn shared(mut self, on: bool) -> Self {
-        self.shared = on;
-        self
-    }
-
-    /// Sets `readonly` (which implies `shared`).
-    pub fn readonly(mut self, on: bool) -> Self {
-        self.readonly = on;
-        self
-    }
-
-    /// Whether the directory is opened in shared mode (`shared` or
-    /// `readonly`).
-    pub fn is_shared(&self) -> bool {
-        self.shared || self.readonly
-    }
-
-    // Topic creation on first use.
-    /// Sets `auto_create_topics`.
-    pub fn auto_create_topics(mut self, on: bool) -> Self {
-        self.auto_create_topics = on;
-        self
-    }
-
-    /// Sets `default_partitions` (checked by [`Broker::open`]: 0 or more
-    /// than a topic may have is an [`Error::InvalidConfig`]).
-    pub fn default_partitions(mut self, n: u32) -> Self {
-        self.default_partitions = n;
-        self
-    }
-
-    /// Checks every value against its allowed range.
-    ///
-    /// # Errors
-    /// [`Error::InvalidConfig`] naming the first value out of range.
-    pub fn validate(&self) -> Result<()> {
-        if self.max_open_files == 0 {
-            return Err(Error::InvalidConfig(
-                "max_open_files must be at least 1, got 0".into(),
-            ));
-        }
-        if TopicConfig::new(self.default_partitions)
-            .validate()
-            .is_err()
-        {
-            return Err(Error::InvalidConfig(format!(
-                "default_partitions must be 1 to 100000, got {}",
-                self.default_partitions
-            )));
-        }
-        Ok(())
-    }
-}
 
 type Stop = Arc<(Mutex<bool>, Condvar)>;
 
@@ -422,16 +251,23 @@ fn open_topics(
 }
 
 impl Broker {
-    /// Opens (creating if needed) the data directory at `path`, takes its
-    /// exclusive lock and recovers every topic. After a clean close, a
-    /// partition is not opened here but on its first use (see
-    /// `partitions.summary` in docs/FORMAT.md); after an unclean one, every
-    /// partition is opened and checked here.
+    /// Opens (creating if needed) the data directory at `path` in the mode
+    /// `config` asks for ([`Config::mode`]; [`Broker::mode`] tells which
+    /// one [`OpenMode::Auto`] took) and recovers every topic. In exclusive
+    /// mode the handle takes the directory's lock; in shared mode it joins
+    /// the processes that have the directory open (see
+    /// docs/shared-mode.md). After a clean close, a partition is not
+    /// opened here but on its first use (see `partitions.summary` in
+    /// docs/FORMAT.md); after an unclean one, every partition is opened
+    /// and checked here.
     ///
     /// # Errors
     /// [`Error::InvalidConfig`] for a config out of range (nothing is
-    /// opened or created); [`Error::Locked`] when another handle, in this process or another,
-    /// holds the directory; I/O and corruption errors from recovery.
+    /// opened or created), and for shared mode ([`OpenMode::Shared`]) on
+    /// a network filesystem; [`Error::Locked`] in exclusive mode when
+    /// another handle, in this process or another, holds the directory,
+    /// and in shared mode while a process holds it in exclusive mode; I/O
+    /// and corruption errors from recovery.
     pub fn open(path: impl AsRef<Path>, config: Config) -> Result<Broker> {
         config.validate()?;
         #[cfg(feature = "kafka")]
@@ -451,10 +287,10 @@ impl Broker {
                 closed: AtomicBool::new(false),
             });
         }
-        if config.is_shared() {
-            return shared::open(path.as_ref(), config);
-        }
         let dir = path.as_ref().to_owned();
+        if shared::wanted(&dir, &config)? {
+            return shared::open(&dir, config);
+        }
         crate::private_dir::create_dir_all(&dir, config.file_mode)?;
         let lock = take_lock(&dir, config.file_mode)?;
         let exclusive = crate::shared::hold_exclusive(&dir, config.file_mode)?;
@@ -560,6 +396,18 @@ impl Broker {
         match &self.engine {
             Engine::Kafka(k) => Some(k),
             Engine::Dir(_) => None,
+        }
+    }
+
+    /// The mode the directory is open in: [`OpenMode::Shared`] or
+    /// [`OpenMode::Exclusive`], never [`OpenMode::Auto`] (a broker on a
+    /// Kafka cluster: shared).
+    pub fn mode(&self) -> OpenMode {
+        on_cluster!(self, _k => OpenMode::Shared);
+        if self.inner().share.is_some() {
+            OpenMode::Shared
+        } else {
+            OpenMode::Exclusive
         }
     }
 

@@ -28,14 +28,14 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak};
 
-use super::{topics_dir, Broker, BrokerInner, Config};
+use super::{topics_dir, Broker, BrokerInner, Config, OpenMode};
 use crate::background::{Pool, POOL_THREADS};
 use crate::dedup::Registry;
 use crate::error::{Error, IoContext, Result};
 use crate::files::FileCache;
 use crate::group::Groups;
 use crate::log::{Doorbell, SharedLog, SharedWriters, UncleanMark};
-use crate::shared::{DirShare, LiveLock, ProcessSlot};
+use crate::shared::{DirShare, FsKind, LiveLock, ProcessSlot};
 
 /// The directory's DDL lock file (shared mode): topic changes hold it.
 const DDL_FILE: &str = "DDL";
@@ -55,6 +55,34 @@ struct Engine {
 
 /// The engines open in shared mode in this process.
 static ENGINES: Mutex<Vec<Engine>> = Mutex::new(Vec::new());
+
+/// Whether `config` opens `dir` in shared mode. [`OpenMode::Auto`] takes
+/// shared mode on a local filesystem and exclusive mode on a network or
+/// user-space one (that of `dir`'s nearest existing ancestor while `dir`
+/// does not exist yet).
+///
+/// # Errors
+/// I/O errors of `statfs`.
+pub(super) fn wanted(dir: &Path, config: &Config) -> Result<bool> {
+    takes_shared_mode(config.open_mode(), || {
+        let existing = dir
+            .ancestors()
+            .find(|a| a.exists())
+            .filter(|a| !a.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        crate::shared::filesystem_kind(existing)
+    })
+}
+
+/// Whether `mode` takes shared mode on the filesystem `kind` tells (asked
+/// only for [`OpenMode::Auto`]).
+fn takes_shared_mode(mode: OpenMode, kind: impl FnOnce() -> Result<FsKind>) -> Result<bool> {
+    Ok(match mode {
+        OpenMode::Shared => true,
+        OpenMode::Exclusive => false,
+        OpenMode::Auto => kind()? == FsKind::Local,
+    })
+}
 
 /// Opens `path` in shared mode (see the module doc), sharing the engine
 /// of an open handle on the same directory in this process.
@@ -453,5 +481,26 @@ impl BrokerInner {
         });
         sync::write(&self.damaged).retain(|name, _| present.contains(name));
         opened
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn auto_takes_shared_mode_on_a_local_filesystem_only() {
+        let local = || Ok(FsKind::Local);
+        let nfs = || Ok(FsKind::Remote("NFS"));
+        assert!(takes_shared_mode(OpenMode::Auto, local).unwrap());
+        assert!(!takes_shared_mode(OpenMode::Auto, nfs).unwrap());
+        // An explicit mode does not look at the filesystem (shared mode
+        // on NFS is refused later, by the shared open itself).
+        let unasked = || -> Result<FsKind> { panic!("the filesystem was looked at") };
+        assert!(takes_shared_mode(OpenMode::Shared, unasked).unwrap());
+        assert!(!takes_shared_mode(OpenMode::Exclusive, unasked).unwrap());
+        let failing = || Err(Error::InvalidArgument("statfs".into()));
+        assert!(takes_shared_mode(OpenMode::Auto, failing).is_err());
     }
 }

@@ -232,7 +232,7 @@ pub struct SegmentFile {
 /// Opens `path` for reading; anything but a regular file is corrupt data.
 /// Opened with `O_NONBLOCK`, so that a FIFO put in a segment's place cannot
 /// block the open (it has no effect on a regular file).
-fn open_regular(path: &Path) -> Result<File> {
+pub(super) fn open_regular(path: &Path) -> Result<File> {
     let file = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NONBLOCK)

@@ -612,7 +612,8 @@ pub(super) fn list_bases(dir: &Path) -> Result<Vec<u64>> {
 pub(super) fn holds_data(dir: &Path, base: u64) -> bool {
     use std::io::Read;
     let mut head = [0u8; 64];
-    let Ok(mut f) = std::fs::File::open(super::segment::segment_path(dir, base, "log")) else {
+    let Ok(mut f) = super::follow::open_regular(&super::segment::segment_path(dir, base, "log"))
+    else {
         return true;
     };
     let mut n = 0;

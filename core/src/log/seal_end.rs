@@ -24,6 +24,7 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use super::batch::{self, BatchHeader};
+use super::follow::open_regular;
 use super::index::{u32_at, OFFSET_ENTRY, TIME_ENTRY};
 use super::segment::{segment_path, shared_sealed_len};
 
@@ -55,7 +56,7 @@ pub(super) fn seal_end(dir: &Path, base: u64, next_base: u64, log_len: u64) -> O
     if log_len != end && log_len != shared_sealed_len(end_usize) as u64 {
         return None;
     }
-    let log = File::open(segment_path(dir, base, "log")).ok()?;
+    let log = open_regular(&segment_path(dir, base, "log")).ok()?;
     // The walk starts at the offset index's last entry, or at the start.
     let from = last_entry(&segment_path(dir, base, "idx"), OFFSET_ENTRY)
         .map(|b| (u64::from(u32_at(&b, 4)), base + u64::from(u32_at(&b, 0))))
@@ -97,7 +98,7 @@ fn walk_to(log: &File, mut pos: u64, mut offset: u64, end: u64) -> Option<u64> {
 /// The last entry (`width` bytes) of the index file at `path`: `None` when
 /// it cannot be read, holds none, or ends in an unused (zero) entry.
 fn last_entry(path: &Path, width: usize) -> Option<Vec<u8>> {
-    let file = File::open(path).ok()?;
+    let file = open_regular(path).ok()?;
     let len = file.metadata().ok()?.len();
     let width_u64 = width as u64;
     if len < width_u64 {

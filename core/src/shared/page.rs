@@ -112,11 +112,23 @@ impl SharedPage {
     /// hold a whole page: a shorter one is [`Error::Corrupt`], since
     /// mapping past the end of a file faults on access).
     pub(crate) fn open_read_only(path: &Path) -> Result<SharedPage> {
-        let file = File::open(path).ctx(|| format!("opening {}", path.display()))?;
-        let len = file
+        // Not blocking: a FIFO in the page's place is refused, not waited on.
+        let file = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(path)
+            .ctx(|| format!("opening {}", path.display()))?;
+        let meta = file
             .metadata()
-            .ctx(|| format!("reading the size of {}", path.display()))?
-            .len();
+            .ctx(|| format!("reading the size of {}", path.display()))?;
+        let len = meta.len();
+        if !meta.is_file() {
+            return Err(Error::Corrupt {
+                path: path.to_owned(),
+                position: 0,
+                reason: "not a regular file".to_owned(),
+            });
+        }
         if len < PAGE_LEN as u64 {
             return Err(Error::Corrupt {
                 path: path.to_owned(),
