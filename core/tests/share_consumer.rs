@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use common::cfg;
 use mqlite::{
-    dead_letters, Acks, Broker, ConsumerConfig, Error, ProducerConfig, Record, ShareBacklog,
-    ShareConsumer, ShareConsumerConfig, ShareMessage, TopicConfig,
+    dead_letters, Acks, Broker, ConsumerConfig, Error, OpenMode, ProducerConfig, Record,
+    ShareBacklog, ShareConsumer, ShareConsumerConfig, ShareMessage, TopicConfig,
 };
 
 fn produce(mq: &Broker, topic: &str, partitions: u32, n: u64) {
@@ -461,23 +461,27 @@ fn many_members_on_many_threads_deliver_each_message_once() {
 
 #[test]
 fn a_closed_broker_refuses_share_calls_and_held_messages_do_not_keep_the_group() {
-    let tmp = tempfile::tempdir().unwrap();
-    let mq = Broker::open(tmp.path(), cfg()).unwrap();
-    produce(&mq, "t", 1, 2);
-    let mut c = share(&mq, ShareConsumerConfig::group("g"), "t");
-    let got = poll_n(&mut c, 2, Duration::from_secs(5));
-    mq.close().unwrap();
-    assert!(matches!(c.poll(Duration::ZERO), Err(Error::Closed(_))));
-    assert!(matches!(got[0].ack(), Err(Error::Closed(_))));
-    drop(c);
-    // The messages are still referenced; the group is not.
-    let mq = Broker::open(tmp.path(), cfg()).unwrap();
-    let mut c = share(&mq, ShareConsumerConfig::group("g"), "t");
-    let again = poll_n(&mut c, 2, Duration::from_secs(5));
-    assert_eq!(again.len(), 2);
-    assert!(again.iter().all(|m| m.delivery_count() == 2));
-    assert!(matches!(got[1].ack(), Err(Error::Closed(_))));
-    c.ack(&again).unwrap();
+    // In shared mode too: the process lives on (and its messages are
+    // still referenced), yet the group gets them back at the close.
+    for config in [cfg(), cfg().mode(OpenMode::Shared)] {
+        let tmp = tempfile::tempdir().unwrap();
+        let mq = Broker::open(tmp.path(), config.clone()).unwrap();
+        produce(&mq, "t", 1, 2);
+        let mut c = share(&mq, ShareConsumerConfig::group("g"), "t");
+        let got = poll_n(&mut c, 2, Duration::from_secs(5));
+        mq.close().unwrap();
+        assert!(matches!(c.poll(Duration::ZERO), Err(Error::Closed(_))));
+        assert!(matches!(got[0].ack(), Err(Error::Closed(_))));
+        drop(c);
+        // The messages are still referenced; the group is not.
+        let mq = Broker::open(tmp.path(), config).unwrap();
+        let mut c = share(&mq, ShareConsumerConfig::group("g"), "t");
+        let again = poll_n(&mut c, 2, Duration::from_secs(5));
+        assert_eq!(again.len(), 2);
+        assert!(again.iter().all(|m| m.delivery_count() == 2));
+        assert!(matches!(got[1].ack(), Err(Error::Closed(_))));
+        c.ack(&again).unwrap();
+    }
 }
 
 #[test]

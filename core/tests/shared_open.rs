@@ -374,3 +374,52 @@ fn a_topic_created_in_shared_mode_has_its_tail_pages() {
     r.close().unwrap();
     w.close().unwrap();
 }
+
+/// A member of group `g` on `t` that polls once and commits `at`.
+fn member_committing(b: &Broker, at: u64) -> mqlite::Consumer {
+    let mut c = b
+        .consumer(ConsumerConfig::group("g").enable_auto_commit(false))
+        .unwrap();
+    c.subscribe(&["t"]).unwrap();
+    let until = Instant::now() + Duration::from_secs(10);
+    while c.poll(Duration::from_millis(100)).unwrap().is_empty() {
+        assert!(Instant::now() < until, "the member got nothing");
+    }
+    c.commit_offsets(&[("t", 0, at, "")]).unwrap();
+    c
+}
+
+#[test]
+fn consumers_left_open_past_their_brokers_close_leave_their_groups() {
+    let dir = tempfile::tempdir().unwrap();
+    let values: Vec<String> = (0..50).map(|i| format!("v{i}")).collect();
+    let values: Vec<&str> = values.iter().map(String::as_str).collect();
+    {
+        let mq = Broker::open(dir.path(), shared()).unwrap();
+        mq.create_topic("t", TopicConfig::new(1)).unwrap();
+        send(&mq, "t", 0, &values);
+        // Never closed nor dropped, as if its thread were stuck.
+        std::mem::forget(member_committing(&mq, 20));
+        mq.close().unwrap();
+    }
+    // Another broker in this process (the process lives on): the leaked
+    // member is no longer in the group, so a new one gets the partition
+    // at once instead of after the leaked one's max_poll_interval_ms.
+    let mq = Broker::open(dir.path(), shared()).unwrap();
+    assert!(mq.describe_group("g").unwrap().members.is_empty());
+    let kept = member_committing(&mq, 30);
+    assert_eq!(mq.describe_group("g").unwrap().members.len(), 1);
+    // The same with a consumer still held, closed only after its broker.
+    mq.close().unwrap();
+    let mq = Broker::open(dir.path(), shared()).unwrap();
+    assert!(mq.describe_group("g").unwrap().members.is_empty());
+    let mut c = mq
+        .consumer(ConsumerConfig::group("g").enable_auto_commit(false))
+        .unwrap();
+    c.subscribe(&["t"]).unwrap();
+    let got = c.poll(Duration::from_secs(10)).unwrap();
+    assert_eq!(got.first().map(mqlite::Message::offset), Some(30));
+    drop(kept); // its leave, after the broker's, changes nothing
+    assert_eq!(mq.describe_group("g").unwrap().members.len(), 1);
+    assert_eq!(c.assignment(), vec![("t".to_owned(), 0)]);
+}

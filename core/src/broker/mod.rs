@@ -993,6 +993,12 @@ impl BrokerInner {
             }
         }
         self.mover.stop();
+        if self.share.is_some() {
+            // Consumers still open (or leaked) leave their groups now, while
+            // the topics are there to count partitions: the other members
+            // would take them for alive as long as this process runs.
+            self.groups.leave_all(&|t| self.partition_count(t));
+        }
         // Queued background jobs are dropped (they hold segments), running
         // ones waited for: no thread of the broker outlives the close.
         self.options.pool.shutdown();
@@ -1039,8 +1045,9 @@ impl BrokerInner {
         sync::lock(&self.exclusive).take();
         if let Some(share) = &self.share {
             // No share group's lock is held under this process's token
-            // once it goes (new operations are refused since `closed`).
-            self.share_groups.wait_idle();
+            // once it goes (new operations are refused since `closed`),
+            // and no record either.
+            self.share_groups.close_members();
             share.leave();
         }
         first

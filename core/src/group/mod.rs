@@ -244,6 +244,19 @@ impl Group {
         }
     }
 
+    /// Removes every member this engine holds (shared mode, at the
+    /// broker's close): a consumer left open past its broker's close,
+    /// never dropped, or leaked, is otherwise alive to the other members
+    /// for as long as this process runs. In exclusive mode the members
+    /// end with the engine.
+    pub(crate) fn leave_all(&self, counts: Counts<'_>) {
+        if let Store::Shared(s) = &self.store {
+            for id in s.own_members() {
+                self.leave(&id, counts);
+            }
+        }
+    }
+
     /// Whether the group has members now or committed offsets.
     fn is_in_use(&self) -> bool {
         let members = match &self.store {
@@ -604,6 +617,14 @@ impl Groups {
     /// Every group opened so far.
     pub(crate) fn all(&self) -> Vec<Arc<Group>> {
         lock(&self.map).values().cloned().collect()
+    }
+
+    /// Removes every member this engine holds from every group (see
+    /// [`Group::leave_all`]).
+    pub(crate) fn leave_all(&self, counts: Counts<'_>) {
+        for g in self.all() {
+            g.leave_all(counts);
+        }
     }
 
     /// Syncs every group's commits (see [`Group::sync_commits`]); returns

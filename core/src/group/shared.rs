@@ -605,4 +605,9 @@ impl SharedStore {
     pub(crate) fn has_members(&self) -> bool {
         !lock(&self.cache).state.members.is_empty()
     }
+
+    /// The members of this process (those whose liveness lock it holds).
+    pub(crate) fn own_members(&self) -> Vec<String> {
+        lock(&self.cache).lives.keys().cloned().collect()
+    }
 }

@@ -89,6 +89,25 @@ impl Env for BrokerEnv<'_> {
     }
 }
 
+/// The engine's [`Env`] during the broker's close: the broker refuses new
+/// operations already, but the members' records are still to be given
+/// back (see [`Registry::close_members`]).
+struct ClosingEnv;
+
+impl Env for ClosingEnv {
+    fn check_open(&self) -> Result<()> {
+        Ok(())
+    }
+
+    fn now(&self) -> Instant {
+        Instant::now()
+    }
+
+    fn wall_ms(&self) -> i64 {
+        crate::clock::now_ms()
+    }
+}
+
 /// A group's dead-letter topics on the broker, opened at their first
 /// send (and kept in `dead`), as the engine's [`DeadLetterSink`].
 struct BrokerDeadLetters<'a> {
@@ -156,20 +175,31 @@ impl Registry {
         }
     }
 
-    /// Waits until no operation of a share group open here is under way
-    /// (each takes its group's state for its whole length). For the
-    /// broker's close, once new operations are refused: in shared mode a
-    /// group's lock is held in the name of this process's token, which the
-    /// close then lets go, and no other process may take the lock over
-    /// while an operation of this one still writes.
-    pub(crate) fn wait_idle(&self) {
-        let groups: Vec<Arc<ShareGroup>> = lock(&self.groups)
+    /// At the broker's close in shared mode, once new operations are
+    /// refused: waits for the operations under way, then every member of
+    /// this process leaves its group. The records they hold are stored as
+    /// available for the other processes at once (a share consumer left
+    /// open past its broker's close, or messages of it still referenced,
+    /// would hold them in a process that lives on until their locks ran
+    /// out), and each group's file is let go.
+    pub(crate) fn close_members(&self) {
+        for g in self.open_groups() {
+            let mut inner = lock(&g.inner);
+            let ids: Vec<u64> = inner.members.keys().copied().collect();
+            for id in ids {
+                inner.engine.leave(&ClosingEnv, id);
+            }
+            inner.members.clear();
+            inner.engine.close();
+        }
+    }
+
+    /// The share groups open in this process.
+    fn open_groups(&self) -> Vec<Arc<ShareGroup>> {
+        lock(&self.groups)
             .values()
             .filter_map(Weak::upgrade)
-            .collect();
-        for g in groups {
-            drop(lock(&g.inner));
-        }
+            .collect()
     }
 
     /// Share group `name`, opened (its state read back) if no member has it
@@ -266,7 +296,10 @@ impl ShareGroup {
     /// Member `id` leaves: the records it holds are available again.
     pub(crate) fn leave(&self, id: u64) {
         let mut inner = lock(&self.inner);
-        inner.members.remove(&id);
+        if inner.members.remove(&id).is_none() {
+            // Left already, at the broker's close.
+            return;
+        }
         let released = inner.engine.leave(&self.env(), id);
         if released > 0 {
             wake_others(&inner, id);
