@@ -344,11 +344,11 @@ fn send_with(p: &mqlite::Producer, n: u64, batch: u64, partition: u32) -> mqlite
 
 /// Seconds one writer in this process takes to send `n` records in batches
 /// of `batch` to a new directory opened with `cfg`.
-fn one_writer(cfg: Config, n: u64, batch: u64) -> f64 {
+fn one_writer(cfg: Config, n: u64, batch: u64, acks: Acks) -> f64 {
     let dir = tempfile::tempdir().unwrap();
     let mq = Broker::open(dir.path(), cfg).unwrap();
     mq.create_topic("w", TopicConfig::new(1)).unwrap();
-    let p = mq.producer(ProducerConfig::default()).unwrap();
+    let p = mq.producer(ProducerConfig::default().acks(acks)).unwrap();
     let t = Instant::now();
     send_with(&p, n, batch, 0).unwrap();
     let secs = t.elapsed().as_secs_f64();
@@ -581,7 +581,17 @@ fn writer_rows(h: &mut Harness) {
         let shared =
             format!("shared mode, one writer, batches of {batch} (target >= 0.9x) ({SIZE} B)");
         both_modes(h, &group, [&base, &shared], n, |cfg| {
-            one_writer(cfg, n, batch)
+            one_writer(cfg, n, batch, Acks::One)
+        });
+    }
+    // Each send waits for its flush: what the modes' flushes cost.
+    for (batch, n) in [(1, scaled(4_000)), (100, scaled(200_000))] {
+        let base = format!("exclusive mode, acks=all, batches of {batch} ({SIZE} B)");
+        let shared = format!(
+            "shared mode, one writer, acks=all, batches of {batch} (target >= 0.9x) ({SIZE} B)"
+        );
+        both_modes(h, &group, [&base, &shared], n, |cfg| {
+            one_writer(cfg, n, batch, Acks::All)
         });
     }
     let group = format!("writer processes ({SIZE} B, one record per send)");
