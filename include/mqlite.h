@@ -2119,9 +2119,9 @@ enum mql_status mql_consumer_config_set_max_poll_records(struct mql_consumer_con
 /**
  * This consumer's name (default `"consumer"`): the start of its member id
  * in a group (`<client_id>-<number>`) and, in broadcast mode, the name its
- * offsets are stored under (`<group_id>+<client_id>`). 1 to 249
- * characters of `[A-Za-z0-9._-]`, not `.` or `..` (`MQL_INVALID_ARGUMENT`
- * otherwise).
+ * offsets are stored under (`<group_id>+<client_id>`, at most 243 bytes,
+ * checked by `mql_consumer_new`). 1 to 249 characters of
+ * `[A-Za-z0-9._-]`, not `.` or `..` (`MQL_INVALID_ARGUMENT` otherwise).
  *
  * Ownership: borrows `config` and `client_id` for the call (the name is
  * copied).
@@ -2994,8 +2994,10 @@ enum mql_status mql_producer_next_auto_sequence(struct mql_producer *producer, i
  * It reads nothing until `mql_subscribe` or `mql_assign`.
  *
  * Errors: `MQL_INVALID_ARGUMENT` (a group id or client id breaking the
- * naming rules, broadcast mode without a group id), `MQL_CLOSED`, I/O
- * errors (reading the group's committed offsets).
+ * naming rules, a group id of more than 243 bytes, or in broadcast mode
+ * group id, `+` and client id of more than 243 together; broadcast mode
+ * without a group id), `MQL_CLOSED`, I/O errors (reading the group's
+ * committed offsets).
  *
  * Ownership: on `MQL_OK`, `*out` is a new consumer owned by the caller;
  * release it with `mql_consumer_free` (before or after `mql_close` of its
@@ -3923,7 +3925,7 @@ void mql_stopper_free(struct mql_stopper *stopper);
 void mql_processor_free(struct mql_processor *processor);
 
 /**
- * Makes a member of share group `group` (1 to 249 characters of
+ * Makes a member of share group `group` (1 to 243 characters of
  * `[A-Za-z0-9._-]`, not `.` or `..`; its state is kept in the data
  * directory's `groups/<group>.share`, apart from consumer groups of the
  * same name). `config` may be NULL for the defaults (it is copied). It

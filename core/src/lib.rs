@@ -83,7 +83,7 @@ pub use log::compression::Compression;
 pub use log::RecoveryStats;
 pub use message::{Message, MessageBatch, MessageIter, MessageRef};
 pub use message_id::{MessageId, MAX_MESSAGE_ID_LEN};
-pub use offsets::{read_committed_offsets, CommittedOffset};
+pub use offsets::{read_committed_offsets, CommittedOffset, MAX_GROUP_NAME_LEN};
 pub use processor::{ProcessingMode, Processor, ProcessorConfig, ProcessorStats, ProcessorStop};
 /// The headers a dead letter gains (see [`ProcessorConfig::dead_letter_topic`]).
 pub mod dead_letters {

@@ -10,8 +10,8 @@ use std::time::Duration;
 use common::{cfg, read_partition};
 use mqlite::log::batch::{batch_len, RecordRef};
 use mqlite::{
-    Acks, Broker, ConsumerConfig, Error, OffsetReset, ProducerConfig, Record, TopicConfig,
-    TopicInfo,
+    Acks, Broker, ConsumerConfig, Error, OffsetReset, OpenMode, ProducerConfig, Record,
+    TopicConfig, TopicInfo, MAX_GROUP_NAME_LEN,
 };
 
 /// Everything observable about a data directory: topics, their config and
@@ -486,4 +486,75 @@ fn a_failed_seek_keeps_the_position() {
     assert_eq!(c.poll(Duration::from_secs(5)).unwrap()[0].offset(), 1);
     c.commit().unwrap();
     assert_eq!(c.committed("t", 0).unwrap().unwrap().offset, 2);
+}
+
+/// A group whose files would not fit a file name (255 bytes) is refused
+/// when the consumer is made, with the limit in the error, and nothing is
+/// created; the longest allowed works to the end (commit, reopen, describe),
+/// in both modes, as does the longest client id in a shared group (its
+/// member's liveness file is named after it).
+#[test]
+fn group_names_longer_than_their_files_allow_are_refused_and_the_longest_work() {
+    for mode in [OpenMode::Exclusive, OpenMode::Shared] {
+        let tmp = tempfile::tempdir().unwrap();
+        let open = || Broker::open(tmp.path(), cfg().mode(mode)).unwrap();
+        let mq = open();
+        mq.create_topic("t", TopicConfig::new(1)).unwrap();
+        let p = mq.producer(ProducerConfig::default()).unwrap();
+        p.send(Record::new("t").value("x")).unwrap();
+        let longest = "g".repeat(MAX_GROUP_NAME_LEN);
+        let over = "g".repeat(MAX_GROUP_NAME_LEN + 1);
+        let refused = |config: ConsumerConfig| match mq.consumer(config) {
+            Err(Error::InvalidArgument(m)) => assert!(m.contains("at most 243"), "{m}"),
+            other => panic!("{mode}: expected InvalidArgument, got {other:?}"),
+        };
+        refused(ConsumerConfig::group(&over));
+        let client = "c".repeat(MAX_GROUP_NAME_LEN - 2);
+        refused(
+            ConsumerConfig::group("gg")
+                .client_id(&client)
+                .broadcast(true),
+        );
+        assert!(matches!(
+            mq.describe_group(&over),
+            Err(Error::InvalidArgument(_))
+        ));
+        let groups = tmp.path().join("groups");
+        let listed = |d: &Path| std::fs::read_dir(d).map_or(0, Iterator::count);
+        assert_eq!(listed(&groups), 0, "{mode}: a refused group made files");
+        // The longest name, and a member id of 260 bytes.
+        let member = "m".repeat(249);
+        for (group, broadcast) in [(longest.as_str(), false), ("g", true)] {
+            let client = if broadcast {
+                "c".repeat(MAX_GROUP_NAME_LEN - 2)
+            } else {
+                member.clone()
+            };
+            let mut c = mq
+                .consumer(
+                    ConsumerConfig::group(group)
+                        .client_id(&client)
+                        .broadcast(broadcast)
+                        .enable_auto_commit(false),
+                )
+                .unwrap();
+            c.subscribe(&["t"]).unwrap();
+            let mut got = Vec::new();
+            for _ in 0..50 {
+                got.extend(c.poll(Duration::from_millis(100)).unwrap());
+                if !got.is_empty() {
+                    break;
+                }
+            }
+            assert_eq!(got.len(), 1, "{mode} {broadcast}");
+            c.commit().unwrap();
+            c.close();
+        }
+        drop(p);
+        mq.close().unwrap();
+        let mq = open();
+        let info = mq.describe_group(&longest).unwrap();
+        assert_eq!(info.committed[0].2.offset, 1, "{mode}");
+        assert!(mq.groups().contains(&longest), "{mode}");
+    }
 }

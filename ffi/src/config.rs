@@ -1019,9 +1019,9 @@ pub unsafe extern "C" fn mql_consumer_config_set_max_poll_records(
 
 /// This consumer's name (default `"consumer"`): the start of its member id
 /// in a group (`<client_id>-<number>`) and, in broadcast mode, the name its
-/// offsets are stored under (`<group_id>+<client_id>`). 1 to 249
-/// characters of `[A-Za-z0-9._-]`, not `.` or `..` (`MQL_INVALID_ARGUMENT`
-/// otherwise).
+/// offsets are stored under (`<group_id>+<client_id>`, at most 243 bytes,
+/// checked by `mql_consumer_new`). 1 to 249 characters of
+/// `[A-Za-z0-9._-]`, not `.` or `..` (`MQL_INVALID_ARGUMENT` otherwise).
 ///
 /// Ownership: borrows `config` and `client_id` for the call (the name is
 /// copied).

@@ -411,8 +411,10 @@ pub struct mql_waker {
 /// It reads nothing until `mql_subscribe` or `mql_assign`.
 ///
 /// Errors: `MQL_INVALID_ARGUMENT` (a group id or client id breaking the
-/// naming rules, broadcast mode without a group id), `MQL_CLOSED`, I/O
-/// errors (reading the group's committed offsets).
+/// naming rules, a group id of more than 243 bytes, or in broadcast mode
+/// group id, `+` and client id of more than 243 together; broadcast mode
+/// without a group id), `MQL_CLOSED`, I/O errors (reading the group's
+/// committed offsets).
 ///
 /// Ownership: on `MQL_OK`, `*out` is a new consumer owned by the caller;
 /// release it with `mql_consumer_free` (before or after `mql_close` of its

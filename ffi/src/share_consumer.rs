@@ -277,7 +277,7 @@ impl mql_share_consumer {
     }
 }
 
-/// Makes a member of share group `group` (1 to 249 characters of
+/// Makes a member of share group `group` (1 to 243 characters of
 /// `[A-Za-z0-9._-]`, not `.` or `..`; its state is kept in the data
 /// directory's `groups/<group>.share`, apart from consumer groups of the
 /// same name). `config` may be NULL for the defaults (it is copied). It

@@ -706,8 +706,10 @@ impl Broker {
     /// Makes a consumer.
     ///
     /// Args:
-    ///     group_id: Consumer group name (the topic-name rules), or None for
-    ///         a standalone consumer, which cannot commit.
+    ///     group_id: Consumer group name (the topic-name rules, at most 243
+    ///         bytes; with `broadcast`, group id, `+` and client id
+    ///         together), or None for a standalone consumer, which cannot
+    ///         commit.
     ///     client_id: This consumer's name: the start of its member id, and
     ///         with `broadcast` the name its offsets are kept under.
     ///     assignment_strategy: How a group shares partitions: "averagely"

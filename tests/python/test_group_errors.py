@@ -28,6 +28,17 @@ def test_bad_consumer_settings(mq: mqlite.Broker) -> None:
             mq.consumer(**kwargs)
     with pytest.raises(mqlite.InvalidArgument, match="group_id"):
         mq.consumer("bad/group")
+    # A group's files are named after it: 243 bytes at most, with broadcast
+    # group id, "+" and client id together.
+    with pytest.raises(mqlite.InvalidArgument, match="at most 243"):
+        mq.consumer("g" * 244)
+    with pytest.raises(mqlite.InvalidArgument, match="at most 243"):
+        mq.consumer("g", client_id="c" * 242, broadcast=True)
+    with pytest.raises(mqlite.InvalidArgument, match="at most 243"):
+        mq.share_consumer("g" * 244)
+    for kwargs in ({"group_id": "g" * 243}, {"group_id": "g", "client_id": "c" * 241, "broadcast": True}):
+        consumer = mq.consumer(**kwargs)
+        consumer.close()
     with pytest.raises(mqlite.InvalidArgument):
         mq.consumer("g", assignment_strategy="by_config", wanted_partitions=[("t", -1)])
 

@@ -610,7 +610,7 @@ impl Broker {
     pub fn describe_group(&self, name: &str) -> Result<GroupInfo> {
         on_cluster!(self, k => k.describe_group(name));
         if !crate::offsets::is_valid_key(name) {
-            crate::offsets::validate_group_name("group", name)?;
+            crate::offsets::validate_group_id("group", name)?;
         }
         let g = self.inner().group(name)?;
         let (generation, members) = g.describe(&|t| self.inner().partition_count(t));

@@ -2,7 +2,7 @@
 
 use crate::assign::AssignmentStrategy;
 use crate::error::{Error, Result};
-use crate::offsets::validate_group_name;
+use crate::offsets::{validate_broadcast_key, validate_group_id, validate_group_name};
 use crate::producer::Acks;
 
 use super::IsolationLevel;
@@ -39,7 +39,9 @@ impl std::str::FromStr for OffsetReset {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConsumerConfig {
     /// Consumer group; `None` for a standalone consumer (which cannot
-    /// commit).
+    /// commit). The rules of a topic name, and at most
+    /// [`crate::MAX_GROUP_NAME_LEN`] bytes (with broadcast, the group id, a
+    /// `+` and the client id together).
     pub group_id: Option<String>,
     /// This consumer's name: part of its member id in the group, and, in
     /// broadcast mode, the name its offsets are stored under (default
@@ -93,15 +95,16 @@ impl ConsumerConfig {
             ));
         }
         if let Some(g) = &self.group_id {
-            validate_group_name("group_id", g)?;
+            validate_group_id("group_id", g)?;
         }
         validate_group_name("client_id", &self.client_id)?;
-        if self.broadcast && self.group_id.is_none() {
-            return Err(Error::InvalidArgument(
+        match (&self.group_id, self.broadcast) {
+            (None, true) => Err(Error::InvalidArgument(
                 "broadcast mode needs a group_id".into(),
-            ));
+            )),
+            (Some(g), true) => validate_broadcast_key(g, &self.client_id),
+            _ => Ok(()),
         }
-        Ok(())
     }
 }
 

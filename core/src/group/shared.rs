@@ -81,6 +81,24 @@ fn fresh_version() -> u64 {
     h.finish()
 }
 
+/// The name of member `id`'s liveness file: `<id>.live`, or, for an id
+/// too long for a file name (a client id of more than 239 bytes), the
+/// first 200 bytes of the id, a `~` and the CRC32C of the whole id (every
+/// process derives the same name; ids hold no `~`).
+fn live_file_name(id: &str) -> String {
+    const MAX_FILE_NAME: usize = 255;
+    let name = format!("{id}.live");
+    if name.len() <= MAX_FILE_NAME {
+        return name;
+    }
+    let h = crate::log::crc::crc32c(id.as_bytes());
+    let mut keep = id.len().min(200);
+    while !id.is_char_boundary(keep) {
+        keep -= 1;
+    }
+    format!("{}~{h:08x}.live", &id[..keep])
+}
+
 /// A member's slot: a tag naming the member, then its last poll.
 fn slot_words(slot: u32) -> Option<(Word64, Word64)> {
     let at = SLOTS_AT.checked_add((slot as usize).checked_mul(SLOT_LEN)?)?;
@@ -190,7 +208,7 @@ impl SharedStore {
     }
 
     fn live_path(&self, id: &str) -> PathBuf {
-        self.lives_dir.join(format!("{id}.live"))
+        self.lives_dir.join(live_file_name(id))
     }
 
     /// Reads the state file; a missing one is an empty state, a damaged

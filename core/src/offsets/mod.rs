@@ -86,9 +86,50 @@ pub(crate) fn group_of_key(key: &str) -> &str {
     key.split_once(BROADCAST_SEPARATOR).map_or(key, |(g, _)| g)
 }
 
+/// The longest group id, and the longest `<group_id>+<client_id>` of a
+/// broadcast consumer, in bytes: a group's files are named after it, with
+/// suffixes of up to 12 bytes (`.offsets.tmp`), and a file name has at
+/// most 255 bytes.
+pub const MAX_GROUP_NAME_LEN: usize = 243;
+
+/// Checks a group id: the rules of a topic name (see
+/// [`validate_group_name`]) and at most [`MAX_GROUP_NAME_LEN`] bytes.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] naming `what` and the rule broken.
+pub(crate) fn validate_group_id(what: &str, name: &str) -> Result<()> {
+    validate_group_name(what, name)?;
+    if name.len() > MAX_GROUP_NAME_LEN {
+        return Err(Error::InvalidArgument(format!(
+            "{what} of {} bytes: at most {MAX_GROUP_NAME_LEN} (a group's files are named after it)",
+            name.len()
+        )));
+    }
+    Ok(())
+}
+
+/// Checks the storage name of broadcast consumer `client` of `group`
+/// (both valid names): at most [`MAX_GROUP_NAME_LEN`] bytes.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] for a longer one.
+pub(crate) fn validate_broadcast_key(group: &str, client: &str) -> Result<()> {
+    let len = broadcast_key(group, client).len();
+    if len > MAX_GROUP_NAME_LEN {
+        return Err(Error::InvalidArgument(format!(
+            "a broadcast consumer's offsets are stored under <group_id>+<client_id>, {len} bytes \
+             here: at most {MAX_GROUP_NAME_LEN}"
+        )));
+    }
+    Ok(())
+}
+
 /// Whether `key` is a valid storage name: a group name, or a broadcast
 /// consumer's `<group>+<client>`.
 pub(crate) fn is_valid_key(key: &str) -> bool {
+    if key.len() > MAX_GROUP_NAME_LEN {
+        return false;
+    }
     match key.split_once(BROADCAST_SEPARATOR) {
         Some((g, c)) => {
             validate_group_name("group", g).is_ok() && validate_group_name("client", c).is_ok()

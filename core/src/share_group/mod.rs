@@ -52,7 +52,7 @@ use crate::broker::BrokerInner;
 use crate::consumer::{Consumer, ConsumerConfig, ConsumerWaker, OffsetReset};
 use crate::error::{Error, Result};
 use crate::message::Message;
-use crate::offsets::validate_group_name;
+use crate::offsets::{validate_group_id, validate_group_name};
 use crate::producer::Acks;
 
 pub use group::{default_dead_letter_topic, ShareBacklog};
@@ -161,7 +161,7 @@ impl ShareConsumerConfig {
     }
 
     fn validate(&self) -> Result<()> {
-        validate_group_name("group_id", &self.group_id)?;
+        validate_group_id("group_id", &self.group_id)?;
         validate_group_name("client_id", &self.client_id)?;
         let bad = |s: &str| Err(Error::InvalidArgument(s.into()));
         if self.lock_duration_ms == 0 {
