@@ -317,6 +317,11 @@ struct Writer {
 /// a new page took about 50 us more. For streams of small flushes (`acks=all`
 /// senders) the blocks are written ahead instead, a window at a time, on a
 /// background thread, so the senders' flushes overwrite written blocks.
+/// In shared mode too: the write-ahead writes no byte of the map
+/// ([`mmap::MappedFile::write_back_ahead`]), so what another process appends
+/// there is never overwritten, and on a file another process trimmed at a
+/// seal meanwhile, the pages past its end fail the populate with `EFAULT`
+/// (never `SIGBUS`) and are skipped.
 #[derive(Debug)]
 struct WriteAhead {
     /// Base offset of the segment this is about.
@@ -682,11 +687,6 @@ impl PartitionLog {
     /// flushed now and then) pay for the conversion once per flush anyway,
     /// and would only write their bytes twice.
     fn write_ahead(&self) {
-        if self.reader.is_some() {
-            // Shared mode: a background write could reach a file another
-            // process trims.
-            return;
-        }
         let Some(seg) = sync::read(&self.segments).last().cloned() else {
             return;
         };

@@ -9,7 +9,11 @@ use crate::faults::SyncKind;
 use crate::{Broker, Config, TopicConfig};
 
 fn open(dir: &Path, segment_bytes: u64) -> (Broker, Arc<PartitionLog>) {
-    let mq = Broker::open(dir, Config::default().prefault(false)).unwrap();
+    open_in(dir, segment_bytes, Config::default())
+}
+
+fn open_in(dir: &Path, segment_bytes: u64, config: Config) -> (Broker, Arc<PartitionLog>) {
+    let mq = Broker::open(dir, config.prefault(false)).unwrap();
     mq.create_topic("t", TopicConfig::new(1).segment_bytes(segment_bytes))
         .unwrap();
     let log = mq.inner().topic("t").unwrap().partition(0).unwrap();
@@ -43,8 +47,19 @@ fn written_ahead(log: &PartitionLog) -> usize {
 /// write ahead.
 #[test]
 fn small_flushes_write_blocks_ahead_and_large_ones_do_not() {
+    writes_blocks_ahead_of_small_flushes(Config::default());
+}
+
+/// The same in shared mode: the write-ahead writes no byte of the map, so
+/// another process's appends there are never overwritten.
+#[test]
+fn small_flushes_write_blocks_ahead_in_shared_mode_too() {
+    writes_blocks_ahead_of_small_flushes(Config::default().shared(true));
+}
+
+fn writes_blocks_ahead_of_small_flushes(config: Config) {
     let dir = tempfile::tempdir().unwrap();
-    let (_mq, log) = open(dir.path(), 8 << 20);
+    let (_mq, log) = open_in(dir.path(), 8 << 20, config.clone());
     let value = [7u8; 100];
     for _ in 0..3 {
         append(&log, &value, 1);
@@ -84,7 +99,7 @@ fn small_flushes_write_blocks_ahead_and_large_ones_do_not() {
     assert_eq!(records, log.end_offset());
 
     let dir = tempfile::tempdir().unwrap();
-    let (_mq, log) = open(dir.path(), 8 << 20);
+    let (_mq, log) = open_in(dir.path(), 8 << 20, config);
     for _ in 0..8 {
         append(&log, &[1u8; 1000], 100);
         log.flush().unwrap();
