@@ -43,6 +43,26 @@ int main(int argc, char **argv) {
     CHECK_FAIL(mql_describe_group(mq, "..", &g), MQL_INVALID_ARGUMENT, "group");
     CHECK(g == NULL);
 
+    /* A group's files are named after it: at most 243 bytes, and in
+     * broadcast mode group id, '+' and client id together. */
+    char name[245];
+    memset(name, 'g', 244);
+    name[244] = '\0';
+    CHECK_FAIL(mql_consumer_new(mq, name, NULL, &c), MQL_INVALID_ARGUMENT, "at most 243");
+    CHECK(c == NULL);
+    CHECK_FAIL(mql_describe_group(mq, name, &g), MQL_INVALID_ARGUMENT, "at most 243");
+    name[243] = '\0';
+    CHECK_OK(mql_consumer_new(mq, name, NULL, &c));
+    mql_consumer_free(c);
+    c = NULL;
+    CHECK_OK(mql_consumer_config_new(&cc));
+    name[242] = '\0'; /* "g" + "+" + 242 bytes: 245 */
+    CHECK_OK(mql_consumer_config_set_client_id(cc, name));
+    CHECK_OK(mql_consumer_config_set_broadcast(cc, true));
+    CHECK_FAIL(mql_consumer_new(mq, "g", cc, &c), MQL_INVALID_ARGUMENT, "at most 243");
+    CHECK(c == NULL);
+    mql_consumer_config_free(cc);
+
     /* Patterns. */
     CHECK_OK(mql_consumer_new(mq, "g", NULL, &c));
     CHECK_FAIL(mql_subscribe_pattern(c, "t("), MQL_INVALID_ARGUMENT, "invalid topic pattern");
