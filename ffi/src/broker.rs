@@ -84,7 +84,6 @@ pub unsafe extern "C" fn mql_config_set_mode(
         let c = arg!(mut config);
         let mode = arg!(str mode).parse::<OpenMode>()?;
         c.inner = c.inner.clone().mode(mode);
-        c.inner.shared = false;
         Ok(())
     })
 }

@@ -96,7 +96,7 @@ pub struct Config {
     /// Shared mode whatever `mode` says (default false; `true` is
     /// [`OpenMode::Shared`]). Kept for the code written before `mode`:
     /// [`Config::shared`] sets `mode` too, so `.shared(false)` asks for
-    /// exclusive mode.
+    /// exclusive mode, and [`Config::mode`] clears it.
     pub shared: bool,
     /// Read-only (default false, implies shared mode): the handle never
     /// writes a file of the directory, not even recovery; producers, topic
@@ -185,9 +185,10 @@ impl Config {
         self
     }
 
-    /// Sets `mode`.
+    /// Sets `mode` (and clears `shared`: the last of the two calls wins).
     pub fn mode(mut self, mode: OpenMode) -> Self {
         self.mode = mode;
+        self.shared = false;
         self
     }
 
@@ -296,6 +297,10 @@ mod tests {
             Config::default().readonly(true).open_mode(),
             OpenMode::Shared
         );
+        let last_wins = Config::default().shared(true).mode(OpenMode::Exclusive);
+        assert_eq!(last_wins.open_mode(), OpenMode::Exclusive);
+        let last_wins = Config::default().mode(OpenMode::Exclusive).shared(true);
+        assert_eq!(last_wins.open_mode(), OpenMode::Shared);
         let literal = Config {
             shared: true,
             mode: OpenMode::Exclusive,
