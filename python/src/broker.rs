@@ -43,12 +43,13 @@ use crate::util::{arg_u32, arg_u64, config_u32, config_u64};
 ///     mode: How processes share the directory: "exclusive" (the
 ///         default), "shared", or "auto" (shared mode on a local
 ///         filesystem, exclusive mode on a network or user-space one such
-///         as NFS, CIFS, 9p or FUSE). In shared mode any number of processes open the
-///         directory at once, and every one of them produces, consumes,
-///         joins consumer groups and changes topics; a second `open()` of
-///         it in this process shares one engine with the first. In
-///         exclusive mode one handle owns the directory. `Broker.mode`
-///         says which one was taken. See docs/shared-mode.md.
+///         as NFS, CIFS, 9p or FUSE). In shared mode any number of
+///         processes open the directory at once, and every one of them
+///         produces, consumes, joins consumer groups and changes topics; a
+///         second `open()` of it in this process shares one engine with
+///         the first. In exclusive mode one handle owns the directory.
+///         `Broker.mode` says which one was taken. See
+///         docs/shared-mode.md.
 ///     shared: True for shared mode and False for exclusive mode, whatever
 ///         the filesystem (`mode="shared"` or `mode="exclusive"`).
 ///     readonly: Never write the directory's logs, offsets, topics or
