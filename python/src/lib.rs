@@ -25,6 +25,7 @@ mod consumer;
 mod data;
 mod error;
 mod fork;
+mod info;
 mod log;
 mod message_id;
 mod mirror;
@@ -43,8 +44,8 @@ fn _mqlite(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add("MAX_TOPIC_NAME_LEN", mqlite::MAX_TOPIC_NAME_LEN)?;
     m.add_class::<broker::Broker>()?;
-    m.add_class::<broker::TopicInfo>()?;
-    m.add_class::<broker::PartitionInfo>()?;
+    m.add_class::<info::TopicInfo>()?;
+    m.add_class::<info::PartitionInfo>()?;
     m.add_class::<producer::Producer>()?;
     m.add_class::<producer::RecordMetadata>()?;
     m.add_class::<producer::ProducerStats>()?;
@@ -57,7 +58,7 @@ fn _mqlite(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<share_consumer::ShareMessage>()?;
     m.add_class::<share_consumer::ShareConsumerStats>()?;
     m.add_class::<share_consumer::ShareBacklog>()?;
-    m.add_class::<broker::GroupInfo>()?;
+    m.add_class::<info::GroupInfo>()?;
     m.add_class::<mirror::Mirror>()?;
     m.add_class::<mirror::MirrorStats>()?;
     m.add_function(wrap_pyfunction!(mirror::mirror, m)?)?;
