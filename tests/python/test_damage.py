@@ -3,6 +3,8 @@ listed; committed offsets beyond a log cut by recovery are reset."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -112,3 +114,42 @@ def test_a_committed_offset_beyond_a_cut_log_resumes_at_the_cut(tmp_path: Path) 
             assert len(values) == 700 and values[0] == b"new-00000", group
             assert c.stats().offset_resets == 1
             c.close()
+
+
+WRITER = """
+import sys, time, mqlite
+mq = mqlite.open(sys.argv[1], mode="shared", prefault=False)
+mq.create_topic("t")
+p = mq.producer()
+for i in range(10):
+    p.send("t", b"v-%05d" % i, partition=0)
+p.flush()
+print("READY", flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_lone_shared_open_after_a_killed_writer_checks_and_cuts_damage(
+    tmp_path: Path,
+) -> None:
+    """A shared-mode writer killed with -9 leaves its process file; the next
+    process to open the directory alone checks every partition, as an
+    exclusive open after a crash does, and reports what it cut."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(tmp_path)], stdout=subprocess.PIPE
+    )
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == b"READY"
+    finally:
+        child.kill()
+        child.wait()
+    flip_in_value(tmp_path / "topics" / "t" / "0", b"v-00009")
+    with mqlite.open(tmp_path, mode="shared", prefault=False) as mq:
+        info = mq.topic("t").partitions[0]
+        assert info.end_offset == 9
+        assert info.dropped_batches == 1 and info.truncated_bytes > 0
+        c = mq.consumer("g")
+        c.assign([("t", 0)])
+        got = [m.value for m in c.poll_batch(timeout=1.0)]
+        assert got == [b"v-%05d" % i for i in range(9)]

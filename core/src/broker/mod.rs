@@ -76,6 +76,11 @@ pub(crate) struct BrokerInner {
     /// error every use of them gets. Listed by `topics()`; only
     /// `delete_topic` changes them.
     damaged: RwLock<HashMap<String, Error>>,
+    /// Shared mode: what the check of every partition at this open cut
+    /// (after a restart of the machine or a process's crash), by topic
+    /// directory inode and partition; empty otherwise (exclusive mode
+    /// keeps it in each partition's log).
+    recovered: Recovered,
     /// The messages consumers fetched and hold for one-message hand-out
     /// ([`Consumer::poll_one`]): dropped at close, so that no mapping
     /// outlives it but the messages the application itself holds.
@@ -210,6 +215,9 @@ pub(crate) fn take_lock(dir: &Path, mode: u32) -> Result<File> {
 /// errors.
 type OpenedTopics = (HashMap<String, Arc<Topic>>, HashMap<String, Error>);
 
+/// What recovery cut, by topic directory inode and partition.
+type Recovered = HashMap<(u64, u32), crate::log::RecoveryStats>;
+
 /// Opens every topic in `tdir` with `options` (`summaries`: what the last
 /// clean close recorded, for partitions to open on first use) and makes
 /// what their opens checked durable: the topics, and the damaged ones
@@ -331,6 +339,7 @@ impl Broker {
             topics_seen: AtomicU64::new(0),
             handles: AtomicUsize::new(1),
             damaged: RwLock::new(damaged),
+            recovered: Recovered::new(),
             held: Mutex::new(Vec::new()),
             dir,
             config,
@@ -514,7 +523,14 @@ impl Broker {
     /// use) are opened: what their open found is part of the description.
     pub fn topic(&self, name: &str) -> Result<TopicInfo> {
         on_cluster!(self, k => k.topic(name));
-        self.inner().topic(name)?.info()
+        let topic = self.inner().topic(name)?;
+        let mut info = topic.info()?;
+        for p in &mut info.partitions {
+            if let Some(r) = self.inner().recovered.get(&(topic.dir_ino(), p.partition)) {
+                p.recovery = *r;
+            }
+        }
+        Ok(info)
     }
 
     /// Grows a topic to `partitions` partitions, keeping existing data.

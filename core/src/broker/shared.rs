@@ -8,11 +8,13 @@
 //!   nothing written. An exclusive open removes the partitions' tail
 //!   pages (its appends would make them stale); the next shared-mode use
 //!   rebuilds them from the files.
-//! - The first process that opens the directory after the machine
-//!   restarted, alone and able to write, checks every partition as an
-//!   exclusive open after a crash does (a power loss may have torn what
-//!   was never synced, and left tail pages older than the files), then
-//!   removes the tail pages ([`check_after_restart`]).
+//! - The first process that opens the directory alone and able to write,
+//!   after the machine restarted or after a process ended without closing
+//!   it (its `.live` file is left under `procs/`), checks every partition
+//!   as an exclusive open after a crash does (a power loss may have torn
+//!   what was never synced, and left tail pages older than the files;
+//!   files may have been damaged while no process ran), then blanks the
+//!   tail pages ([`check_logs`]).
 //! - Each partition is appended to by any process under its append lock
 //!   (see `log/shared_writer.rs`); read-only handles only read.
 //! - Topic changes, from any process, hold the directory's DDL lock and
@@ -28,13 +30,13 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak};
 
-use super::{topics_dir, Broker, BrokerInner, Config, OpenMode};
+use super::{topics_dir, Broker, BrokerInner, Config, OpenMode, Recovered};
 use crate::background::{Pool, POOL_THREADS};
 use crate::dedup::Registry;
 use crate::error::{Error, IoContext, Result};
 use crate::files::FileCache;
 use crate::group::Groups;
-use crate::log::{Doorbell, SharedLog, SharedWriters, UncleanMark};
+use crate::log::{Doorbell, RecoveryStats, SharedLog, SharedWriters, UncleanMark};
 use crate::shared::{DirShare, FsKind, LiveLock, ProcessSlot};
 
 /// The directory's DDL lock file (shared mode): topic changes hold it.
@@ -126,7 +128,9 @@ pub(super) fn open(path: &Path, config: Config) -> Result<Broker> {
 fn open_engine(dir: std::path::PathBuf, config: Config) -> Result<Arc<BrokerInner>> {
     let mode = config.file_mode;
     let readonly = config.readonly;
-    let (share, restarted) = DirShare::open(&dir, mode, !readonly, |opening| {
+    // What the check of the logs at this open found, if it ran.
+    let mut recovered = HashMap::new();
+    let (share, checked) = DirShare::open(&dir, mode, !readonly, |opening| {
         if !opening.alone || readonly {
             return Ok(false);
         }
@@ -142,10 +146,19 @@ fn open_engine(dir: std::path::PathBuf, config: Config) -> Result<Arc<BrokerInne
                         .into(),
             });
         }
-        if opening.restarted {
-            check_after_restart(&dir, &config)?;
+        // After a restart of the machine, or a process that ended without
+        // closing it (a `.live` file is left under `procs/`): every
+        // partition is checked, as an exclusive open after a crash does.
+        let crashed = !opening.restarted && crate::shared::left_by_a_dead_process(&dir);
+        if opening.restarted || crashed {
+            let why = if crashed {
+                "a process ended without closing it"
+            } else {
+                "the machine restarted"
+            };
+            recovered = check_logs(&dir, &config, why)?;
         }
-        Ok(opening.restarted)
+        Ok(opening.restarted || crashed)
     })?;
     let share = Arc::new(share);
     let shared = if readonly {
@@ -200,6 +213,7 @@ fn open_engine(dir: std::path::PathBuf, config: Config) -> Result<Arc<BrokerInne
         share_groups: crate::share_group::Registry::default(),
         mover: crate::delayed::MoverSlot::default(),
         damaged: RwLock::new(HashMap::new()),
+        recovered,
         held: Mutex::new(Vec::new()),
         exclusive: Mutex::new(None),
         share: Some(share),
@@ -220,7 +234,7 @@ fn open_engine(dir: std::path::PathBuf, config: Config) -> Result<Arc<BrokerInne
     inner.groups.load_all(&inner.dir, mode)?;
     if let Some(c) = &inner.coordinator {
         // Commits whose committer died after their commit point.
-        c.finish_at_open(&inner, restarted)?;
+        c.finish_at_open(&inner, checked)?;
     }
     for t in inner.topic_names() {
         inner.refresh_retention_floors(&t);
@@ -233,21 +247,27 @@ fn open_engine(dir: std::path::PathBuf, config: Config) -> Result<Arc<BrokerInne
     Ok(inner)
 }
 
-/// The first shared open after the machine restarted (no other process
-/// has the directory open, and this one may write): a power loss may have
-/// torn pages that were never synced, in any partition and in the tail
-/// pages, which may also be older than the files they describe (a writer
-/// trusting one would write over acknowledged records). So every
-/// partition is opened as an exclusive open after a crash opens it
-/// (checked from its recovery point, cut at the first damage, indexes
-/// rebuilt) and closed, and the tail pages are removed: the processes
-/// rebuild them from the checked files. A partition that closed cleanly
-/// since its last write is not checked again.
-fn check_after_restart(dir: &Path, config: &Config) -> Result<()> {
+/// The first shared open after the machine restarted, or after a process
+/// ended without closing the directory (`why` says which, for the log),
+/// when no other process has it open and this one may write. After a
+/// power loss, pages never synced may be torn in any partition and in the
+/// tail pages, which may also be older than the files they describe (a
+/// writer trusting one would write over acknowledged records); after a
+/// crash, published records are whole (the page cache kept them), and the
+/// check finds damage made to the files meanwhile, as an exclusive open
+/// does. So every partition is opened as an exclusive open after a crash
+/// opens it (checked from its recovery point, cut at the first damage,
+/// indexes rebuilt) and closed, and the tail pages are made blank: the
+/// processes rebuild them from the checked files. A partition that closed
+/// cleanly since its last write is not checked again. Returns what the
+/// checks cut, by topic directory (its inode) and partition, for
+/// [`crate::Broker::topic`] to report.
+fn check_logs(dir: &Path, config: &Config, why: &str) -> Result<Recovered> {
     let tdir = topics_dir(dir);
     if !tdir.is_dir() {
-        return Ok(());
+        return Ok(HashMap::new());
     }
+    ::log::warn!("{}: {why}; checking every partition", dir.display());
     let options = TopicOptions {
         prefault: false,
         file_mode: config.file_mode,
@@ -263,18 +283,26 @@ fn check_after_restart(dir: &Path, config: &Config) -> Result<()> {
     // No summaries: every partition is opened (and checked if it must be).
     let (topics, damaged) = super::open_topics(&tdir, &options, &mut HashMap::new())?;
     for (name, e) in &damaged {
-        ::log::error!("after a restart of the machine, topic {name:?} could not be checked: {e}");
+        ::log::error!("topic {name:?} could not be checked ({why}): {e}");
     }
+    let mut recovered = HashMap::new();
     let mut first = Ok(());
     for topic in topics.values() {
+        if let Ok(info) = topic.info() {
+            for p in info.partitions {
+                if p.recovery != RecoveryStats::default() {
+                    recovered.insert((topic.dir_ino(), p.partition), p.recovery);
+                }
+            }
+        }
         let closed = topic.close();
         if first.is_ok() {
             first = closed;
         }
     }
     first?;
-    forget_tail_pages(dir);
-    Ok(())
+    blank_tail_pages(dir);
+    Ok(recovered)
 }
 
 /// At an exclusive open (no process has the directory open in shared
@@ -296,6 +324,40 @@ pub(super) fn leave_shared_mode(dir: &Path) {
 
 /// Removes every partition's tail page.
 fn forget_tail_pages(dir: &Path) {
+    for_each_tail_page(dir, |tail| {
+        let _ = std::fs::remove_file(tail);
+    });
+}
+
+/// Makes every partition's tail page blank (its magic zeroed in place), so
+/// that the next process to use the partition builds it again from the
+/// files, as for a missing page: cheaper than removing thousands of files
+/// whose pages are in the page cache (a removal evicts them). A page that
+/// cannot be written, or is shorter than its magic, is removed.
+fn blank_tail_pages(dir: &Path) {
+    use std::os::unix::fs::{FileExt, OpenOptionsExt};
+    for_each_tail_page(dir, |tail| {
+        let blanked = std::fs::OpenOptions::new()
+            .write(true)
+            // Not blocking: a FIFO planted there is not waited on.
+            .custom_flags(libc::O_NONBLOCK)
+            .open(tail)
+            .and_then(|f| {
+                let meta = f.metadata()?;
+                if !meta.is_file() || meta.len() < 8 {
+                    return Err(std::io::Error::other("not a tail page"));
+                }
+                f.write_all_at(&[0u8; 8], 0)
+            });
+        if blanked.is_err() {
+            let _ = std::fs::remove_file(tail);
+        }
+    });
+}
+
+/// Runs `f` on the path of every partition's tail page (which may not
+/// exist).
+fn for_each_tail_page(dir: &Path, mut f: impl FnMut(&Path)) {
     let Ok(topics) = std::fs::read_dir(topics_dir(dir)) else {
         return;
     };
@@ -304,9 +366,8 @@ fn forget_tail_pages(dir: &Path) {
             continue;
         };
         for part in parts.flatten() {
-            let tail = part.path().join(crate::shared::TAIL_FILE);
             if part.path().is_dir() {
-                let _ = std::fs::remove_file(tail);
+                f(&part.path().join(crate::shared::TAIL_FILE));
             }
         }
     }

@@ -26,5 +26,5 @@ pub(crate) use futex::WaitOutcome;
 pub(crate) use liveness::{LiveLock, Liveness};
 pub(crate) use lock_page::{LockPage, OpLock, FREE_AT};
 pub(crate) use page::{SharedPage, Word32, Word64, PAGE_LEN};
-pub(crate) use procs::{process_alive, ProcessSlot};
+pub(crate) use procs::{left_by_a_dead_process, process_alive, ProcessSlot};
 pub(crate) use tail::{LastBatch, Tail, TailPage, TAIL_FILE};

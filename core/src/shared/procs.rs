@@ -167,12 +167,7 @@ fn sweep_dead(procs: &Path) {
         return;
     };
     for entry in entries.flatten() {
-        let name = entry.file_name();
-        let Some(name) = name.to_str() else { continue };
-        let Some(hex) = name.strip_suffix(LIVE_SUFFIX) else {
-            continue;
-        };
-        if hex.len() != 16 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        if !is_process_file(&entry.file_name()) {
             continue;
         }
         let path = entry.path();
@@ -189,6 +184,33 @@ fn sweep_dead(procs: &Path) {
         }
         // Dropping `file` releases the lock, after the removal.
     }
+}
+
+/// Whether `dir/procs/` holds the file of a process that ended without
+/// closing the directory (killed, or crashed): a file whose lock can be
+/// taken (released again at once). A clean close removes its process's
+/// file, so one left there means the last session of the directory did
+/// not end cleanly. Files of live processes, and names not of this kind,
+/// are not counted.
+pub(crate) fn left_by_a_dead_process(dir: &Path) -> bool {
+    let Ok(entries) = std::fs::read_dir(dir.join(PROCS_DIR)) else {
+        return false;
+    };
+    entries.flatten().any(|entry| {
+        is_process_file(&entry.file_name())
+            && OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_NONBLOCK)
+                .open(entry.path())
+                .is_ok_and(|file| file.try_lock().is_ok())
+    })
+}
+
+/// Whether `name` is a process's file: 16 hex digits and `.live`.
+fn is_process_file(name: &std::ffi::OsStr) -> bool {
+    name.to_str()
+        .and_then(|n| n.strip_suffix(LIVE_SUFFIX))
+        .is_some_and(|hex| hex.len() == 16 && hex.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
 /// A random nonzero token of 63 bits from the operating system (the top
