@@ -10,8 +10,17 @@ mod common;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
-use common::{cfg, partition_dir, read_partition, segment_logs, Msg};
-use mqlite::{Broker, Config, ConsumerConfig, OffsetReset, ProducerConfig, Record, TopicConfig};
+use common::{partition_dir, read_partition, segment_logs, Msg};
+use mqlite::{
+    Broker, Config, ConsumerConfig, OffsetReset, OpenMode, ProducerConfig, Record, TopicConfig,
+};
+
+/// Exclusive mode, by name: these tests check how its segment files grow, are
+/// allocated and are cut at open (shared mode pads sealed segments for readers
+/// that map them and checks only after a crash).
+fn cfg() -> Config {
+    common::cfg().mode(OpenMode::Exclusive)
+}
 
 /// Bytes the files and directories under `dir` take on disk (allocated
 /// blocks, as `du -s` counts them).

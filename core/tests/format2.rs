@@ -19,15 +19,24 @@ use mqlite::log::batch::{
 use mqlite::log::check::{check_partition, CheckOptions};
 use mqlite::log::follow::{Follower, SETTLE};
 use mqlite::{
-    BorrowedRecord, Broker, Error, ErrorKind, Header, ProducerConfig, Record, RecoveryStats,
-    TopicConfig,
+    BorrowedRecord, Broker, Config, Error, ErrorKind, Header, OpenMode, ProducerConfig, Record,
+    RecoveryStats, TopicConfig,
 };
+
+/// Exclusive mode, by name: for the tests that check what its open does with a
+/// damaged, torn or newer-format log, and the files it keeps
+/// (docs/decisions.md, "A data directory's mode by name").
+fn exclusive() -> Config {
+    cfg().mode(OpenMode::Exclusive)
+}
 
 /// The most bytes a one-record batch may take beyond its key and value.
 const MAX_OVERHEAD: usize = 40;
 
+/// The tests read and damage the segment files as exclusive mode lays them
+/// out, and check what its open makes of them.
 fn open(dir: &Path) -> Broker {
-    Broker::open(dir, cfg()).unwrap()
+    Broker::open(dir, exclusive()).unwrap()
 }
 
 /// Bytes of the partition's log(s) up to the end of their data.
@@ -533,7 +542,7 @@ fn a_batch_from_a_newer_format_is_refused_not_cut() {
     // At the tail of the active segment (what recovery reads), after a
     // crash: refused, and nothing is cut.
     std::fs::remove_file(log_path.with_file_name("recovery.point")).unwrap();
-    match Broker::open(dir, cfg()).and_then(|mq| mq.topic("t").map(|_| ())) {
+    match Broker::open(dir, exclusive()).and_then(|mq| mq.topic("t").map(|_| ())) {
         Err(e) => {
             assert_eq!(e.kind(), ErrorKind::UnsupportedVersion, "{e}");
             assert!(matches!(

@@ -17,7 +17,16 @@ use std::sync::Arc;
 
 use common::{cfg, read_partition, segment_logs};
 use mqlite::faults::{set_sync_hook, SyncKind};
-use mqlite::{Acks, Broker, Error, ProducerConfig, Record, RecoveryStats, TopicConfig};
+use mqlite::{
+    Acks, Broker, Config, Error, OpenMode, ProducerConfig, Record, RecoveryStats, TopicConfig,
+};
+
+/// Exclusive mode, by name: for the tests that check its unclean mark and the
+/// checks of its open after a crash (docs/decisions.md, "A data directory's
+/// mode by name").
+fn exclusive() -> Config {
+    cfg().mode(OpenMode::Exclusive)
+}
 
 const CHILD_DIR: &str = "MQLITE_IDLE_CHILD_DIR";
 const TOPIC: &str = "t";
@@ -197,7 +206,7 @@ fn a_crash_after_the_first_append_is_recovered_as_unclean() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     {
-        let mq = Broker::open(dir, cfg()).unwrap();
+        let mq = Broker::open(dir, exclusive()).unwrap();
         mq.create_topic(TOPIC, TopicConfig::new(2)).unwrap();
         let producer = mq.producer(ProducerConfig::default()).unwrap();
         for i in 0..20u32 {
@@ -213,7 +222,7 @@ fn a_crash_after_the_first_append_is_recovered_as_unclean() {
     run_crash_child(dir);
     damage_last_batch(dir);
     {
-        let mq = Broker::open(dir, cfg()).unwrap();
+        let mq = Broker::open(dir, exclusive()).unwrap();
         let info = mq.topic(TOPIC).unwrap();
         let r = info.partitions[0].recovery;
         assert_eq!(info.partitions[0].end_offset, 20, "the torn batch is cut");
@@ -228,7 +237,7 @@ fn a_crash_after_the_first_append_is_recovered_as_unclean() {
     }
     // Closed cleanly now: the same damage is corruption of a clean log.
     damage_last_batch(dir);
-    let mq = Broker::open(dir, cfg()).unwrap();
+    let mq = Broker::open(dir, exclusive()).unwrap();
     let r = mq.topic(TOPIC).unwrap().partitions[0].recovery;
     assert_eq!(
         (r.torn_tails, r.corruptions),

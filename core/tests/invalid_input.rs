@@ -10,9 +10,15 @@ use std::time::Duration;
 use common::{cfg, read_partition};
 use mqlite::log::batch::{batch_len, RecordRef};
 use mqlite::{
-    Acks, Broker, ConsumerConfig, Error, OffsetReset, OpenMode, ProducerConfig, Record,
+    Acks, Broker, Config, ConsumerConfig, Error, OffsetReset, OpenMode, ProducerConfig, Record,
     TopicConfig, TopicInfo, MAX_GROUP_NAME_LEN,
 };
+
+/// Exclusive mode, by name: for the tests that compare the files before and
+/// after (shared mode adds its own: process files, tail pages).
+fn exclusive() -> Config {
+    cfg().mode(OpenMode::Exclusive)
+}
 
 /// Everything observable about a data directory: topics, their config and
 /// offsets, and every file under `topics/` with its size.
@@ -52,8 +58,13 @@ fn snapshot(mq: &Broker) -> Snapshot {
 
 /// A broker with topic `t` (3 partitions, a record in each).
 fn setup() -> (tempfile::TempDir, Broker) {
+    setup_with(cfg())
+}
+
+/// [`setup`] with `config`.
+fn setup_with(config: Config) -> (tempfile::TempDir, Broker) {
     let tmp = tempfile::tempdir().unwrap();
-    let mq = Broker::open(tmp.path(), cfg()).unwrap();
+    let mq = Broker::open(tmp.path(), config).unwrap();
     mq.create_topic(
         "t",
         TopicConfig::new(3)
@@ -400,7 +411,7 @@ fn seek_out_of_range() {
 
 #[test]
 fn everything_is_closed_after_close() {
-    let (tmp, mq) = setup();
+    let (tmp, mq) = setup_with(exclusive());
     let producer = mq.producer(ProducerConfig::default()).unwrap();
     let mut consumer = mq.consumer(ConsumerConfig::default()).unwrap();
     consumer.subscribe(&["t"]).unwrap();
@@ -424,7 +435,7 @@ fn everything_is_closed_after_close() {
     closed(mq.flush(), "flush");
     closed(mq.enforce_retention().map(drop), "enforce_retention");
     drop((producer, consumer, mq));
-    let mq = Broker::open(tmp.path(), cfg()).unwrap();
+    let mq = Broker::open(tmp.path(), exclusive()).unwrap();
     assert_eq!(snapshot(&mq), before, "nothing changed after close");
 
     // A closed consumer, on an open broker.

@@ -12,10 +12,18 @@ use std::process::Command;
 use std::sync::{Arc, Barrier, Mutex};
 use std::time::Duration;
 
-use common::{cfg, read_partition, segment_logs};
+use common::{read_partition, segment_logs};
 use mqlite::{
-    Broker, ConsumerConfig, Error, OffsetReset, PartitionInfo, ProducerConfig, Record, TopicConfig,
+    Broker, Config, ConsumerConfig, Error, OffsetReset, OpenMode, PartitionInfo, ProducerConfig,
+    Record, TopicConfig,
 };
+
+/// Exclusive mode, by name: these tests check how its open leaves partitions
+/// closed until first use and checks them then, which shared mode does
+/// otherwise (docs/decisions.md, "A data directory's mode by name").
+fn cfg() -> Config {
+    common::cfg().mode(OpenMode::Exclusive)
+}
 
 const TOPIC: &str = "t";
 const CHILD_DIR: &str = "MQLITE_LAZY_OPEN_CHILD_DIR";

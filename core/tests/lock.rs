@@ -8,8 +8,14 @@ use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
-use common::cfg;
-use mqlite::{Broker, Error, ProducerConfig, Record, TopicConfig, LOCK_FILE};
+use mqlite::{Broker, Config, Error, OpenMode, ProducerConfig, Record, TopicConfig, LOCK_FILE};
+
+/// Exclusive mode, by name: these tests check its lock: one handle per
+/// directory, `Locked` for any other (shared mode shares the engine within a
+/// process).
+fn cfg() -> Config {
+    common::cfg().mode(OpenMode::Exclusive)
+}
 
 const CHILD_DIR: &str = "MQLITE_LOCK_CHILD_DIR";
 

@@ -11,9 +11,15 @@ use std::time::Duration;
 
 use common::{batches, cfg, partition_dir, segment_logs};
 use mqlite::{
-    Broker, Consumer, ConsumerConfig, Error, OffsetReset, ProducerConfig, Record, TopicConfig,
-    DEFAULT_MAX_COMMIT_METADATA_BYTES,
+    Broker, Config, Consumer, ConsumerConfig, Error, OffsetReset, OpenMode, ProducerConfig, Record,
+    TopicConfig, DEFAULT_MAX_COMMIT_METADATA_BYTES,
 };
+
+/// Exclusive mode, by name: for the tests whose log is cut by its open's
+/// recovery (docs/decisions.md, "A data directory's mode by name").
+fn exclusive() -> Config {
+    cfg().mode(OpenMode::Exclusive)
+}
 
 /// Sends `n` records to `t`/0 one batch each, values `"{tag}-{i}"`.
 fn send(mq: &Broker, tag: &str, n: usize) {
@@ -90,7 +96,7 @@ fn a_committed_offset_beyond_a_cut_log_resumes_at_the_cut() {
         let cut = committed_then_damaged(tmp.path());
         let group = if broadcast { "b" } else { "g" };
         {
-            let mq = Broker::open(tmp.path(), cfg()).unwrap();
+            let mq = Broker::open(tmp.path(), exclusive()).unwrap();
             let info = &mq.topic("t").unwrap().partitions[0];
             assert_eq!(info.end_offset, cut);
             // Every one-record batch cut counts, those of the segments
@@ -115,7 +121,7 @@ fn a_committed_offset_beyond_a_cut_log_resumes_at_the_cut() {
             c.commit().unwrap();
         }
         // Committed again: nothing is out of range any more.
-        let mq = Broker::open(tmp.path(), cfg()).unwrap();
+        let mq = Broker::open(tmp.path(), exclusive()).unwrap();
         let mut c = mq
             .consumer(reader(group, OffsetReset::Error, broadcast))
             .unwrap();
@@ -132,10 +138,10 @@ fn the_out_of_range_mark_survives_reopens_and_subscriptions() {
     {
         // Recovery cuts; the process writes past 600 and closes before any
         // consumer of `g` comes back.
-        let mq = Broker::open(tmp.path(), cfg()).unwrap();
+        let mq = Broker::open(tmp.path(), exclusive()).unwrap();
         send(&mq, "new", 700);
     }
-    let mq = Broker::open(tmp.path(), cfg()).unwrap();
+    let mq = Broker::open(tmp.path(), exclusive()).unwrap();
     // With the reset policy `error`, the stale offset is reported, not used.
     let mut strict = mq.consumer(reader("g", OffsetReset::Error, false)).unwrap();
     strict.assign(&[("t", 0)]).unwrap();

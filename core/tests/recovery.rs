@@ -13,11 +13,20 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::{batches, cfg, read_partition, segment_logs, Msg, Rng, Span};
+use common::{batches, read_partition, segment_logs, Msg, Rng, Span};
 use mqlite::log::batch::HEADER_LEN;
 use mqlite::{
-    Broker, ConsumerConfig, Error, OffsetReset, ProducerConfig, Record, RecoveryStats, TopicConfig,
+    Broker, Config, ConsumerConfig, Error, OffsetReset, OpenMode, ProducerConfig, Record,
+    RecoveryStats, TopicConfig,
 };
+
+/// Exclusive mode, by name: these tests check how its open recovers a log made
+/// to look crashed (no recovery point), which shared mode checks only after a
+/// process's crash or a restart (docs/decisions.md, "A data directory's mode by
+/// name").
+fn cfg() -> Config {
+    common::cfg().mode(OpenMode::Exclusive)
+}
 
 const TOPIC: &str = "t";
 /// The partition under test; partition 0 gets a little data too and must

@@ -14,8 +14,16 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use common::cfg;
-use mqlite::{Acks, Broker, ConsumerConfig, OffsetReset, ProducerConfig, Record, TopicConfig};
+use mqlite::{
+    Acks, Broker, Config, ConsumerConfig, OffsetReset, OpenMode, ProducerConfig, Record,
+    TopicConfig,
+};
+
+/// Exclusive mode, by name: these tests count its descriptors and mappings
+/// (shared mode holds more: tail pages, process files).
+fn cfg() -> Config {
+    common::cfg().mode(OpenMode::Exclusive)
+}
 
 static SERIAL: Mutex<()> = Mutex::new(());
 

@@ -9,7 +9,17 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::{cfg, files_ending, read_partition, segment_logs, Msg};
-use mqlite::{Broker, ConsumerConfig, Error, OffsetReset, ProducerConfig, Record, TopicConfig};
+use mqlite::{
+    Broker, Config, ConsumerConfig, Error, OffsetReset, OpenMode, ProducerConfig, Record,
+    TopicConfig,
+};
+
+/// Exclusive mode, by name: for the tests that count its segment files and
+/// their sizes (shared mode pads sealed segments to a page, and removes
+/// retention's leftovers otherwise).
+fn exclusive() -> Config {
+    cfg().mode(OpenMode::Exclusive)
+}
 
 const SEGMENT: u64 = 4096;
 
@@ -72,7 +82,7 @@ fn check_disk(mq: &Broker, dir: &Path, topic: &str) -> Vec<u64> {
 #[test]
 fn retention_by_size_deletes_oldest_closed_segments() {
     let tmp = tempfile::tempdir().unwrap();
-    let mq = Broker::open(tmp.path(), cfg()).unwrap();
+    let mq = Broker::open(tmp.path(), exclusive()).unwrap();
     let limit = 3 * SEGMENT + 100;
     mq.create_topic(
         "t",
@@ -129,7 +139,7 @@ fn retention_by_size_deletes_oldest_closed_segments() {
     let start = mq.topic("t").unwrap().partitions[0].start_offset;
     mq.close().unwrap();
     drop(mq);
-    let mq = Broker::open(tmp.path(), cfg()).unwrap();
+    let mq = Broker::open(tmp.path(), exclusive()).unwrap();
     let info = &mq.topic("t").unwrap().partitions[0];
     assert_eq!((info.start_offset, info.end_offset), (start, sent));
 }
@@ -380,7 +390,7 @@ fn held_messages_keep_deleted_segments_until_dropped() {
 #[test]
 fn held_messages_survive_close_and_reopen() {
     let tmp = tempfile::tempdir().unwrap();
-    let mq = Broker::open(tmp.path(), cfg()).unwrap();
+    let mq = Broker::open(tmp.path(), exclusive()).unwrap();
     mq.create_topic(
         "t",
         TopicConfig::new(1)
@@ -400,7 +410,7 @@ fn held_messages_survive_close_and_reopen() {
     assert_eq!(files_ending(tmp.path(), "t", 0, ".deleted").len(), 3);
     mq.close().unwrap();
     drop(mq);
-    let mq = Broker::open(tmp.path(), cfg()).unwrap();
+    let mq = Broker::open(tmp.path(), exclusive()).unwrap();
     assert!(
         files_ending(tmp.path(), "t", 0, ".deleted").is_empty(),
         "reopen removes leftovers"

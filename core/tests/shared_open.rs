@@ -168,10 +168,10 @@ fn a_read_only_open_of_a_missing_directory_creates_nothing() {
 fn exclusive_and_shared_opens_exclude_each_other() {
     let dir = tempfile::tempdir().unwrap();
     let s = Broker::open(dir.path(), shared()).unwrap();
-    let e = Broker::open(dir.path(), Config::default()).unwrap_err();
+    let e = Broker::open(dir.path(), Config::default().mode(OpenMode::Exclusive)).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Locked);
     s.close().unwrap();
-    let x = Broker::open(dir.path(), Config::default()).unwrap();
+    let x = Broker::open(dir.path(), Config::default().mode(OpenMode::Exclusive)).unwrap();
     let e = Broker::open(dir.path(), shared()).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Locked);
     let pid = std::process::id().to_string();

@@ -13,12 +13,18 @@ use std::time::Duration;
 use common::{cfg, read_partition};
 use mqlite::faults::{self, CommitStep};
 use mqlite::{
-    Acks, Broker, ConsumerConfig, Error, ErrorKind, OffsetReset, ProducerConfig, Record,
+    Acks, Broker, ConsumerConfig, Error, ErrorKind, OffsetReset, OpenMode, ProducerConfig, Record,
     TopicConfig,
 };
 
 fn open(dir: &Path) -> Broker {
     Broker::open(dir, cfg()).unwrap()
+}
+
+/// Exclusive mode, by name: after the crash of an exclusive-mode session's
+/// commit (`txn_crash_child`), which only an exclusive open finishes.
+fn open_exclusive(dir: &Path) -> Broker {
+    Broker::open(dir, cfg().mode(OpenMode::Exclusive)).unwrap()
 }
 
 fn setup(mq: &Broker) {
@@ -378,7 +384,9 @@ fn txn_crash_child() {
     } else {
         Acks::One
     };
-    let mq = open(Path::new(&dir));
+    // Exclusive mode, by name: the crash of an exclusive-mode session's
+    // commit (shared mode's are finished by the next committer).
+    let mq = Broker::open(Path::new(&dir), cfg().mode(OpenMode::Exclusive)).unwrap();
     setup(&mq);
     let plain = mq.producer(ProducerConfig::default()).unwrap();
     for i in 0..3 {
@@ -435,7 +443,7 @@ fn kill_9_at_every_commit_step_leaves_it_whole_or_absent() {
                 reached && step != CommitStep::DataWritten && step != CommitStep::DataSynced;
             let committed = committed || !reached;
             for round in 0..2 {
-                let mq = open(tmp.path());
+                let mq = open_exclusive(tmp.path());
                 let mut all = Vec::new();
                 for (t, p) in [("a", 0), ("a", 1), ("b", 0)] {
                     all.extend(values(&mq, t, p));
@@ -547,7 +555,7 @@ fn recovery_counts_an_abandoned_transaction() {
         .status()
         .unwrap();
     assert!(!status.success());
-    let mq = open(tmp.path());
+    let mq = open_exclusive(tmp.path());
     let abandoned: u64 = ["a", "b"]
         .iter()
         .flat_map(|t| mq.topic(t).unwrap().partitions)
@@ -747,7 +755,7 @@ fn shared_mode_never_shows_or_overwrites_an_unfinished_transaction() {
         assert_eq!(v.iter().filter(|v| v.starts_with("first-")).count(), 6);
         let whole = if committed { 6 } else { 0 };
         assert_eq!(
-            seconds(&all_values(tmp.path(), cfg()).unwrap()),
+            seconds(&all_values(tmp.path(), cfg().mode(OpenMode::Exclusive)).unwrap()),
             whole,
             "{step}"
         );

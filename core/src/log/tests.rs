@@ -199,7 +199,9 @@ fn prefetch_hints_follow_the_writer() {
 #[test]
 fn pwritev_batches_have_the_next_segment_prepared() {
     let dir = tempfile::tempdir().unwrap();
-    let mq = Broker::open(dir.path(), Config::default()).unwrap();
+    // Exclusive mode, by name: shared mode prepares no next segment.
+    let config = Config::default().mode(crate::OpenMode::Exclusive);
+    let mq = Broker::open(dir.path(), config).unwrap();
     mq.create_topic("t", TopicConfig::new(1).segment_bytes(4 << 20))
         .unwrap();
     let log = mq.inner().topic("t").unwrap().partition(0).unwrap();

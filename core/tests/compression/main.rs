@@ -30,9 +30,18 @@ use mqlite::log::batch::{
 use mqlite::log::compression::{
     compress_records, decompress_records, parse_framing, FRAMING_LEN, MAX_UNCOMPRESSED_LEN,
 };
-use mqlite::{Broker, Compression, ConsumerConfig, Error, Header, OffsetReset, TopicConfig};
+use mqlite::{
+    Broker, Compression, Config, ConsumerConfig, Error, Header, OffsetReset, OpenMode, TopicConfig,
+};
 use partitions::*;
 use proptest::prelude::*;
+
+/// Exclusive mode, by name: for the tests that rewrite or damage segment files
+/// as that mode lays them out, and check what its open makes of them
+/// (docs/decisions.md, "A data directory's mode by name").
+fn exclusive() -> Config {
+    cfg().mode(OpenMode::Exclusive)
+}
 
 pub(crate) const CODECS: [Compression; 4] = [
     Compression::Gzip,

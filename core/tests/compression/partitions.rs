@@ -8,7 +8,7 @@ pub(crate) const TOPIC: &str = "t";
 /// A partition written (uncompressed) through the raw log in batches of 1 to
 /// 20 records, then closed. Returns the messages written, in order.
 pub(crate) fn write_partition(dir: &std::path::Path, records: usize, seed: u64) -> Vec<Msg> {
-    let mq = Broker::open(dir, cfg()).unwrap();
+    let mq = Broker::open(dir, exclusive()).unwrap();
     mq.create_topic(TOPIC, TopicConfig::new(1).segment_bytes(16 << 10))
         .unwrap();
     let log = mqlite::raw::partition_log(&mq, TOPIC, 0).unwrap();
@@ -198,7 +198,7 @@ pub(crate) fn compressed_partitions_read_back() {
         );
         recompress_partition(dir.path(), codec_of);
 
-        let mq = Broker::open(dir.path(), cfg()).unwrap();
+        let mq = Broker::open(dir.path(), exclusive()).unwrap();
         let info = mq.topic(TOPIC).unwrap();
         assert_eq!(
             info.partitions[0].recovery,
@@ -228,7 +228,7 @@ pub(crate) fn compressed_partitions_read_back() {
             value: extra.value,
             headers: vec![],
         });
-        let mq = Broker::open(dir.path(), cfg()).unwrap();
+        let mq = Broker::open(dir.path(), exclusive()).unwrap();
         assert_eq!(
             mq.topic(TOPIC).unwrap().partitions[0].recovery,
             mqlite::RecoveryStats::default()
@@ -245,7 +245,7 @@ pub(crate) fn consumer_stops_and_seeks_inside_compressed_batches() {
     let dir = tempfile::tempdir().unwrap();
     let expected = write_partition(dir.path(), 400, 11);
     recompress_partition(dir.path(), |i| CODECS[i % 4]);
-    let mq = Broker::open(dir.path(), cfg()).unwrap();
+    let mq = Broker::open(dir.path(), exclusive()).unwrap();
     for per_poll in [1, 2, 3, 19] {
         assert_eq!(consume(&mq, per_poll), expected, "{per_poll} per poll");
     }
@@ -291,7 +291,7 @@ pub(crate) fn undecompressable_batch_is_corrupt() {
     assert!(matches!(check(&log[victim.pos..]), Check::Valid(_)));
     std::fs::write(path, &log).unwrap();
 
-    let mq = Broker::open(dir.path(), cfg()).unwrap();
+    let mq = Broker::open(dir.path(), exclusive()).unwrap();
     let mut c = mq
         .consumer(ConsumerConfig::default().max_poll_records(100_000))
         .unwrap();

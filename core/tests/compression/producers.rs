@@ -185,7 +185,7 @@ pub(crate) fn over_limit_batch_is_kept_by_recovery_and_refused_by_readers() {
     reseal(&mut log[last.pos..last.end()]);
     std::fs::write(&path, &log).unwrap();
 
-    let mq = Broker::open(dir.path(), cfg()).unwrap();
+    let mq = Broker::open(dir.path(), exclusive()).unwrap();
     let info = mq.topic(TOPIC).unwrap();
     assert_eq!(
         info.partitions[0].recovery,
@@ -284,7 +284,7 @@ pub(crate) fn stopping_mid_batch_does_not_decompress_again() {
         })
         .expect("a batch with two values in a row");
 
-    let mq = Broker::open(dir.path(), cfg()).unwrap();
+    let mq = Broker::open(dir.path(), exclusive()).unwrap();
     let mut c = mq
         .consumer(ConsumerConfig::default().max_poll_records(1))
         .unwrap();

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use mqlite::{Broker, Config, ConsumerConfig, OffsetReset};
+use mqlite::{Broker, Config, ConsumerConfig, OffsetReset, OpenMode};
 
 const ROLE: &str = "MQLITE_SM_ROLE";
 const DATA: &str = "MQLITE_SM_DATA";
@@ -53,9 +53,10 @@ pub fn readonly() -> Config {
     shared().readonly(true)
 }
 
-/// An exclusive-mode config for tests.
+/// An exclusive-mode config for tests (by name: whatever the default).
 pub fn exclusive() -> Config {
     Config::default()
+        .mode(OpenMode::Exclusive)
         .prefault(false)
         .retention_check_interval_ms(0)
 }

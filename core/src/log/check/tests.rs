@@ -6,10 +6,13 @@ use std::collections::BTreeMap;
 use super::*;
 use crate::log::batch::BatchHeader;
 use crate::log::test_util::{batch_bytes, write_at};
-use crate::{BorrowedRecord, Broker, Config, ProducerConfig, TopicConfig};
+use crate::{BorrowedRecord, Broker, Config, OpenMode, ProducerConfig, TopicConfig};
 
+/// Exclusive mode, by name: the tests damage the files as that mode lays
+/// them out and compare the check with what its open does.
 fn broker(dir: &Path) -> Broker {
-    Broker::open(dir, Config::default().retention_check_interval_ms(0)).unwrap()
+    let config = Config::default().retention_check_interval_ms(0);
+    Broker::open(dir, config.mode(OpenMode::Exclusive)).unwrap()
 }
 
 fn pdir(dir: &Path) -> PathBuf {
