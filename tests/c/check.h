@@ -95,6 +95,19 @@ static inline mql_broker *open_shared(const char *path) {
     return mq;
 }
 
+/* mql_open of `path` in exclusive mode by name (whatever the default), for
+ * the tests of that mode's lock, files and recovery; returns its status. */
+static inline mql_status open_exclusive(const char *path, mql_broker **out) {
+    mql_config *cfg;
+    CHECK_OK(mql_config_new(&cfg));
+    CHECK_OK(mql_config_set_prefault(cfg, false));
+    CHECK_OK(mql_config_set_retention_check_interval_ms(cfg, 0));
+    CHECK_OK(mql_config_set_mode(cfg, "exclusive"));
+    mql_status status = mql_open(path, cfg, out);
+    mql_config_free(cfg);
+    return status;
+}
+
 static inline mql_broker *open_data(const char *dir, const char *name) {
     char path[4096];
     join_path(path, sizeof path, dir, name);

@@ -9,11 +9,13 @@ int main(int argc, char **argv) {
     join_path(data, sizeof data, dir, "data");
 
     mql_broker *mq;
-    CHECK_OK(mql_open(data, NULL, &mq));
+    CHECK_OK(open_exclusive(data, &mq));
 
-    /* A second open of the same directory: MQL_LOCKED, naming the holder. */
+    /* A second open of the same directory in exclusive mode: MQL_LOCKED,
+     * naming the holder (a shared directory's second open in one process
+     * shares the engine). */
     mql_broker *second = NULL;
-    CHECK_FAIL(mql_open(data, NULL, &second), MQL_LOCKED, "locked by");
+    CHECK_FAIL(open_exclusive(data, &second), MQL_LOCKED, "locked by");
     CHECK(strstr(mql_last_error(), "pid") != NULL || strstr(mql_last_error(), "process") != NULL);
     CHECK(second == NULL);
 

@@ -245,7 +245,9 @@ int main(int argc, char **argv) {
     join_path(data, sizeof data, dir, "data");
     join_path(file, sizeof file, dir, "plain-file");
     join_path(under_file, sizeof under_file, file, "data");
-    mql_broker *mq = open_data(dir, "data");
+    /* Exclusive mode, by name: a second open below must be MQL_LOCKED. */
+    mql_broker *mq = NULL;
+    CHECK_OK(open_exclusive(data, &mq));
     make_topic(mq, "t", 1);
 
     /* --- general --- */
@@ -253,7 +255,7 @@ int main(int argc, char **argv) {
     write_file(file, "not a directory\n");
     PROVOKE(mql_open(under_file, NULL, &other), MQL_IO, "I/O error");
     disk_full(mq);
-    PROVOKE(mql_open(data, NULL, &other), MQL_LOCKED, "locked");
+    PROVOKE(open_exclusive(data, &other), MQL_LOCKED, "locked");
     CHECK(other == NULL);
     mql_config *cfg;
     CHECK_OK(mql_config_new(&cfg));

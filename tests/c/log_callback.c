@@ -79,10 +79,21 @@ static void damage(const char *dir) {
     CHECK(remove(path) == 0);
 }
 
+/* dir/name in exclusive mode, by name: the damage below is made by removing
+ * the recovery point, which that mode's open checks (shared mode checks the
+ * logs after a process's crash or a restart). */
+static mql_broker *open_exclusive_dir(const char *dir, const char *name) {
+    char path[4096];
+    join_path(path, sizeof path, dir, name);
+    mql_broker *mq = NULL;
+    CHECK_OK(open_exclusive(path, &mq));
+    return mq;
+}
+
 /* Writes `n` more records to t/0 (made if missing), closes cleanly and
  * damages the last one. */
 static void write_and_damage(const char *dir, int n) {
-    mql_broker *mq = open_data(dir, "data");
+    mql_broker *mq = open_exclusive_dir(dir, "data");
     uint32_t count;
     if (mql_topic_partition_count(mq, "t", &count) != MQL_OK) make_topic(mq, "t", 1);
     mql_producer *p;
@@ -112,7 +123,7 @@ int main(int argc, char **argv) {
 
     /* A clean directory: recovery found nothing, and nothing is logged. */
     CHECK_OK(mql_set_log_callback(on_log, &s));
-    mql_broker *mq = open_data(dir, "data");
+    mql_broker *mq = open_exclusive_dir(dir, "data");
     make_topic(mq, "t", 1);
     fill(mq, "t", 1, 3);
     mql_recovery_stats rec;
@@ -123,7 +134,7 @@ int main(int argc, char **argv) {
     CHECK_OK(mql_partition_recovery(mq, "t", 0, &rec));
     check_zero(&rec);
     CHECK_OK(mql_close(mq));
-    mq = open_data(dir, "data");
+    mq = open_exclusive_dir(dir, "data");
     CHECK_OK(mql_partition_recovery(mq, "t", 0, &rec));
     check_zero(&rec);
     CHECK_OK(mql_close(mq));
@@ -131,7 +142,7 @@ int main(int argc, char **argv) {
 
     /* Damage: the reopen cuts the last batch and warns about it. */
     write_and_damage(dir, 5);
-    mq = open_data(dir, "data");
+    mq = open_exclusive_dir(dir, "data");
     CHECK(s.warnings_of_truncation == 1);
     if (s.bad_level != 0 || s.bad_target != 0) FAIL_AT("bad level or target; last message: %s", s.last);
     CHECK(strstr(s.last, "00000000000000000000.log") != NULL); /* names the file */
@@ -144,7 +155,7 @@ int main(int argc, char **argv) {
     reset(&s);
     write_and_damage(dir, 2);
     CHECK_OK(mql_set_log_level(MQL_LOG_ERROR));
-    mq = open_data(dir, "data");
+    mq = open_exclusive_dir(dir, "data");
     CHECK(s.records == 0);
     CHECK_OK(mql_partition_recovery(mq, "t", 0, &rec));
     CHECK(rec.truncated_bytes > 0); /* it did happen */
@@ -153,12 +164,12 @@ int main(int argc, char **argv) {
     /* MQL_LOG_OFF neither; MQL_LOG_TRACE does. */
     write_and_damage(dir, 2);
     CHECK_OK(mql_set_log_level(MQL_LOG_OFF));
-    mq = open_data(dir, "data");
+    mq = open_exclusive_dir(dir, "data");
     CHECK_OK(mql_close(mq));
     CHECK(s.records == 0);
     write_and_damage(dir, 2);
     CHECK_OK(mql_set_log_level(MQL_LOG_TRACE));
-    mq = open_data(dir, "data");
+    mq = open_exclusive_dir(dir, "data");
     CHECK_OK(mql_close(mq));
     CHECK(s.warnings_of_truncation == 1);
 
@@ -166,7 +177,7 @@ int main(int argc, char **argv) {
     reset(&s);
     s.try_nested = 1;
     write_and_damage(dir, 2);
-    mq = open_data(dir, "data");
+    mq = open_exclusive_dir(dir, "data");
     CHECK_OK(mql_close(mq));
     CHECK(s.warnings_of_truncation == 1);
     CHECK(s.nested_set == MQL_INVALID_ARGUMENT && s.nested_level == MQL_INVALID_ARGUMENT);
@@ -176,7 +187,7 @@ int main(int argc, char **argv) {
     CHECK_OK(mql_set_log_level(MQL_LOG_WARN));
     CHECK_OK(mql_set_log_callback(NULL, NULL));
     write_and_damage(dir, 2);
-    mq = open_data(dir, "data");
+    mq = open_exclusive_dir(dir, "data");
     CHECK_OK(mql_partition_recovery(mq, "t", 0, &rec));
     CHECK(rec.truncated_bytes > 0);
     CHECK_OK(mql_close(mq));
@@ -185,7 +196,7 @@ int main(int argc, char **argv) {
     /* And on again. */
     CHECK_OK(mql_set_log_callback(on_log, &s));
     write_and_damage(dir, 2);
-    mq = open_data(dir, "data");
+    mq = open_exclusive_dir(dir, "data");
     CHECK_OK(mql_close(mq));
     CHECK(s.warnings_of_truncation == 1);
     CHECK_OK(mql_set_log_callback(NULL, NULL));

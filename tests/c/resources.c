@@ -92,12 +92,15 @@ static size_t sealed_segments(const char *root) {
     return sealed;
 }
 
-/* Opens `name` under `dir`, its canonical path into `root`, with topic t
- * of PARTITIONS partitions of small segments. */
+/* Opens `name` under `dir` in exclusive mode, its canonical path into
+ * `root`, with topic t of PARTITIONS partitions of small segments. */
 static mql_broker *open_scene(const char *dir, const char *name, char *root) {
-    mql_broker *mq = open_data(dir, name);
     char data[PATH_MAX];
     join_path(data, sizeof data, dir, name);
+    /* Exclusive mode, by name: the counts are that mode's (a shared-mode
+     * process also holds its process file and the partitions' tail pages). */
+    mql_broker *mq = NULL;
+    CHECK_OK(open_exclusive(data, &mq));
     CHECK(realpath(data, root) != NULL);
     mql_topic_config *tc;
     CHECK_OK(mql_topic_config_new(PARTITIONS, &tc));

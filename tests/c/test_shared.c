@@ -209,6 +209,7 @@ static void exclusive(const char *path, pid_t parent) {
     (void)parent;
     mql_config *cfg;
     CHECK_OK(mql_config_new(&cfg));
+    CHECK_OK(mql_config_set_mode(cfg, "exclusive"));
     mql_broker *mq = NULL;
     CHECK_FAIL(mql_open(path, cfg, &mq), MQL_LOCKED, "");
     CHECK(mq == NULL);
@@ -262,6 +263,7 @@ int main(int argc, char **argv) {
     /* The same process cannot open the directory exclusively either. */
     mql_config *cfg;
     CHECK_OK(mql_config_new(&cfg));
+    CHECK_OK(mql_config_set_mode(cfg, "exclusive"));
     mql_broker *other = NULL;
     CHECK_FAIL(mql_open(path, cfg, &other), MQL_LOCKED, "");
     CHECK(other == NULL);

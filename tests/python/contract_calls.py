@@ -107,8 +107,8 @@ class FromEnv:
 SEGMENT = 1 << 20
 
 
-def make_env(path: Path) -> Env:
-    broker = mqlite.open(path, prefault=False, retention_check_interval_ms=0)
+def make_env(path: Path, mode: Optional[str] = None) -> Env:
+    broker = mqlite.open(path, mode=mode, prefault=False, retention_check_interval_ms=0)
     broker.create_topic("t", partitions=2, segment_bytes=SEGMENT)
     producer = broker.producer(name="p", transactional_id="p-tx")
     producer.send("t", b"v", partition=0)

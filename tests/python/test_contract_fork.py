@@ -34,7 +34,7 @@ WAIT = 60.0  # seconds before a silent process counts as hung
 def open_broker(path: Path) -> Any:
     import mqlite
 
-    return mqlite.open(path, prefault=False, retention_check_interval_ms=0)
+    return mqlite.open(path, mode="exclusive", prefault=False, retention_check_interval_ms=0)
 
 
 def read_line(fd: int, timeout: float) -> str:
@@ -144,7 +144,9 @@ def scenario(root: Path) -> None:
     from contract_calls import make_env
 
     data, own = root / "data", root / "own"
-    env = make_env(data)
+    # Exclusive mode, by name: the child must find the parent's directory
+    # locked (a shared directory is open to any process).
+    env = make_env(data, mode="exclusive")
     env.producer.send("t", b"before the fork", partition=1)
     reader = env.broker.consumer()
     reader.assign([("t", 1)])

@@ -64,14 +64,16 @@ def flip_in_value(part: Path, value: bytes) -> None:
 
 
 def test_damage_after_a_clean_close_is_corruption_kept_aside(tmp_path: Path) -> None:
-    with mqlite.open(tmp_path, prefault=False) as mq:
+    # Exclusive mode, by name: its open checks the active segment's tail
+    # after a clean close too (shared mode's does not).
+    with mqlite.open(tmp_path, mode="exclusive", prefault=False) as mq:
         mq.create_topic("t")
         p = mq.producer()
         for i in range(10):
             p.send("t", b"v-%05d" % i, partition=0)
     part = tmp_path / "topics" / "t" / "0"
     flip_in_value(part, b"v-00007")
-    with mqlite.open(tmp_path, prefault=False) as mq:
+    with mqlite.open(tmp_path, mode="exclusive", prefault=False) as mq:
         info = mq.topic("t").partitions[0]
         assert info.end_offset == 7
         assert (info.corruptions, info.torn_tails, info.lost_records) == (1, 0, 3)
@@ -81,7 +83,9 @@ def test_damage_after_a_clean_close_is_corruption_kept_aside(tmp_path: Path) -> 
 
 
 def test_a_committed_offset_beyond_a_cut_log_resumes_at_the_cut(tmp_path: Path) -> None:
-    with mqlite.open(tmp_path, prefault=False) as mq:
+    # Exclusive mode, by name: the crash is made by removing the recovery
+    # point, which its open checks.
+    with mqlite.open(tmp_path, mode="exclusive", prefault=False) as mq:
         mq.create_topic("t", segment_bytes=16 * 1024)
         p = mq.producer()
         for i in range(1200):
@@ -93,7 +97,7 @@ def test_a_committed_offset_beyond_a_cut_log_resumes_at_the_cut(tmp_path: Path) 
     part = tmp_path / "topics" / "t" / "0"
     flip_in_value(part, b"old-00500")
     (part / "recovery.point").unlink()  # as a crash leaves it
-    with mqlite.open(tmp_path, prefault=False) as mq:
+    with mqlite.open(tmp_path, mode="exclusive", prefault=False) as mq:
         info = mq.topic("t").partitions[0]
         assert info.end_offset == 500 and info.dropped_batches == 700
         p = mq.producer()

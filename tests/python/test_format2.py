@@ -64,7 +64,7 @@ def test_one_record_batches_take_at_most_40_bytes_beyond_key_and_value(tmp_path:
 
 
 def test_a_batch_from_a_newer_format_is_refused_and_kept(tmp_path: Path) -> None:
-    with mqlite.open(tmp_path, prefault=False) as mq:
+    with mqlite.open(tmp_path, mode="exclusive", prefault=False) as mq:
         for t in ("t", "u"):
             mq.create_topic(t)
             p = mq.producer()
@@ -77,7 +77,7 @@ def test_a_batch_from_a_newer_format_is_refused_and_kept(tmp_path: Path) -> None
     struct.pack_into("<I", log, pos + 12, crc32c(bytes(log[pos + 16 : pos + total])))
     path.write_bytes(bytes(log))
     (path.parent / "recovery.point").unlink()  # every batch is checked
-    with mqlite.open(tmp_path, prefault=False) as mq:
+    with mqlite.open(tmp_path, mode="exclusive", prefault=False) as mq:
         with pytest.raises(mqlite.UnsupportedVersion) as e:
             mq.topic("t")
         assert e.value.code == 301

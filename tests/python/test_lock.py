@@ -1,4 +1,4 @@
-"""A data directory can be open only once at a time."""
+"""A data directory in exclusive mode can be open only once at a time."""
 
 import os
 from pathlib import Path
@@ -9,10 +9,12 @@ import mqlite
 
 
 def test_second_open_is_locked_and_names_holder(data_dir: Path) -> None:
-    first = mqlite.open(data_dir)
+    # Exclusive mode, by name (a second open of a shared directory in one
+    # process shares the engine).
+    first = mqlite.open(data_dir, mode="exclusive")
     try:
         with pytest.raises(mqlite.Locked) as info:
-            mqlite.open(data_dir)
+            mqlite.open(data_dir, mode="exclusive")
         message = str(info.value)
         assert str(os.getpid()) in message
         assert "this process" in message

@@ -16,13 +16,18 @@ from mqlite import _mqlite
 
 VALUE = b"0123456789abcdefghijklmnopqrstuvwxyz" * 2
 
+#: Exclusive mode, by name: the tests make a log look crashed by removing its
+#: recovery point, which exclusive mode's open checks (shared mode checks the
+#: logs after a process's crash or a restart).
+MODE = "exclusive"
+
 #: The level the engine filters by before it queues a record (private).
 log_level = _mqlite._log_level  # type: ignore[attr-defined]
 
 
 def write(data_dir: Path, n: int) -> None:
     """Appends `n` records to t/0 (made if missing) and closes cleanly."""
-    with mqlite.open(data_dir, prefault=False, retention_check_interval_ms=0) as mq:
+    with mqlite.open(data_dir, mode=MODE, prefault=False, retention_check_interval_ms=0) as mq:
         if "t" not in mq.topics():
             mq.create_topic("t", segment_bytes=1 << 20)
         p = mq.producer()
@@ -46,7 +51,7 @@ def damage(data_dir: Path) -> None:
 
 
 def reopen(data_dir: Path) -> mqlite.Broker:
-    return mqlite.open(data_dir, prefault=False, retention_check_interval_ms=0)
+    return mqlite.open(data_dir, mode=MODE, prefault=False, retention_check_interval_ms=0)
 
 
 def engine_records(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
@@ -127,7 +132,7 @@ def test_records_logged_outside_open_arrive_from_the_delivery_thread(
     # A time lookup in a sealed segment whose time index disagrees with the
     # log warns in the middle of a call that keeps the GIL: the record is
     # queued and the module's delivery thread emits it, without close().
-    with mqlite.open(data_dir, prefault=False, retention_check_interval_ms=0) as mq:
+    with mqlite.open(data_dir, mode=MODE, prefault=False, retention_check_interval_ms=0) as mq:
         mq.create_topic("t", segment_bytes=4096)
         p = mq.producer()
         for i in range(200):

@@ -17,6 +17,10 @@ import mqlite
 
 pytestmark = pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc (Linux)")
 
+#: Exclusive mode, by name: the counts are that mode's (a shared-mode
+#: process also holds its process file and the partitions' tail pages).
+MODE = "exclusive"
+
 
 def fds_under(data: Path) -> list[str]:
     """Paths of the descriptors open on files under `data` (the directory's lock files aside)."""
@@ -45,7 +49,7 @@ def sealed_segments(mq: mqlite.Broker, topic: str) -> int:
 
 
 def test_close_releases_every_descriptor_while_objects_live(data_dir: Path) -> None:
-    mq = mqlite.open(data_dir, prefault=False, retention_check_interval_ms=0)
+    mq = mqlite.open(data_dir, mode=MODE, prefault=False, retention_check_interval_ms=0)
     mq.create_topic("t", partitions=2, segment_bytes=4096)
     assert len(fds_under(data_dir)) == 2  # the active segment's log, per partition
     p = mq.producer(acks="all")
@@ -86,12 +90,12 @@ def test_close_releases_every_descriptor_while_objects_live(data_dir: Path) -> N
 
 
 def test_reopened_partitions_hold_one_descriptor(data_dir: Path) -> None:
-    with mqlite.open(data_dir, prefault=False, retention_check_interval_ms=0) as mq:
+    with mqlite.open(data_dir, mode=MODE, prefault=False, retention_check_interval_ms=0) as mq:
         for t in range(20):
             mq.create_topic(f"t{t}", segment_bytes=4096)
             mq.producer().send(f"t{t}", b"v" * 3000)
             mq.producer().send(f"t{t}", b"v" * 3000)  # rolls
-    mq = mqlite.open(data_dir, prefault=False, retention_check_interval_ms=0)
+    mq = mqlite.open(data_dir, mode=MODE, prefault=False, retention_check_interval_ms=0)
     # After a clean close partitions open on first use: none yet.
     assert fds_under(data_dir) == []
     for t in range(20):
@@ -106,7 +110,7 @@ def test_messages_held_for_poll_are_released_at_close(data_dir: Path) -> None:
     fetched (hundreds of messages over many segments): closing the broker
     releases every descriptor, and the held messages' mappings; only the
     handed-out message keeps one."""
-    mq = mqlite.open(data_dir, prefault=False, retention_check_interval_ms=0)
+    mq = mqlite.open(data_dir, mode=MODE, prefault=False, retention_check_interval_ms=0)
     mq.create_topic("t", partitions=2, segment_bytes=4096)
     p = mq.producer(acks="all")
     for i in range(1000):

@@ -124,7 +124,7 @@ def writer_attempt(path: str, results: Any) -> None:
 def exclusive_attempt(path: str, results: Any) -> None:
     """Tries an exclusive open while the parent holds the directory shared."""
     try:
-        mqlite.open(path).close()
+        mqlite.open(path, mode="exclusive").close()
         results.put(None)
     except mqlite.Error as e:
         results.put(type(e).__name__)
@@ -358,8 +358,8 @@ def test_exclusive_and_shared_exclude_each_other(data_dir: Path) -> None:
         assert get(results, 1) == ["Locked"]
         proc.join(30)
         with pytest.raises(mqlite.Locked):
-            mqlite.open(path)
-    with mqlite.open(path):
+            mqlite.open(path, mode="exclusive")
+    with mqlite.open(path, mode="exclusive"):
         with pytest.raises(mqlite.Locked):
             open_shared(path)
         with pytest.raises(mqlite.Locked):
