@@ -215,7 +215,7 @@ def deque_popleft(size: int) -> Measure:
 def mqlite_topic(scratch: Scratch) -> Iterator[mqlite.Broker]:
     """A broker in a fresh directory with topic "t" (one partition, default settings)."""
     with scratch.dir() as d:
-        mq = mqlite.open(d)
+        mq = mqlite.open(d, mode="exclusive")
         try:
             mq.create_topic("t")
             yield mq

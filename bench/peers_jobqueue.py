@@ -36,7 +36,7 @@ def share_case(scratch: "Scratch", size: int, acks: Any, batch: int, pad_for: An
 
     def measure(n: int) -> float:
         with scratch.dir() as d:
-            with mqlite.open(d) as mq:
+            with mqlite.open(d, mode="exclusive") as mq:
                 _fill(mq, n, pad, 1000)
                 sc = mq.share_consumer("jobs", "t", commit_acks=acks, max_poll_records=max(batch, 500))
                 total = got = 0

@@ -85,7 +85,7 @@ def deque_get():
 
 def with_topic(fn):
     with tempfile.TemporaryDirectory() as d:
-        with mqlite.open(d) as mq:
+        with mqlite.open(d, mode="exclusive") as mq:
             mq.create_topic("t", partitions=1, segment_bytes=512 << 20)
             return fn(mq)
 

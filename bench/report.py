@@ -644,6 +644,8 @@ def render(
         "figure quoted in README.md's Performance section and in this page's hand-written reading is one",
         "the committed JSON shows; after a new run, `python3 bench/check_claims.py --fix bench/results/<date>`",
         "rewrites those figures from it, and the words around them (ahead, level, behind) are to be reread.",
+        "Every mqlite row opens its data directory in exclusive mode, by name, whatever the default; rows",
+        "that say shared mode open it in shared mode.",
         "",
     ]
     out += kept[1]

@@ -23,7 +23,7 @@ use std::time::Instant;
 mod harness;
 use harness::{filter_matches, scaled, Harness};
 
-use mqlite::{Acks, Broker, Config, ConsumerConfig, ProducerConfig, Record, TopicConfig};
+use mqlite::{Acks, Broker, ConsumerConfig, ProducerConfig, Record, TopicConfig};
 
 /// Records in each partition: commits cycle through their offsets.
 const ROOM: u64 = 64;
@@ -41,7 +41,7 @@ fn fresh_dir(tag: &str) -> PathBuf {
 /// (consumer `i` commits partition `i`).
 fn commits(acks: Acks, threads: u32, n: u64) -> f64 {
     let dir = fresh_dir("c");
-    let mq = Broker::open(&dir, Config::default()).unwrap();
+    let mq = Broker::open(&dir, harness::exclusive()).unwrap();
     mq.create_topic("t", TopicConfig::new(threads)).unwrap();
     // Offsets to commit (a commit past the log's end is refused).
     let p = mq.producer(ProducerConfig::default()).unwrap();

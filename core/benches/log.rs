@@ -26,7 +26,7 @@ use memmap2::MmapMut;
 use mqlite::log::batch::{self, RecordRef};
 use mqlite::raw::{partition_log, RawLog};
 use mqlite::{
-    Acks, BorrowedRecord, Broker, Compression, Config, ConsumerConfig, Processor, ProcessorConfig,
+    Acks, BorrowedRecord, Broker, Compression, ConsumerConfig, Processor, ProcessorConfig,
     ProducerConfig, TopicConfig,
 };
 
@@ -56,7 +56,7 @@ fn open_with(
     segment: u64,
 ) -> (Broker, RawLog, PathBuf) {
     let dir = fresh_dir(tag);
-    let mq = Broker::open(&dir, Config::default().prefault(background)).expect("open");
+    let mq = Broker::open(&dir, harness::exclusive().prefault(background)).expect("open");
     mq.create_topic("t", TopicConfig::new(1).segment_bytes(segment))
         .expect("create");
     let log = partition_log(&mq, "t", 0).expect("log");
@@ -275,7 +275,7 @@ enum SendMode {
 /// threads (each its own partition).
 fn produce_with(n: u64, size: usize, threads: u64, mode: SendMode, config: ProducerConfig) -> f64 {
     let dir = fresh_dir("producer");
-    let mq = Broker::open(&dir, Config::default().prefault(false)).expect("open");
+    let mq = Broker::open(&dir, harness::exclusive().prefault(false)).expect("open");
     mq.create_topic("t", TopicConfig::new(threads as u32).segment_bytes(SEGMENT))
         .expect("create");
     for p in 0..threads as u32 {
@@ -414,7 +414,7 @@ fn process(n: u64, size: usize) -> f64 {
 /// on its own thread.
 fn consume_group(n: u64, size: usize) -> f64 {
     let dir = fresh_dir("group");
-    let mq = Broker::open(&dir, Config::default().prefault(false)).expect("open");
+    let mq = Broker::open(&dir, harness::exclusive().prefault(false)).expect("open");
     mq.create_topic("t", TopicConfig::new(2).segment_bytes(SEGMENT))
         .expect("create");
     let value = vec![7u8; size];
@@ -490,7 +490,7 @@ fn pace(start: Instant, rate: u64, i: u64) -> u64 {
 /// each; returns the latencies (ns) of `n` messages, sorted.
 fn latencies(n: u64, rate: u64) -> Vec<u64> {
     let dir = fresh_dir("latency");
-    let mq = Broker::open(&dir, Config::default().prefault(false)).expect("open");
+    let mq = Broker::open(&dir, harness::exclusive().prefault(false)).expect("open");
     mq.create_topic("t", TopicConfig::new(1).segment_bytes(SEGMENT))
         .expect("create");
     partition_log(&mq, "t", 0).expect("log").prefault();
@@ -616,7 +616,7 @@ fn open_time(segments: u64) -> f64 {
         (0..5)
             .map(|_| {
                 let t = Instant::now();
-                let mq = Broker::open(&dir, Config::default().prefault(false)).expect("open");
+                let mq = Broker::open(&dir, harness::exclusive().prefault(false)).expect("open");
                 black_box(mq.topic("t").expect("topic"));
                 let secs = t.elapsed().as_secs_f64();
                 drop(mq); // the close (a flush) is not timed
@@ -637,7 +637,7 @@ fn open_time(segments: u64) -> f64 {
 /// grow with the log either.
 fn open_and_send_time(segments: u64, shared: bool) -> f64 {
     let dir = open_dir(segments);
-    let config = Config::default().prefault(false).shared(shared);
+    let config = harness::exclusive().prefault(false).shared(shared);
     let once = || {
         let t = Instant::now();
         let mq = Broker::open(&dir, config.clone()).expect("open");
@@ -660,7 +660,7 @@ fn open_and_send_time(segments: u64, shared: bool) -> f64 {
 fn open_dir(segments: u64) -> PathBuf {
     let dir = fresh_dir("open");
     {
-        let mq = Broker::open(&dir, Config::default().prefault(false)).expect("open");
+        let mq = Broker::open(&dir, harness::exclusive().prefault(false)).expect("open");
         mq.create_topic("t", TopicConfig::new(1).segment_bytes(16 << 20))
             .expect("create");
         let log = partition_log(&mq, "t", 0).expect("log");
@@ -680,7 +680,7 @@ fn open_dir(segments: u64) -> PathBuf {
 /// to `max_poll` (`None`: the default).
 fn consume_partitions(n: u64, size: usize, partitions: u32, max_poll: Option<usize>) -> f64 {
     let dir = fresh_dir("spread");
-    let mq = Broker::open(&dir, Config::default().prefault(false)).expect("open");
+    let mq = Broker::open(&dir, harness::exclusive().prefault(false)).expect("open");
     mq.create_topic("t", TopicConfig::new(partitions).segment_bytes(SEGMENT))
         .expect("create");
     let value = vec![7u8; size];

@@ -172,7 +172,7 @@ fn rate_rows(h: &mut Harness) {
         return;
     }
     let dir = fresh_dir("rates");
-    let mq = Broker::open(&dir, Config::default()).unwrap();
+    let mq = Broker::open(&dir, harness::exclusive()).unwrap();
     mq.create_topic("t", TopicConfig::new(1).segment_bytes(256 << 20))
         .unwrap();
     let longest = sets.iter().flat_map(|(_, _, n)| *n).max().unwrap_or(one);
@@ -252,7 +252,7 @@ fn percentiles(mut v: Vec<f64>) -> [(&'static str, f64); 4] {
 /// for `n` records sent one every `gap` (see the module documentation).
 fn redelivery_delays(n: u64, gap: Duration) -> Vec<f64> {
     let dir = fresh_dir("redelivery");
-    let mq = Broker::open(&dir, Config::default()).unwrap();
+    let mq = Broker::open(&dir, harness::exclusive()).unwrap();
     mq.create_topic("t", TopicConfig::new(1)).unwrap();
     let mut c = mq
         .share_consumer(
@@ -331,7 +331,7 @@ fn wall_ms() -> f64 {
 /// minus its delivery time, in ms.
 fn delayed_lateness(n: u64, span: Duration) -> Vec<f64> {
     let dir = fresh_dir("delayed");
-    let mq = Broker::open(&dir, Config::default()).unwrap();
+    let mq = Broker::open(&dir, harness::exclusive()).unwrap();
     mq.create_topic("d", TopicConfig::new(1)).unwrap();
     let mut c = mq.consumer(ConsumerConfig::default()).unwrap();
     c.assign(&[("d", 0)]).unwrap();
@@ -403,7 +403,7 @@ fn delayed_rows(h: &mut Harness) {
 /// with `acks=all`).
 fn synced_sends(n: u64) -> Vec<f64> {
     let dir = fresh_dir("synced");
-    let mq = Broker::open(&dir, Config::default()).unwrap();
+    let mq = Broker::open(&dir, harness::exclusive()).unwrap();
     mq.create_topic("d", TopicConfig::new(1)).unwrap();
     let p = mq
         .producer(ProducerConfig::default().acks(Acks::All))

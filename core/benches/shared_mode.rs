@@ -557,7 +557,7 @@ fn both_modes(
 ) {
     let [base, shared] = names;
     let mut pair = [
-        (base, Config::default().prefault(false), None),
+        (base, harness::exclusive().prefault(false), None),
         (shared, config(), Some(base)),
     ];
     if RUN.load(std::sync::atomic::Ordering::Relaxed) % 2 == 1 {

@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 mod harness;
 use harness::{filter_matches, scaled, Harness};
 
-use mqlite::{BorrowedRecord, Broker, Config, ConsumerConfig, ProducerConfig, TopicConfig};
+use mqlite::{BorrowedRecord, Broker, ConsumerConfig, ProducerConfig, TopicConfig};
 
 fn fresh_dir(tag: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("mqlite-sizes-{}-{tag}", std::process::id()));
@@ -76,7 +76,7 @@ impl Mode {
 /// the clock starts.
 fn key_spread(n: u64, partitions: u32, mode: Mode, steady: bool) -> f64 {
     let dir = fresh_dir("spread");
-    let mq = Broker::open(&dir, Config::default()).expect("open");
+    let mq = Broker::open(&dir, harness::exclusive()).expect("open");
     mq.create_topic("t", TopicConfig::new(partitions))
         .expect("create");
     let value = vec![7u8; 100];
@@ -206,7 +206,7 @@ fn sizes_run(size: usize, count: usize) -> [f64; 4] {
     drop(f);
 
     // The same records through the producer into a fresh topic.
-    let mq = Broker::open(dir.join("mq"), Config::default()).expect("open");
+    let mq = Broker::open(dir.join("mq"), harness::exclusive()).expect("open");
     mq.create_topic(
         "t",
         TopicConfig::new(1)

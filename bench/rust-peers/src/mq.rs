@@ -10,16 +10,18 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use mqlite::log::batch::RecordRef;
 use mqlite::raw::partition_log;
 use mqlite::{
-    Acks, BorrowedRecord, Broker, Config, Consumer, ConsumerConfig, OffsetReset, Producer,
-    ProducerConfig, Record, TopicConfig,
+    Acks, BorrowedRecord, Broker, Config, Consumer, ConsumerConfig, OffsetReset, OpenMode,
+    Producer, ProducerConfig, Record, TopicConfig,
 };
 
 use crate::runner::{check, chunks, time, Context, Ctx, Res, Tally, CONSUME_BATCH};
 
 const TOPIC: &str = "t";
 
+/// Exclusive mode by name, whatever the default: the published figures
+/// are that mode's.
 fn open(dir: &Path) -> Res<Broker> {
-    Broker::open(dir, Config::default()).ctx("Broker::open")
+    Broker::open(dir, Config::default().mode(OpenMode::Exclusive)).ctx("Broker::open")
 }
 
 fn create(dir: &Path) -> Res<Broker> {

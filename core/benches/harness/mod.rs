@@ -31,6 +31,13 @@ use std::process::Command;
 
 use serde_json::{json, Value};
 
+/// The config the benches open data directories with: exclusive mode by
+/// name, whatever the default, so that every figure says which mode it
+/// measured (the shared-mode rows ask for shared mode).
+pub fn exclusive() -> mqlite::Config {
+    mqlite::Config::default().mode(mqlite::OpenMode::Exclusive)
+}
+
 /// Runs per row (`MQLITE_BENCH_RUNS`, default 3, at least 1).
 pub fn runs() -> usize {
     std::env::var("MQLITE_BENCH_RUNS")
