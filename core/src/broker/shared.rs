@@ -331,9 +331,10 @@ fn forget_tail_pages(dir: &Path) {
 
 /// Makes every partition's tail page blank (its magic zeroed in place), so
 /// that the next process to use the partition builds it again from the
-/// files, as for a missing page: cheaper than removing thousands of files
-/// whose pages are in the page cache (a removal evicts them). A page that
-/// cannot be written, or is shorter than its magic, is removed.
+/// files, as for a missing page (readers and writers take a page without
+/// its magic for no page). Cheaper than removing the files: 0.2 s against
+/// 2.7 s for 10,000 of them (docs/decisions.md). A page that cannot be
+/// written, or is shorter than its magic, is removed.
 fn blank_tail_pages(dir: &Path) {
     use std::os::unix::fs::{FileExt, OpenOptionsExt};
     for_each_tail_page(dir, |tail| {
