@@ -249,7 +249,14 @@ mod tests {
         assert!(pool.submit(move || c.complete(7)));
         assert_eq!(p.wait(), Some(7));
         assert!(pool.started() <= 2);
-        // Jobs run in order: all 200 ran before the last one.
+        // Jobs start in order: when the last one ran, every job before it
+        // had started, and all but the one the other thread may still run
+        // had finished; that one finishes too.
+        assert!(ran.load(Ordering::Relaxed) >= 199);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while ran.load(Ordering::Relaxed) < 200 && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
         assert_eq!(ran.load(Ordering::Relaxed), 200);
         pool.shutdown();
         let (p, c) = pending::<u32>();
