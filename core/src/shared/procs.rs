@@ -163,23 +163,8 @@ fn is_same_file(file: &File, path: &Path) -> bool {
 /// removes the file. Best effort: errors leave files behind, which later
 /// sweeps try again.
 fn sweep_dead(procs: &Path) {
-    let Ok(entries) = std::fs::read_dir(procs) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        if !is_process_file(&entry.file_name()) {
-            continue;
-        }
-        let path = entry.path();
-        // Not blocking: a FIFO planted here is skipped, not waited on.
-        let Ok(file) = OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NONBLOCK)
-            .open(&path)
-        else {
-            continue;
-        };
-        if file.try_lock().is_ok() && is_same_file(&file, &path) {
+    for (path, file) in dead_process_files(procs) {
+        if is_same_file(&file, &path) {
             let _ = std::fs::remove_file(&path);
         }
         // Dropping `file` releases the lock, after the removal.
@@ -187,23 +172,33 @@ fn sweep_dead(procs: &Path) {
 }
 
 /// Whether `dir/procs/` holds the file of a process that ended without
-/// closing the directory (killed, or crashed): a file whose lock can be
-/// taken (released again at once). A clean close removes its process's
-/// file, so one left there means the last session of the directory did
-/// not end cleanly. Files of live processes, and names not of this kind,
-/// are not counted.
+/// closing the directory (killed, or crashed). A clean close removes its
+/// process's file, so one left there means the last session of the
+/// directory did not end cleanly.
 pub(crate) fn left_by_a_dead_process(dir: &Path) -> bool {
-    let Ok(entries) = std::fs::read_dir(dir.join(PROCS_DIR)) else {
-        return false;
-    };
-    entries.flatten().any(|entry| {
-        is_process_file(&entry.file_name())
-            && OpenOptions::new()
+    dead_process_files(&dir.join(PROCS_DIR)).next().is_some()
+}
+
+/// The process files in `procs` whose lock could be taken (their process
+/// ended), each with its path and its descriptor, which holds the lock
+/// until dropped. Files of live processes, names not of this kind and
+/// files that cannot be opened are skipped.
+fn dead_process_files(procs: &Path) -> impl Iterator<Item = (PathBuf, File)> {
+    std::fs::read_dir(procs)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|entry| is_process_file(&entry.file_name()))
+        .filter_map(|entry| {
+            let path = entry.path();
+            // Not blocking: a FIFO planted here is skipped, not waited on.
+            let file = OpenOptions::new()
                 .read(true)
                 .custom_flags(libc::O_NONBLOCK)
-                .open(entry.path())
-                .is_ok_and(|file| file.try_lock().is_ok())
-    })
+                .open(&path)
+                .ok()?;
+            file.try_lock().is_ok().then_some((path, file))
+        })
 }
 
 /// Whether `name` is a process's file: 16 hex digits and `.live`.
