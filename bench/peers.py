@@ -74,6 +74,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -154,6 +155,8 @@ class Case:
     # May N be cut to fit the budget? None: peers yes; mqlite rows and baselines no (always N).
     scalable: Optional[bool] = None
     size: int = 0  # set by plan()
+    # The same measure with mqlite's directory opened in shared mode: a twin row after this one.
+    twin: Optional[Measure] = None
 
 
 def check(got: int, n: int, what: str) -> None:
@@ -212,10 +215,11 @@ def deque_popleft(size: int) -> Measure:
 
 
 @contextlib.contextmanager
-def mqlite_topic(scratch: Scratch) -> Iterator[mqlite.Broker]:
-    """A broker in a fresh directory with topic "t" (one partition, default settings)."""
+def mqlite_topic(scratch: Scratch, mode: str = "exclusive") -> Iterator[mqlite.Broker]:
+    """A broker in a fresh directory with topic "t" (one partition, default settings),
+    the directory opened in `mode` by name (exclusive, or shared for a shared-mode twin)."""
     with scratch.dir() as d:
-        mq = mqlite.open(d, mode="exclusive")
+        mq = mqlite.open(d, mode=mode)
         try:
             mq.create_topic("t")
             yield mq
@@ -223,11 +227,11 @@ def mqlite_topic(scratch: Scratch) -> Iterator[mqlite.Broker]:
             mq.close()
 
 
-def mqlite_send(scratch: Scratch, size: int, acks: Any) -> Measure:
+def mqlite_send(scratch: Scratch, size: int, acks: Any, mode: str = "exclusive") -> Measure:
     pad = pad_for(size)
 
     def measure(n: int) -> float:
-        with mqlite_topic(scratch) as mq:
+        with mqlite_topic(scratch, mode) as mq:
             p = mq.producer(acks=acks)
             t0 = perf_counter()
             for i in range(n):
@@ -240,11 +244,11 @@ def mqlite_send(scratch: Scratch, size: int, acks: Any) -> Measure:
     return measure
 
 
-def mqlite_produce(scratch: Scratch, size: int, acks: Any) -> Measure:
+def mqlite_produce(scratch: Scratch, size: int, acks: Any, mode: str = "exclusive") -> Measure:
     pad = pad_for(size)
 
     def measure(n: int) -> float:
-        with mqlite_topic(scratch) as mq:
+        with mqlite_topic(scratch, mode) as mq:
             p = mq.producer(acks=acks)
             t0 = perf_counter()
             for i in range(n):
@@ -260,10 +264,10 @@ def mqlite_produce(scratch: Scratch, size: int, acks: Any) -> Measure:
     return measure
 
 
-def mqlite_send_batch(scratch: Scratch, size: int, acks: Any) -> Measure:
+def mqlite_send_batch(scratch: Scratch, size: int, acks: Any, mode: str = "exclusive") -> Measure:
     def measure(n: int) -> float:
         batches = batches_for(n, size)
-        with mqlite_topic(scratch) as mq:
+        with mqlite_topic(scratch, mode) as mq:
             p = mq.producer(acks=acks)
             t0 = perf_counter()
             for b in batches:
@@ -276,12 +280,14 @@ def mqlite_send_batch(scratch: Scratch, size: int, acks: Any) -> Measure:
     return measure
 
 
-def mqlite_consume(scratch: Scratch, size: int, batched: bool, singles: bool = False) -> Measure:
+def mqlite_consume(
+    scratch: Scratch, size: int, batched: bool, singles: bool = False, mode: str = "exclusive"
+) -> Measure:
     """Reads n messages back; with `singles` they were written by one `send`
     each (one record per log batch), else by `send_batch` of BATCH."""
 
     def measure(n: int) -> float:
-        with mqlite_topic(scratch) as mq:
+        with mqlite_topic(scratch, mode) as mq:
             with mq.producer(acks=1) as p:
                 for b in batches_for(n, size):
                     if singles:
@@ -668,15 +674,37 @@ SQLITE_NORMAL = "SQLite WAL, synchronous=NORMAL: commit per call, no fsync"
 SQLITE_FULL = "SQLite WAL, synchronous=FULL: fsync per commit"
 
 
-def plan(sizes: list[int], scratch: Scratch, redis_server: Optional[RedisServer], notes: list[str]) -> list[Case]:
-    """Every row, in the order they run; each group's reference row first."""
+def plan(
+    sizes: list[int],
+    scratch: Scratch,
+    redis_server: Optional[RedisServer],
+    notes: list[str],
+    twins: bool = True,
+) -> list[Case]:
+    """Every row, in the order they run; each group's reference row first.
+
+    With `twins`, each mqlite row with a shared-mode measure is followed by
+    that row in shared mode (see `with_shared_twins`)."""
     cases: list[Case] = []
     for size in sizes:
         first = len(cases)
         g = f"produce {size} B, {ACKS1}"
         cases += [
-            Case(g, "mqlite send", MQ_ACKS1, mqlite_send(scratch, size, 1), reference=True),
-            Case(g, "mqlite produce + flush", MQ_ACKS1 + "; delivery reports", mqlite_produce(scratch, size, 1)),
+            Case(
+                g,
+                "mqlite send",
+                MQ_ACKS1,
+                mqlite_send(scratch, size, 1),
+                reference=True,
+                twin=mqlite_send(scratch, size, 1, "shared"),
+            ),
+            Case(
+                g,
+                "mqlite produce + flush",
+                MQ_ACKS1 + "; delivery reports",
+                mqlite_produce(scratch, size, 1),
+                twin=mqlite_produce(scratch, size, 1, "shared"),
+            ),
             Case(g, "persist-queue SQLiteQueue.put", SQLITE_NORMAL, pq_sqlite(scratch, size, "NORMAL", "put")),
             Case(
                 g,
@@ -706,7 +734,14 @@ def plan(sizes: list[int], scratch: Scratch, redis_server: Optional[RedisServer]
 
         g = f"produce {size} B, {ACKS1}, batches of {BATCH}"
         cases += [
-            Case(g, "mqlite send_batch", MQ_ACKS1, mqlite_send_batch(scratch, size, 1), reference=True),
+            Case(
+                g,
+                "mqlite send_batch",
+                MQ_ACKS1,
+                mqlite_send_batch(scratch, size, 1),
+                reference=True,
+                twin=mqlite_send_batch(scratch, size, 1, "shared"),
+            ),
             Case(
                 g,
                 "litequeue put, a transaction per batch",
@@ -744,6 +779,7 @@ def plan(sizes: list[int], scratch: Scratch, redis_server: Optional[RedisServer]
                 "acks=all: each delivery reported after the msync that covers it (shared msyncs)",
                 mqlite_produce(scratch, size, "all"),
                 reference=True,
+                twin=mqlite_produce(scratch, size, "all", "shared"),
             ),
             Case(
                 g,
@@ -752,6 +788,7 @@ def plan(sizes: list[int], scratch: Scratch, redis_server: Optional[RedisServer]
                 mqlite_send(scratch, size, "all"),
                 note="one thread, one msync per message",
                 scalable=True,
+                twin=mqlite_send(scratch, size, "all", "shared"),
             ),
             Case(g, "persist-queue SQLiteQueue.put", SQLITE_FULL, pq_sqlite(scratch, size, "FULL", "put")),
             Case(g, "litequeue put", SQLITE_FULL, litequeue_case(scratch, size, "FULL", "put")),
@@ -775,6 +812,7 @@ def plan(sizes: list[int], scratch: Scratch, redis_server: Optional[RedisServer]
                 "acks=all: one msync per send_batch call",
                 mqlite_send_batch(scratch, size, "all"),
                 reference=True,
+                twin=mqlite_send_batch(scratch, size, "all", "shared"),
             ),
             Case(
                 g,
@@ -816,12 +854,14 @@ def plan(sizes: list[int], scratch: Scratch, redis_server: Optional[RedisServer]
                 "reads the page cache; offsets auto-committed every 5 s",
                 mqlite_consume(scratch, size, batched=False),
                 reference=True,
+                twin=mqlite_consume(scratch, size, batched=False, mode="shared"),
             ),
             Case(
                 g,
                 f"mqlite consume({BATCH})",
                 "reads the page cache; offsets auto-committed every 5 s",
                 mqlite_consume(scratch, size, batched=True),
+                twin=mqlite_consume(scratch, size, batched=True, mode="shared"),
             ),
             Case(
                 g,
@@ -873,6 +913,7 @@ def plan(sizes: list[int], scratch: Scratch, redis_server: Optional[RedisServer]
                 "a log written by one send per message (one record per batch); otherwise as in the consume group",
                 mqlite_consume(scratch, size, batched=False, singles=True),
                 reference=True,
+                twin=mqlite_consume(scratch, size, batched=False, singles=True, mode="shared"),
             ),
             Case(
                 g,
@@ -889,6 +930,8 @@ def plan(sizes: list[int], scratch: Scratch, redis_server: Optional[RedisServer]
             ),
         ]
         cases += peers_jobqueue.cases(size, scratch, Case, BATCH, pad_for, check)
+        if twins:
+            cases[first:] = with_shared_twins(cases[first:])
         for c in cases[first:]:
             c.size = size
             if c.scalable is None:
@@ -902,6 +945,28 @@ def plan(sizes: list[int], scratch: Scratch, redis_server: Optional[RedisServer]
         "commit or write), so they appear only in the one-call-per-message groups."
     )
     return cases
+
+
+def with_shared_twins(cases: list[Case]) -> list[Case]:
+    """`cases` with each row that has a `twin` followed by it: the same row
+    with mqlite's data directory opened in shared mode, "<system> (shared
+    mode)". Twins run interleaved with the exclusive-mode rows of their
+    group, so their ratio comes from one run."""
+    out: list[Case] = []
+    for c in cases:
+        out.append(c)
+        if c.twin is not None:
+            out.append(
+                dataclasses.replace(
+                    c,
+                    system=f"{c.system} (shared mode)",
+                    durability=f"{c.durability}; data directory opened in shared mode",
+                    measure=c.twin,
+                    reference=False,
+                    twin=None,
+                )
+            )
+    return out
 
 
 # Running ----------------------------------------------------------------------------------
@@ -1064,6 +1129,12 @@ def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"JSON output (default {default_out})")
     ap.add_argument("--quick", action="store_true", help="a tiny run to check that everything works: N=2000, 1 run")
     ap.add_argument("--no-redis", action="store_true", help="leave Redis out")
+    ap.add_argument(
+        "--exclusive-only",
+        action="store_true",
+        help="leave out the shared-mode twins of mqlite's rows (each mqlite row is measured in exclusive "
+        "mode, then again with the data directory in shared mode)",
+    )
     args = ap.parse_args(argv)
     if args.quick:
         args.n, args.runs, args.budget = min(args.n, 2000), 1, min(args.budget, 0.5)
@@ -1106,7 +1177,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             except Exception as e:  # any failure to start means: no Redis rows, said once
                 notes.append(f"Redis: skipped, {e}")
                 print(f"SKIP Redis Streams rows: {e}", flush=True)
-        cases = plan(args.sizes, scratch, redis_server, notes)
+        cases = plan(args.sizes, scratch, redis_server, notes, twins=not args.exclusive_only)
         only = args.only.lower()
         cases = [c for c in cases if only in f"{c.group}: {c.system}".lower()]
         notes.append(

@@ -171,7 +171,14 @@ fn readers_race_rolls_and_retention() {
 /// what they hold.
 #[test]
 fn prefaulting_ahead_of_the_writer_keeps_every_byte() {
-    prefault_case(Acks::One);
+    prefault_case(Acks::One, cfg());
+}
+
+/// The same in shared mode, where windows are faulted in ahead of the
+/// writer too (no next segment is prepared there).
+#[test]
+fn prefaulting_ahead_of_the_writer_in_shared_mode_keeps_every_byte() {
+    prefault_case(Acks::One, cfg().mode(mqlite::OpenMode::Shared));
 }
 
 /// The same with `acks=all`, where the writer stops faulting pages in ahead
@@ -179,12 +186,12 @@ fn prefaulting_ahead_of_the_writer_keeps_every_byte() {
 /// again once they stop.
 #[test]
 fn prefaulting_paused_by_flushes_keeps_every_byte() {
-    prefault_case(Acks::All);
+    prefault_case(Acks::All, cfg());
 }
 
-fn prefault_case(acks: Acks) {
+fn prefault_case(acks: Acks, config: mqlite::Config) {
     let dir = tempfile::tempdir().unwrap();
-    let config = cfg().prefault(true);
+    let config = config.prefault(true);
     let topic = "pf";
     let big = |i: u64| -> Vec<u8> {
         let mut v = value(0, i);

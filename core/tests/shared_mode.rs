@@ -238,9 +238,14 @@ fn expect_exists(r: mqlite::Result<()>) {
 /// In a child: once `go` exists, appends `arg` records to partition 0 of
 /// `t`, one per send (batches of one), each tagged with the child's name
 /// and its sequence; roll-sized segments make the appenders roll often.
+/// `arg` "N,PAD,1": values padded by PAD bytes, pages faulted in ahead of
+/// the writer (`prefault`).
 fn appender(env: &ChildEnv) {
-    let n = env.nums()[0];
-    let mq = Broker::open(&env.data, shared()).unwrap();
+    let nums = env.nums();
+    let n = nums[0];
+    let pad = |i: u64| nums.get(1).map_or((i % 7) as usize * 40, |&p| p as usize);
+    let config = shared().prefault(nums.get(2) == Some(&1));
+    let mq = Broker::open(&env.data, config).unwrap();
     let p = mq.producer(ProducerConfig::default()).unwrap();
     env.ready();
     while !env.file("go").exists() {
@@ -250,7 +255,7 @@ fn appender(env: &ChildEnv) {
         p.send(
             Record::new("t")
                 .partition(0)
-                .value(payload(&env.name, i, (i % 7) as usize * 40)),
+                .value(payload(&env.name, i, pad(i))),
         )
         .unwrap();
     }
@@ -260,17 +265,33 @@ fn appender(env: &ChildEnv) {
 
 #[test]
 fn appends_from_several_processes_interleave_whole_and_dense() {
+    appenders_run(64 << 10, pick(3_000u64, 50_000), "");
+}
+
+/// Writers that fault pages in ahead of themselves (`prefault`, on the
+/// broker's pool) while the others roll and trim the segments those pages
+/// belong to: every record whole, dense and in order, and no process
+/// killed (a page touched past the end of a file another process trimmed
+/// would raise `SIGBUS`; the faulting in fails instead).
+#[test]
+fn appenders_faulting_pages_in_ahead_roll_beside_each_other() {
+    appenders_run(1 << 20, pick(600u64, 6_000), ",6000,1");
+}
+
+/// Three appender processes (`n` records each, `how` appended to the
+/// count in their argument) on partition 0 of a topic of `segment_bytes`
+/// segments, started together; then checks what they wrote.
+fn appenders_run(segment_bytes: u64, n: u64, how: &str) {
     let dirs = Dirs::new();
     {
         let mq = Broker::open(&dirs.data, shared()).unwrap();
         // Small segments: the processes roll often, each after another.
-        mq.create_topic("t", TopicConfig::new(1).segment_bytes(64 << 10))
+        mq.create_topic("t", TopicConfig::new(1).segment_bytes(segment_bytes))
             .unwrap();
         mq.close().unwrap();
     }
-    let n = pick(3_000u64, 50_000);
     let mut kids: Vec<_> = (0..3)
-        .map(|i| spawn("appender", &format!("a{i}"), &dirs, &n.to_string()))
+        .map(|i| spawn("appender", &format!("a{i}"), &dirs, &format!("{n}{how}")))
         .collect();
     for k in &mut kids {
         k.wait_ready(READY);

@@ -118,6 +118,11 @@ struct Args {
     /// temporary directory].
     #[arg(long)]
     tmp: Option<PathBuf>,
+    /// Leaves out the shared-mode twins of mqlite's producer and consumer
+    /// rows (each measured with the data directory in exclusive mode, then
+    /// again in shared mode).
+    #[arg(long)]
+    exclusive_only: bool,
     /// Runs every row in this process instead of each run in a fresh one
     /// (quicker to start, but rows then weigh on each other).
     #[arg(long)]
@@ -137,7 +142,7 @@ fn child_run(args: &Args, row: &str) -> ExitCode {
     let threads = args.threads.max(1);
     let tmp = args.tmp.clone().unwrap_or_else(std::env::temp_dir);
     let ctx = Ctx::new(size, batch, threads, tmp);
-    let found = groups(size, n, n, batch, threads)
+    let found = groups(size, n, n, batch, threads, true)
         .into_iter()
         .filter(|g| g.name == group_name)
         .flat_map(|g| g.benches)
@@ -160,7 +165,16 @@ fn child_run(args: &Args, row: &str) -> ExitCode {
 
 const NO_FSYNC: &str = "no fsync";
 
-fn groups(size: usize, n: u64, durable_n: u64, batch: usize, threads: usize) -> Vec<Group> {
+/// The groups of rows of one message size; with `twins`, mqlite's
+/// producer and consumer rows are each followed by their shared-mode twin.
+fn groups(
+    size: usize,
+    n: u64,
+    durable_n: u64,
+    batch: usize,
+    threads: usize,
+    twins: bool,
+) -> Vec<Group> {
     use peers::{commitlog, fjall, queue_file, sled, yaque};
     use Kind::{Baseline, Mqlite, Peer};
     let mq_acks1 = "acks=1: in the segment's shared memory map (page cache), no fsync; \
@@ -190,8 +204,9 @@ fn groups(size: usize, n: u64, durable_n: u64, batch: usize, threads: usize) -> 
         Bench::new("mqlite send", mq_acks1, Mqlite, |c, n| {
             mq::send(c, n, Acks::One)
         })
-        .reference(),
-        Bench::new("mqlite send_borrowed", mq_acks1, Mqlite, mq::send_borrowed),
+        .reference()
+        .shared_twin(),
+        Bench::new("mqlite send_borrowed", mq_acks1, Mqlite, mq::send_borrowed).shared_twin(),
         Bench::new(
             "mqlite raw log append (1 per call)",
             mq_acks1,
@@ -230,10 +245,12 @@ fn groups(size: usize, n: u64, durable_n: u64, batch: usize, threads: usize) -> 
             Mqlite,
             |c, n| mq::send_batch_with(c, n, Acks::One),
         )
-        .reference(),
+        .reference()
+        .shared_twin(),
         Bench::new("mqlite send_batch", mq_acks1, Mqlite, |c, n| {
             mq::send_batch(c, n, Acks::One)
-        }),
+        })
+        .shared_twin(),
         Bench::new(
             "mqlite raw log append (batch)",
             mq_acks1,
@@ -275,7 +292,8 @@ fn groups(size: usize, n: u64, durable_n: u64, batch: usize, threads: usize) -> 
             Mqlite,
             |c, n| mq::send_batch(c, n, Acks::All),
         )
-        .reference(),
+        .reference()
+        .shared_twin(),
         Bench::new(
             &format!("mqlite send, {threads} threads"),
             format!(
@@ -284,7 +302,8 @@ fn groups(size: usize, n: u64, durable_n: u64, batch: usize, threads: usize) -> 
             ),
             Mqlite,
             mq::send_threads,
-        ),
+        )
+        .shared_twin(),
         Bench::new(
             "mqlite raw log append + flush",
             format!("append of {batch} then flush (msync) per batch"),
@@ -325,13 +344,15 @@ fn groups(size: usize, n: u64, durable_n: u64, batch: usize, threads: usize) -> 
             Mqlite,
             |c, n| mq::poll_batch(c, n, Backlog::Batches),
         )
-        .reference(),
+        .reference()
+        .shared_twin(),
         Bench::new(
             "mqlite poll",
             "the same, as owned Messages (a reference count each)",
             Mqlite,
             |c, n| mq::poll(c, n, Backlog::Batches),
-        ),
+        )
+        .shared_twin(),
         Bench::new(
             "mqlite raw log scan",
             "log-level scan, every batch's CRC checked, no consumer",
@@ -385,13 +406,15 @@ fn groups(size: usize, n: u64, durable_n: u64, batch: usize, threads: usize) -> 
             Mqlite,
             |c, n| mq::poll_batch(c, n, Backlog::Singles),
         )
-        .reference(),
+        .reference()
+        .shared_twin(),
         Bench::new(
             "mqlite poll",
             "the same, as owned Messages",
             Mqlite,
             |c, n| mq::poll(c, n, Backlog::Singles),
-        ),
+        )
+        .shared_twin(),
         Bench::new(
             "mqlite raw log scan",
             "log-level scan of the one-record batches, every batch's CRC checked",
@@ -419,14 +442,14 @@ fn groups(size: usize, n: u64, durable_n: u64, batch: usize, threads: usize) -> 
             n,
             note: None,
             left_out: Vec::new(),
-            benches: one,
+            benches: runner::with_shared_twins(one, twins),
         },
         Group {
             name: format!("produce {size} B, acks=1, batches of {batch}"),
             n,
             note: None,
             left_out: Vec::new(),
-            benches: batched,
+            benches: runner::with_shared_twins(batched, twins),
         },
         Group {
             name: format!("produce {size} B, acks=all"),
@@ -445,14 +468,14 @@ fn groups(size: usize, n: u64, durable_n: u64, batch: usize, threads: usize) -> 
                  background flusher, every 500 ms)"
                     .into(),
             ],
-            benches: durable,
+            benches: runner::with_shared_twins(durable, twins),
         },
         Group {
             name: format!("consume {size} B"),
             n,
             note: None,
             left_out: Vec::new(),
-            benches: consume,
+            benches: runner::with_shared_twins(consume, twins),
         },
         Group {
             name: format!("consume {size} B, one-record batches"),
@@ -463,7 +486,7 @@ fn groups(size: usize, n: u64, durable_n: u64, batch: usize, threads: usize) -> 
                  own entry), so their consume rows above already read one message per entry"
                     .into(),
             ],
-            benches: singles,
+            benches: runner::with_shared_twins(singles, twins),
         },
     ]
 }
@@ -511,7 +534,7 @@ fn main() -> ExitCode {
     let mut failures = Vec::new();
     for &size in &args.sizes {
         let ctx = Ctx::new(size, batch, threads, tmp.clone());
-        for group in groups(size, n, durable_n, batch, threads) {
+        for group in groups(size, n, durable_n, batch, threads, !args.exclusive_only) {
             failures.extend(runner::run_group(&ctx, &group, &opts, &mut report));
         }
     }

@@ -10,22 +10,22 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use mqlite::log::batch::RecordRef;
 use mqlite::raw::partition_log;
 use mqlite::{
-    Acks, BorrowedRecord, Broker, Config, Consumer, ConsumerConfig, OffsetReset, OpenMode,
-    Producer, ProducerConfig, Record, TopicConfig,
+    Acks, BorrowedRecord, Broker, Config, Consumer, ConsumerConfig, OffsetReset, Producer,
+    ProducerConfig, Record, TopicConfig,
 };
 
 use crate::runner::{check, chunks, time, Context, Ctx, Res, Tally, CONSUME_BATCH};
 
 const TOPIC: &str = "t";
 
-/// Exclusive mode by name, whatever the default: the published figures
-/// are that mode's.
-fn open(dir: &Path) -> Res<Broker> {
-    Broker::open(dir, Config::default().mode(OpenMode::Exclusive)).ctx("Broker::open")
+/// The data directory opened in the row's mode by name (`ctx.mode`:
+/// exclusive, or shared for a shared-mode twin), whatever the default.
+fn open(ctx: &Ctx, dir: &Path) -> Res<Broker> {
+    Broker::open(dir, Config::default().mode(ctx.mode)).ctx("Broker::open")
 }
 
-fn create(dir: &Path) -> Res<Broker> {
-    let mq = open(dir)?;
+fn create(ctx: &Ctx, dir: &Path) -> Res<Broker> {
+    let mq = open(ctx, dir)?;
     mq.create_topic(TOPIC, TopicConfig::new(1))
         .ctx("create_topic")?;
     Ok(mq)
@@ -44,7 +44,7 @@ fn borrowed(value: &[u8]) -> BorrowedRecord<'_> {
 /// payload (as a caller holding a `&[u8]` writes it).
 pub fn send(ctx: &Ctx, n: u64, acks: Acks) -> Res<f64> {
     let dir = ctx.dir()?;
-    let mq = create(dir.path())?;
+    let mq = create(ctx, dir.path())?;
     let p = producer(&mq, acks)?;
     time(|| {
         for i in 0..n {
@@ -58,7 +58,7 @@ pub fn send(ctx: &Ctx, n: u64, acks: Acks) -> Res<f64> {
 /// `n` calls of `Producer::send_borrowed` (no copy before the append).
 pub fn send_borrowed(ctx: &Ctx, n: u64) -> Res<f64> {
     let dir = ctx.dir()?;
-    let mq = create(dir.path())?;
+    let mq = create(ctx, dir.path())?;
     let p = mq.producer(ProducerConfig::default()).ctx("producer")?;
     time(|| {
         for i in 0..n {
@@ -106,7 +106,7 @@ fn send_batches_as(p: &Producer, ctx: &Ctx, n: u64, report: bool) -> Res<()> {
 /// `n` records in calls of `Producer::send_batch` of `ctx.batch`.
 pub fn send_batch(ctx: &Ctx, n: u64, acks: Acks) -> Res<f64> {
     let dir = ctx.dir()?;
-    let mq = create(dir.path())?;
+    let mq = create(ctx, dir.path())?;
     let p = producer(&mq, acks)?;
     time(|| send_batches(&p, ctx, n))
 }
@@ -114,7 +114,7 @@ pub fn send_batch(ctx: &Ctx, n: u64, acks: Acks) -> Res<f64> {
 /// `n` records in calls of `Producer::send_batch_with` of `ctx.batch`.
 pub fn send_batch_with(ctx: &Ctx, n: u64, acks: Acks) -> Res<f64> {
     let dir = ctx.dir()?;
-    let mq = create(dir.path())?;
+    let mq = create(ctx, dir.path())?;
     let p = producer(&mq, acks)?;
     time(|| send_batches_as(&p, ctx, n, true))
 }
@@ -123,7 +123,7 @@ pub fn send_batch_with(ctx: &Ctx, n: u64, acks: Acks) -> Res<f64> {
 /// threads on one partition: concurrent senders share each flush.
 pub fn send_threads(ctx: &Ctx, n: u64) -> Res<f64> {
     let dir = ctx.dir()?;
-    let mq = create(dir.path())?;
+    let mq = create(ctx, dir.path())?;
     let p = producer(&mq, Acks::All)?;
     let threads = ctx.threads as u64;
     time(|| {
@@ -158,7 +158,7 @@ fn now_ms() -> i64 {
 /// records per batch; with `flush`, the log is flushed after each batch.
 pub fn raw_append(ctx: &Ctx, n: u64, per: usize, flush: bool) -> Res<f64> {
     let dir = ctx.dir()?;
-    let mq = create(dir.path())?;
+    let mq = create(ctx, dir.path())?;
     let log = partition_log(&mq, TOPIC, 0).ctx("partition_log")?;
     let ts = now_ms();
     time(|| {
@@ -194,7 +194,7 @@ pub enum Backlog {
 /// and opened again (the consume rows read a backlog from the files).
 fn backlog(ctx: &Ctx, dir: &Path, n: u64, shape: Backlog) -> Res<Broker> {
     {
-        let mq = create(dir)?;
+        let mq = create(ctx, dir)?;
         match shape {
             Backlog::Batches => send_batches(&producer(&mq, Acks::One)?, ctx, n)?,
             Backlog::Singles => {
@@ -212,7 +212,7 @@ fn backlog(ctx: &Ctx, dir: &Path, n: u64, shape: Backlog) -> Res<Broker> {
             }
         }
     }
-    open(dir)
+    open(ctx, dir)
 }
 
 /// A standalone consumer of the backlog's partition, `CONSUME_BATCH`

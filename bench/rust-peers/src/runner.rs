@@ -4,7 +4,10 @@
 use std::fmt;
 use std::io::IsTerminal;
 use std::path::PathBuf;
+use std::rc::Rc;
 use std::time::Instant;
+
+use mqlite::OpenMode;
 
 use tempfile::TempDir;
 
@@ -53,6 +56,7 @@ pub fn check(ok: bool, what: impl FnOnce() -> String) -> Res<()> {
 }
 
 /// The settings and payloads of one message size.
+#[derive(Clone)]
 pub struct Ctx {
     /// Payload bytes per message.
     pub size: usize,
@@ -62,6 +66,9 @@ pub struct Ctx {
     pub threads: usize,
     /// Parent of the fresh directories.
     pub tmp: PathBuf,
+    /// The mode mqlite's rows open their data directory in (exclusive
+    /// unless a row is a shared-mode twin).
+    pub mode: OpenMode,
     pool: Vec<Vec<u8>>,
 }
 
@@ -87,7 +94,16 @@ impl Ctx {
             batch,
             threads,
             tmp,
+            mode: OpenMode::Exclusive,
             pool,
+        }
+    }
+
+    /// The same settings and payloads, mqlite opened in `mode`.
+    pub fn in_mode(&self, mode: OpenMode) -> Ctx {
+        Ctx {
+            mode,
+            ..self.clone()
         }
     }
 
@@ -194,7 +210,7 @@ pub enum Kind {
 
 /// A measurement: `run(ctx, n)` does its setup in fresh directories and
 /// returns the seconds of the timed part for `n` messages.
-pub type RunFn = Box<dyn Fn(&Ctx, u64) -> Res<f64>>;
+pub type RunFn = Rc<dyn Fn(&Ctx, u64) -> Res<f64>>;
 
 /// One row to measure.
 pub struct Bench {
@@ -208,6 +224,9 @@ pub struct Bench {
     pub reference: bool,
     /// The measurement.
     pub run: RunFn,
+    /// Whether the row is also measured with mqlite in shared mode (a
+    /// twin row after it; see [`with_shared_twins`]).
+    pub shared_twin: bool,
 }
 
 impl Bench {
@@ -223,8 +242,15 @@ impl Bench {
             durability: durability.into(),
             kind,
             reference: false,
-            run: Box::new(run),
+            run: Rc::new(run),
+            shared_twin: false,
         }
+    }
+
+    /// Marks the row as one measured in shared mode too.
+    pub fn shared_twin(mut self) -> Bench {
+        self.shared_twin = true;
+        self
     }
 
     /// Marks the row as its group's reference.
@@ -232,6 +258,30 @@ impl Bench {
         self.reference = true;
         self
     }
+}
+
+/// `benches` with, after each row marked [`Bench::shared_twin`] (when
+/// `twins`), the same row with mqlite opened in shared mode: system
+/// "<system> (shared mode)". In one group the twins run interleaved with
+/// the exclusive-mode rows, so their ratio is measured in one run.
+pub fn with_shared_twins(benches: Vec<Bench>, twins: bool) -> Vec<Bench> {
+    let mut out = Vec::with_capacity(benches.len() * 2);
+    for b in benches {
+        let twin = (twins && b.shared_twin).then(|| {
+            let run = Rc::clone(&b.run);
+            Bench {
+                system: format!("{} (shared mode)", b.system),
+                durability: format!("{}; data directory opened in shared mode", b.durability),
+                kind: b.kind,
+                reference: false,
+                run: Rc::new(move |c: &Ctx, n| run(&c.in_mode(OpenMode::Shared), n)),
+                shared_twin: false,
+            }
+        });
+        out.push(b);
+        out.extend(twin);
+    }
+    out
 }
 
 /// Rows compared with each other.

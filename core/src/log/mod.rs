@@ -647,7 +647,7 @@ impl PartitionLog {
         let window_due = end >= POPULATE_AFTER
             && w.populated_to < allocated
             && end + POPULATE_WINDOW / 2 >= w.populated_to;
-        let prepare_due = !w.prepare_requested && end > cap / 2;
+        let prepare_due = !w.prepare_requested && end > cap / 2 && self.prepares();
         if !window_due && !prepare_due {
             return;
         }
@@ -667,13 +667,22 @@ impl PartitionLog {
         }
     }
 
+    /// Whether the next segment is created ahead of the roll. Not in shared
+    /// mode: the prepared files have one name per partition directory
+    /// (`next.*`), which writers in two processes would both use; there the
+    /// roll creates the segment under the append lock.
+    #[inline]
+    fn prepares(&self) -> bool {
+        self.shared_writer().is_none()
+    }
+
     /// For batches written with `pwritev`: once the active segment is half
     /// full, starts creating the next segment on the broker's pool, with
     /// no page faulted in, so that the roll renames files rather than
     /// creating them in the writer.
     #[inline]
     fn prepare_ahead(&self, w: &mut Writer) {
-        if !w.prepare_requested && w.active.end() > w.active.capacity() / 2 {
+        if !w.prepare_requested && w.active.end() > w.active.capacity() / 2 && self.prepares() {
             w.prepare_requested = true;
             self.start_prepare(0);
         }

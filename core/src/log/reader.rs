@@ -86,13 +86,13 @@ impl PartitionLog {
         dir: &Path,
         config: LogConfig,
     ) -> Result<PartitionLog> {
-        let mut config = config;
         let writers = config.shared.as_ref().and_then(|s| s.writers.clone());
         let tail = std::sync::OnceLock::new();
         let writer = if let Some(writers) = writers {
-            // Pages are faulted in by the writer that needs them: a
-            // background job could touch a file another process trims.
-            config.prefault = false;
+            // Pages are faulted in ahead of the writer as in exclusive mode
+            // (`prefault_ahead`): by `MADV_POPULATE_WRITE`, which fails
+            // rather than raising `SIGBUS` on a page past the end of a file
+            // another process trimmed meanwhile.
             Some(SharedWriter {
                 page: TailPage::open(dir, config.file_mode)?,
                 known_seq: std::sync::atomic::AtomicU32::new(1),
@@ -530,6 +530,7 @@ impl PartitionLog {
         sync::write(&self.segments).extend(opened);
         self.end_offset.fetch_max(new_base, Ordering::AcqRel);
         w.active = Arc::clone(&new);
+        w.populated_to = 0;
         if let Some(t) = new_writer {
             w.active_writer = t;
         }

@@ -240,3 +240,40 @@ fn pwritev_batches_have_the_next_segment_prepared() {
     }
     assert_eq!(n, appended);
 }
+
+/// In shared mode too, pages are faulted in ahead of the writer, a window
+/// at a time, on the broker's pool; no next segment is prepared (its
+/// `next.*` files would be one name for the writers of every process),
+/// and every byte appended reads back across the rolls.
+#[test]
+fn shared_mode_faults_pages_in_ahead_but_prepares_no_segment() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = Config::default()
+        .mode(crate::OpenMode::Shared)
+        .prefault(true);
+    let mq = Broker::open(dir.path(), config).unwrap();
+    mq.create_topic("t", TopicConfig::new(1).segment_bytes(1 << 20))
+        .unwrap();
+    let log = mq.inner().topic("t").unwrap().partition(0).unwrap();
+    let value = |i: u64| vec![(i % 251) as u8; 4096];
+    let prepared = log.dir.join(format!("{PREPARED_STEM}.log"));
+    let mut populated = false;
+    let mut i = 0u64;
+    while log.segment_count() < 3 {
+        assert_eq!(append(&log, &value(i), 1), i);
+        i += 1;
+        while log.populating.load(Ordering::Acquire) {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        populated |= lock(&log.writer).populated_to > 0;
+        assert!(lock(&log.prepare).is_none() && !prepared.exists());
+    }
+    assert!(populated, "no window faulted in ahead of the writer");
+    let mut c = log.cursor(0).unwrap();
+    let mut n = 0;
+    while let Some((_, h)) = log.next_batch(&mut c).unwrap() {
+        assert_eq!(h.base_offset, n);
+        n += 1;
+    }
+    assert_eq!(n, i);
+}
