@@ -1,7 +1,7 @@
 """mqlite from Python against the queues a Python user would pick instead.
 
 Usage: .venv/bin/python bench/peers.py [--n N] [--sizes 100,1024] [--runs 3]
-       [--budget SECONDS] [--only FILTER] [--out FILE] [--quick]
+       [--budget SECONDS] [--only FILTER] [--out FILE] [--quick] [--exclusive-only]
 
 Measures, in one run on this machine, producing and consuming messages of
 each size (100 B and 1 KiB by default) with:
@@ -38,6 +38,12 @@ size S:
 
 The durable batched groups have a floor too: one ``os.write`` of each batch
 then ``os.fdatasync``.
+
+mqlite's rows open their data directory in exclusive mode by name; each of
+its producer and consumer rows is followed by its shared-mode twin,
+"<row> (shared mode)", the same work with the directory opened in shared
+mode, run interleaved with the rest of its group (``--exclusive-only``
+leaves the twins out).
 
 mqlite's rows (but for ``send`` with acks=all) and the baselines use N
 messages, after a warm-up run. The other rows first run at growing N to

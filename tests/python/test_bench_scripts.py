@@ -85,6 +85,14 @@ def test_peers_and_report(tmp_path: Path) -> None:
     systems = " ".join(r["system"] for r in doc["rows"])
     for peer in PEERS_EXPECTED + ["mqlite send_batch", "mqlite consumer iteration", "collections.deque"]:
         assert peer in systems, peer
+    # Each mqlite producer and consumer row has its shared-mode twin in the same group, never the reference.
+    by_name = {(r["group"], r["system"]): r for r in doc["rows"]}
+    twins = [k for k in by_name if k[1].endswith(" (shared mode)")]
+    assert ("produce 64 B, acks=1", "mqlite send (shared mode)") in twins, twins
+    assert ("consume 64 B", "mqlite consumer iteration (shared mode)") in twins, twins
+    for group, system in twins:
+        assert (group, system.removesuffix(" (shared mode)")) in by_name, system
+        assert not by_name[group, system]["reference"]
     redis_rows = [r for r in doc["rows"] if r["system"].startswith("Redis")]
     if shutil.which("redis-server"):
         # Redis keeps no batches: it is not in the group of one-record batches;

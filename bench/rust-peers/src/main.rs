@@ -52,6 +52,12 @@
 //! The `acks=all` group's baseline beside raw msync is one `write(2)` of
 //! each batch then `fdatasync` (what a durable batch costs at the least).
 //!
+//! mqlite's rows open their data directory in exclusive mode by name.
+//! Each of its producer and consumer rows (not the raw log rows) is
+//! followed by its shared-mode twin, "<row> (shared mode)": the same work
+//! with the directory opened in shared mode, run interleaved with the
+//! other rows of its group. `--exclusive-only` leaves the twins out.
+//!
 //! Every run uses fresh temporary directories (under `--tmp`). Figures are
 //! medians of `--runs` runs, interleaved (run 1 of every row of a group,
 //! then run 2, ...); the JSON keeps every run's rate, the min and max, the
@@ -554,5 +560,40 @@ fn main() -> ExitCode {
             eprintln!("  {f}");
         }
         ExitCode::FAILURE
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every mqlite producer and consumer row is followed by its
+    /// shared-mode twin (never a reference); raw log rows and the others
+    /// have none; `twins = false` leaves them all out.
+    #[test]
+    fn shared_mode_twins_follow_the_api_rows() {
+        for g in groups(100, 10, 10, 10, 2, true) {
+            let names: Vec<&str> = g.benches.iter().map(|b| b.system.as_str()).collect();
+            for (i, b) in g.benches.iter().enumerate() {
+                if let Some(of) = b.system.strip_suffix(" (shared mode)") {
+                    assert_eq!(names[i - 1], of, "{}", g.name);
+                    assert!(!b.reference && b.kind == Kind::Mqlite);
+                    assert!(!of.contains("raw"));
+                } else if b.kind == Kind::Mqlite && !b.system.contains("raw") {
+                    assert_eq!(
+                        names.get(i + 1).copied(),
+                        Some(format!("{} (shared mode)", b.system).as_str()),
+                        "{}",
+                        g.name
+                    );
+                }
+            }
+        }
+        let none = groups(100, 10, 10, 10, 2, false)
+            .into_iter()
+            .flat_map(|g| g.benches)
+            .filter(|b| b.system.ends_with("(shared mode)"))
+            .count();
+        assert_eq!(none, 0);
     }
 }
