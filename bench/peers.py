@@ -696,21 +696,8 @@ def plan(
         first = len(cases)
         g = f"produce {size} B, {ACKS1}"
         cases += [
-            Case(
-                g,
-                "mqlite send",
-                MQ_ACKS1,
-                mqlite_send(scratch, size, 1),
-                reference=True,
-                twin=mqlite_send(scratch, size, 1, "shared"),
-            ),
-            Case(
-                g,
-                "mqlite produce + flush",
-                MQ_ACKS1 + "; delivery reports",
-                mqlite_produce(scratch, size, 1),
-                twin=mqlite_produce(scratch, size, 1, "shared"),
-            ),
+            mqlite_row(g, "mqlite send", MQ_ACKS1, mqlite_send, scratch, size, 1, reference=True),
+            mqlite_row(g, "mqlite produce + flush", MQ_ACKS1 + "; delivery reports", mqlite_produce, scratch, size, 1),
             Case(g, "persist-queue SQLiteQueue.put", SQLITE_NORMAL, pq_sqlite(scratch, size, "NORMAL", "put")),
             Case(
                 g,
@@ -740,14 +727,7 @@ def plan(
 
         g = f"produce {size} B, {ACKS1}, batches of {BATCH}"
         cases += [
-            Case(
-                g,
-                "mqlite send_batch",
-                MQ_ACKS1,
-                mqlite_send_batch(scratch, size, 1),
-                reference=True,
-                twin=mqlite_send_batch(scratch, size, 1, "shared"),
-            ),
+            mqlite_row(g, "mqlite send_batch", MQ_ACKS1, mqlite_send_batch, scratch, size, 1, reference=True),
             Case(
                 g,
                 "litequeue put, a transaction per batch",
@@ -779,22 +759,20 @@ def plan(
             # and one msync covers many messages. The blocking one-by-one
             # `send` is listed too: like every peer's put, it pays one
             # fsync per message, so it can only be level with them.
-            Case(
+            mqlite_row(
                 g,
                 "mqlite produce + flush",
                 "acks=all: each delivery reported after the msync that covers it (shared msyncs)",
-                mqlite_produce(scratch, size, "all"),
+                mqlite_produce, scratch, size, "all",
                 reference=True,
-                twin=mqlite_produce(scratch, size, "all", "shared"),
             ),
-            Case(
+            mqlite_row(
                 g,
                 "mqlite send",
                 "acks=all: msync before each send returns",
-                mqlite_send(scratch, size, "all"),
+                mqlite_send, scratch, size, "all",
                 note="one thread, one msync per message",
                 scalable=True,
-                twin=mqlite_send(scratch, size, "all", "shared"),
             ),
             Case(g, "persist-queue SQLiteQueue.put", SQLITE_FULL, pq_sqlite(scratch, size, "FULL", "put")),
             Case(g, "litequeue put", SQLITE_FULL, litequeue_case(scratch, size, "FULL", "put")),
@@ -812,13 +790,12 @@ def plan(
 
         g = f"produce {size} B, {ACKSALL}, batches of {BATCH}"
         cases += [
-            Case(
+            mqlite_row(
                 g,
                 "mqlite send_batch",
                 "acks=all: one msync per send_batch call",
-                mqlite_send_batch(scratch, size, "all"),
+                mqlite_send_batch, scratch, size, "all",
                 reference=True,
-                twin=mqlite_send_batch(scratch, size, "all", "shared"),
             ),
             Case(
                 g,
@@ -854,20 +831,18 @@ def plan(
 
         g = f"consume {size} B"
         cases += [
-            Case(
+            mqlite_row(
                 g,
                 "mqlite consumer iteration",
                 "reads the page cache; offsets auto-committed every 5 s",
-                mqlite_consume(scratch, size, batched=False),
+                mqlite_consume, scratch, size, False,
                 reference=True,
-                twin=mqlite_consume(scratch, size, batched=False, mode="shared"),
             ),
-            Case(
+            mqlite_row(
                 g,
                 f"mqlite consume({BATCH})",
                 "reads the page cache; offsets auto-committed every 5 s",
-                mqlite_consume(scratch, size, batched=True),
-                twin=mqlite_consume(scratch, size, batched=True, mode="shared"),
+                mqlite_consume, scratch, size, True,
             ),
             Case(
                 g,
@@ -913,13 +888,12 @@ def plan(
 
         g = f"consume {size} B, one-record batches"
         cases += [
-            Case(
+            mqlite_row(
                 g,
                 "mqlite consumer iteration",
                 "a log written by one send per message (one record per batch); otherwise as in the consume group",
-                mqlite_consume(scratch, size, batched=False, singles=True),
+                mqlite_consume, scratch, size, False, True,
                 reference=True,
-                twin=mqlite_consume(scratch, size, batched=False, singles=True, mode="shared"),
             ),
             Case(
                 g,
@@ -951,6 +925,14 @@ def plan(
         "commit or write), so they appear only in the one-call-per-message groups."
     )
     return cases
+
+
+def mqlite_row(
+    group: str, system: str, durability: str, factory: Callable[..., Measure], *args: Any, **kw: Any
+) -> Case:
+    """An mqlite row measuring `factory(*args)`, with its shared-mode twin
+    `factory(*args, mode="shared")` (see `with_shared_twins`); `kw` go to `Case`."""
+    return Case(group, system, durability, factory(*args), twin=factory(*args, mode="shared"), **kw)
 
 
 def with_shared_twins(cases: list[Case]) -> list[Case]:

@@ -244,7 +244,7 @@ fn pwritev_batches_have_the_next_segment_prepared() {
 /// In shared mode too, pages are faulted in ahead of the writer, a window
 /// at a time, on the broker's pool; no next segment is prepared (its
 /// `next.*` files would be one name for the writers of every process),
-/// and every byte appended reads back across the rolls.
+/// and every batch appended reads back, in order, across the rolls.
 #[test]
 fn shared_mode_faults_pages_in_ahead_but_prepares_no_segment() {
     let dir = tempfile::tempdir().unwrap();
