@@ -34,6 +34,18 @@ fn append(log: &PartitionLog, value: &[u8], count: usize) -> u64 {
         .base_offset
 }
 
+/// Reads the log's batches from offset 0, each of one record following on
+/// (base offsets 0, 1, 2, ...); returns how many there are.
+fn one_record_batches(log: &PartitionLog) -> u64 {
+    let mut c = log.cursor(0).unwrap();
+    let mut n = 0;
+    while let Some((_, h)) = log.next_batch(&mut c).unwrap() {
+        assert_eq!(h.base_offset, n);
+        n += 1;
+    }
+    n
+}
+
 fn written_ahead(log: &PartitionLog) -> usize {
     while log.populating.load(Ordering::Acquire) {
         std::thread::sleep(std::time::Duration::from_millis(1));
@@ -232,13 +244,7 @@ fn pwritev_batches_have_the_next_segment_prepared() {
         !prepared.exists(),
         "the roll did not take the prepared segment"
     );
-    let mut c = log.cursor(0).unwrap();
-    let mut n = 0;
-    while let Some((_, h)) = log.next_batch(&mut c).unwrap() {
-        assert_eq!(h.base_offset, n);
-        n += 1;
-    }
-    assert_eq!(n, appended);
+    assert_eq!(one_record_batches(&log), appended);
 }
 
 /// In shared mode too, pages are faulted in ahead of the writer, a window
@@ -269,11 +275,5 @@ fn shared_mode_faults_pages_in_ahead_but_prepares_no_segment() {
         assert!(lock(&log.prepare).is_none() && !prepared.exists());
     }
     assert!(populated, "no window faulted in ahead of the writer");
-    let mut c = log.cursor(0).unwrap();
-    let mut n = 0;
-    while let Some((_, h)) = log.next_batch(&mut c).unwrap() {
-        assert_eq!(h.base_offset, n);
-        n += 1;
-    }
-    assert_eq!(n, i);
+    assert_eq!(one_record_batches(&log), i);
 }
