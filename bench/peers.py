@@ -163,6 +163,8 @@ class Case:
     size: int = 0  # set by plan()
     # The same measure with mqlite's directory opened in shared mode: a twin row after this one.
     twin: Optional[Measure] = None
+    # Whether this row is the shared-mode twin of the row before it.
+    is_twin: bool = False
 
 
 def check(got: int, n: int, what: str) -> None:
@@ -939,7 +941,8 @@ def with_shared_twins(cases: list[Case]) -> list[Case]:
     """`cases` with each row that has a `twin` followed by it: the same row
     with mqlite's data directory opened in shared mode, "<system> (shared
     mode)". Twins run interleaved with the exclusive-mode rows of their
-    group, so their ratio comes from one run."""
+    group, so their ratio comes from one run; a twin runs after its row on
+    odd runs and before it on even ones (see `run_order`)."""
     out: list[Case] = []
     for c in cases:
         out.append(c)
@@ -952,6 +955,7 @@ def with_shared_twins(cases: list[Case]) -> list[Case]:
                     measure=c.twin,
                     reference=False,
                     twin=None,
+                    is_twin=True,
                 )
             )
     return out
@@ -1032,13 +1036,29 @@ def write_json(path: Path, doc: dict[str, Any]) -> None:
     tmp.replace(path)
 
 
+def run_order(cases: list[Case], run: int) -> list[int]:
+    """The order in which run `run` (from 1) measures `cases`: as listed on
+    odd runs; on even runs each shared-mode twin goes before its row, so
+    that neither mode always runs right after the other (a row that runs
+    second can find the page cache and the CPU's frequency as the first
+    left them)."""
+    order = list(range(len(cases)))
+    if run % 2 == 0:
+        for i in range(1, len(order)):
+            # A twin whose row was left out stays where it is.
+            if cases[i].is_twin and cases[i - 1].twin is not None:
+                order[i - 1], order[i] = order[i], order[i - 1]
+    return order
+
+
 def run_group(cases: list[Case], args: argparse.Namespace, failed: list[str]) -> list[dict[str, Any]]:
     """Measures one group's rows and prints them; returns the JSON rows.
 
     A row that raises is left out and described in `failed`.
 
     The timed runs go round the rows (run 1 of every row, then run 2, ...),
-    so that load from elsewhere on the machine falls on all rows alike.
+    so that load from elsewhere on the machine falls on all rows alike;
+    twins swap places with their rows on even runs (`run_order`).
     """
     sizes: dict[int, int] = {}
     times: dict[int, list[float]] = {}
@@ -1053,8 +1073,10 @@ def run_group(cases: list[Case], args: argparse.Namespace, failed: list[str]) ->
         except Exception as e:  # one broken row must not lose the others
             failed.append(f"{c.group}: {c.system}: {type(e).__name__}: {e}")
             print(f"FAILED {failed[-1]}", flush=True)
-    for _ in range(args.runs):
-        for i in list(times):
+    for run in range(1, args.runs + 1):
+        for i in run_order(cases, run):
+            if i not in times:
+                continue
             try:
                 times[i].append(cases[i].measure(sizes[i]))
             except Exception as e:

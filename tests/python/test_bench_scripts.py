@@ -7,6 +7,7 @@ installed; without it the script must say it skips them, in one line.
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import json
 import os
@@ -192,6 +193,34 @@ def test_choose_n_scales_slow_rows_by_rate() -> None:
     crawl, _ = case(10.0)
     assert peers.choose_n(crawl, 1_000_000, 2.0) == 100  # never fewer than 100
     assert peers.round_down(987_654) == 980_000
+
+
+def test_twins_run_before_their_rows_on_even_runs() -> None:
+    peers = load_peers_module()
+    timed: list[str] = []
+
+    def measure(name: str) -> Any:
+        def run(n: int) -> float:
+            if n == 20_000:  # the timed runs, not the warm-up
+                timed.append(name)
+            return n / 1e6
+
+        return run
+
+    cases = peers.with_shared_twins(
+        [
+            peers.Case("g", "peer", "d", measure("peer"), reference=True, scalable=False),
+            peers.Case("g", "mqlite send", "d", measure("ex"), scalable=False, twin=measure("sh")),
+            peers.Case("g", "other", "d", measure("other"), scalable=False),
+        ]
+    )
+    args = argparse.Namespace(runs=3, n=20_000, budget=1.0)
+    rows = peers.run_group(cases, args, [])
+    assert [r["system"] for r in rows] == ["peer", "mqlite send", "mqlite send (shared mode)", "other"]
+    once = ["peer", "ex", "sh", "other"]
+    assert timed == once + ["peer", "sh", "ex", "other"] + once
+    # A twin whose row is left out keeps its place.
+    assert peers.run_order(cases[2:], 2) == [0, 1]
 
 
 def test_report_without_figures(tmp_path: Path) -> None:

@@ -596,4 +596,37 @@ mod tests {
             .count();
         assert_eq!(none, 0);
     }
+
+    /// Odd runs measure the rows as listed; even runs put each twin
+    /// before its row and leave the other rows where they are.
+    #[test]
+    fn twins_swap_places_with_their_rows_on_even_runs() {
+        let g = groups(100, 10, 10, 10, 2, true)
+            .into_iter()
+            .find(|g| {
+                g.benches.iter().any(|b| b.is_twin)
+                    && g.benches.iter().any(|b| b.kind != Kind::Mqlite)
+            })
+            .expect("a group with twins and peers");
+        let twins: Vec<bool> = g.benches.iter().map(|b| b.is_twin).collect();
+        let names = |run| -> Vec<&str> {
+            runner::run_order(&twins, run)
+                .into_iter()
+                .map(|i| g.benches[i].system.as_str())
+                .collect()
+        };
+        let listed: Vec<&str> = g.benches.iter().map(|b| b.system.as_str()).collect();
+        assert_eq!(names(1), listed);
+        assert_eq!(names(3), listed);
+        let even = names(2);
+        assert_eq!(even.len(), listed.len());
+        for (i, b) in g.benches.iter().enumerate() {
+            if b.is_twin {
+                assert_eq!(even[i - 1], b.system);
+                assert_eq!(even[i], listed[i - 1]);
+            } else if !b.shared_twin {
+                assert_eq!(even[i], b.system);
+            }
+        }
+    }
 }

@@ -227,6 +227,8 @@ pub struct Bench {
     /// Whether the row is also measured with mqlite in shared mode (a
     /// twin row after it; see [`with_shared_twins`]).
     pub shared_twin: bool,
+    /// Whether the row is the shared-mode twin of the row before it.
+    pub is_twin: bool,
 }
 
 impl Bench {
@@ -244,6 +246,7 @@ impl Bench {
             reference: false,
             run: Rc::new(run),
             shared_twin: false,
+            is_twin: false,
         }
     }
 
@@ -263,7 +266,9 @@ impl Bench {
 /// `benches` with, after each row marked [`Bench::shared_twin`] (when
 /// `twins`), the same row with mqlite opened in shared mode: system
 /// "<system> (shared mode)". In one group the twins run interleaved with
-/// the exclusive-mode rows, so their ratio is measured in one run.
+/// the exclusive-mode rows, so their ratio is measured in one run; a twin
+/// runs after its row on odd runs and before it on even ones (see
+/// [`run_order`]).
 pub fn with_shared_twins(benches: Vec<Bench>, twins: bool) -> Vec<Bench> {
     let mut out = Vec::with_capacity(benches.len() * 2);
     for b in benches {
@@ -276,6 +281,7 @@ pub fn with_shared_twins(benches: Vec<Bench>, twins: bool) -> Vec<Bench> {
                 reference: false,
                 run: Rc::new(move |c: &Ctx, n| run(&c.in_mode(OpenMode::Shared), n)),
                 shared_twin: false,
+                is_twin: true,
             }
         });
         out.push(b);
@@ -394,12 +400,29 @@ fn settle() {
     let _ = std::process::Command::new("sync").status();
 }
 
+/// The order in which run `run` (from 1) measures a group's rows, where
+/// `is_twin[i]` says row `i` is the shared-mode twin of row `i - 1`: as
+/// listed on odd runs; on even runs each twin goes before its row, so
+/// that neither mode always runs right after the other (a row that runs
+/// second can find the page cache and the CPU's frequency as the first
+/// left them).
+pub fn run_order(is_twin: &[bool], run: usize) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..is_twin.len()).collect();
+    if run.is_multiple_of(2) {
+        for (i, _) in is_twin.iter().enumerate().filter(|&(i, &t)| t && i > 0) {
+            order.swap(i - 1, i);
+        }
+    }
+    order
+}
+
 /// Runs every selected row of `group` and adds them to `report`; returns
 /// the rows that failed, in words.
 ///
 /// The runs are interleaved (run 1 of every row, then run 2, ...) so that
 /// the load of a shared machine, which changes over time, weighs on every
-/// row alike; each run starts after a sync(1).
+/// row alike; each run starts after a sync(1). Twins swap places with
+/// their rows on even runs ([`run_order`]).
 pub fn run_group(ctx: &Ctx, group: &Group, opts: &RunOpts, report: &mut Report) -> Vec<String> {
     let selected: Vec<&Bench> = group
         .benches
@@ -438,7 +461,12 @@ pub fn run_group(ctx: &Ctx, group: &Group, opts: &RunOpts, report: &mut Report) 
         if std::io::stderr().is_terminal() {
             eprint!("  run {run} of {}\r", opts.runs);
         }
-        for (bench, plan) in selected.iter().zip(plans.iter_mut()) {
+        // A twin whose row `--only` left out stays where it is.
+        let twins: Vec<bool> = (0..selected.len())
+            .map(|i| selected[i].is_twin && i > 0 && selected[i - 1].shared_twin)
+            .collect();
+        for i in run_order(&twins, run) {
+            let (bench, plan) = (selected[i], &mut plans[i]);
             let Some((n, _, secs)) = plan else { continue };
             settle();
             match run_one(ctx, group, bench, *n, opts.isolate) {
