@@ -316,10 +316,56 @@ fn appenders_run(segment_bytes: u64, n: u64, how: &str) {
 
 #[test]
 fn appenders_killed_at_random_never_block_the_others_or_tear_a_batch() {
+    appenders_killed(64 << 10, "");
+}
+
+/// The same with writers that fault pages in and prepare their next
+/// segment ahead of them (`prefault`, 1 MiB segments, 6 KB values), each
+/// under its own name: besides, what the killed ones prepared is removed
+/// by the next process that prepares a segment, while the directory stays
+/// open (no lone open sweeps it), and nothing prepared is left once that
+/// one closes.
+#[test]
+fn appenders_killed_while_preparing_segments_leave_nothing_behind() {
+    let (dirs, mq) = appenders_killed(1 << 20, ",6000,1");
+    let mut last = spawn("appender", "last", &dirs, "400,6000,1");
+    last.wait_ready(READY);
+    last.expect_success(Duration::from_secs(120));
+    let left = prepared_files(&dirs.data);
+    assert!(left.is_empty(), "left behind: {left:?}");
+    mq.close().unwrap();
+}
+
+/// The names of the files of prepared segments (`next.*`) anywhere in the
+/// data directory `data`.
+fn prepared_files(data: &Path) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut dirs = vec![data.to_owned()];
+    while let Some(dir) = dirs.pop() {
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let e = e.unwrap();
+            let name = e.file_name().to_string_lossy().into_owned();
+            if e.file_type().unwrap().is_dir() {
+                dirs.push(e.path());
+            } else if name.starts_with("next.") {
+                found.push(name);
+            }
+        }
+    }
+    found
+}
+
+/// Three appender processes (`how` appended to their argument, as in
+/// [`appenders_run`]) on partition 0 of a topic of `segment_bytes`
+/// segments, one of them killed with `-9` at random moments and started
+/// again, for a few seconds; then checks that the survivors still append
+/// and what every process wrote, and kills them. Returns the directories
+/// and a shared handle, still open.
+fn appenders_killed(segment_bytes: u64, how: &str) -> (Dirs, Broker) {
     let dirs = Dirs::new();
     {
         let mq = Broker::open(&dirs.data, shared()).unwrap();
-        mq.create_topic("t", TopicConfig::new(1).segment_bytes(64 << 10))
+        mq.create_topic("t", TopicConfig::new(1).segment_bytes(segment_bytes))
             .unwrap();
         mq.close().unwrap();
     }
@@ -333,7 +379,7 @@ fn appenders_killed_at_random_never_block_the_others_or_tear_a_batch() {
             "appender",
             &format!("k{slot}g{generation}"),
             &dirs,
-            "100000000",
+            &format!("100000000{how}"),
         );
         k.wait_ready(READY);
         k
@@ -377,6 +423,7 @@ fn appenders_killed_at_random_never_block_the_others_or_tear_a_batch() {
         got.len(),
         next.len()
     );
+    (dirs, mq)
 }
 
 /// In a child: creates topic `late` (2 partitions) with 5 records in

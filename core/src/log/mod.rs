@@ -51,7 +51,7 @@ pub(crate) use run::RunBatch;
 pub(crate) use txn_part::PreparedPart;
 
 pub(crate) use segment::Segment;
-use segment::{PreparedSegment, SegmentSizes, SegmentWriter, PREPARED_STEM};
+use segment::{PreparedSegment, SegmentSizes, SegmentWriter};
 pub(crate) use unclean::UncleanMark;
 
 /// Settings of one partition log, derived from the topic config.
@@ -647,7 +647,7 @@ impl PartitionLog {
         let window_due = end >= POPULATE_AFTER
             && w.populated_to < allocated
             && end + POPULATE_WINDOW / 2 >= w.populated_to;
-        let prepare_due = !w.prepare_requested && end > cap / 2 && self.prepares();
+        let prepare_due = !w.prepare_requested && end > cap / 2;
         if !window_due && !prepare_due {
             return;
         }
@@ -667,22 +667,13 @@ impl PartitionLog {
         }
     }
 
-    /// Whether the next segment is created ahead of the roll. Not in shared
-    /// mode: the prepared files have one name per partition directory
-    /// (`next.*`), which writers in two processes would both use; there the
-    /// roll creates the segment under the append lock.
-    #[inline]
-    fn prepares(&self) -> bool {
-        self.shared_writer().is_none()
-    }
-
     /// For batches written with `pwritev`: once the active segment is half
     /// full, starts creating the next segment on the broker's pool, with
     /// no page faulted in, so that the roll renames files rather than
     /// creating them in the writer.
     #[inline]
     fn prepare_ahead(&self, w: &mut Writer) {
-        if !w.prepare_requested && w.active.end() > w.active.capacity() / 2 && self.prepares() {
+        if !w.prepare_requested && w.active.end() > w.active.capacity() / 2 {
             w.prepare_requested = true;
             self.start_prepare(0);
         }
@@ -767,12 +758,15 @@ impl PartitionLog {
         }
         let dir = self.dir.clone();
         let sizes = self.config.sizes();
+        let stem = self.prepared_stem();
+        let sweep = self.dead_prepared_sweep();
         let (result, done) = background::pending();
-        if self
-            .config
-            .pool
-            .submit(move || done.complete(PreparedSegment::create(&dir, sizes, populate)))
-        {
+        if self.config.pool.submit(move || {
+            if let Some(sweep) = sweep {
+                sweep(&dir);
+            }
+            done.complete(PreparedSegment::create(&dir, &stem, sizes, populate));
+        }) {
             *slot = Some(result);
         }
     }
@@ -936,8 +930,9 @@ impl PartitionLog {
         }
         if let Some(p) = self.take_prepared() {
             drop(p);
+            let stem = self.prepared_stem();
             for ext in ["log", "idx", "tix"] {
-                let _ = std::fs::remove_file(self.dir.join(format!("{PREPARED_STEM}.{ext}")));
+                let _ = std::fs::remove_file(self.dir.join(format!("{stem}.{ext}")));
             }
         }
         self.release();

@@ -22,7 +22,9 @@ pub(crate) fn segment_path(dir: &Path, base: u64, ext: &str) -> PathBuf {
 /// Suffix given to the files of a segment removed by retention; they are
 /// unlinked when the last reader lets go (or at the next open).
 pub(crate) const DELETED_SUFFIX: &str = "deleted";
-/// Name stem of a segment prepared ahead of a roll.
+/// Name stem of a segment prepared ahead of a roll: the whole stem in
+/// exclusive mode; in shared mode each process's writer prepares its own,
+/// `next.<token>` (see `PartitionLog::prepared_stem`).
 pub(crate) const PREPARED_STEM: &str = "next";
 
 /// Bytes a new segment's log file is created with, and its first growth
@@ -119,13 +121,18 @@ pub(crate) struct PreparedSegment {
 }
 
 impl PreparedSegment {
-    /// Creates `next.*` files in `dir`; with `populate`, allocates and
+    /// Creates `<stem>.*` files in `dir`; with `populate`, allocates and
     /// faults in the first `populate` bytes of the log (the writer grows
     /// the file and faults in the rest ahead of itself, see
     /// `PartitionLog::prefault_ahead`; index pages are few and left to
     /// fault on use). Without, the log starts at [`LOG_FIRST_STEP`].
-    pub(crate) fn create(dir: &Path, sizes: SegmentSizes, populate: usize) -> Result<Self> {
-        let p = |ext: &str| dir.join(format!("{PREPARED_STEM}.{ext}"));
+    pub(crate) fn create(
+        dir: &Path,
+        stem: &str,
+        sizes: SegmentSizes,
+        populate: usize,
+    ) -> Result<Self> {
+        let p = |ext: &str| dir.join(format!("{stem}.{ext}"));
         let initial = populate.max(LOG_FIRST_STEP);
         let (log, log_token) = MappedFile::create(
             &p("log"),

@@ -42,22 +42,49 @@
 //!    tail page and lets go.
 //!
 //! Rolls happen under the lock and publish the new segment in the tail
-//! page at once; retention runs under it too. A sealed segment's file is
+//! page at once; retention runs under it too. Each process's writer
+//! prepares its own next segment ahead of a roll, under a name of its own
+//! (`next.<token>.*`, see [`PartitionLog::prepared_stem`]), and renames it
+//! at the roll; those a process left when it died are removed by the next
+//! preparation of another process (or by the first lone open). A sealed segment's file is
 //! trimmed only to a length every mapping may touch (see
 //! [`super::segment::shared_sealed_len`]), and nothing of another
 //! process's is ever cut below what it published.
 
+use std::path::Path;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use super::batch::{self, BatchHeader};
 use super::reader::{holds_data, list_bases, SharedWriter, Walk};
-use super::segment::segment_path;
+use super::segment::{segment_path, PREPARED_STEM};
 use super::{PartitionLog, Segment, Writer};
 use crate::error::Result;
 use crate::shared::{AppendGuard, Stolen, Tail};
 use crate::sync;
 
 impl PartitionLog {
+    /// The name stem of this process's prepared next segment: `next` when
+    /// no other process appends to the log, else `next.<token>` (the
+    /// process's token in 16 hex digits, as its `.live` file), so that the
+    /// writers of several processes each prepare their own and a roll
+    /// renames the roller's.
+    pub(super) fn prepared_stem(&self) -> String {
+        match self.shared_writer() {
+            Some(sw) => format!("{PREPARED_STEM}.{:016x}", sw.writers.slot.token()),
+            None => PREPARED_STEM.to_owned(),
+        }
+    }
+
+    /// In shared mode, the sweep the job preparing this process's next
+    /// segment runs first over the partition directory: see
+    /// [`remove_dead_prepared`].
+    pub(super) fn dead_prepared_sweep(&self) -> Option<impl FnOnce(&Path) + Send + 'static> {
+        let sw = self.shared_writer()?;
+        let (root, me) = (Arc::clone(&sw.writers.root), sw.writers.slot.token());
+        Some(move |dir: &Path| remove_dead_prepared(dir, &root, me))
+    }
+
     /// The part of the log that appends with other processes, if this
     /// process appends to it in shared mode.
     #[inline]
@@ -393,4 +420,48 @@ impl PartitionLog {
             }
         }
     }
+}
+
+/// Removes, best effort, the files of the segments that other processes
+/// prepared in the partition directory `dir` and left when they ended
+/// without closing it (`next.<token>.*` whose token no live process holds
+/// in the data directory `root`; `me` is this process's). Tokens are never
+/// reused, so a dead token's files are never taken up again.
+pub(super) fn remove_dead_prepared(dir: &Path, root: &Path, me: u64) {
+    let Ok(listing) = std::fs::read_dir(dir) else {
+        return;
+    };
+    // Each prepared segment has three files: one probe per token.
+    let mut dead: Vec<(u64, bool)> = Vec::new();
+    for entry in listing.flatten() {
+        let Some(token) = entry.file_name().to_str().and_then(prepared_token) else {
+            continue;
+        };
+        if token == me {
+            continue;
+        }
+        let is_dead = if let Some(&(_, d)) = dead.iter().find(|(t, _)| *t == token) {
+            d
+        } else {
+            let d = !crate::shared::process_alive(root, token);
+            dead.push((token, d));
+            d
+        };
+        if is_dead {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}
+
+/// The token in the name of a file of a segment prepared in shared mode,
+/// `next.<16 hex digits>.<log|idx|tix>`; `None` for any other name.
+fn prepared_token(name: &str) -> Option<u64> {
+    let (hex, ext) = name
+        .strip_prefix(PREPARED_STEM)?
+        .strip_prefix('.')?
+        .split_once('.')?;
+    if hex.len() != 16 || !matches!(ext, "log" | "idx" | "tix") {
+        return None;
+    }
+    u64::from_str_radix(hex, 16).ok()
 }

@@ -4,6 +4,7 @@
 use std::path::Path;
 
 use super::batch::{ProducerFields, RecordRef};
+use super::segment::PREPARED_STEM;
 use super::*;
 use crate::faults::SyncKind;
 use crate::{Broker, Config, TopicConfig};
@@ -248,11 +249,13 @@ fn pwritev_batches_have_the_next_segment_prepared() {
 }
 
 /// In shared mode too, pages are faulted in ahead of the writer, a window
-/// at a time, on the broker's pool; no next segment is prepared (its
-/// `next.*` files would be one name for the writers of every process),
-/// and every batch appended reads back, in order, across the rolls.
+/// at a time, on the broker's pool, and the next segment is prepared once
+/// the active one is half full, under this process's own name
+/// (`next.<token>.*`, never exclusive mode's `next.*`): the roll takes it,
+/// every batch appended reads back, in order, across the rolls, and the
+/// close leaves no prepared file.
 #[test]
-fn shared_mode_faults_pages_in_ahead_but_prepares_no_segment() {
+fn shared_mode_faults_pages_in_ahead_and_prepares_its_own_segment() {
     let dir = tempfile::tempdir().unwrap();
     let config = Config::default()
         .mode(crate::OpenMode::Shared)
@@ -262,18 +265,98 @@ fn shared_mode_faults_pages_in_ahead_but_prepares_no_segment() {
         .unwrap();
     let log = mq.inner().topic("t").unwrap().partition(0).unwrap();
     let value = |i: u64| vec![(i % 251) as u8; 4096];
-    let prepared = log.dir.join(format!("{PREPARED_STEM}.log"));
-    let mut populated = false;
+    let stem = log.prepared_stem();
+    assert!(stem.starts_with(&format!("{PREPARED_STEM}.")), "{stem}");
+    let (ours, exclusive) = (
+        log.dir.join(format!("{stem}.log")),
+        log.dir.join(format!("{PREPARED_STEM}.log")),
+    );
+    let (mut populated, mut ready, mut taken) = (false, false, 0);
     let mut i = 0u64;
-    while log.segment_count() < 3 {
+    while log.segment_count() < 4 {
+        let segments = log.segment_count();
         assert_eq!(append(&log, &value(i), 1), i);
         i += 1;
         while log.populating.load(Ordering::Acquire) {
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
         populated |= lock(&log.writer).populated_to > 0;
-        assert!(lock(&log.prepare).is_none() && !prepared.exists());
+        if log.segment_count() > segments {
+            // Rolled: the prepared segment's files were renamed.
+            assert!(ready, "rolled before a segment was prepared");
+            taken += u32::from(!ours.exists());
+            ready = false;
+        } else if lock(&log.writer).prepare_requested && !ready {
+            let deadline = Instant::now() + std::time::Duration::from_secs(30);
+            while !ours.exists() && Instant::now() < deadline {
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+            assert!(ours.exists(), "no segment prepared past half of one");
+            ready = true;
+        }
+        assert!(!exclusive.exists());
     }
     assert!(populated, "no window faulted in ahead of the writer");
+    assert_eq!(taken, 3, "rolls that took the prepared segment");
     assert_eq!(one_record_batches(&log), i);
+    let pdir = log.dir.clone();
+    drop(log);
+    mq.close().unwrap();
+    let left: Vec<String> = std::fs::read_dir(&pdir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(PREPARED_STEM))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}
+
+/// A shared-mode writer preparing its next segment first removes what
+/// processes that ended without closing the directory prepared in the
+/// partition directory; what a live process prepared, and other names,
+/// stay.
+#[test]
+fn preparing_in_shared_mode_removes_what_dead_processes_prepared() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = Config::default()
+        .mode(crate::OpenMode::Shared)
+        .prefault(true);
+    let mq = Broker::open(dir.path(), config).unwrap();
+    mq.create_topic("t", TopicConfig::new(1).segment_bytes(1 << 20))
+        .unwrap();
+    let log = mq.inner().topic("t").unwrap().partition(0).unwrap();
+    // Another process's registration, alive (held here), and a token no
+    // process holds.
+    let live = crate::shared::ProcessSlot::register(dir.path(), 0o700).unwrap();
+    let dead = 0x0123_4567_89ab_cdef_u64;
+    let name = |token: u64, ext: &str| format!("{PREPARED_STEM}.{token:016x}.{ext}");
+    let mut gone = vec![name(dead, "log"), name(dead, "idx"), name(dead, "tix")];
+    let stay = vec![
+        name(live.token(), "log"),
+        name(live.token(), "tix"),
+        name(dead, "bak"),
+        format!("{PREPARED_STEM}.0123.log"),
+        format!("{PREPARED_STEM}.{dead:016x}"),
+    ];
+    for n in gone.iter().chain(&stay) {
+        std::fs::write(log.dir.join(n), b"x").unwrap();
+    }
+    let ours = log.dir.join(format!("{}.log", log.prepared_stem()));
+    let mut i = 0;
+    while !ours.exists() {
+        assert!(i < 1000, "no segment prepared");
+        append(&log, &[1u8; 4096], 1);
+        i += 1;
+        if lock(&log.writer).prepare_requested {
+            let deadline = Instant::now() + std::time::Duration::from_secs(30);
+            while !ours.exists() && Instant::now() < deadline {
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+        }
+    }
+    for n in &stay {
+        assert!(log.dir.join(n).exists(), "{n} was removed");
+    }
+    gone.retain(|n| log.dir.join(n).exists());
+    assert!(gone.is_empty(), "left: {gone:?}");
+    drop(live);
 }
