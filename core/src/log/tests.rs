@@ -212,7 +212,8 @@ fn prefetch_hints_follow_the_writer() {
 #[test]
 fn pwritev_batches_have_the_next_segment_prepared() {
     let dir = tempfile::tempdir().unwrap();
-    // Exclusive mode, by name: shared mode prepares no next segment.
+    // Exclusive mode, by name: its prepared files are `next.*` (shared
+    // mode names them per process).
     let config = Config::default().mode(crate::OpenMode::Exclusive);
     let mq = Broker::open(dir.path(), config).unwrap();
     mq.create_topic("t", TopicConfig::new(1).segment_bytes(4 << 20))
@@ -248,6 +249,29 @@ fn pwritev_batches_have_the_next_segment_prepared() {
     assert_eq!(one_record_batches(&log), appended);
 }
 
+/// A broker opened in shared mode with `prefault` in `dir`, and partition
+/// 0 of its topic `t` of 1 MiB segments.
+fn shared_prefaulting_log(dir: &Path) -> (Broker, Arc<PartitionLog>) {
+    let config = Config::default()
+        .mode(crate::OpenMode::Shared)
+        .prefault(true);
+    let mq = Broker::open(dir, config).unwrap();
+    mq.create_topic("t", TopicConfig::new(1).segment_bytes(1 << 20))
+        .unwrap();
+    let log = mq.inner().topic("t").unwrap().partition(0).unwrap();
+    (mq, log)
+}
+
+/// Whether `path` exists, waiting up to 30 s for a background job to
+/// create it.
+fn appears(path: &Path) -> bool {
+    let deadline = Instant::now() + std::time::Duration::from_secs(30);
+    while !path.exists() && Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    path.exists()
+}
+
 /// In shared mode too, pages are faulted in ahead of the writer, a window
 /// at a time, on the broker's pool, and the next segment is prepared once
 /// the active one is half full, under this process's own name
@@ -257,13 +281,7 @@ fn pwritev_batches_have_the_next_segment_prepared() {
 #[test]
 fn shared_mode_faults_pages_in_ahead_and_prepares_its_own_segment() {
     let dir = tempfile::tempdir().unwrap();
-    let config = Config::default()
-        .mode(crate::OpenMode::Shared)
-        .prefault(true);
-    let mq = Broker::open(dir.path(), config).unwrap();
-    mq.create_topic("t", TopicConfig::new(1).segment_bytes(1 << 20))
-        .unwrap();
-    let log = mq.inner().topic("t").unwrap().partition(0).unwrap();
+    let (mq, log) = shared_prefaulting_log(dir.path());
     let value = |i: u64| vec![(i % 251) as u8; 4096];
     let stem = log.prepared_stem();
     assert!(stem.starts_with(&format!("{PREPARED_STEM}.")), "{stem}");
@@ -287,11 +305,7 @@ fn shared_mode_faults_pages_in_ahead_and_prepares_its_own_segment() {
             taken += u32::from(!ours.exists());
             ready = false;
         } else if lock(&log.writer).prepare_requested && !ready {
-            let deadline = Instant::now() + std::time::Duration::from_secs(30);
-            while !ours.exists() && Instant::now() < deadline {
-                std::thread::sleep(std::time::Duration::from_millis(2));
-            }
-            assert!(ours.exists(), "no segment prepared past half of one");
+            assert!(appears(&ours), "no segment prepared past half of one");
             ready = true;
         }
         assert!(!exclusive.exists());
@@ -317,13 +331,7 @@ fn shared_mode_faults_pages_in_ahead_and_prepares_its_own_segment() {
 #[test]
 fn preparing_in_shared_mode_removes_what_dead_processes_prepared() {
     let dir = tempfile::tempdir().unwrap();
-    let config = Config::default()
-        .mode(crate::OpenMode::Shared)
-        .prefault(true);
-    let mq = Broker::open(dir.path(), config).unwrap();
-    mq.create_topic("t", TopicConfig::new(1).segment_bytes(1 << 20))
-        .unwrap();
-    let log = mq.inner().topic("t").unwrap().partition(0).unwrap();
+    let (_mq, log) = shared_prefaulting_log(dir.path());
     // Another process's registration, alive (held here), and a token no
     // process holds.
     let live = crate::shared::ProcessSlot::register(dir.path(), 0o700).unwrap();
@@ -347,10 +355,7 @@ fn preparing_in_shared_mode_removes_what_dead_processes_prepared() {
         append(&log, &[1u8; 4096], 1);
         i += 1;
         if lock(&log.writer).prepare_requested {
-            let deadline = Instant::now() + std::time::Duration::from_secs(30);
-            while !ours.exists() && Instant::now() < deadline {
-                std::thread::sleep(std::time::Duration::from_millis(2));
-            }
+            appears(&ours);
         }
     }
     for n in &stay {
