@@ -457,14 +457,14 @@ pub fn run_group(ctx: &Ctx, group: &Group, opts: &RunOpts, report: &mut Report) 
             }
         }
     }
+    // A twin whose row `--only` left out stays where it is.
+    let twins: Vec<bool> = (0..selected.len())
+        .map(|i| selected[i].is_twin && i > 0 && selected[i - 1].shared_twin)
+        .collect();
     for run in 1..=opts.runs {
         if std::io::stderr().is_terminal() {
             eprint!("  run {run} of {}\r", opts.runs);
         }
-        // A twin whose row `--only` left out stays where it is.
-        let twins: Vec<bool> = (0..selected.len())
-            .map(|i| selected[i].is_twin && i > 0 && selected[i - 1].shared_twin)
-            .collect();
         for i in run_order(&twins, run) {
             let (bench, plan) = (selected[i], &mut plans[i]);
             let Some((n, _, secs)) = plan else { continue };

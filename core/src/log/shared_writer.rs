@@ -46,8 +46,8 @@
 //! prepares its own next segment ahead of a roll, under a name of its own
 //! (`next.<token>.*`, see [`PartitionLog::prepared_stem`]), and renames it
 //! at the roll; those a process left when it died are removed by the next
-//! preparation of another process (or by the first lone open). A sealed segment's file is
-//! trimmed only to a length every mapping may touch (see
+//! preparation of another process (or by the first lone open). A sealed
+//! segment's file is trimmed only to a length every mapping may touch (see
 //! [`super::segment::shared_sealed_len`]), and nothing of another
 //! process's is ever cut below what it published.
 
