@@ -598,7 +598,8 @@ mod tests {
     }
 
     /// Odd runs measure the rows as listed; even runs put each twin
-    /// before its row and leave the other rows where they are.
+    /// before its row and leave the other rows where they are, and a twin
+    /// whose row is left out where it is.
     #[test]
     fn twins_swap_places_with_their_rows_on_even_runs() {
         let g = groups(100, 10, 10, 10, 2, true)
@@ -608,19 +609,19 @@ mod tests {
                     && g.benches.iter().any(|b| b.kind != Kind::Mqlite)
             })
             .expect("a group with twins and peers");
-        let twins: Vec<bool> = g.benches.iter().map(|b| b.is_twin).collect();
-        let names = |run| -> Vec<&str> {
-            runner::run_order(&twins, run)
+        let rows: Vec<&Bench> = g.benches.iter().collect();
+        let names = |rows: &[&Bench], run| -> Vec<String> {
+            runner::run_order(rows, run)
                 .into_iter()
-                .map(|i| g.benches[i].system.as_str())
+                .map(|i| rows[i].system.clone())
                 .collect()
         };
-        let listed: Vec<&str> = g.benches.iter().map(|b| b.system.as_str()).collect();
-        assert_eq!(names(1), listed);
-        assert_eq!(names(3), listed);
-        let even = names(2);
+        let listed: Vec<String> = rows.iter().map(|b| b.system.clone()).collect();
+        assert_eq!(names(&rows, 1), listed);
+        assert_eq!(names(&rows, 3), listed);
+        let even = names(&rows, 2);
         assert_eq!(even.len(), listed.len());
-        for (i, b) in g.benches.iter().enumerate() {
+        for (i, b) in rows.iter().enumerate() {
             if b.is_twin {
                 assert_eq!(even[i - 1], b.system);
                 assert_eq!(even[i], listed[i - 1]);
@@ -628,5 +629,13 @@ mod tests {
                 assert_eq!(even[i], b.system);
             }
         }
+        // Without its row, a twin that follows another row stays where
+        // it is.
+        let t = (2..rows.len())
+            .find(|&t| rows[t].is_twin)
+            .expect("a twin after the first pair");
+        let mut cut = rows.clone();
+        cut.remove(t - 1);
+        assert_eq!(names(&cut, 2)[t - 1], rows[t].system);
     }
 }

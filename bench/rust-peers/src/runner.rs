@@ -400,17 +400,19 @@ fn settle() {
     let _ = std::process::Command::new("sync").status();
 }
 
-/// The order in which run `run` (from 1) measures a group's rows, where
-/// `is_twin[i]` says row `i` is the shared-mode twin of row `i - 1`: as
-/// listed on odd runs; on even runs each twin goes before its row, so
+/// The order in which run `run` (from 1) measures `rows`: as listed on
+/// odd runs; on even runs each shared-mode twin goes before its row, so
 /// that neither mode always runs right after the other (a row that runs
 /// second can find the page cache and the CPU's frequency as the first
-/// left them).
-pub fn run_order(is_twin: &[bool], run: usize) -> Vec<usize> {
-    let mut order: Vec<usize> = (0..is_twin.len()).collect();
+/// left them). A twin whose row was left out (`--only`) stays where it
+/// is.
+pub fn run_order(rows: &[&Bench], run: usize) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..rows.len()).collect();
     if run.is_multiple_of(2) {
-        for (i, _) in is_twin.iter().enumerate().filter(|&(i, &t)| t && i > 0) {
-            order.swap(i - 1, i);
+        for i in 1..rows.len() {
+            if rows[i].is_twin && rows[i - 1].shared_twin {
+                order.swap(i - 1, i);
+            }
         }
     }
     order
@@ -457,15 +459,11 @@ pub fn run_group(ctx: &Ctx, group: &Group, opts: &RunOpts, report: &mut Report) 
             }
         }
     }
-    // A twin whose row `--only` left out stays where it is.
-    let twins: Vec<bool> = (0..selected.len())
-        .map(|i| selected[i].is_twin && i > 0 && selected[i - 1].shared_twin)
-        .collect();
     for run in 1..=opts.runs {
         if std::io::stderr().is_terminal() {
             eprint!("  run {run} of {}\r", opts.runs);
         }
-        for i in run_order(&twins, run) {
+        for i in run_order(&selected, run) {
             let (bench, plan) = (selected[i], &mut plans[i]);
             let Some((n, _, secs)) = plan else { continue };
             settle();
